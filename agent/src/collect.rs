@@ -1,0 +1,102 @@
+//! Reading the BPF maps into plain totals. Userspace reads only aggregates.
+
+use std::collections::HashMap;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap};
+use aya::Ebpf;
+use serde::Serialize;
+
+use crate::bpf_abi::{SlotStats, StackKey, StackVal, DROP_REASONS};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("BPF map `{0}` is missing or of the wrong type")]
+    Map(&'static str),
+    #[error("reading BPF map `{map}`: {source}")]
+    Read { map: &'static str, source: aya::maps::MapError },
+}
+
+/// What the BPF side could not record, by reason.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Drops {
+    pub stack_collisions: u64,
+    pub stack_errors: u64,
+    pub stack_key_map_full: u64,
+    pub inflight_map_full: u64,
+    pub returns_without_entry: u64,
+    pub stats_map_full: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct StackSample {
+    pub slot: u64,
+    /// Instruction pointers, innermost first; empty when the stack was lost.
+    pub ips: Vec<u64>,
+    pub count: u64,
+    pub wait_ns: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub slots: HashMap<u64, SlotStats>,
+    pub stacks: Vec<StackSample>,
+    pub drops: Drops,
+}
+
+pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
+    let map = |name: &'static str| ebpf.map(name).ok_or(CollectError::Map(name));
+    let read_err = |map: &'static str| move |source| CollectError::Read { map, source };
+
+    let stats: PerCpuHashMap<&MapData, u64, SlotStats> =
+        PerCpuHashMap::try_from(map("stats")?).map_err(|_| CollectError::Map("stats"))?;
+    let mut slots = HashMap::new();
+    for item in stats.iter() {
+        let (slot, per_cpu) = item.map_err(read_err("stats"))?;
+        let mut sum = SlotStats::default();
+        for s in per_cpu.iter() {
+            sum.calls += s.calls;
+            sum.wait_ns_total += s.wait_ns_total;
+            sum.wait_ns_max = sum.wait_ns_max.max(s.wait_ns_max);
+            for (a, b) in sum.hist.iter_mut().zip(s.hist.iter()) {
+                *a += b;
+            }
+        }
+        slots.insert(slot, sum);
+    }
+
+    let traces: StackTraceMap<&MapData> =
+        StackTraceMap::try_from(map("stacks")?).map_err(|_| CollectError::Map("stacks"))?;
+    let counts: BpfHashMap<&MapData, StackKey, StackVal> =
+        BpfHashMap::try_from(map("stack_counts")?).map_err(|_| CollectError::Map("stack_counts"))?;
+    let mut stacks = Vec::new();
+    for item in counts.iter() {
+        let (key, val) = item.map_err(read_err("stack_counts"))?;
+        let ips = if key.stack_id >= 0 {
+            // A stack id can be gone if its bucket was reused; treat as lost.
+            traces
+                .get(&(key.stack_id as u32), 0)
+                .map(|t| t.frames().iter().map(|f| f.ip).collect())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        stacks.push(StackSample { slot: key.slot, ips, count: val.count, wait_ns: val.wait_ns });
+    }
+
+    let drops_map: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(map("drops")?).map_err(|_| CollectError::Map("drops"))?;
+    let mut totals = [0u64; DROP_REASONS.len()];
+    for reason in DROP_REASONS {
+        let idx = reason as u32;
+        totals[idx as usize] = drops_map.get(&idx, 0).map_err(read_err("drops"))?.iter().sum();
+    }
+    let drops = Drops {
+        stack_collisions: totals[0],
+        stack_errors: totals[1],
+        stack_key_map_full: totals[2],
+        inflight_map_full: totals[3],
+        returns_without_entry: totals[4],
+        stats_map_full: totals[5],
+    };
+    Ok(Snapshot { slots, stacks, drops })
+}

@@ -1,0 +1,21 @@
+//! innoprof: where a live MySQL/MariaDB server waits, from BPF uprobes
+//! aggregated in the kernel.
+//!
+//! The modules follow a probe from definition to output:
+//! [`catalog`] (what to probe) → [`target`] and [`server`] (what runs) →
+//! [`resolve`] (symbols to file offsets) → [`attach`] (BPF programs on the
+//! offsets) → [`collect`] (maps to totals) → [`symbolize`] (stacks to
+//! names) → [`report`] (tables, JSON, folded stacks). [`record`] wires them.
+
+pub mod attach;
+pub mod bpf_abi;
+pub mod catalog;
+pub mod collect;
+pub mod histogram;
+pub mod privileges;
+pub mod record;
+pub mod report;
+pub mod resolve;
+pub mod server;
+pub mod symbolize;
+pub mod target;

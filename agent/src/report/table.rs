@@ -1,0 +1,90 @@
+//! The summary table printed on stdout: fixed width, plain ASCII, so it
+//! pastes into a ticket unchanged.
+
+use comfy_table::presets::ASCII_MARKDOWN;
+use comfy_table::{CellAlignment, Table};
+
+use super::model::{ProbeStatus, Summary};
+use super::units;
+
+pub fn render(summary: &Summary) -> String {
+    let mut out = format!(
+        "innoprof: {} pid {} ({}), {:.1}s, {}\n",
+        summary.target.server,
+        summary.target.pid,
+        summary.target.binary,
+        summary.duration_s,
+        match summary.end_reason {
+            super::model::EndReason::Duration => "complete",
+            super::model::EndReason::Interrupted => "interrupted (partial)",
+            super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
+        }
+    );
+    let mut table = Table::new();
+    table.load_preset(ASCII_MARKDOWN);
+    table.set_header(["probe", "symbol", "calls", "calls/s", "total wait", "avg", "p50<=", "p99<=", "max"]);
+    let dash = || "-".to_string();
+    for p in summary.probes.iter().filter(|p| p.status == ProbeStatus::Attached) {
+        let symbol = match p.symbols.as_slice() {
+            [one] => short(&one.name),
+            [first, rest @ ..] => format!("{} (+{})", short(&first.name), rest.len()),
+            [] => dash(),
+        };
+        let timed = p.wait_ns_avg.is_some();
+        let t = |v: Option<u64>| v.map(units::ns).unwrap_or_else(dash);
+        table.add_row([
+            p.name.clone(),
+            symbol,
+            p.calls.to_string(),
+            units::count(p.calls_per_sec),
+            if timed { units::ns(p.wait_ns_total) } else { dash() },
+            t(p.wait_ns_avg),
+            t(p.wait_ns_p50),
+            t(p.wait_ns_p99),
+            if timed { units::ns(p.wait_ns_max) } else { dash() },
+        ]);
+    }
+    for col in 2..9 {
+        if let Some(c) = table.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    out.push_str(&table.to_string());
+    out.push('\n');
+    for p in summary.probes.iter().filter(|p| p.status != ProbeStatus::Attached) {
+        out.push_str(&format!("not attached: {} - {}\n", p.name, p.reason.as_deref().unwrap_or("")));
+    }
+    let d = &summary.drops;
+    let lost = d.stack_collisions + d.stack_errors + d.stack_key_map_full;
+    if lost > 0 || d.inflight_map_full > 0 || d.stats_map_full > 0 {
+        out.push_str(&format!(
+            "dropped: {} stacks ({} collisions, {} errors, {} key-map full), {} in-flight entries, {} stats\n",
+            lost, d.stack_collisions, d.stack_errors, d.stack_key_map_full, d.inflight_map_full, d.stats_map_full
+        ));
+    }
+    out
+}
+
+/// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter(unsigned int, …)` →
+/// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter`, at most 60 chars.
+fn short(name: &str) -> String {
+    let no_params = match name.find('(') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    };
+    if no_params.chars().count() > 60 {
+        let tail: String = no_params.chars().rev().take(59).collect::<Vec<_>>().into_iter().rev().collect();
+        format!("…{tail}")
+    } else {
+        no_params.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn short_names() {
+        assert_eq!(super::short("fil_flush(unsigned long)"), "fil_flush");
+        assert!(super::short(&"x".repeat(80)).starts_with('…'));
+    }
+}

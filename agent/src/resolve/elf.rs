@@ -1,0 +1,169 @@
+//! Function symbols of one ELF file: `.symtab` and `.dynsym`, demangled,
+//! with the file offset the kernel needs to place a uprobe.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not an ELF file this tool understands: {source}")]
+    Parse { path: PathBuf, source: object::Error },
+}
+
+/// Which symbol table a symbol came from. `.dynsym` survives `strip`,
+/// `.symtab` does not, so the distinction explains missing probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SymbolTable {
+    Symtab,
+    Dynsym,
+}
+
+#[derive(Debug, Clone)]
+pub struct FunctionSymbol {
+    /// The symbol as stored, e.g. `_ZN11PolicyMutexI14TTASEventMutexI13GenericPolicyEE5enterEjjPKcj`.
+    pub raw: String,
+    /// GCC clone suffix such as `constprop.0`, `isra.0`, `part.0`, `cold`.
+    pub clone_suffix: Option<String>,
+    pub address: u64,
+    pub size: u64,
+    pub table: SymbolTable,
+}
+
+impl FunctionSymbol {
+    /// The symbol without its clone suffix (what demangling applies to).
+    pub fn base(&self) -> &str {
+        match &self.clone_suffix {
+            Some(s) => &self.raw[..self.raw.len() - s.len() - 1],
+            None => &self.raw,
+        }
+    }
+}
+
+/// A loadable segment, kept to turn virtual addresses into file offsets.
+#[derive(Debug, Clone, Copy)]
+struct LoadSegment {
+    vaddr: u64,
+    memsz: u64,
+    file_offset: u64,
+    filesz: u64,
+}
+
+#[derive(Debug)]
+pub struct ElfImage {
+    pub path: PathBuf,
+    pub build_id: Option<String>,
+    /// ET_DYN: addresses are relative to the load base.
+    pub position_independent: bool,
+    pub has_symtab: bool,
+    pub has_debug_info: bool,
+    pub symbols: Vec<FunctionSymbol>,
+    segments: Vec<LoadSegment>,
+    data: Vec<u8>,
+}
+
+impl ElfImage {
+    pub fn open(path: &Path) -> Result<Self, ElfError> {
+        let data = std::fs::read(path).map_err(|source| ElfError::Read { path: path.into(), source })?;
+        let parse_err = |source| ElfError::Parse { path: path.into(), source };
+        let file = object::File::parse(&*data).map_err(parse_err)?;
+
+        let build_id = file.build_id().map_err(parse_err)?.map(hex);
+        let position_independent = file.kind() == object::ObjectKind::Dynamic;
+        let has_symtab = file.section_by_name(".symtab").is_some();
+        let has_debug_info = file.section_by_name(".debug_info").is_some();
+
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (file_offset, filesz) = s.file_range();
+                LoadSegment { vaddr: s.address(), memsz: s.size(), file_offset, filesz }
+            })
+            .collect();
+
+        // One entry per (name, address): .dynsym repeats exported .symtab entries.
+        let mut seen: HashMap<(String, u64), usize> = HashMap::new();
+        let mut symbols = Vec::new();
+        let tables = [(SymbolTable::Symtab, file.symbols()), (SymbolTable::Dynsym, file.dynamic_symbols())];
+        for (table, iter) in tables {
+            for sym in iter {
+                if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+                    continue;
+                }
+                let Ok(raw) = sym.name() else { continue };
+                if raw.is_empty() || seen.contains_key(&(raw.to_string(), sym.address())) {
+                    continue;
+                }
+                seen.insert((raw.to_string(), sym.address()), symbols.len());
+                symbols.push(FunctionSymbol {
+                    raw: raw.to_string(),
+                    clone_suffix: clone_suffix(raw).map(str::to_string),
+                    address: sym.address(),
+                    size: sym.size(),
+                    table,
+                });
+            }
+        }
+        drop(file);
+        Ok(Self { path: path.into(), build_id, position_independent, has_symtab, has_debug_info, symbols, segments, data })
+    }
+
+    /// File offset of a virtual address, as uprobes are placed by offset.
+    pub fn file_offset(&self, address: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| address >= s.vaddr && address < s.vaddr + s.memsz && address - s.vaddr < s.filesz)
+            .map(|s| address - s.vaddr + s.file_offset)
+    }
+
+    /// The first bytes of code at a virtual address (to judge probe cost).
+    pub fn code_at(&self, address: u64, len: usize) -> Option<&[u8]> {
+        let off = self.file_offset(address)? as usize;
+        self.data.get(off..off.checked_add(len)?)
+    }
+
+    /// NUL-terminated printable strings in the read-only data sections.
+    pub fn rodata_strings(&self) -> Vec<String> {
+        let Ok(file) = object::File::parse(&*self.data) else { return Vec::new() };
+        let mut out = Vec::new();
+        for section in file.sections() {
+            if !matches!(section.name(), Ok(".rodata") | Ok(".rodata.str1.1") | Ok(".data")) {
+                continue;
+            }
+            let Ok(bytes) = section.data() else { continue };
+            for chunk in bytes.split(|b| *b == 0) {
+                if chunk.len() >= 4 && chunk.len() <= 200 && chunk.iter().all(|b| (0x20..0x7f).contains(b)) {
+                    out.push(String::from_utf8_lossy(chunk).into_owned());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// GCC appends `.constprop.N`, `.isra.N`, `.part.N`, `.cold`, … to clones.
+/// Mangled C++ and C identifiers never contain '.', so the first dot starts it.
+fn clone_suffix(raw: &str) -> Option<&str> {
+    raw.find('.').filter(|&i| i > 0).map(|i| &raw[i + 1..])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_suffixes() {
+        assert_eq!(clone_suffix("_Z3foov.constprop.0"), Some("constprop.0"));
+        assert_eq!(clone_suffix("fil_flush.part.0"), Some("part.0"));
+        assert_eq!(clone_suffix("fil_flush"), None);
+        assert_eq!(clone_suffix(".hidden"), None);
+    }
+}

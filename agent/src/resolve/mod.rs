@@ -1,0 +1,173 @@
+//! Turning demangled patterns into attachable addresses in one binary.
+
+pub mod elf;
+pub mod entry;
+pub mod pattern;
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+pub use elf::{ElfError, ElfImage, FunctionSymbol, SymbolTable};
+pub use entry::EntryInsn;
+pub use pattern::{DemangledName, SymbolPattern};
+
+/// One function the probe will attach to.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolvedSymbol {
+    /// Demangled, with parameters; clone suffix appended as `[clone .x]`.
+    pub name: String,
+    /// Demangled without parameters: the frame name in folded stacks.
+    pub short_name: String,
+    pub raw: String,
+    pub address: u64,
+    pub file_offset: u64,
+    pub size: u64,
+    pub table: SymbolTable,
+    /// `constprop.0`, `isra.0`: a full copy whose arguments may differ.
+    pub clone: Option<String>,
+    pub entry: EntryInsn,
+}
+
+/// A matching symbol that was deliberately not attached.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedSymbol {
+    pub name: String,
+    pub address: u64,
+    pub reason: SkipReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// `.cold`: an out-of-line block of the function, never entered by a call.
+    ColdBlock,
+    /// `.part.N`: the tail of a partially inlined function; its entry is not
+    /// the function's entry and it returns into the middle of the caller.
+    PartialInlineFragment,
+    /// Same address as an already attached symbol (an alias).
+    Alias,
+    /// Outside every loadable segment of the file.
+    NotInFile,
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SkipReason::ColdBlock => "cold block (.cold), not a function entry",
+            SkipReason::PartialInlineFragment => "partial-inlining fragment (.part), not the function entry",
+            SkipReason::Alias => "alias of an attached symbol",
+            SkipReason::NotInFile => "address outside the file's loadable segments",
+        })
+    }
+}
+
+/// Why a pattern found nothing to attach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unresolved {
+    /// No `.symtab`: only exported `.dynsym` names were searched.
+    StrippedBinary,
+    /// The binary has a full symbol table and no function matches: absent
+    /// in this version, renamed, or inlined into every caller.
+    NoSuchSymbol,
+    /// Only fragments matched (see the skipped list).
+    OnlyFragments,
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unresolved::StrippedBinary => {
+                "binary is stripped (no .symtab) and the symbol is not exported in .dynsym; install the server's debug symbols"
+            }
+            Unresolved::NoSuchSymbol => "no such function in this build (absent in this version, or inlined everywhere)",
+            Unresolved::OnlyFragments => "only .cold/.part fragments match, no function entry",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Resolution {
+    pub patterns: Vec<String>,
+    pub symbols: Vec<ResolvedSymbol>,
+    pub skipped: Vec<SkippedSymbol>,
+    pub unresolved: Option<Unresolved>,
+}
+
+/// Resolves many pattern sets against one image, demangling each candidate
+/// symbol at most once.
+pub struct Resolver<'a> {
+    image: &'a ElfImage,
+    demangled: HashMap<usize, DemangledName>,
+}
+
+impl<'a> Resolver<'a> {
+    pub fn new(image: &'a ElfImage) -> Self {
+        Self { image, demangled: HashMap::new() }
+    }
+
+    pub fn resolve(&mut self, patterns: &[String]) -> Resolution {
+        let compiled: Vec<SymbolPattern> = patterns.iter().map(|p| SymbolPattern::new(p)).collect();
+        let mut symbols = Vec::new();
+        let mut skipped = Vec::new();
+        let mut addresses = HashSet::new();
+
+        for (idx, sym) in self.image.symbols.iter().enumerate() {
+            if !compiled.iter().any(|p| p.may_match(sym.base())) {
+                continue;
+            }
+            let name = self.demangled.entry(idx).or_insert_with(|| DemangledName::of(sym.base()));
+            if !compiled.iter().any(|p| p.matches(&sym.raw, name) || p.matches(sym.base(), name)) {
+                continue;
+            }
+            let display = match &sym.clone_suffix {
+                Some(s) => format!("{} [clone .{s}]", name.full),
+                None => name.full.clone(),
+            };
+            let skip = |reason| SkippedSymbol { name: display.clone(), address: sym.address, reason };
+            match sym.clone_suffix.as_deref() {
+                Some(s) if s == "cold" || s.starts_with("cold.") => {
+                    skipped.push(skip(SkipReason::ColdBlock));
+                    continue;
+                }
+                Some(s) if s.starts_with("part.") => {
+                    skipped.push(skip(SkipReason::PartialInlineFragment));
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(file_offset) = self.image.file_offset(sym.address) else {
+                skipped.push(skip(SkipReason::NotInFile));
+                continue;
+            };
+            if !addresses.insert(sym.address) {
+                skipped.push(skip(SkipReason::Alias));
+                continue;
+            }
+            let entry = EntryInsn::decode(self.image.code_at(sym.address, 16).unwrap_or(&[]));
+            symbols.push(ResolvedSymbol {
+                name: display,
+                short_name: name.short.clone(),
+                raw: sym.raw.clone(),
+                address: sym.address,
+                file_offset,
+                size: sym.size,
+                table: sym.table,
+                clone: sym.clone_suffix.clone(),
+                entry,
+            });
+        }
+        symbols.sort_by_key(|s| s.address);
+        let unresolved = if !symbols.is_empty() {
+            None
+        } else if !skipped.is_empty() {
+            Some(Unresolved::OnlyFragments)
+        } else if !self.image.has_symtab {
+            Some(Unresolved::StrippedBinary)
+        } else {
+            Some(Unresolved::NoSuchSymbol)
+        };
+        Resolution { patterns: patterns.to_vec(), symbols, skipped, unresolved }
+    }
+}

@@ -1,0 +1,131 @@
+//! Which server a binary is: family and version, read from the version
+//! strings compiled into its read-only data (no need to run or query it).
+
+use serde::{Deserialize, Serialize};
+
+use crate::resolve::ElfImage;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Mysql,
+    Percona,
+    Mariadb,
+    Unknown,
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Family::Mysql => "MySQL",
+            Family::Percona => "Percona Server",
+            Family::Mariadb => "MariaDB",
+            Family::Unknown => "unknown server",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl Version {
+    /// `"10.2.11"`, `"10.2"` (patch 0), with any `-suffix` ignored.
+    pub fn parse(s: &str) -> Option<Self> {
+        let core = s.split(['-', '+', '~']).next()?;
+        let mut parts = core.split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        let patch = match parts.next() {
+            Some(p) => p.parse().ok()?,
+            None => 0,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self { major, minor, patch })
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerInfo {
+    pub family: Family,
+    pub version: Option<Version>,
+}
+
+impl std::fmt::Display for ServerInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.version {
+            Some(v) => write!(f, "{} {v}", self.family),
+            None => write!(f, "{}", self.family),
+        }
+    }
+}
+
+impl ServerInfo {
+    pub fn detect(image: &ElfImage) -> Self {
+        Self::from_strings(&image.rodata_strings())
+    }
+
+    /// MariaDB embeds `"10.2.11-MariaDB"`; MySQL and Percona embed the bare
+    /// `"5.6.24"` next to their compilation comment.
+    pub fn from_strings(strings: &[String]) -> Self {
+        if let Some(v) = strings.iter().find_map(|s| s.strip_suffix("-MariaDB").and_then(Version::parse)) {
+            return Self { family: Family::Mariadb, version: Some(v) };
+        }
+        let family = if strings.iter().any(|s| s.contains("Percona Server")) {
+            Family::Percona
+        } else if strings.iter().any(|s| s.starts_with("MySQL Community Server") || s.starts_with("MySQL Enterprise Server")) {
+            Family::Mysql
+        } else {
+            return Self { family: Family::Unknown, version: None };
+        };
+        // Other libraries' versions live in the same binary (zlib "1.2.11",
+        // "3.23.57" for old clients); MySQL server lines are 5.x, 8.x, 9.x.
+        let version = strings
+            .iter()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.matches('.').count() == 2)
+            .filter_map(|s| Version::parse(s))
+            .find(|v| matches!(v.major, 5 | 8 | 9) && v.minor <= 7);
+        Self { family, version }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn mariadb() {
+        let s = ServerInfo::from_strings(&strings(&["10.2.11", "5.5.5-", "10.2.11-MariaDB"]));
+        assert_eq!(s.family, Family::Mariadb);
+        assert_eq!(s.version, Version::parse("10.2.11"));
+    }
+
+    #[test]
+    fn mysql_skips_library_versions() {
+        let s = ServerInfo::from_strings(&strings(&["1.2.11", "3.23.57", "8.0.15", "MySQL Community Server - GPL"]));
+        assert_eq!(s.family, Family::Mysql);
+        assert_eq!(s.version.unwrap().to_string(), "8.0.15");
+    }
+
+    #[test]
+    fn unknown() {
+        assert_eq!(ServerInfo::from_strings(&strings(&["hello"])).family, Family::Unknown);
+        assert_eq!(Version::parse("10.2"), Some(Version { major: 10, minor: 2, patch: 0 }));
+        assert_eq!(Version::parse("x.2"), None);
+    }
+}

@@ -1,0 +1,124 @@
+//! The process being profiled: found by PID through /proc, checked to be a
+//! MySQL/MariaDB server, and its binary located through `/proc/PID/root` so
+//! a server in a container (another mount namespace) works too.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("no process with PID {0} (check the PID: `pidof mysqld mariadbd`)")]
+    NoSuchProcess(u32),
+    #[error("PID {0} is a zombie (exited, not yet reaped); point innoprof at a running server")]
+    Zombie(u32),
+    #[error("PID {0} is a kernel thread, not a server process")]
+    KernelThread(u32),
+    #[error(
+        "PID {pid} is `{comm}` ({exe}), not mysqld/mariadbd; pass the server's PID (`pidof mysqld mariadbd`) or --force to profile it anyway"
+    )]
+    NotAServer { pid: u32, comm: String, exe: String },
+    #[error("reading /proc/{pid}: {source}")]
+    Proc { pid: u32, source: std::io::Error },
+}
+
+/// Process names of the servers innoprof knows.
+const SERVER_NAMES: &[&str] = &["mysqld", "mariadbd", "mysqld-debug", "mariadbd-debug"];
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub pid: u32,
+    pub comm: String,
+    /// The executable's path as the target sees it (inside its mount namespace).
+    pub exe: PathBuf,
+    /// The path innoprof opens and attaches to (valid from our namespace).
+    pub binary: PathBuf,
+    /// Kernel start time in clock ticks: distinguishes a restarted server
+    /// that got the same PID.
+    start_time: u64,
+}
+
+impl Target {
+    /// Finds the process; refuses anything that is not mysqld/mariadbd unless `force`.
+    pub fn open(pid: u32, force: bool) -> Result<Self, TargetError> {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let io = |source| TargetError::Proc { pid, source };
+        if pid == 0 || !proc_dir.exists() {
+            return Err(TargetError::NoSuchProcess(pid));
+        }
+        let stat = std::fs::read_to_string(proc_dir.join("stat")).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => TargetError::NoSuchProcess(pid),
+            _ => io(e),
+        })?;
+        let (state, start_time) = parse_stat(&stat).ok_or_else(|| io(std::io::Error::other("malformed stat")))?;
+        if state == 'Z' || state == 'X' {
+            return Err(TargetError::Zombie(pid));
+        }
+        let comm = std::fs::read_to_string(proc_dir.join("comm")).map_err(io)?.trim().to_string();
+        let exe = match std::fs::read_link(proc_dir.join("exe")) {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(TargetError::KernelThread(pid)),
+            Err(e) => return Err(io(e)),
+        };
+        let exe_name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let is_server = SERVER_NAMES.iter().any(|n| *n == comm || *n == exe_name);
+        if !is_server && !force {
+            return Err(TargetError::NotAServer { pid, comm, exe: exe.display().to_string() });
+        }
+        Ok(Self { pid, comm, binary: binary_path(pid, &exe), exe, start_time })
+    }
+
+    /// True while the same process (not a successor with a reused PID) runs.
+    pub fn is_alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+            .is_some_and(|(state, start)| start == self.start_time && state != 'Z' && state != 'X')
+    }
+}
+
+/// `/proc/PID/root/<exe>` reaches the file in the target's mount namespace;
+/// if the binary was replaced or deleted on disk, `/proc/PID/exe` still
+/// reaches the mapped one.
+fn binary_path(pid: u32, exe: &Path) -> PathBuf {
+    let exe_str = exe.to_string_lossy();
+    if !exe_str.ends_with(" (deleted)") {
+        let rooted = PathBuf::from(format!("/proc/{pid}/root")).join(exe.strip_prefix("/").unwrap_or(exe));
+        if rooted.exists() {
+            return rooted;
+        }
+    }
+    PathBuf::from(format!("/proc/{pid}/exe"))
+}
+
+/// State and start time from /proc/PID/stat (comm may contain spaces and parens).
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After comm: state is field 3, starttime is field 22 (1-based in proc(5)).
+    Some((fields.first()?.chars().next()?, fields.get(19)?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_comm() {
+        let stat = "1234 (my (odd) d) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 30 0 987654 1000 100";
+        assert_eq!(parse_stat(stat), Some(('S', 987654)));
+    }
+
+    #[test]
+    fn own_process_is_not_a_server() {
+        let pid = std::process::id();
+        assert!(matches!(Target::open(pid, false), Err(TargetError::NotAServer { .. })));
+        let me = Target::open(pid, true).unwrap();
+        assert!(me.is_alive());
+        assert!(me.binary.exists());
+    }
+
+    #[test]
+    fn missing_pid() {
+        assert!(matches!(Target::open(0, true), Err(TargetError::NoSuchProcess(0))));
+        assert!(matches!(Target::open(u32::MAX - 1, true), Err(TargetError::NoSuchProcess(_))));
+    }
+}

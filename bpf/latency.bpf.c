@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Generic uprobe latency/count programs. One program pair serves every
+ * probe: userspace attaches the same programs to many symbols and tells
+ * them apart by the attach cookie (a slot id). Everything is aggregated
+ * here; nothing per event crosses to userspace.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "innoprof.h"
+
+#define EEXIST 17 /* vmlinux.h carries no errno values */
+
+/* Set by the loader before load (rodata): only the target's threads count. */
+const volatile __u32 target_tgid = 0;
+const volatile __u8 capture_stacks = 1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct start_key);
+	__type(value, __u64);
+} starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u64);
+	__type(value, struct slot_stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, 127 * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct stack_key);
+	__type(value, struct stack_val);
+} stack_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(__u32 reason)
+{
+	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
+
+	if (v)
+		(*v)++;
+}
+
+static __always_inline bool is_target(__u64 pid_tgid)
+{
+	return target_tgid == 0 || (pid_tgid >> 32) == target_tgid;
+}
+
+static __always_inline __u32 log2_slot(__u64 v)
+{
+	__u32 slot = 0;
+
+	/* Unrolled binary search keeps the verifier happy and the cost flat. */
+	if (v >= (1ULL << 32)) { v >>= 32; slot += 32; }
+	if (v >= (1ULL << 16)) { v >>= 16; slot += 16; }
+	if (v >= (1ULL << 8))  { v >>= 8;  slot += 8; }
+	if (v >= (1ULL << 4))  { v >>= 4;  slot += 4; }
+	if (v >= (1ULL << 2))  { v >>= 2;  slot += 2; }
+	if (v >= (1ULL << 1))  { slot += 1; }
+	return slot < HIST_SLOTS ? slot : HIST_SLOTS - 1;
+}
+
+static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
+{
+	struct slot_stats *s = bpf_map_lookup_elem(&stats, &slot);
+
+	if (!s) {
+		struct slot_stats zero = {};
+
+		/* NOEXIST: another CPU may have created it meanwhile. */
+		bpf_map_update_elem(&stats, &slot, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&stats, &slot);
+		if (!s) {
+			count_drop(DROP_STATS_FULL);
+			return;
+		}
+	}
+	/* Per-CPU values: plain increments are race-free. */
+	s->calls++;
+	if (!timed)
+		return;
+	s->wait_ns_total += wait_ns;
+	if (wait_ns > s->wait_ns_max)
+		s->wait_ns_max = wait_ns;
+	s->hist[log2_slot(wait_ns)]++;
+}
+
+static __always_inline void add_stack(void *ctx, __u64 slot, __u64 wait_ns)
+{
+	struct stack_key key = { .slot = slot };
+	struct stack_val *val;
+	long id;
+
+	if (!capture_stacks)
+		return;
+	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (id < 0)
+		count_drop(id == -EEXIST ? DROP_STACK_COLLISION : DROP_STACK_ERROR);
+	key.stack_id = id;
+
+	val = bpf_map_lookup_elem(&stack_counts, &key);
+	if (!val) {
+		struct stack_val zero = {};
+
+		bpf_map_update_elem(&stack_counts, &key, &zero, BPF_NOEXIST);
+		val = bpf_map_lookup_elem(&stack_counts, &key);
+		if (!val) {
+			count_drop(DROP_STACK_KEY_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&val->count, 1);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+}
+
+/* Entry of a timed probe: remember when this thread entered this slot. */
+SEC("uprobe")
+int lat_enter(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct start_key key;
+	__u64 ts;
+
+	if (!is_target(pid_tgid))
+		return 0;
+	key.pid_tgid = pid_tgid;
+	key.slot = bpf_get_attach_cookie(ctx);
+	ts = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&starts, &key, &ts, BPF_ANY))
+		count_drop(DROP_START_FULL);
+	return 0;
+}
+
+/*
+ * Return of a timed probe. The stack is taken here, not at entry: at the
+ * return address the caller's frame pointer is back in %rbp, so the frame
+ * walk starts at the immediate caller instead of skipping it.
+ */
+SEC("uretprobe")
+int lat_return(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct start_key key;
+	__u64 *tsp, delta;
+
+	if (!is_target(pid_tgid))
+		return 0;
+	key.pid_tgid = pid_tgid;
+	key.slot = bpf_get_attach_cookie(ctx);
+	tsp = bpf_map_lookup_elem(&starts, &key);
+	if (!tsp) {
+		/* Attached while the call was in flight, or evicted. */
+		count_drop(DROP_MISSED_ENTRY);
+		return 0;
+	}
+	delta = bpf_ktime_get_ns() - *tsp;
+	bpf_map_delete_elem(&starts, &key);
+	add_stats(key.slot, delta, true);
+	add_stack(ctx, key.slot, delta);
+	return 0;
+}
+
+/* Count-only probe (no sound return point, e.g. an inline site). */
+SEC("uprobe")
+int count_hit(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 slot;
+
+	if (!is_target(pid_tgid))
+		return 0;
+	slot = bpf_get_attach_cookie(ctx);
+	add_stats(slot, 0, false);
+	add_stack(ctx, slot, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

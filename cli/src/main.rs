@@ -1,0 +1,137 @@
+//! `innoprof`: argument parsing and wiring only; the work is in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use innoprof::record::{Plan, RecordOptions, Recorder};
+use innoprof::report::model::EndReason;
+use innoprof::report::{self, table};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Exit status when the target exited during the recording (partial output written).
+const EXIT_TARGET_EXITED: u8 = 3;
+
+#[derive(Parser)]
+#[command(name = "innoprof", version, about = "Where a live MySQL/MariaDB server waits: InnoDB latch, undo and redo latency from eBPF uprobes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Attach to a running server, record for a while, write a summary and folded stacks.
+    Record(RecordArgs),
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    /// PID of the running mysqld/mariadbd.
+    #[arg(long)]
+    pid: u32,
+    /// How long to record (e.g. 30s, 2m, 500ms).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Output directory (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    /// Catalog probes: `default` (contended/rare paths), `all` (adds hot paths), or NAME,… (globs allowed).
+    #[arg(long)]
+    probes: Option<String>,
+    /// Ad-hoc probe on functions matching a demangled pattern (repeatable), e.g. 'fil_flush' or 'PolicyMutex<*>::enter'.
+    #[arg(long = "probe", value_name = "PATTERN")]
+    ad_hoc: Vec<String>,
+    /// Use this catalog file instead of the built-in one.
+    #[arg(long)]
+    catalog: Option<PathBuf>,
+    /// Profile a process that is not mysqld/mariadbd.
+    #[arg(long)]
+    force: bool,
+    /// Do not capture stacks (cheaper; counts and latency only).
+    #[arg(long)]
+    no_stacks: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Record(args) => record(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("innoprof: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn record(args: RecordArgs) -> Result<ExitCode> {
+    report::prepare_dir(&args.out)?;
+    let opts = RecordOptions {
+        pid: args.pid,
+        force: args.force,
+        selection: args.probes.clone(),
+        ad_hoc: args.ad_hoc.clone(),
+        catalog: args.catalog.clone(),
+        capture_stacks: !args.no_stacks,
+    };
+    // Signal handlers first: a Ctrl-C during attach must still detach.
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+
+    let plan = Plan::build(&opts)?;
+    for p in plan.probes.iter().filter(|p| p.resolution.symbols.is_empty()) {
+        let why = p.resolution.unresolved.as_ref().map(|u| u.to_string()).unwrap_or_default();
+        eprintln!("innoprof: probe {} not attached: {why}", p.spec.name);
+    }
+    let recorder = Recorder::start(plan, !args.no_stacks)?;
+    let target = recorder.target().clone();
+    eprintln!(
+        "innoprof: attached {} uprobes to {} (pid {}, {}); recording for {}",
+        recorder.attached_links(),
+        target.exe.display(),
+        target.pid,
+        recorder.plan().server,
+        humantime::format_duration(args.duration)
+    );
+
+    let bar = ProgressBar::new(args.duration.as_millis() as u64);
+    bar.set_style(ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}").expect("template"));
+    let deadline = tokio::time::sleep(args.duration);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let started = std::time::Instant::now();
+    let end = loop {
+        tokio::select! {
+            _ = &mut deadline => break EndReason::Duration,
+            _ = sigint.recv() => break EndReason::Interrupted,
+            _ = sigterm.recv() => break EndReason::Interrupted,
+            _ = tick.tick() => {
+                bar.set_position(started.elapsed().as_millis() as u64);
+                if !target.is_alive() {
+                    break EndReason::TargetExited;
+                }
+            }
+        }
+    };
+    bar.finish_and_clear();
+    match end {
+        EndReason::Interrupted => eprintln!("innoprof: interrupted; detaching and writing what was collected"),
+        EndReason::TargetExited => eprintln!("innoprof: pid {} exited during the recording; writing what was collected", target.pid),
+        EndReason::Duration => {}
+    }
+
+    let recording = recorder.finish(end)?;
+    recording.write(&args.out)?;
+    print!("{}", table::render(&recording.summary));
+    eprintln!("innoprof: wrote {}", args.out.display());
+    Ok(if end == EndReason::TargetExited { ExitCode::from(EXIT_TARGET_EXITED) } else { ExitCode::SUCCESS })
+}
