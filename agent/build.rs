@@ -13,24 +13,49 @@ fn main() {
     let vmlinux = out.join("vmlinux.h");
     if !vmlinux.exists() {
         let dump = Command::new("bpftool")
-            .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"])
+            .args([
+                "btf",
+                "dump",
+                "file",
+                "/sys/kernel/btf/vmlinux",
+                "format",
+                "c",
+            ])
             .output()
             .unwrap_or_else(|e| panic!("running bpftool (apt-get install bpftool): {e}"));
-        assert!(dump.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&dump.stderr));
+        assert!(
+            dump.status.success(),
+            "bpftool btf dump failed: {}",
+            String::from_utf8_lossy(&dump.stderr)
+        );
         std::fs::write(&vmlinux, dump.stdout).unwrap();
     }
 
     for entry in std::fs::read_dir(&bpf_dir).unwrap() {
         let src = entry.unwrap().path();
         let name = src.file_name().unwrap().to_string_lossy().into_owned();
-        let Some(stem) = name.strip_suffix(".bpf.c") else { continue };
+        let Some(stem) = name.strip_suffix(".bpf.c") else {
+            continue;
+        };
         let obj = out.join(format!("{stem}.bpf.o"));
         let status = Command::new(env::var("CLANG").unwrap_or_else(|_| "clang".into()))
-            .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall", "-Werror"])
-            .arg("-I").arg(&out)
-            .arg("-I").arg(&bpf_dir)
-            .arg("-c").arg(&src)
-            .arg("-o").arg(&obj)
+            .args([
+                "-O2",
+                "-g",
+                "-target",
+                "bpf",
+                "-D__TARGET_ARCH_x86",
+                "-Wall",
+                "-Werror",
+            ])
+            .arg("-I")
+            .arg(&out)
+            .arg("-I")
+            .arg(&bpf_dir)
+            .arg("-c")
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj)
             .status()
             .unwrap_or_else(|e| panic!("running clang (apt-get install clang libbpf-dev): {e}"));
         assert!(status.success(), "clang failed on {}", src.display());

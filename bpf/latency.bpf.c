@@ -32,9 +32,10 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 32768);
 	__uint(key_size, sizeof(__u32));
-	__uint(value_size, 127 * sizeof(__u64));
+	/* 64 frames reach from an InnoDB latch to the thread entry point. */
+	__uint(value_size, 64 * sizeof(__u64));
 } stacks SEC(".maps");
 
 struct {

@@ -20,7 +20,10 @@ pub enum AttachError {
     #[error("loading the BPF object failed: {0}")]
     Load(#[from] aya::EbpfError),
     #[error("BPF program {name} failed to load (verifier or permissions): {source}")]
-    Program { name: &'static str, source: aya::programs::ProgramError },
+    Program {
+        name: &'static str,
+        source: aya::programs::ProgramError,
+    },
     #[error("no probe could be attached: {0}")]
     NothingAttached(String),
     #[error("BPF program `{0}` missing from the object")]
@@ -68,33 +71,59 @@ pub struct SessionOptions {
 impl Session {
     /// Loads the programs and attaches every resolved symbol of every probe.
     /// Individual symbol failures are recorded; it fails only if nothing attaches.
-    pub fn attach(binary: &Path, plan: &[PlannedProbe], opts: &SessionOptions) -> Result<Self, AttachError> {
+    pub fn attach(
+        binary: &Path,
+        plan: &[PlannedProbe],
+        opts: &SessionOptions,
+    ) -> Result<Self, AttachError> {
         let stacks: u8 = opts.capture_stacks.into();
         let mut ebpf = EbpfLoader::new()
             .override_global("target_tgid", &opts.pid, true)
             .override_global("capture_stacks", &stacks, true)
             .load(LATENCY_OBJ)?;
         for name in [ENTER, RETURN, COUNT] {
-            program(&mut ebpf, name)?.load().map_err(|source| AttachError::Program { name, source })?;
+            program(&mut ebpf, name)?
+                .load()
+                .map_err(|source| AttachError::Program { name, source })?;
         }
 
-        let mut session = Self { ebpf, slots: Vec::new(), outcomes: vec![AttachOutcome::default(); plan.len()], links: Vec::new() };
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(opts.pid).expect("pid checked non-zero by Target"));
+        let mut session = Self {
+            ebpf,
+            slots: Vec::new(),
+            outcomes: vec![AttachOutcome::default(); plan.len()],
+            links: Vec::new(),
+        };
+        let scope = UProbeScope::OneProcess(
+            NonZeroU32::new(opts.pid).expect("pid checked non-zero by Target"),
+        );
         for (probe_idx, planned) in plan.iter().enumerate() {
             for symbol in &planned.resolution.symbols {
                 let cookie = session.slots.len() as u64;
                 match session.attach_symbol(binary, planned.spec.measure, symbol, cookie, scope) {
                     Ok(()) => {
-                        session.slots.push(Slot { probe: probe_idx, symbol: symbol.clone() });
+                        session.slots.push(Slot {
+                            probe: probe_idx,
+                            symbol: symbol.clone(),
+                        });
                         session.outcomes[probe_idx].attached_symbols += 1;
                     }
-                    Err(e) => session.outcomes[probe_idx].failures.push((symbol.name.clone(), e.to_string())),
+                    Err(e) => session.outcomes[probe_idx]
+                        .failures
+                        .push((symbol.name.clone(), e.to_string())),
                 }
             }
         }
         if session.slots.is_empty() {
-            let why: Vec<String> = session.outcomes.iter().flat_map(|o| o.failures.iter().map(|(s, e)| format!("{s}: {e}"))).collect();
-            let why = if why.is_empty() { "no symbol resolved".to_string() } else { why.join("; ") };
+            let why: Vec<String> = session
+                .outcomes
+                .iter()
+                .flat_map(|o| o.failures.iter().map(|(s, e)| format!("{s}: {e}")))
+                .collect();
+            let why = if why.is_empty() {
+                "no symbol resolved".to_string()
+            } else {
+                why.join("; ")
+            };
             return Err(AttachError::NothingAttached(why));
         }
         Ok(session)
@@ -114,14 +143,26 @@ impl Session {
         };
         match measure {
             Measure::Count => {
-                let id = program(&mut self.ebpf, COUNT).expect("loaded").attach(point(), binary, scope)?;
+                let id = program(&mut self.ebpf, COUNT).expect("loaded").attach(
+                    point(),
+                    binary,
+                    scope,
+                )?;
                 self.links.push((COUNT, id));
             }
             Measure::Latency => {
                 // Entry first: a return without its entry is only counted as missed.
-                let enter = program(&mut self.ebpf, ENTER).expect("loaded").attach(point(), binary, scope)?;
+                let enter = program(&mut self.ebpf, ENTER).expect("loaded").attach(
+                    point(),
+                    binary,
+                    scope,
+                )?;
                 self.links.push((ENTER, enter));
-                match program(&mut self.ebpf, RETURN).expect("loaded").attach(point(), binary, scope) {
+                match program(&mut self.ebpf, RETURN).expect("loaded").attach(
+                    point(),
+                    binary,
+                    scope,
+                ) {
                     Ok(ret) => self.links.push((RETURN, ret)),
                     Err(e) => {
                         let (name, id) = self.links.pop().expect("just pushed");
@@ -162,6 +203,9 @@ impl Drop for Session {
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut UProbe, AttachError> {
-    let prog = ebpf.program_mut(name).ok_or(AttachError::MissingProgram(name))?;
-    prog.try_into().map_err(|source| AttachError::Program { name, source })
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or(AttachError::MissingProgram(name))?;
+    prog.try_into()
+        .map_err(|source| AttachError::Program { name, source })
 }

@@ -13,7 +13,12 @@ pub struct SlotStats {
 
 impl Default for SlotStats {
     fn default() -> Self {
-        Self { calls: 0, wait_ns_total: 0, wait_ns_max: 0, hist: [0; HIST_SLOTS] }
+        Self {
+            calls: 0,
+            wait_ns_total: 0,
+            wait_ns_max: 0,
+            hist: [0; HIST_SLOTS],
+        }
     }
 }
 
@@ -57,4 +62,5 @@ pub const DROP_REASONS: [DropReason; 6] = [
 ];
 
 /// The compiled BPF object (built by agent/build.rs from bpf/latency.bpf.c).
-pub static LATENCY_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency.bpf.o"));
+pub static LATENCY_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency.bpf.o"));

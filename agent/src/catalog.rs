@@ -12,14 +12,26 @@ use crate::server::{Family, ServerInfo, Version};
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     #[error("cannot read catalog {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("catalog {file} is malformed: {source}")]
-    Parse { file: String, source: Box<toml::de::Error> },
+    Parse {
+        file: String,
+        source: Box<toml::de::Error>,
+    },
     #[error("catalog {file} is invalid: {reason}")]
     Invalid { file: String, reason: String },
     #[error("unknown probe `{name}`; this catalog ({file}) has: {known}")]
-    UnknownProbe { name: String, file: String, known: String },
-    #[error("no catalog covers {server}; name functions with --probe PATTERN or supply --catalog FILE")]
+    UnknownProbe {
+        name: String,
+        file: String,
+        known: String,
+    },
+    #[error(
+        "no catalog covers {server}; name functions with --probe PATTERN or supply --catalog FILE"
+    )]
     NoCatalog { server: String },
 }
 
@@ -99,15 +111,22 @@ pub struct CatalogFile {
 
 impl CatalogFile {
     pub fn parse(file: &str, text: &str) -> Result<Self, CatalogError> {
-        let mut parsed: CatalogFile =
-            toml::from_str(text).map_err(|e| CatalogError::Parse { file: file.into(), source: Box::new(e) })?;
+        let mut parsed: CatalogFile = toml::from_str(text).map_err(|e| CatalogError::Parse {
+            file: file.into(),
+            source: Box::new(e),
+        })?;
         parsed.file = file.to_string();
         parsed.validate()?;
         Ok(parsed)
     }
 
     fn validate(&self) -> Result<(), CatalogError> {
-        let invalid = |reason: String| Err(CatalogError::Invalid { file: self.file.clone(), reason });
+        let invalid = |reason: String| {
+            Err(CatalogError::Invalid {
+                file: self.file.clone(),
+                reason,
+            })
+        };
         for bound in [&self.server.min_version, &self.server.max_version] {
             if Version::parse(bound).is_none() {
                 return invalid(format!("version bound `{bound}` is not MAJOR.MINOR"));
@@ -115,63 +134,104 @@ impl CatalogFile {
         }
         let mut names = std::collections::HashSet::new();
         for p in &self.probes {
-            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-                return invalid(format!("probe name `{}` must be non-empty [A-Za-z0-9._-]", p.name));
+            if p.name.is_empty()
+                || !p
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                return invalid(format!(
+                    "probe name `{}` must be non-empty [A-Za-z0-9._-]",
+                    p.name
+                ));
             }
             if !names.insert(&p.name) {
                 return invalid(format!("probe `{}` is defined twice", p.name));
             }
-            if p.symbols.is_empty() || p.symbols.iter().any(|s| s.trim().is_empty() || s.trim() == "*") {
-                return invalid(format!("probe `{}` needs specific symbol patterns (not empty, not `*`)", p.name));
+            if p.symbols.is_empty()
+                || p.symbols
+                    .iter()
+                    .any(|s| s.trim().is_empty() || s.trim() == "*")
+            {
+                return invalid(format!(
+                    "probe `{}` needs specific symbol patterns (not empty, not `*`)",
+                    p.name
+                ));
             }
         }
         Ok(())
     }
 
     pub fn covers(&self, server: &ServerInfo) -> bool {
-        let (Some(v), Some(lo), Some(hi)) =
-            (server.version, Version::parse(&self.server.min_version), Version::parse(&self.server.max_version))
-        else {
+        let (Some(v), Some(lo), Some(hi)) = (
+            server.version,
+            Version::parse(&self.server.min_version),
+            Version::parse(&self.server.max_version),
+        ) else {
             return false;
         };
         let mm = (v.major, v.minor);
-        self.server.family == server.family && (lo.major, lo.minor) <= mm && mm <= (hi.major, hi.minor)
+        self.server.family == server.family
+            && (lo.major, lo.minor) <= mm
+            && mm <= (hi.major, hi.minor)
     }
 
-    /// `default`, `all`, or a comma list of names / globs (`innodb.redo.*`).
+    /// A comma list of `default` (the cheap probes), `all`, names and
+    /// globs (`innodb.redo.*`), e.g. `default,innodb.mutex.enter`.
     pub fn select(&self, selection: &str) -> Result<Vec<ProbeSpec>, CatalogError> {
-        match selection {
-            "default" => Ok(self.probes.iter().filter(|p| p.is_default()).cloned().collect()),
-            "all" => Ok(self.probes.clone()),
-            list => {
-                let mut out: Vec<ProbeSpec> = Vec::new();
-                for want in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    let m = WildMatch::new(want);
-                    let hits: Vec<&ProbeSpec> = self.probes.iter().filter(|p| m.matches(&p.name)).collect();
-                    if hits.is_empty() {
-                        return Err(CatalogError::UnknownProbe {
-                            name: want.into(),
-                            file: self.file.clone(),
-                            known: self.probes.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-                        });
-                    }
-                    for h in hits {
-                        if !out.iter().any(|p| p.name == h.name) {
-                            out.push(h.clone());
-                        }
-                    }
+        let mut out: Vec<ProbeSpec> = Vec::new();
+        for want in selection
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let hits: Vec<&ProbeSpec> = match want {
+                "default" => self.probes.iter().filter(|p| p.is_default()).collect(),
+                "all" => self.probes.iter().collect(),
+                glob => {
+                    let m = WildMatch::new(glob);
+                    self.probes.iter().filter(|p| m.matches(&p.name)).collect()
                 }
-                Ok(out)
+            };
+            if hits.is_empty() {
+                return Err(CatalogError::UnknownProbe {
+                    name: want.into(),
+                    file: self.file.clone(),
+                    known: self
+                        .probes
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            for h in hits {
+                if !out.iter().any(|p| p.name == h.name) {
+                    out.push(h.clone());
+                }
             }
         }
+        Ok(out)
     }
 }
 
 const BUILTIN: &[(&str, &str)] = &[
-    ("probes/mysql-5.6.toml", include_str!("../../probes/mysql-5.6.toml")),
-    ("probes/mysql-8.0.toml", include_str!("../../probes/mysql-8.0.toml")),
-    ("probes/mariadb-10.2.toml", include_str!("../../probes/mariadb-10.2.toml")),
-    ("probes/mariadb-10.6.toml", include_str!("../../probes/mariadb-10.6.toml")),
+    (
+        "probes/mysql-5.6.toml",
+        include_str!("../../probes/mysql-5.6.toml"),
+    ),
+    (
+        "probes/mysql-8.0.toml",
+        include_str!("../../probes/mysql-8.0.toml"),
+    ),
+    (
+        "probes/mariadb-10.2.toml",
+        include_str!("../../probes/mariadb-10.2.toml"),
+    ),
+    (
+        "probes/mariadb-10.6.toml",
+        include_str!("../../probes/mariadb-10.6.toml"),
+    ),
 ];
 
 #[derive(Debug, Clone)]
@@ -183,15 +243,22 @@ impl Catalog {
     pub fn builtin() -> Self {
         let files = BUILTIN
             .iter()
-            .map(|(name, text)| CatalogFile::parse(name, text).expect("embedded catalog is validated by tests"))
+            .map(|(name, text)| {
+                CatalogFile::parse(name, text).expect("embedded catalog is validated by tests")
+            })
             .collect();
         Self { files }
     }
 
     /// A user catalog replaces the built-in one entirely.
     pub fn from_path(path: &Path) -> Result<Self, CatalogError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read { path: path.into(), source })?;
-        Ok(Self { files: vec![CatalogFile::parse(&path.display().to_string(), &text)?] })
+        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Ok(Self {
+            files: vec![CatalogFile::parse(&path.display().to_string(), &text)?],
+        })
     }
 
     pub fn for_server(&self, server: &ServerInfo) -> Option<&CatalogFile> {
@@ -204,16 +271,39 @@ mod tests {
     use super::*;
 
     fn server(family: Family, v: &str) -> ServerInfo {
-        ServerInfo { family, version: Version::parse(v) }
+        ServerInfo {
+            family,
+            version: Version::parse(v),
+        }
     }
 
     #[test]
     fn builtin_catalog_parses_and_covers_the_test_servers() {
         let cat = Catalog::builtin();
-        assert_eq!(cat.for_server(&server(Family::Mysql, "5.6.24")).unwrap().file, "probes/mysql-5.6.toml");
-        assert_eq!(cat.for_server(&server(Family::Mysql, "8.0.15")).unwrap().file, "probes/mysql-8.0.toml");
-        assert_eq!(cat.for_server(&server(Family::Mariadb, "10.2.11")).unwrap().file, "probes/mariadb-10.2.toml");
-        assert_eq!(cat.for_server(&server(Family::Mariadb, "11.4.5")).unwrap().file, "probes/mariadb-10.6.toml");
+        assert_eq!(
+            cat.for_server(&server(Family::Mysql, "5.6.24"))
+                .unwrap()
+                .file,
+            "probes/mysql-5.6.toml"
+        );
+        assert_eq!(
+            cat.for_server(&server(Family::Mysql, "8.0.15"))
+                .unwrap()
+                .file,
+            "probes/mysql-8.0.toml"
+        );
+        assert_eq!(
+            cat.for_server(&server(Family::Mariadb, "10.2.11"))
+                .unwrap()
+                .file,
+            "probes/mariadb-10.2.toml"
+        );
+        assert_eq!(
+            cat.for_server(&server(Family::Mariadb, "11.4.5"))
+                .unwrap()
+                .file,
+            "probes/mariadb-10.6.toml"
+        );
         assert!(cat.for_server(&server(Family::Mysql, "4.1.0")).is_none());
     }
 
@@ -224,7 +314,11 @@ mod tests {
             let def = f.select("default").unwrap();
             assert!(!def.is_empty(), "{}", f.file);
             assert!(def.iter().all(|p| p.cost != CostClass::Hot));
-            assert!(f.select("all").unwrap().len() > def.len(), "{} has no opt-in probe", f.file);
+            assert!(
+                f.select("all").unwrap().len() > def.len(),
+                "{} has no opt-in probe",
+                f.file
+            );
         }
     }
 
@@ -233,7 +327,16 @@ mod tests {
         let f = &Catalog::builtin().files[2];
         let sel = f.select("innodb.redo.*,innodb.mutex.enter").unwrap();
         let names: Vec<_> = sel.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["innodb.redo.write_up_to", "innodb.redo.flush", "innodb.mutex.enter"]);
+        assert_eq!(
+            names,
+            [
+                "innodb.redo.write_up_to",
+                "innodb.redo.flush",
+                "innodb.mutex.enter"
+            ]
+        );
+        let mixed = f.select("default,innodb.mutex.enter").unwrap();
+        assert_eq!(mixed.len(), f.select("default").unwrap().len() + 1);
         let err = f.select("innodb.nope").unwrap_err().to_string();
         assert!(err.contains("innodb.nope") && err.contains("innodb.mutex.enter"));
     }
@@ -243,11 +346,20 @@ mod tests {
         let bad = |t: &str| CatalogFile::parse("x.toml", t).unwrap_err().to_string();
         assert!(bad("not toml [").contains("malformed"));
         let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
-        assert!(bad(&format!("{head}[[probe]]\nname='a'\nsymbols=['*']\nmeasure='count'\ncost='rare'\n")).contains("specific"));
-        assert!(bad(&format!("{head}[[probe]]\nname='a'\nsymbols=['f']\nmeasure='sometimes'\ncost='rare'\n"))
-            .contains("malformed"));
-        let twice = format!("{head}[[probe]]\nname='a'\nsymbols=['f']\nmeasure='count'\ncost='rare'\n");
+        assert!(bad(&format!(
+            "{head}[[probe]]\nname='a'\nsymbols=['*']\nmeasure='count'\ncost='rare'\n"
+        ))
+        .contains("specific"));
+        assert!(bad(&format!(
+            "{head}[[probe]]\nname='a'\nsymbols=['f']\nmeasure='sometimes'\ncost='rare'\n"
+        ))
+        .contains("malformed"));
+        let twice =
+            format!("{head}[[probe]]\nname='a'\nsymbols=['f']\nmeasure='count'\ncost='rare'\n");
         assert!(bad(&format!("{twice}{}", &twice[head.len()..])).contains("twice"));
-        assert!(bad("probe=[]\n[server]\nfamily='mysql'\nmin_version='five'\nmax_version='5.6'\n").contains("MAJOR.MINOR"));
+        assert!(
+            bad("probe=[]\n[server]\nfamily='mysql'\nmin_version='five'\nmax_version='5.6'\n")
+                .contains("MAJOR.MINOR")
+        );
     }
 }

@@ -13,7 +13,10 @@ pub enum CollectError {
     #[error("BPF map `{0}` is missing or of the wrong type")]
     Map(&'static str),
     #[error("reading BPF map `{map}`: {source}")]
-    Read { map: &'static str, source: aya::maps::MapError },
+    Read {
+        map: &'static str,
+        source: aya::maps::MapError,
+    },
 }
 
 /// What the BPF side could not record, by reason.
@@ -67,7 +70,8 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
     let traces: StackTraceMap<&MapData> =
         StackTraceMap::try_from(map("stacks")?).map_err(|_| CollectError::Map("stacks"))?;
     let counts: BpfHashMap<&MapData, StackKey, StackVal> =
-        BpfHashMap::try_from(map("stack_counts")?).map_err(|_| CollectError::Map("stack_counts"))?;
+        BpfHashMap::try_from(map("stack_counts")?)
+            .map_err(|_| CollectError::Map("stack_counts"))?;
     let mut stacks = Vec::new();
     for item in counts.iter() {
         let (key, val) = item.map_err(read_err("stack_counts"))?;
@@ -80,7 +84,12 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
         } else {
             Vec::new()
         };
-        stacks.push(StackSample { slot: key.slot, ips, count: val.count, wait_ns: val.wait_ns });
+        stacks.push(StackSample {
+            slot: key.slot,
+            ips,
+            count: val.count,
+            wait_ns: val.wait_ns,
+        });
     }
 
     let drops_map: PerCpuArray<&MapData, u64> =
@@ -88,7 +97,11 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
     let mut totals = [0u64; DROP_REASONS.len()];
     for reason in DROP_REASONS {
         let idx = reason as u32;
-        totals[idx as usize] = drops_map.get(&idx, 0).map_err(read_err("drops"))?.iter().sum();
+        totals[idx as usize] = drops_map
+            .get(&idx, 0)
+            .map_err(read_err("drops"))?
+            .iter()
+            .sum();
     }
     let drops = Drops {
         stack_collisions: totals[0],
@@ -98,5 +111,9 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
         returns_without_entry: totals[4],
         stats_map_full: totals[5],
     };
-    Ok(Snapshot { slots, stacks, drops })
+    Ok(Snapshot {
+        slots,
+        stacks,
+        drops,
+    })
 }

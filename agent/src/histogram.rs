@@ -19,7 +19,9 @@ pub struct Bucket {
 
 impl Log2Histogram {
     pub fn new(counts: &[u64; HIST_SLOTS]) -> Self {
-        Self { counts: counts.to_vec() }
+        Self {
+            counts: counts.to_vec(),
+        }
     }
 
     pub fn bounds(slot: usize) -> (u64, u64) {
@@ -39,7 +41,11 @@ impl Log2Histogram {
             .filter(|(_, c)| **c > 0)
             .map(|(i, &count)| {
                 let (low_ns, high_ns) = Self::bounds(i);
-                Bucket { low_ns, high_ns, count }
+                Bucket {
+                    low_ns,
+                    high_ns,
+                    count,
+                }
             })
             .collect()
     }
@@ -82,7 +88,10 @@ mod tests {
         assert_eq!(h.quantile_upper_ns(0.5), Some(2048));
         assert_eq!(h.quantile_upper_ns(0.98), Some(2048));
         assert_eq!(h.quantile_upper_ns(0.99), Some(2 << 20));
-        assert_eq!(Log2Histogram::new(&[0; HIST_SLOTS]).quantile_upper_ns(0.5), None);
+        assert_eq!(
+            Log2Histogram::new(&[0; HIST_SLOTS]).quantile_upper_ns(0.5),
+            None
+        );
         assert_eq!(Log2Histogram::bounds(0), (0, 2));
         assert_eq!(h.buckets().len(), 2);
     }

@@ -15,7 +15,10 @@ const CAP_BPF: u32 = 39;
 fn effective_caps() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string())))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string()))
+        })
         .and_then(|v| u64::from_str_radix(&v, 16).ok())
         .unwrap_or(0)
 }
@@ -44,7 +47,9 @@ fn check_mask(caps: u64) -> Result<(), PrivilegeError> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(PrivilegeError::Missing { missing: missing.join(", ") })
+        Err(PrivilegeError::Missing {
+            missing: missing.join(", "),
+        })
     }
 }
 
@@ -55,7 +60,11 @@ mod tests {
     #[test]
     fn names_what_is_missing() {
         let err = check_mask(1 << CAP_BPF).unwrap_err().to_string();
-        assert!(err.contains("CAP_PERFMON") && err.contains("CAP_SYS_PTRACE") && !err.contains("CAP_BPF,"));
+        assert!(
+            err.contains("CAP_PERFMON")
+                && err.contains("CAP_SYS_PTRACE")
+                && !err.contains("CAP_BPF,")
+        );
         assert!(check_mask(1 << CAP_SYS_ADMIN).is_ok());
         assert!(check_mask((1 << CAP_BPF) | (1 << CAP_PERFMON) | (1 << CAP_SYS_PTRACE)).is_ok());
     }

@@ -11,7 +11,9 @@ use crate::collect::{self, CollectError};
 use crate::histogram::Log2Histogram;
 use crate::privileges::{self, PrivilegeError};
 use crate::report::folded::FoldedStacks;
-use crate::report::model::{EndReason, ProbeResult, ProbeStatus, StackStats, Summary, SymbolInfo, TargetInfo};
+use crate::report::model::{
+    EndReason, ProbeResult, ProbeStatus, StackStats, Summary, SymbolInfo, TargetInfo,
+};
 use crate::report::{self, OutputError};
 use crate::resolve::{ElfError, ElfImage, Resolver};
 use crate::server::ServerInfo;
@@ -80,12 +82,17 @@ impl Plan {
         let mut specs: Vec<ProbeSpec> = Vec::new();
         let mut catalog_file = None;
         // With only --probe given, no catalog is needed (and none is used).
-        let selection = opts.selection.clone().or_else(|| opts.ad_hoc.is_empty().then(|| "default".to_string()));
+        let selection = opts
+            .selection
+            .clone()
+            .or_else(|| opts.ad_hoc.is_empty().then(|| "default".to_string()));
         if let Some(selection) = selection {
             let file = catalog
                 .for_server(&server)
                 .or_else(|| (opts.catalog.is_some()).then(|| &catalog.files[0]))
-                .ok_or_else(|| CatalogError::NoCatalog { server: server.to_string() })?;
+                .ok_or_else(|| CatalogError::NoCatalog {
+                    server: server.to_string(),
+                })?;
             catalog_file = Some(file.file.clone());
             specs.extend(file.select(&selection)?);
         }
@@ -95,17 +102,42 @@ impl Plan {
         }
 
         let mut resolver = Resolver::new(&image);
-        let probes: Vec<PlannedProbe> =
-            specs.into_iter().map(|spec| PlannedProbe { resolution: resolver.resolve(&spec.symbols), spec }).collect();
+        let probes: Vec<PlannedProbe> = specs
+            .into_iter()
+            .map(|spec| PlannedProbe {
+                resolution: resolver.resolve(&spec.symbols),
+                spec,
+            })
+            .collect();
         if probes.iter().all(|p| p.resolution.symbols.is_empty()) {
             let details = probes
                 .iter()
-                .map(|p| format!("  {} ({}): {}", p.spec.name, p.spec.symbols.join(", "), p.resolution.unresolved.as_ref().map(|u| u.to_string()).unwrap_or_default()))
+                .map(|p| {
+                    format!(
+                        "  {} ({}): {}",
+                        p.spec.name,
+                        p.spec.symbols.join(", "),
+                        p.resolution
+                            .unresolved
+                            .as_ref()
+                            .map(|u| u.to_string())
+                            .unwrap_or_default()
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("\n");
-            return Err(RecordError::NothingResolved { binary: target.exe.display().to_string(), details });
+            return Err(RecordError::NothingResolved {
+                binary: target.exe.display().to_string(),
+                details,
+            });
         }
-        Ok(Self { target, image, server, catalog_file, probes })
+        Ok(Self {
+            target,
+            image,
+            server,
+            catalog_file,
+            probes,
+        })
     }
 }
 
@@ -120,11 +152,23 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn start(plan: Plan, capture_stacks: bool) -> Result<Self, RecordError> {
-        let opts = SessionOptions { pid: plan.target.pid, capture_stacks };
+        let opts = SessionOptions {
+            pid: plan.target.pid,
+            capture_stacks,
+        };
         let session = Session::attach(&plan.target.binary, &plan.probes, &opts)?;
         let maps = ProcessMaps::read(plan.target.pid).unwrap_or_default();
-        let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        Ok(Self { plan, session, maps, started: Instant::now(), started_unix_ms })
+        let started_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Ok(Self {
+            plan,
+            session,
+            maps,
+            started: Instant::now(),
+            started_unix_ms,
+        })
     }
 
     pub fn target(&self) -> &Target {
@@ -160,8 +204,12 @@ impl Recorder {
         for (idx, planned) in plan.probes.iter().enumerate() {
             let outcome = &self.session.outcomes[idx];
             let spec = &planned.spec;
-            let my_slots: Vec<(u64, &crate::attach::Slot)> =
-                slots.iter().enumerate().filter(|(_, s)| s.probe == idx).map(|(i, s)| (i as u64, s)).collect();
+            let my_slots: Vec<(u64, &crate::attach::Slot)> = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.probe == idx)
+                .map(|(i, s)| (i as u64, s))
+                .collect();
 
             let mut calls = 0;
             let mut wait_total = 0;
@@ -188,18 +236,36 @@ impl Recorder {
             }
 
             let (status, reason) = if !my_slots.is_empty() {
-                let refused = outcome.failures.iter().map(|(s, e)| format!("{s}: {e}")).collect::<Vec<_>>();
-                (ProbeStatus::Attached, (!refused.is_empty()).then(|| format!("some symbols refused: {}", refused.join("; "))))
+                let refused = outcome
+                    .failures
+                    .iter()
+                    .map(|(s, e)| format!("{s}: {e}"))
+                    .collect::<Vec<_>>();
+                (
+                    ProbeStatus::Attached,
+                    (!refused.is_empty())
+                        .then(|| format!("some symbols refused: {}", refused.join("; "))),
+                )
             } else if let Some(u) = &planned.resolution.unresolved {
                 (ProbeStatus::Unresolved, Some(u.to_string()))
             } else {
-                let refused = outcome.failures.iter().map(|(s, e)| format!("{s}: {e}")).collect::<Vec<_>>();
+                let refused = outcome
+                    .failures
+                    .iter()
+                    .map(|(s, e)| format!("{s}: {e}"))
+                    .collect::<Vec<_>>();
                 (ProbeStatus::AttachFailed, Some(refused.join("; ")))
             };
 
             let stacks = if status == ProbeStatus::Attached {
                 let stem = report::file_stem(&spec.name);
-                let (stats, files) = fold_stacks(&stem, spec.measure, &my_slots, &snapshot.stacks, &mut symbolizer);
+                let (stats, files) = fold_stacks(
+                    &stem,
+                    spec.measure,
+                    &my_slots,
+                    &snapshot.stacks,
+                    &mut symbolizer,
+                );
                 folded.extend(files);
                 stats
             } else {
@@ -217,14 +283,30 @@ impl Recorder {
                 symbols,
                 skipped: planned.resolution.skipped.clone(),
                 calls,
-                calls_per_sec: if duration_s > 0.0 { calls as f64 / duration_s } else { 0.0 },
+                calls_per_sec: if duration_s > 0.0 {
+                    calls as f64 / duration_s
+                } else {
+                    0.0
+                },
                 wait_ns_total: wait_total,
                 wait_ns_max: wait_max,
                 wait_ns_avg: timed.then(|| wait_total / calls),
                 // A bucket's upper bound can exceed the largest wait seen.
-                wait_ns_p50: if timed { hist.quantile_upper_ns(0.5).map(|q| q.min(wait_max)) } else { None },
-                wait_ns_p99: if timed { hist.quantile_upper_ns(0.99).map(|q| q.min(wait_max)) } else { None },
-                histogram: if spec.measure == Measure::Latency { hist.buckets() } else { Vec::new() },
+                wait_ns_p50: if timed {
+                    hist.quantile_upper_ns(0.5).map(|q| q.min(wait_max))
+                } else {
+                    None
+                },
+                wait_ns_p99: if timed {
+                    hist.quantile_upper_ns(0.99).map(|q| q.min(wait_max))
+                } else {
+                    None
+                },
+                histogram: if spec.measure == Measure::Latency {
+                    hist.buckets()
+                } else {
+                    Vec::new()
+                },
                 stacks,
             });
         }
@@ -264,7 +346,10 @@ fn fold_stacks(
     samples: &[crate::collect::StackSample],
     symbolizer: &mut StackSymbolizer,
 ) -> (StackStats, Vec<(String, String)>) {
-    let names: HashMap<u64, &str> = slots.iter().map(|(id, s)| (*id, s.symbol.short_name.as_str())).collect();
+    let names: HashMap<u64, &str> = slots
+        .iter()
+        .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
+        .collect();
     let mut by_wait = FoldedStacks::default();
     let mut by_count = FoldedStacks::default();
     let mut stats = StackStats::default();

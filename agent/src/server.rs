@@ -46,7 +46,11 @@ impl Version {
         if parts.next().is_some() {
             return None;
         }
-        Some(Self { major, minor, patch })
+        Some(Self {
+            major,
+            minor,
+            patch,
+        })
     }
 }
 
@@ -79,21 +83,34 @@ impl ServerInfo {
     /// MariaDB embeds `"10.2.11-MariaDB"`; MySQL and Percona embed the bare
     /// `"5.6.24"` next to their compilation comment.
     pub fn from_strings(strings: &[String]) -> Self {
-        if let Some(v) = strings.iter().find_map(|s| s.strip_suffix("-MariaDB").and_then(Version::parse)) {
-            return Self { family: Family::Mariadb, version: Some(v) };
+        if let Some(v) = strings
+            .iter()
+            .find_map(|s| s.strip_suffix("-MariaDB").and_then(Version::parse))
+        {
+            return Self {
+                family: Family::Mariadb,
+                version: Some(v),
+            };
         }
         let family = if strings.iter().any(|s| s.contains("Percona Server")) {
             Family::Percona
-        } else if strings.iter().any(|s| s.starts_with("MySQL Community Server") || s.starts_with("MySQL Enterprise Server")) {
+        } else if strings.iter().any(|s| {
+            s.starts_with("MySQL Community Server") || s.starts_with("MySQL Enterprise Server")
+        }) {
             Family::Mysql
         } else {
-            return Self { family: Family::Unknown, version: None };
+            return Self {
+                family: Family::Unknown,
+                version: None,
+            };
         };
         // Other libraries' versions live in the same binary (zlib "1.2.11",
         // "3.23.57" for old clients); MySQL server lines are 5.x, 8.x, 9.x.
         let version = strings
             .iter()
-            .filter(|s| s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.matches('.').count() == 2)
+            .filter(|s| {
+                s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.matches('.').count() == 2
+            })
             .filter_map(|s| Version::parse(s))
             .find(|v| matches!(v.major, 5 | 8 | 9) && v.minor <= 7);
         Self { family, version }
@@ -117,15 +134,30 @@ mod tests {
 
     #[test]
     fn mysql_skips_library_versions() {
-        let s = ServerInfo::from_strings(&strings(&["1.2.11", "3.23.57", "8.0.15", "MySQL Community Server - GPL"]));
+        let s = ServerInfo::from_strings(&strings(&[
+            "1.2.11",
+            "3.23.57",
+            "8.0.15",
+            "MySQL Community Server - GPL",
+        ]));
         assert_eq!(s.family, Family::Mysql);
         assert_eq!(s.version.unwrap().to_string(), "8.0.15");
     }
 
     #[test]
     fn unknown() {
-        assert_eq!(ServerInfo::from_strings(&strings(&["hello"])).family, Family::Unknown);
-        assert_eq!(Version::parse("10.2"), Some(Version { major: 10, minor: 2, patch: 0 }));
+        assert_eq!(
+            ServerInfo::from_strings(&strings(&["hello"])).family,
+            Family::Unknown
+        );
+        assert_eq!(
+            Version::parse("10.2"),
+            Some(Version {
+                major: 10,
+                minor: 2,
+                patch: 0
+            })
+        );
         assert_eq!(Version::parse("x.2"), None);
     }
 }

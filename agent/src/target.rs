@@ -48,22 +48,41 @@ impl Target {
             std::io::ErrorKind::NotFound => TargetError::NoSuchProcess(pid),
             _ => io(e),
         })?;
-        let (state, start_time) = parse_stat(&stat).ok_or_else(|| io(std::io::Error::other("malformed stat")))?;
+        let (state, start_time) =
+            parse_stat(&stat).ok_or_else(|| io(std::io::Error::other("malformed stat")))?;
         if state == 'Z' || state == 'X' {
             return Err(TargetError::Zombie(pid));
         }
-        let comm = std::fs::read_to_string(proc_dir.join("comm")).map_err(io)?.trim().to_string();
+        let comm = std::fs::read_to_string(proc_dir.join("comm"))
+            .map_err(io)?
+            .trim()
+            .to_string();
         let exe = match std::fs::read_link(proc_dir.join("exe")) {
             Ok(p) => p,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(TargetError::KernelThread(pid)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(TargetError::KernelThread(pid))
+            }
             Err(e) => return Err(io(e)),
         };
-        let exe_name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let exe_name = exe
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let is_server = SERVER_NAMES.iter().any(|n| *n == comm || *n == exe_name);
         if !is_server && !force {
-            return Err(TargetError::NotAServer { pid, comm, exe: exe.display().to_string() });
+            return Err(TargetError::NotAServer {
+                pid,
+                comm,
+                exe: exe.display().to_string(),
+            });
         }
-        Ok(Self { pid, comm, binary: binary_path(pid, &exe), exe, start_time })
+        Ok(Self {
+            pid,
+            comm,
+            binary: binary_path(pid, &exe),
+            exe,
+            start_time,
+        })
     }
 
     /// True while the same process (not a successor with a reused PID) runs.
@@ -81,7 +100,8 @@ impl Target {
 fn binary_path(pid: u32, exe: &Path) -> PathBuf {
     let exe_str = exe.to_string_lossy();
     if !exe_str.ends_with(" (deleted)") {
-        let rooted = PathBuf::from(format!("/proc/{pid}/root")).join(exe.strip_prefix("/").unwrap_or(exe));
+        let rooted =
+            PathBuf::from(format!("/proc/{pid}/root")).join(exe.strip_prefix("/").unwrap_or(exe));
         if rooted.exists() {
             return rooted;
         }
@@ -94,7 +114,10 @@ fn parse_stat(stat: &str) -> Option<(char, u64)> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After comm: state is field 3, starttime is field 22 (1-based in proc(5)).
-    Some((fields.first()?.chars().next()?, fields.get(19)?.parse().ok()?))
+    Some((
+        fields.first()?.chars().next()?,
+        fields.get(19)?.parse().ok()?,
+    ))
 }
 
 #[cfg(test)]
@@ -110,7 +133,10 @@ mod tests {
     #[test]
     fn own_process_is_not_a_server() {
         let pid = std::process::id();
-        assert!(matches!(Target::open(pid, false), Err(TargetError::NotAServer { .. })));
+        assert!(matches!(
+            Target::open(pid, false),
+            Err(TargetError::NotAServer { .. })
+        ));
         let me = Target::open(pid, true).unwrap();
         assert!(me.is_alive());
         assert!(me.binary.exists());
@@ -118,7 +144,13 @@ mod tests {
 
     #[test]
     fn missing_pid() {
-        assert!(matches!(Target::open(0, true), Err(TargetError::NoSuchProcess(0))));
-        assert!(matches!(Target::open(u32::MAX - 1, true), Err(TargetError::NoSuchProcess(_))));
+        assert!(matches!(
+            Target::open(0, true),
+            Err(TargetError::NoSuchProcess(0))
+        ));
+        assert!(matches!(
+            Target::open(u32::MAX - 1, true),
+            Err(TargetError::NoSuchProcess(_))
+        ));
     }
 }

@@ -16,7 +16,11 @@ use tokio::signal::unix::{signal, SignalKind};
 const EXIT_TARGET_EXITED: u8 = 3;
 
 #[derive(Parser)]
-#[command(name = "innoprof", version, about = "Where a live MySQL/MariaDB server waits: InnoDB latch, undo and redo latency from eBPF uprobes")]
+#[command(
+    name = "innoprof",
+    version,
+    about = "Where a live MySQL/MariaDB server waits: InnoDB latch, undo and redo latency from eBPF uprobes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,7 +62,10 @@ struct RecordArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Record(args) => record(args).await,
@@ -74,7 +81,6 @@ fn main() -> ExitCode {
 }
 
 async fn record(args: RecordArgs) -> Result<ExitCode> {
-    report::prepare_dir(&args.out)?;
     let opts = RecordOptions {
         pid: args.pid,
         force: args.force,
@@ -88,8 +94,19 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
 
     let plan = Plan::build(&opts)?;
-    for p in plan.probes.iter().filter(|p| p.resolution.symbols.is_empty()) {
-        let why = p.resolution.unresolved.as_ref().map(|u| u.to_string()).unwrap_or_default();
+    // Checked before any probe is attached, so a bad --out costs nothing.
+    report::prepare_dir(&args.out)?;
+    for p in plan
+        .probes
+        .iter()
+        .filter(|p| p.resolution.symbols.is_empty())
+    {
+        let why = p
+            .resolution
+            .unresolved
+            .as_ref()
+            .map(|u| u.to_string())
+            .unwrap_or_default();
         eprintln!("innoprof: probe {} not attached: {why}", p.spec.name);
     }
     let recorder = Recorder::start(plan, !args.no_stacks)?;
@@ -104,7 +121,10 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     );
 
     let bar = ProgressBar::new(args.duration.as_millis() as u64);
-    bar.set_style(ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}").expect("template"));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
+            .expect("template"),
+    );
     let deadline = tokio::time::sleep(args.duration);
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -124,8 +144,13 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     };
     bar.finish_and_clear();
     match end {
-        EndReason::Interrupted => eprintln!("innoprof: interrupted; detaching and writing what was collected"),
-        EndReason::TargetExited => eprintln!("innoprof: pid {} exited during the recording; writing what was collected", target.pid),
+        EndReason::Interrupted => {
+            eprintln!("innoprof: interrupted; detaching and writing what was collected")
+        }
+        EndReason::TargetExited => eprintln!(
+            "innoprof: pid {} exited during the recording; writing what was collected",
+            target.pid
+        ),
         EndReason::Duration => {}
     }
 
@@ -133,5 +158,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     recording.write(&args.out)?;
     print!("{}", table::render(&recording.summary));
     eprintln!("innoprof: wrote {}", args.out.display());
-    Ok(if end == EndReason::TargetExited { ExitCode::from(EXIT_TARGET_EXITED) } else { ExitCode::SUCCESS })
+    Ok(if end == EndReason::TargetExited {
+        ExitCode::from(EXIT_TARGET_EXITED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

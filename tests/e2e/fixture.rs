@@ -1,0 +1,217 @@
+//! Exact assertions against a C++ fixture with known call counts and sleeps,
+//! through the real innoprof binary and real kernel uprobes.
+
+use innoprof_e2e::*;
+
+const A: u64 = 1000;
+const B: u64 = 500;
+const SLEEPS: u64 = 3;
+const SLEEP_MS: u64 = 20;
+const ENTERS: u64 = 7;
+
+fn record_fixture(pie: bool) {
+    let _k = kernel_lock();
+    let bin = fixture_binary(pie);
+    let mut fx = Fixture::spawn(&bin, [A, B, SLEEPS, SLEEP_MS, ENTERS]);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "4s",
+        "--probe",
+        "fixture_counted",
+        "--probe",
+        "fixture_sleep",
+        "--probe",
+        "PolicyMutex<*>::enter",
+    ]);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, stdout, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "stderr: {}", rec.stderr());
+
+    let s = rec.summary();
+    assert_eq!(s["target"]["pid"].as_u64(), Some(fx_pid(&pid)));
+    assert_eq!(s["target"]["position_independent"].as_bool(), Some(pie));
+    assert_eq!(s["end_reason"], "duration");
+
+    let counted = probe(&s, "fixture_counted");
+    assert_eq!(counted["calls"].as_u64(), Some(A + B), "exact call count");
+    assert_eq!(counted["symbols"][0]["entry"], "push");
+    let hist_total: u64 = counted["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(hist_total, A + B);
+
+    // Every 20 ms sleep lands in the [2^24, 2^25) ns = [16.8 ms, 33.6 ms) bucket.
+    let sleep = probe(&s, "fixture_sleep");
+    assert_eq!(sleep["calls"].as_u64(), Some(SLEEPS));
+    let buckets = sleep["histogram"].as_array().unwrap();
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    assert_eq!(buckets[0]["low_ns"].as_u64(), Some(1 << 24));
+    assert_eq!(buckets[0]["count"].as_u64(), Some(SLEEPS));
+    let total = sleep["wait_ns_total"].as_u64().unwrap();
+    assert!(
+        (SLEEPS * SLEEP_MS * 1_000_000..SLEEPS * 30_000_000).contains(&total),
+        "total wait {total}"
+    );
+
+    // The demangled template pattern found the C++ method.
+    let enter = probe(&s, "PolicyMutex<*>::enter");
+    assert_eq!(enter["calls"].as_u64(), Some(ENTERS));
+    assert!(enter["symbols"][0]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("PolicyMutex<TTASEventMutex<GenericPolicy> >::enter("));
+
+    // Stacks name both callers with their exact shares.
+    let folded = rec.file("fixture_counted.count.folded");
+    let line_for = |caller: &str| -> u64 {
+        folded
+            .lines()
+            .find(|l| l.contains(&format!(";main;{caller};fixture_counted ")))
+            .unwrap_or_else(|| panic!("no {caller} stack in:\n{folded}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(line_for("caller_a"), A);
+    assert_eq!(line_for("caller_b"), B);
+    let by_wait = rec.file("fixture_sleep.folded");
+    assert!(
+        by_wait.lines().all(|l| l.contains(";main;fixture_sleep ")),
+        "{by_wait}"
+    );
+    assert!(
+        stdout.contains("fixture_counted") && stdout.contains("calls/s"),
+        "table on stdout: {stdout}"
+    );
+
+    let (progs, links) = leftovers_after_exit();
+    assert!(
+        progs.is_empty() && links.is_empty(),
+        "left behind: {progs:?} {links:?}"
+    );
+}
+
+fn fx_pid(pid: &str) -> u64 {
+    pid.parse().unwrap()
+}
+
+#[test]
+fn exact_counts_histogram_and_stacks_non_pie() {
+    record_fixture(false);
+}
+
+#[test]
+fn exact_counts_histogram_and_stacks_pie() {
+    record_fixture(true);
+}
+
+/// Ctrl-C and SIGTERM end the recording early: probes detached, partial
+/// results written and marked as such.
+#[test]
+fn interrupt_writes_partial_and_detaches() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let _k = kernel_lock();
+        let bin = fixture_binary(false);
+        let mut fx = Fixture::spawn(&bin, [10, 0, 0, 0, 0]);
+        let pid = fx.pid.to_string();
+        let mut rec = Recording::start(&[
+            "--pid",
+            &pid,
+            "--force",
+            "--duration",
+            "10m",
+            "--probe",
+            "fixture_counted",
+        ]);
+        rec.wait_attached();
+        fx.run_calls();
+        rec.signal(sig);
+        let (code, _, rec) = rec.finish();
+        assert_eq!(code, Some(0), "signal {sig}: {}", rec.stderr());
+        let s = rec.summary();
+        assert_eq!(s["end_reason"], "interrupted");
+        assert_eq!(s["complete"], false);
+        assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(10));
+        let (progs, links) = leftovers_after_exit();
+        assert!(
+            progs.is_empty() && links.is_empty(),
+            "left behind: {progs:?} {links:?}"
+        );
+        fx.exit();
+    }
+}
+
+/// SIGKILL gives innoprof no chance to clean up: the kernel must.
+#[test]
+fn sigkill_leaves_no_probe_attached() {
+    let _k = kernel_lock();
+    let bin = fixture_binary(false);
+    let fx = Fixture::spawn(&bin, [0, 0, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "10m",
+        "--probe",
+        "fixture_counted",
+    ]);
+    rec.wait_attached();
+    // One entry + one return uprobe, each a perf-event BPF link.
+    assert_eq!(innoprof_links().len(), 2, "links while recording");
+    assert!(!loaded_innoprof_programs().is_empty());
+    rec.signal(libc::SIGKILL);
+    let (code, _, _rec) = rec.finish();
+    assert_eq!(code, None, "killed by a signal");
+    let (progs, links) = leftovers_after_exit();
+    assert!(
+        progs.is_empty() && links.is_empty(),
+        "left behind: {progs:?} {links:?}"
+    );
+    fx.exit();
+}
+
+/// The target exits mid-run: what was collected is written, and the exit
+/// status says so.
+#[test]
+fn target_exit_is_reported_with_partial_results() {
+    let _k = kernel_lock();
+    let bin = fixture_binary(true);
+    let mut fx = Fixture::spawn(&bin, [42, 0, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "10m",
+        "--probe",
+        "fixture_counted",
+    ]);
+    rec.wait_attached();
+    fx.run_calls();
+    fx.exit();
+    let (code, stdout, rec) = rec.finish();
+    assert_eq!(code, Some(3), "{}", rec.stderr());
+    assert!(rec.stderr().contains("exited during the recording"));
+    assert!(stdout.contains("TARGET EXITED"));
+    let s = rec.summary();
+    assert_eq!(s["end_reason"], "target_exited");
+    assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(42));
+    // Stacks still symbolise from the files after the process is gone.
+    assert!(rec
+        .file("fixture_counted.count.folded")
+        .contains(";main;caller_a;fixture_counted 42"));
+}

@@ -1,0 +1,143 @@
+//! Real servers under real sysbench load, recorded by the real binary.
+
+use innoprof_e2e::*;
+
+/// Records `probes` for `secs` while sysbench runs, then checks the server
+/// is unharmed and nothing stayed attached.
+fn record_under_load(server: &Server, probes: &str, secs: u32) -> (serde_json::Value, Recording) {
+    let load = server.sysbench_load("oltp_read_write", 4, secs + 6);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = server.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--duration",
+        &format!("{secs}s"),
+        "--probes",
+        probes,
+    ]);
+    rec.wait_attached();
+    let (code, stdout, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    assert!(stdout.contains("calls/s"));
+    let report = load.join().unwrap();
+    assert!(
+        sysbench_number(&report, "transactions:") > 100.0,
+        "{report}"
+    );
+    assert_eq!(server.sql("select 1").trim(), "1", "server still answers");
+    let (progs, links) = leftovers_after_exit();
+    assert!(
+        progs.is_empty() && links.is_empty(),
+        "left behind: {progs:?} {links:?}"
+    );
+    let s = rec.summary();
+    // Folded files exist for every probe with stacks.
+    for p in s["probes"].as_array().unwrap() {
+        if let Some(f) = p["stacks"]["folded_by_count"].as_str() {
+            let text = rec.file(f);
+            assert!(
+                text.lines().all(|l| l
+                    .rsplit_once(' ')
+                    .is_some_and(|(_, n)| n.parse::<u64>().is_ok())),
+                "{f}"
+            );
+        }
+    }
+    (s, rec)
+}
+
+fn calls(s: &serde_json::Value, name: &str) -> u64 {
+    probe(s, name)["calls"].as_u64().unwrap()
+}
+
+fn assert_sane_latency(s: &serde_json::Value, name: &str, min_calls: u64) {
+    let p = probe(s, name);
+    let calls = p["calls"].as_u64().unwrap();
+    assert!(calls >= min_calls, "{name}: {calls} calls < {min_calls}");
+    let total = p["wait_ns_total"].as_u64().unwrap();
+    let max = p["wait_ns_max"].as_u64().unwrap();
+    let avg = p["wait_ns_avg"].as_u64().unwrap();
+    let (p50, p99) = (
+        p["wait_ns_p50"].as_u64().unwrap(),
+        p["wait_ns_p99"].as_u64().unwrap(),
+    );
+    assert!(
+        total > 0 && avg > 0 && avg <= max && p50 <= p99 && p99 <= max,
+        "{name}: {p}"
+    );
+    // A latch or redo wait over 10 s in a 6 s recording would be a bug.
+    assert!(max < 10_000_000_000, "{name}: max {max}");
+    let hist: u64 = p["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(hist, calls, "{name}: histogram holds every call");
+    assert!(
+        p["stacks"]["distinct"].as_u64().unwrap() > 0,
+        "{name}: no stacks"
+    );
+}
+
+#[test]
+fn mariadb_10_2_11_all_probes_under_sysbench() {
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &[]);
+    let (s, rec) = record_under_load(&server, "all", 6);
+    assert_eq!(s["target"]["server"]["family"], "mariadb");
+    assert_eq!(s["target"]["server_version"], "10.2.11");
+    assert_eq!(s["catalog"], "probes/mariadb-10.2.toml");
+    // Two PolicyMutex instantiations (generic, block) both attached.
+    let enter = probe(&s, "innodb.mutex.enter");
+    assert_eq!(enter["symbols"].as_array().unwrap().len(), 2, "{enter}");
+    assert!(enter["symbols"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|sym| sym["entry"] == "push"));
+    assert_sane_latency(&s, "innodb.mutex.enter", 10_000);
+    assert_sane_latency(&s, "innodb.rwlock.x", 1_000);
+    assert_sane_latency(&s, "innodb.buf.page_get", 10_000);
+    assert_sane_latency(&s, "innodb.redo.write_up_to", 50);
+    assert_sane_latency(&s, "innodb.redo.flush", 10);
+    // Commit waits on redo reach back through the SQL layer.
+    let redo = rec.file("innodb.redo.write_up_to.count.folded");
+    assert!(
+        redo.lines().any(|l| l.contains("dispatch_command")
+            && l.contains("trans_commit")
+            && l.ends_with(|c: char| c.is_ascii_digit())),
+        "{redo}"
+    );
+    assert!(
+        calls(&s, "innodb.undo.prev_version") + calls(&s, "innodb.rwlock.s_spin")
+            < calls(&s, "innodb.mutex.enter")
+    );
+}
+
+#[test]
+fn mysql_5_6_24_default_and_mutex_probes_under_sysbench() {
+    let _k = kernel_lock();
+    let server = Server::start("mysql-5.6.24", &[]);
+    let (s, rec) = record_under_load(&server, "default,innodb.mutex.enter,innodb.rwlock.x", 6);
+    assert_eq!(s["target"]["server"]["family"], "mysql");
+    assert_eq!(s["target"]["server_version"], "5.6.24");
+    // pfs_mutex_enter_func exists as several out-of-line copies; all attached.
+    let enter = probe(&s, "innodb.mutex.enter");
+    assert!(enter["symbols"].as_array().unwrap().len() >= 2, "{enter}");
+    assert_sane_latency(&s, "innodb.mutex.enter", 10_000);
+    assert_sane_latency(&s, "innodb.rwlock.x", 1_000);
+    assert_sane_latency(&s, "innodb.redo.write_up_to", 50);
+    let redo = rec.file("innodb.redo.write_up_to.count.folded");
+    assert!(
+        redo.lines().any(|l| l.contains("log_write_up_to")),
+        "{redo}"
+    );
+    // Hot paths were opt-in: buf.page_get was not requested.
+    assert!(s["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["name"] != "innodb.buf.page_get"));
+}

@@ -1,0 +1,369 @@
+//! Helpers for the end-to-end tests: the innoprof binary, the C++ fixture,
+//! real servers (via scripts/servers.sh), sysbench, and kernel-side checks.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, Once};
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Tests that load BPF programs or inspect the kernel's list of them take
+/// this lock, so the checks of one test never see another's programs.
+pub fn kernel_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Path of the `innoprof` binary, built (once per test process) in the same
+/// profile as the tests.
+pub fn innoprof() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let target_dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let profile_release = target_dir.ends_with("release");
+    BUILD.call_once(|| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "-q", "-p", "innoprof-cli"])
+            .current_dir(repo_root());
+        if profile_release {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().unwrap().success(), "building innoprof failed");
+    });
+    target_dir.join("innoprof")
+}
+
+pub fn run_innoprof(args: &[&str]) -> Output {
+    Command::new(innoprof()).args(args).output().unwrap()
+}
+
+/// Runs innoprof in the background; stderr is captured to a file.
+pub struct Recording {
+    pub child: Child,
+    pub out: PathBuf,
+    stderr_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Recording {
+    pub fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let stderr_path = dir.path().join("stderr.txt");
+        let child = Command::new(innoprof())
+            .arg("record")
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_path).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            out,
+            stderr_path,
+            _dir: dir,
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Blocks until innoprof reports its probes attached.
+    pub fn wait_attached(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.stderr().contains("recording for") {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("innoprof exited early ({status}): {}", self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "innoprof did not attach: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits for exit; returns (exit code, stdout).
+    pub fn finish(mut self) -> (Option<i32>, String, Self) {
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let status = self.child.wait().unwrap();
+        (status.code(), stdout, self)
+    }
+
+    pub fn summary(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.out.join("summary.json"))
+            .unwrap_or_else(|e| panic!("no summary.json ({e}); stderr: {}", self.stderr()));
+        serde_json::from_str(&text).unwrap()
+    }
+
+    pub fn file(&self, name: &str) -> String {
+        std::fs::read_to_string(self.out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+}
+
+pub fn probe<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("probe {name} not in summary"))
+}
+
+/// The C++ fixture with known behaviour, compiled for this test run.
+pub fn fixture_binary(pie: bool) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("innoprof-fixture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join(if pie { "fixture-pie" } else { "fixture-nopie" });
+    if !bin.exists() {
+        let status = Command::new("g++")
+            .args([
+                "-O0",
+                "-g",
+                "-fno-omit-frame-pointer",
+                if pie { "-pie" } else { "-no-pie" },
+                "-fPIE",
+                "-o",
+            ])
+            .arg(&bin)
+            .arg(repo_root().join("tests/fixture/fixture.cc"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "compiling the fixture failed");
+    }
+    bin
+}
+
+pub struct Fixture {
+    pub child: Child,
+    pub pid: u32,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Fixture {
+    /// `fixture COUNT_A COUNT_B SLEEPS SLEEP_MS ENTERS`, stopped at "ready".
+    pub fn spawn(binary: &Path, args: [u64; 5]) -> Self {
+        let mut child = Command::new(binary)
+            .args(args.iter().map(|a| a.to_string()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let pid = line
+            .trim()
+            .strip_prefix("ready ")
+            .expect("fixture prints ready")
+            .parse()
+            .unwrap();
+        Self {
+            child,
+            pid,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Lets it make its calls; returns once they are all done.
+    pub fn run_calls(&mut self) {
+        writeln!(self.stdin, "go").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert!(line.starts_with("done"), "fixture said {line:?}");
+    }
+
+    /// Closes its stdin (EOF ends every wait in the fixture) and reaps it.
+    pub fn exit(self) {
+        let Fixture {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let _ = child.wait();
+    }
+}
+
+fn bpftool_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new("bpftool")
+        .arg("-j")
+        .args(args)
+        .output()
+        .expect("bpftool (apt-get install bpftool)");
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+const PROGRAM_NAMES: [&str; 3] = ["lat_enter", "lat_return", "count_hit"];
+
+/// innoprof's BPF programs currently loaded in the kernel, as "name#id".
+pub fn loaded_innoprof_programs() -> Vec<String> {
+    bpftool_json(&["prog", "show"])
+        .iter()
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| PROGRAM_NAMES.contains(&n))
+        })
+        .map(|p| format!("{}#{}", p["name"].as_str().unwrap(), p["id"]))
+        .collect()
+}
+
+/// BPF links (one per attached uprobe) that run an innoprof program.
+pub fn innoprof_links() -> Vec<String> {
+    let ids: Vec<u64> = bpftool_json(&["prog", "show"])
+        .iter()
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| PROGRAM_NAMES.contains(&n))
+        })
+        .filter_map(|p| p["id"].as_u64())
+        .collect();
+    bpftool_json(&["link", "list"])
+        .iter()
+        .filter(|l| l["prog_id"].as_u64().is_some_and(|id| ids.contains(&id)))
+        .map(|l| l.to_string())
+        .collect()
+}
+
+/// Waits (up to 5 s: program release is deferred in the kernel) until no
+/// innoprof program or link remains; returns what is left.
+pub fn leftovers_after_exit() -> (Vec<String>, Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (p, l) = (loaded_innoprof_programs(), innoprof_links());
+        if (p.is_empty() && l.is_empty()) || Instant::now() > deadline {
+            return (p, l);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A real server started by scripts/servers.sh in a private temp dir.
+pub struct Server {
+    pub name: String,
+    pub dir: tempfile::TempDir,
+    pub pid: u32,
+}
+
+impl Server {
+    pub fn start(name: &str, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("innoprof-srv-")
+            .tempdir()
+            .unwrap();
+        let out = Command::new(repo_root().join("scripts/servers.sh"))
+            .args(["start", name])
+            .arg(dir.path())
+            .args(extra)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "starting {name} failed");
+        let pid = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("servers.sh prints the pid");
+        Self {
+            name: name.into(),
+            dir,
+            pid,
+        }
+    }
+
+    pub fn binary(&self) -> PathBuf {
+        std::fs::read_link(format!("/proc/{}/exe", self.pid)).unwrap()
+    }
+
+    pub fn sql(&self, sql: &str) -> String {
+        let out = Command::new(repo_root().join("scripts/servers.sh"))
+            .args(["client"])
+            .arg(self.dir.path())
+            .args(["-N", "-e", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "SQL failed: {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn sysbench(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(repo_root().join("scripts/sysbench.sh"));
+        cmd.arg(self.dir.path()).args(args);
+        cmd
+    }
+
+    /// sysbench in the background for `secs`; join to get its report.
+    pub fn sysbench_load(
+        &self,
+        test: &str,
+        threads: u32,
+        secs: u32,
+    ) -> std::thread::JoinHandle<String> {
+        let prep = self.sysbench(&["prepare", test]).output().unwrap();
+        assert!(
+            prep.status.success(),
+            "sysbench prepare: {}",
+            String::from_utf8_lossy(&prep.stderr)
+        );
+        let mut cmd = self.sysbench(&[
+            "run",
+            test,
+            &format!("--threads={threads}"),
+            &format!("--time={secs}"),
+        ]);
+        std::thread::spawn(move || {
+            let out = cmd.output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr)
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/servers.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Number after `label` in sysbench's report, e.g. "transactions:".
+pub fn sysbench_number(report: &str, label: &str) -> f64 {
+    report
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .and_then(|l| l.split_whitespace().nth(label.split_whitespace().count()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no `{label}` in sysbench output:\n{report}"))
+}

@@ -14,7 +14,11 @@ impl FoldedStacks {
         if weight == 0 {
             return;
         }
-        let key = frames.iter().map(|f| sanitize(f)).collect::<Vec<_>>().join(";");
+        let key = frames
+            .iter()
+            .map(|f| sanitize(f))
+            .collect::<Vec<_>>()
+            .join(";");
         *self.lines.entry(key).or_default() += weight;
     }
 
@@ -23,7 +27,10 @@ impl FoldedStacks {
     }
 
     pub fn render(&self) -> String {
-        self.lines.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
+        self.lines
+            .iter()
+            .map(|(k, v)| format!("{k} {v}\n"))
+            .collect()
     }
 }
 

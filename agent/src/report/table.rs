@@ -22,9 +22,23 @@ pub fn render(summary: &Summary) -> String {
     );
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
-    table.set_header(["probe", "symbol", "calls", "calls/s", "total wait", "avg", "p50<=", "p99<=", "max"]);
+    table.set_header([
+        "probe",
+        "symbol",
+        "calls",
+        "calls/s",
+        "total wait",
+        "avg",
+        "p50<=",
+        "p99<=",
+        "max",
+    ]);
     let dash = || "-".to_string();
-    for p in summary.probes.iter().filter(|p| p.status == ProbeStatus::Attached) {
+    for p in summary
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached)
+    {
         let symbol = match p.symbols.as_slice() {
             [one] => short(&one.name),
             [first, rest @ ..] => format!("{} (+{})", short(&first.name), rest.len()),
@@ -37,11 +51,19 @@ pub fn render(summary: &Summary) -> String {
             symbol,
             p.calls.to_string(),
             units::count(p.calls_per_sec),
-            if timed { units::ns(p.wait_ns_total) } else { dash() },
+            if timed {
+                units::ns(p.wait_ns_total)
+            } else {
+                dash()
+            },
             t(p.wait_ns_avg),
             t(p.wait_ns_p50),
             t(p.wait_ns_p99),
-            if timed { units::ns(p.wait_ns_max) } else { dash() },
+            if timed {
+                units::ns(p.wait_ns_max)
+            } else {
+                dash()
+            },
         ]);
     }
     for col in 2..9 {
@@ -51,8 +73,16 @@ pub fn render(summary: &Summary) -> String {
     }
     out.push_str(&table.to_string());
     out.push('\n');
-    for p in summary.probes.iter().filter(|p| p.status != ProbeStatus::Attached) {
-        out.push_str(&format!("not attached: {} - {}\n", p.name, p.reason.as_deref().unwrap_or("")));
+    for p in summary
+        .probes
+        .iter()
+        .filter(|p| p.status != ProbeStatus::Attached)
+    {
+        out.push_str(&format!(
+            "not attached: {} - {}\n",
+            p.name,
+            p.reason.as_deref().unwrap_or("")
+        ));
     }
     let d = &summary.drops;
     let lost = d.stack_collisions + d.stack_errors + d.stack_key_map_full;
@@ -73,7 +103,14 @@ fn short(name: &str) -> String {
         _ => name,
     };
     if no_params.chars().count() > 60 {
-        let tail: String = no_params.chars().rev().take(59).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: String = no_params
+            .chars()
+            .rev()
+            .take(59)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         format!("…{tail}")
     } else {
         no_params.to_string()

@@ -9,9 +9,15 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not an ELF file this tool understands: {source}")]
-    Parse { path: PathBuf, source: object::Error },
+    Parse {
+        path: PathBuf,
+        source: object::Error,
+    },
 }
 
 /// Which symbol table a symbol came from. `.dynsym` survives `strip`,
@@ -68,8 +74,14 @@ pub struct ElfImage {
 
 impl ElfImage {
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let data = std::fs::read(path).map_err(|source| ElfError::Read { path: path.into(), source })?;
-        let parse_err = |source| ElfError::Parse { path: path.into(), source };
+        let data = std::fs::read(path).map_err(|source| ElfError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let parse_err = |source| ElfError::Parse {
+            path: path.into(),
+            source,
+        };
         let file = object::File::parse(&*data).map_err(parse_err)?;
 
         let build_id = file.build_id().map_err(parse_err)?.map(hex);
@@ -81,14 +93,22 @@ impl ElfImage {
             .segments()
             .map(|s| {
                 let (file_offset, filesz) = s.file_range();
-                LoadSegment { vaddr: s.address(), memsz: s.size(), file_offset, filesz }
+                LoadSegment {
+                    vaddr: s.address(),
+                    memsz: s.size(),
+                    file_offset,
+                    filesz,
+                }
             })
             .collect();
 
         // One entry per (name, address): .dynsym repeats exported .symtab entries.
         let mut seen: HashMap<(String, u64), usize> = HashMap::new();
         let mut symbols = Vec::new();
-        let tables = [(SymbolTable::Symtab, file.symbols()), (SymbolTable::Dynsym, file.dynamic_symbols())];
+        let tables = [
+            (SymbolTable::Symtab, file.symbols()),
+            (SymbolTable::Dynsym, file.dynamic_symbols()),
+        ];
         for (table, iter) in tables {
             for sym in iter {
                 if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
@@ -109,14 +129,25 @@ impl ElfImage {
             }
         }
         drop(file);
-        Ok(Self { path: path.into(), build_id, position_independent, has_symtab, has_debug_info, symbols, segments, data })
+        Ok(Self {
+            path: path.into(),
+            build_id,
+            position_independent,
+            has_symtab,
+            has_debug_info,
+            symbols,
+            segments,
+            data,
+        })
     }
 
     /// File offset of a virtual address, as uprobes are placed by offset.
     pub fn file_offset(&self, address: u64) -> Option<u64> {
         self.segments
             .iter()
-            .find(|s| address >= s.vaddr && address < s.vaddr + s.memsz && address - s.vaddr < s.filesz)
+            .find(|s| {
+                address >= s.vaddr && address < s.vaddr + s.memsz && address - s.vaddr < s.filesz
+            })
             .map(|s| address - s.vaddr + s.file_offset)
     }
 
@@ -128,15 +159,23 @@ impl ElfImage {
 
     /// NUL-terminated printable strings in the read-only data sections.
     pub fn rodata_strings(&self) -> Vec<String> {
-        let Ok(file) = object::File::parse(&*self.data) else { return Vec::new() };
+        let Ok(file) = object::File::parse(&*self.data) else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         for section in file.sections() {
-            if !matches!(section.name(), Ok(".rodata") | Ok(".rodata.str1.1") | Ok(".data")) {
+            if !matches!(
+                section.name(),
+                Ok(".rodata") | Ok(".rodata.str1.1") | Ok(".data")
+            ) {
                 continue;
             }
             let Ok(bytes) = section.data() else { continue };
             for chunk in bytes.split(|b| *b == 0) {
-                if chunk.len() >= 4 && chunk.len() <= 200 && chunk.iter().all(|b| (0x20..0x7f).contains(b)) {
+                if chunk.len() >= 4
+                    && chunk.len() <= 200
+                    && chunk.iter().all(|b| (0x20..0x7f).contains(b))
+                {
                     out.push(String::from_utf8_lossy(chunk).into_owned());
                 }
             }

@@ -21,7 +21,9 @@ impl EntryInsn {
     pub fn decode(code: &[u8]) -> Self {
         match code {
             [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] => EntryInsn::Push,
-            [0x90, ..] | [0x66, 0x90, ..] | [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, ..] => EntryInsn::Nop,
+            [0x90, ..] | [0x66, 0x90, ..] | [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, ..] => {
+                EntryInsn::Nop
+            }
             [0xf3, 0x0f, 0x1e, 0xfa, ..] => EntryInsn::Endbr64,
             _ => EntryInsn::Other,
         }
@@ -39,10 +41,19 @@ mod tests {
 
     #[test]
     fn decodes_common_prologues() {
-        assert_eq!(EntryInsn::decode(&[0x55, 0x48, 0x89, 0xe5]), EntryInsn::Push);
+        assert_eq!(
+            EntryInsn::decode(&[0x55, 0x48, 0x89, 0xe5]),
+            EntryInsn::Push
+        );
         assert_eq!(EntryInsn::decode(&[0x41, 0x57]), EntryInsn::Push);
-        assert_eq!(EntryInsn::decode(&[0x0f, 0x1f, 0x44, 0x00, 0x00]), EntryInsn::Nop);
-        assert_eq!(EntryInsn::decode(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55]), EntryInsn::Endbr64);
+        assert_eq!(
+            EntryInsn::decode(&[0x0f, 0x1f, 0x44, 0x00, 0x00]),
+            EntryInsn::Nop
+        );
+        assert_eq!(
+            EntryInsn::decode(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55]),
+            EntryInsn::Endbr64
+        );
         assert_eq!(EntryInsn::decode(&[0x48, 0x8d, 0x05]), EntryInsn::Other);
         assert_eq!(EntryInsn::decode(&[]), EntryInsn::Other);
     }

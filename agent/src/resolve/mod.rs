@@ -55,7 +55,9 @@ impl std::fmt::Display for SkipReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             SkipReason::ColdBlock => "cold block (.cold), not a function entry",
-            SkipReason::PartialInlineFragment => "partial-inlining fragment (.part), not the function entry",
+            SkipReason::PartialInlineFragment => {
+                "partial-inlining fragment (.part), not the function entry"
+            }
             SkipReason::Alias => "alias of an attached symbol",
             SkipReason::NotInFile => "address outside the file's loadable segments",
         })
@@ -104,7 +106,10 @@ pub struct Resolver<'a> {
 
 impl<'a> Resolver<'a> {
     pub fn new(image: &'a ElfImage) -> Self {
-        Self { image, demangled: HashMap::new() }
+        Self {
+            image,
+            demangled: HashMap::new(),
+        }
     }
 
     pub fn resolve(&mut self, patterns: &[String]) -> Resolution {
@@ -117,15 +122,25 @@ impl<'a> Resolver<'a> {
             if !compiled.iter().any(|p| p.may_match(sym.base())) {
                 continue;
             }
-            let name = self.demangled.entry(idx).or_insert_with(|| DemangledName::of(sym.base()));
-            if !compiled.iter().any(|p| p.matches(&sym.raw, name) || p.matches(sym.base(), name)) {
+            let name = self
+                .demangled
+                .entry(idx)
+                .or_insert_with(|| DemangledName::of(sym.base()));
+            if !compiled
+                .iter()
+                .any(|p| p.matches(&sym.raw, name) || p.matches(sym.base(), name))
+            {
                 continue;
             }
             let display = match &sym.clone_suffix {
                 Some(s) => format!("{} [clone .{s}]", name.full),
                 None => name.full.clone(),
             };
-            let skip = |reason| SkippedSymbol { name: display.clone(), address: sym.address, reason };
+            let skip = |reason| SkippedSymbol {
+                name: display.clone(),
+                address: sym.address,
+                reason,
+            };
             match sym.clone_suffix.as_deref() {
                 Some(s) if s == "cold" || s.starts_with("cold.") => {
                     skipped.push(skip(SkipReason::ColdBlock));
@@ -168,6 +183,11 @@ impl<'a> Resolver<'a> {
         } else {
             Some(Unresolved::NoSuchSymbol)
         };
-        Resolution { patterns: patterns.to_vec(), symbols, skipped, unresolved }
+        Resolution {
+            patterns: patterns.to_vec(),
+            symbols,
+            skipped,
+            unresolved,
+        }
     }
 }

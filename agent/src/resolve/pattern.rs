@@ -28,7 +28,12 @@ impl SymbolPattern {
             .filter(|t| t.len() >= 3 && !t.chars().all(|c| c.is_ascii_digit()))
             .max_by_key(|t| t.len())
             .map(str::to_string);
-        Self { text: text.to_string(), with_params: text.contains('('), matcher: WildMatch::new(&normalized), key }
+        Self {
+            text: text.to_string(),
+            with_params: text.contains('('),
+            matcher: WildMatch::new(&normalized),
+            key,
+        }
     }
 
     /// Cheap pre-filter on the raw symbol.
@@ -40,7 +45,11 @@ impl SymbolPattern {
         if self.text == raw {
             return true;
         }
-        let candidate = if self.with_params { &name.full_normalized } else { &name.short_normalized };
+        let candidate = if self.with_params {
+            &name.full_normalized
+        } else {
+            &name.short_normalized
+        };
         self.matcher.matches(candidate)
     }
 }
@@ -61,7 +70,9 @@ impl DemangledName {
     pub fn of(raw_base: &str) -> Self {
         let (full, short) = match Symbol::new(raw_base) {
             Ok(sym) => {
-                let full = sym.demangle(&DemangleOptions::default()).unwrap_or_else(|_| raw_base.to_string());
+                let full = sym
+                    .demangle(&DemangleOptions::default())
+                    .unwrap_or_else(|_| raw_base.to_string());
                 let short = sym
                     .demangle(&DemangleOptions::new().no_params().no_return_type())
                     .unwrap_or_else(|_| full.clone());
@@ -69,7 +80,12 @@ impl DemangledName {
             }
             Err(_) => (raw_base.to_string(), raw_base.to_string()),
         };
-        Self { short_normalized: strip_ws(&short), full_normalized: strip_ws(&full), full, short }
+        Self {
+            short_normalized: strip_ws(&short),
+            full_normalized: strip_ws(&full),
+            full,
+            short,
+        }
     }
 }
 
@@ -86,9 +102,17 @@ mod tests {
     #[test]
     fn matches_template_method_without_params() {
         let name = DemangledName::of(ENTER);
-        assert!(name.full.starts_with("PolicyMutex<TTASEventMutex<GenericPolicy>"));
-        assert!(SymbolPattern::new("PolicyMutex<TTASEventMutex<GenericPolicy> >::enter").matches(ENTER, &name));
-        assert!(SymbolPattern::new("PolicyMutex<TTASEventMutex<GenericPolicy>>::enter").matches(ENTER, &name));
+        assert!(name
+            .full
+            .starts_with("PolicyMutex<TTASEventMutex<GenericPolicy>"));
+        assert!(
+            SymbolPattern::new("PolicyMutex<TTASEventMutex<GenericPolicy> >::enter")
+                .matches(ENTER, &name)
+        );
+        assert!(
+            SymbolPattern::new("PolicyMutex<TTASEventMutex<GenericPolicy>>::enter")
+                .matches(ENTER, &name)
+        );
         assert!(SymbolPattern::new("PolicyMutex<*>::enter").matches(ENTER, &name));
         assert!(!SymbolPattern::new("PolicyMutex<*>::exit").matches(ENTER, &name));
     }
@@ -96,8 +120,10 @@ mod tests {
     #[test]
     fn params_are_compared_only_when_written() {
         let name = DemangledName::of(ENTER);
-        assert!(SymbolPattern::new("PolicyMutex<*>::enter(unsigned int, unsigned int, char const*, unsigned int)")
-            .matches(ENTER, &name));
+        assert!(SymbolPattern::new(
+            "PolicyMutex<*>::enter(unsigned int, unsigned int, char const*, unsigned int)"
+        )
+        .matches(ENTER, &name));
         assert!(!SymbolPattern::new("PolicyMutex<*>::enter(unsigned int)").matches(ENTER, &name));
     }
 
