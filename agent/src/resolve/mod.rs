@@ -174,6 +174,7 @@ impl<'a> Resolver<'a> {
             });
         }
         symbols.sort_by_key(|s| s.address);
+        skipped.sort_by_key(|s| s.address);
         let unresolved = if !symbols.is_empty() {
             None
         } else if !skipped.is_empty() {
