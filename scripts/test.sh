@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Sets up this machine and runs every test: unit tests, the C++ fixture
 # tests, and the end-to-end tests against real MySQL 5.6.24 and MariaDB
-# 10.2.11 under sysbench. Needs root (BPF, uprobes).
+# 10.2.11 (plus resolver checks on MySQL 8.0.15 and MariaDB 11.4.5) under
+# sysbench. Needs root (BPF, uprobes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 for server in mysql-5.6.24 mariadb-10.2.11 mysql-8.0.15 mariadb-11.4.5; do
     scripts/servers.sh fetch "$server" >/dev/null
 done
-cargo build --workspace --tests
-cargo test --workspace -- --nocapture 2>&1
+cargo build --workspace --all-targets
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --all-targets 2>&1 | tee "$log" || status=$?
+# One closing line over all test binaries.
+awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

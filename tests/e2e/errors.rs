@@ -199,3 +199,21 @@ fn unprivileged_user_is_told_which_capabilities_are_missing() {
     child.kill().unwrap();
     let _ = child.wait();
 }
+
+/// A stripped binary whose probed function is not exported: the error names
+/// the probe and says the binary is stripped.
+#[test]
+fn stripped_binary_names_the_missing_symbols() {
+    let dir = tempfile::tempdir().unwrap();
+    let stripped = dir.path().join("fixture-stripped");
+    let ok = Command::new("strip").args(["--strip-all", "-o"]).arg(&stripped).arg(fixture_binary(false)).status().unwrap();
+    assert!(ok.success());
+    let fx = Fixture::spawn(&stripped, [0, 0, 0, 0, 0]);
+    let out = dir.path().join("o");
+    fails_with(
+        &["record", "--pid", &fx.pid.to_string(), "--force", "--probe", "fixture_counted", "--out", out.to_str().unwrap()],
+        &["fixture_counted", "stripped (no .symtab)", "debug symbols"],
+    );
+    assert!(!out.exists(), "nothing written for a refused run");
+    fx.exit();
+}

@@ -14,11 +14,28 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Tests that load BPF programs or inspect the kernel's list of them take
-/// this lock, so the checks of one test never see another's programs.
-pub fn kernel_lock() -> MutexGuard<'static, ()> {
+/// Held by a test that loads BPF programs or inspects the kernel's list of
+/// them, so its checks never see another test's programs: a mutex within
+/// this test process and an flock across processes (other test binaries,
+/// a second checkout's test run).
+pub struct KernelLock {
+    _file: std::fs::File,
+    _guard: MutexGuard<'static, ()>,
+}
+
+pub fn kernel_lock() -> KernelLock {
+    use std::os::fd::AsRawFd;
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("innoprof-kernel-tests.lock"))
+        .unwrap();
+    // SAFETY: flock on a descriptor we own; released when the file closes.
+    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
+    KernelLock { _file: file, _guard: guard }
 }
 
 /// Path of the `innoprof` binary, built (once per test process) in the same
