@@ -114,6 +114,23 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
         calls(&s, "innodb.undo.prev_version") + calls(&s, "innodb.rwlock.s_spin")
             < calls(&s, "innodb.mutex.enter")
     );
+
+    // kill -9 of innoprof mid-recording: the kernel drops every probe, and
+    // mysqld carries on serving.
+    let load = server.sysbench_load("oltp_read_write", 2, 8);
+    let pid = server.pid.to_string();
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "10m", "--probes", "all"]);
+    rec.wait_attached();
+    assert!(innoprof_links().len() >= 20, "all probes attached: {:?}", innoprof_links());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    rec.signal(libc::SIGKILL);
+    let (code, _, _rec) = rec.finish();
+    assert_eq!(code, None);
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "left behind after kill -9: {progs:?} {links:?}");
+    let report = load.join().unwrap();
+    assert!(report.contains("ignored errors:") && sysbench_number(&report, "transactions:") > 100.0, "{report}");
+    assert_eq!(server.sql("select count(*) from sbtest.sbtest1").trim(), "10000");
 }
 
 #[test]

@@ -287,6 +287,7 @@ pub struct Server {
     pub name: String,
     pub dir: tempfile::TempDir,
     pub pid: u32,
+    prepared: std::cell::Cell<bool>,
 }
 
 impl Server {
@@ -311,6 +312,7 @@ impl Server {
             name: name.into(),
             dir,
             pid,
+            prepared: false.into(),
         }
     }
 
@@ -339,19 +341,23 @@ impl Server {
         cmd
     }
 
-    /// sysbench in the background for `secs`; join to get its report.
+    /// sysbench in the background for `secs` (tables prepared on first
+    /// use); join to get its report.
     pub fn sysbench_load(
         &self,
         test: &str,
         threads: u32,
         secs: u32,
     ) -> std::thread::JoinHandle<String> {
-        let prep = self.sysbench(&["prepare", test]).output().unwrap();
-        assert!(
-            prep.status.success(),
-            "sysbench prepare: {}",
-            String::from_utf8_lossy(&prep.stderr)
-        );
+        if !self.prepared.replace(true) {
+            let prep = self.sysbench(&["prepare", test]).output().unwrap();
+            assert!(
+                prep.status.success(),
+                "sysbench prepare: {}{}",
+                String::from_utf8_lossy(&prep.stdout),
+                String::from_utf8_lossy(&prep.stderr)
+            );
+        }
         let mut cmd = self.sysbench(&[
             "run",
             test,
