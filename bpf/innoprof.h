@@ -10,8 +10,17 @@
  * slot 0 holds [0, 2). 40 slots reach ~18 minutes. */
 #define HIST_SLOTS 40
 
-/* Every attached symbol gets one slot id, passed as the attach cookie. */
+/* Every attached symbol gets one slot id, passed in the attach cookie. */
 #define MAX_SLOTS 4096
+
+/*
+ * Attach cookie layout: bits 0-31 slot id; bits 32-35 and 36-39 the
+ * 1-based register argument holding the caller's `const char *file` and
+ * `unsigned line` (0: the probe has no call-site arguments).
+ */
+#define COOKIE_SLOT(c) ((c) & 0xffffffffULL)
+#define COOKIE_FILE_ARG(c) (((c) >> 32) & 0xf)
+#define COOKIE_LINE_ARG(c) (((c) >> 36) & 0xf)
 
 struct slot_stats {
 	__u64 calls;
@@ -20,9 +29,34 @@ struct slot_stats {
 	__u64 hist[HIST_SLOTS];
 };
 
+/* A call site: the caller's __FILE__ pointer (a string in the target's
+ * memory, read by userspace) and __LINE__. Zero when not captured. */
+struct callsite {
+	__u64 file;
+	__u64 line;
+};
+
 struct stack_key {
 	__u64 slot;
 	__s64 stack_id; /* negative: the stack could not be captured */
+	struct callsite site;
+};
+
+struct site_key {
+	__u64 slot;
+	struct callsite site;
+};
+
+struct site_val {
+	__u64 calls;
+	__u64 wait_ns_total;
+	__u64 wait_ns_max;
+};
+
+/* What an entry leaves for its return. */
+struct start_val {
+	__u64 ts;
+	struct callsite site;
 };
 
 struct stack_val {
@@ -43,7 +77,8 @@ enum drop_reason {
 	DROP_START_FULL = 3,      /* in-flight entry map full */
 	DROP_MISSED_ENTRY = 4,    /* return seen without its entry */
 	DROP_STATS_FULL = 5,      /* slot_stats map full */
-	DROP_MAX = 6,
+	DROP_SITE_FULL = 6,       /* site_stats map full */
+	DROP_MAX = 7,
 };
 
 #endif

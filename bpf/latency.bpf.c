@@ -20,7 +20,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct start_key);
-	__type(value, __u64);
+	__type(value, struct start_val);
 } starts SEC(".maps");
 
 struct {
@@ -44,6 +44,13 @@ struct {
 	__type(key, struct stack_key);
 	__type(value, struct stack_val);
 } stack_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct site_key);
+	__type(value, struct site_val);
+} site_stats SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -79,6 +86,63 @@ static __always_inline __u32 log2_slot(__u64 v)
 	return slot < HIST_SLOTS ? slot : HIST_SLOTS - 1;
 }
 
+/* The n-th (1-based) integer argument register of the x86-64 SysV ABI.
+ * Read through a helper: a switch over ctx fields compiles to ctx+offset
+ * arithmetic, which the verifier refuses on a context pointer. */
+static __always_inline __u64 reg_arg(struct pt_regs *ctx, __u32 n)
+{
+	__u64 off, val = 0;
+
+	switch (n) {
+	case 1: off = offsetof(struct pt_regs, di); break;
+	case 2: off = offsetof(struct pt_regs, si); break;
+	case 3: off = offsetof(struct pt_regs, dx); break;
+	case 4: off = offsetof(struct pt_regs, cx); break;
+	case 5: off = offsetof(struct pt_regs, r8); break;
+	case 6: off = offsetof(struct pt_regs, r9); break;
+	default: return 0;
+	}
+	bpf_probe_read_kernel(&val, sizeof(val), (void *)ctx + off);
+	return val;
+}
+
+/* Only the pointer is kept: the string is read once, by userspace. */
+static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cookie)
+{
+	struct callsite site = {};
+
+	if (COOKIE_FILE_ARG(cookie)) {
+		site.file = reg_arg(ctx, COOKIE_FILE_ARG(cookie));
+		site.line = (__u32)reg_arg(ctx, COOKIE_LINE_ARG(cookie));
+	}
+	return site;
+}
+
+static __always_inline void add_site(__u64 slot, struct callsite site, __u64 wait_ns)
+{
+	struct site_key key = { .slot = slot, .site = site };
+	struct site_val *val;
+
+	if (!site.file)
+		return;
+	val = bpf_map_lookup_elem(&site_stats, &key);
+	if (!val) {
+		struct site_val zero = {};
+
+		bpf_map_update_elem(&site_stats, &key, &zero, BPF_NOEXIST);
+		val = bpf_map_lookup_elem(&site_stats, &key);
+		if (!val) {
+			count_drop(DROP_SITE_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&val->calls, 1);
+	__sync_fetch_and_add(&val->wait_ns_total, wait_ns);
+	/* A lost race here only understates the max by one sample. */
+	if (wait_ns > val->wait_ns_max)
+		val->wait_ns_max = wait_ns;
+}
+
 static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 {
 	struct slot_stats *s = bpf_map_lookup_elem(&stats, &slot);
@@ -104,9 +168,9 @@ static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 	s->hist[log2_slot(wait_ns)]++;
 }
 
-static __always_inline void add_stack(void *ctx, __u64 slot, __u64 wait_ns)
+static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u64 wait_ns)
 {
-	struct stack_key key = { .slot = slot };
+	struct stack_key key = { .slot = slot, .site = site };
 	struct stack_val *val;
 	long id;
 
@@ -137,15 +201,17 @@ SEC("uprobe")
 int lat_enter(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct start_key key;
-	__u64 ts;
+	struct start_val val;
 
 	if (!is_target(pid_tgid))
 		return 0;
 	key.pid_tgid = pid_tgid;
-	key.slot = bpf_get_attach_cookie(ctx);
-	ts = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&starts, &key, &ts, BPF_ANY))
+	key.slot = COOKIE_SLOT(cookie);
+	val.site = read_site(ctx, cookie);
+	val.ts = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&starts, &key, &val, BPF_ANY))
 		count_drop(DROP_START_FULL);
 	return 0;
 }
@@ -160,22 +226,26 @@ int lat_return(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct start_key key;
-	__u64 *tsp, delta;
+	struct start_val *start;
+	struct callsite site;
+	__u64 delta;
 
 	if (!is_target(pid_tgid))
 		return 0;
 	key.pid_tgid = pid_tgid;
-	key.slot = bpf_get_attach_cookie(ctx);
-	tsp = bpf_map_lookup_elem(&starts, &key);
-	if (!tsp) {
+	key.slot = COOKIE_SLOT(bpf_get_attach_cookie(ctx));
+	start = bpf_map_lookup_elem(&starts, &key);
+	if (!start) {
 		/* Attached while the call was in flight, or evicted. */
 		count_drop(DROP_MISSED_ENTRY);
 		return 0;
 	}
-	delta = bpf_ktime_get_ns() - *tsp;
+	delta = bpf_ktime_get_ns() - start->ts;
+	site = start->site;
 	bpf_map_delete_elem(&starts, &key);
 	add_stats(key.slot, delta, true);
-	add_stack(ctx, key.slot, delta);
+	add_site(key.slot, site, delta);
+	add_stack(ctx, key.slot, site, delta);
 	return 0;
 }
 
@@ -184,13 +254,15 @@ SEC("uprobe")
 int count_hit(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u64 slot;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct callsite site;
 
 	if (!is_target(pid_tgid))
 		return 0;
-	slot = bpf_get_attach_cookie(ctx);
-	add_stats(slot, 0, false);
-	add_stack(ctx, slot, 0);
+	site = read_site(ctx, cookie);
+	add_stats(COOKIE_SLOT(cookie), 0, false);
+	add_site(COOKIE_SLOT(cookie), site, 0);
+	add_stack(ctx, COOKIE_SLOT(cookie), site, 0);
 	return 0;
 }
 

@@ -9,7 +9,9 @@
 #   servers.sh path NAME                   -> like fetch, but never downloads
 #   servers.sh list                        -> the supported NAMEs
 #
-# NAME: mysql-5.6.24 | mysql-8.0.15 | mariadb-10.2.11 | mariadb-11.4.5
+# NAME: mysql-5.6.24 | mysql-8.0.15 | mariadb-10.2.11 | mariadb-11.4.5 | debian-mariadb
+# (debian-mariadb: Debian's stripped /usr/sbin/mariadbd from the
+# mariadb-server-core package, installed with apt-get on first fetch)
 #
 # Environment:
 #   INNOPROF_CACHE          cache root (default $HOME/.cache/innoprof);
@@ -21,7 +23,7 @@
 # error.log port socket name binary pid (pid survives shutdown, for `stop`).
 set -euo pipefail
 
-NAMES="mysql-5.6.24 mysql-8.0.15 mariadb-10.2.11 mariadb-11.4.5"
+NAMES="mysql-5.6.24 mysql-8.0.15 mariadb-10.2.11 mariadb-11.4.5 debian-mariadb"
 CACHE_ROOT="${INNOPROF_CACHE:-${HOME:-/root}/.cache/innoprof}/servers"
 PROG="$(basename "$0")"
 
@@ -34,7 +36,7 @@ need_cmd() {
 
 check_name() {
     case "$1" in
-        mysql-5.6.24|mysql-8.0.15|mariadb-10.2.11|mariadb-11.4.5) ;;
+        mysql-5.6.24|mysql-8.0.15|mariadb-10.2.11|mariadb-11.4.5|debian-mariadb) ;;
         *) die "unknown server '$1' (expected one of: $NAMES)" ;;
     esac
 }
@@ -45,6 +47,7 @@ rel_binary() {
         mysql-5.6.24) echo mysqld ;;
         mysql-8.0.15|mariadb-10.2.11) echo bin/mysqld ;;
         mariadb-11.4.5) echo bin/mariadbd ;;
+        debian-mariadb) echo sbin/mariadbd ;;
     esac
 }
 
@@ -54,10 +57,16 @@ rel_libdir() {
         mysql-5.6.24) echo . ;;          # bundled libaio.so.1
         mysql-8.0.15) echo lib ;;        # bundled libssl/libcrypto 1.0.0
         mariadb-*) echo libs ;;          # bundled libaio / libmariadb
+        debian-mariadb) echo lib ;;      # system libraries
     esac
 }
 
-dist_dir() { echo "$CACHE_ROOT/$1/dist"; }
+dist_dir() {
+    case "$1" in
+        debian-mariadb) echo /usr ;;     # installed by dpkg, not cached
+        *) echo "$CACHE_ROOT/$1/dist" ;;
+    esac
+}
 
 # Extract a zip (jar) archive preserving unix permissions.
 unzip_to() { # ZIP DEST [MEMBER...]
@@ -142,6 +151,14 @@ do_download() { # NAME TMPDIR -> populates TMPDIR/dist
 cmd_fetch() { # NAME ; prints binary path
     local name=$1
     check_name "$name"
+    if [ "$name" = debian-mariadb ]; then
+        if [ ! -x /usr/sbin/mariadbd ]; then
+            log "installing Debian's mariadb-server-core (apt-get)"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server-core >&2 \
+                || die "apt-get install mariadb-server-core failed"
+        fi
+        echo /usr/sbin/mariadbd; return 0
+    fi
     local top="$CACHE_ROOT/$name" dist bin
     dist=$(dist_dir "$name")
     bin="$dist/$(rel_binary "$name")"
@@ -276,6 +293,13 @@ init_datadir() { # NAME DIST DIR
                 --force --skip-name-resolve --innodb-buffer-pool-size=128M \
                 </dev/null >"$dir/init.log" 2>&1 \
                 || { rm -rf "$data"; show_log_tail "$dir/init.log"; die "mysql_install_db failed"; }
+            ;;
+        debian-mariadb)
+            /usr/bin/mariadb-install-db --no-defaults "${userarg[@]}" --basedir=/usr --datadir="$data" \
+                --force --skip-name-resolve --auth-root-authentication-method=normal \
+                --innodb-buffer-pool-size=128M \
+                </dev/null >"$dir/init.log" 2>&1 \
+                || { rm -rf "$data"; show_log_tail "$dir/init.log"; die "mariadb-install-db failed"; }
             ;;
         mariadb-11.4.5)
             # normal auth: root@localhost with an empty password (not unix_socket only),

@@ -8,8 +8,11 @@ packages=(
     clang llvm libbpf-dev bpftool          # BPF programs: clang -target bpf, libbpf headers, vmlinux.h
     g++ make pkg-config                     # the C++ test fixture
     sysbench mariadb-client-core            # load and SQL client
+    mariadb-server-core                     # Debian's stripped mariadbd: the no-symbols test case
+    binutils                                # objcopy/strip: split debug-info tests
     libaio1 libnuma1 libncurses6 unzip      # runtime libraries of the fetched servers
     util-linux procps                       # setpriv (unprivileged test), ps
+    linux-perf                              # perf: the CPU tests compare with `perf record`
 )
 
 missing=()

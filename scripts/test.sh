@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-for server in mysql-5.6.24 mariadb-10.2.11 mysql-8.0.15 mariadb-11.4.5; do
+for server in mysql-5.6.24 mariadb-10.2.11 mysql-8.0.15 mariadb-11.4.5 debian-mariadb; do
     scripts/servers.sh fetch "$server" >/dev/null
 done
 cargo build --workspace --all-targets

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::bpf_abi::LATENCY_OBJ;
 use crate::catalog::{Measure, ProbeSpec};
-use crate::resolve::{Resolution, ResolvedSymbol};
+use crate::resolve::{Resolution, ResolvedSymbol, SymbolTable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -98,8 +98,21 @@ impl Session {
         );
         for (probe_idx, planned) in plan.iter().enumerate() {
             for symbol in &planned.resolution.symbols {
-                let cookie = session.slots.len() as u64;
-                match session.attach_symbol(binary, planned.spec.measure, symbol, cookie, scope) {
+                // A clone (.constprop, .isra) may have dropped or moved
+                // arguments: never read call-site registers there.
+                let site_args = planned
+                    .spec
+                    .callsite
+                    .filter(|_| symbol.clone.is_none())
+                    .map(|c| (c.file_arg, c.line_arg));
+                let cookie = crate::bpf_abi::cookie(session.slots.len() as u32, site_args);
+                // Inline code has no return of its own: count only.
+                let measure = if symbol.table == SymbolTable::DwarfInline {
+                    Measure::Count
+                } else {
+                    planned.spec.measure
+                };
+                match session.attach_symbol(binary, measure, symbol, cookie, scope) {
                     Ok(()) => {
                         session.slots.push(Slot {
                             probe: probe_idx,

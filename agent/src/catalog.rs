@@ -68,11 +68,33 @@ pub struct ProbeSpec {
     pub symbols: Vec<String>,
     pub measure: Measure,
     pub cost: CostClass,
+    /// Where the function takes the caller's `(const char* file, unsigned line)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callsite: Option<CallsiteArgs>,
+    /// Also probe the function's inlined instances (from DWARF), counting
+    /// calls at each inline site.
+    #[serde(default)]
+    pub inline: bool,
+}
+
+/// 1-based positions in the machine-level argument list (for a member
+/// function `this` is argument 1), e.g. `PolicyMutex<…>::enter(this,
+/// n_spins, n_delay, file, line)` has `file_arg = 4`, `line_arg = 5`.
+/// Only the six register arguments of the x86-64 SysV ABI can be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallsiteArgs {
+    pub file_arg: u8,
+    pub line_arg: u8,
 }
 
 impl ProbeSpec {
+    /// Contended and rare paths, except inline-site probes: those sit
+    /// mid-function, usually on an instruction the kernel must single-step,
+    /// and on MariaDB 10.2.11 (kernel 6.18) such a site was seen to stop
+    /// other uprobes firing in connection threads. Opt-in by name only.
     pub fn is_default(&self) -> bool {
-        matches!(self.cost, CostClass::Contended | CostClass::Rare)
+        matches!(self.cost, CostClass::Contended | CostClass::Rare) && !self.inline
     }
 
     /// A probe for a user-supplied pattern, outside any catalog.
@@ -83,6 +105,8 @@ impl ProbeSpec {
             symbols: vec![pattern.to_string()],
             measure: Measure::Latency,
             cost: CostClass::Unknown,
+            callsite: None,
+            inline: false,
         }
     }
 }
@@ -97,6 +121,10 @@ pub struct ServerRange {
     /// Versions whose real binaries these symbols were checked against.
     #[serde(default)]
     pub verified: Vec<String>,
+    /// For entries not verified on a binary: the source files the symbol
+    /// names and signatures were read from.
+    #[serde(default)]
+    pub sources: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -157,6 +185,15 @@ impl CatalogFile {
                     "probe `{}` needs specific symbol patterns (not empty, not `*`)",
                     p.name
                 ));
+            }
+            if let Some(c) = p.callsite {
+                let ok = |a: u8| (1..=6).contains(&a);
+                if !ok(c.file_arg) || !ok(c.line_arg) || c.file_arg == c.line_arg {
+                    return invalid(format!(
+                        "probe `{}`: callsite arguments must be distinct positions 1..=6",
+                        p.name
+                    ));
+                }
             }
         }
         Ok(())
@@ -231,6 +268,22 @@ const BUILTIN: &[(&str, &str)] = &[
     (
         "probes/mariadb-10.6.toml",
         include_str!("../../probes/mariadb-10.6.toml"),
+    ),
+    (
+        "probes/mysql-5.7.toml",
+        include_str!("../../probes/mysql-5.7.toml"),
+    ),
+    (
+        "probes/mysql-8.4.toml",
+        include_str!("../../probes/mysql-8.4.toml"),
+    ),
+    (
+        "probes/percona-5.7.toml",
+        include_str!("../../probes/percona-5.7.toml"),
+    ),
+    (
+        "probes/percona-8.0.toml",
+        include_str!("../../probes/percona-8.0.toml"),
     ),
 ];
 
@@ -361,5 +414,128 @@ mod tests {
             bad("probe=[]\n[server]\nfamily='mysql'\nmin_version='five'\nmax_version='5.6'\n")
                 .contains("MAJOR.MINOR")
         );
+    }
+
+    /// The logical probe names shared by every catalog file (a probe absent
+    /// in a line is simply not listed there).
+    const CANONICAL_PROBES: &[&str] = &[
+        "innodb.mutex.enter",
+        "innodb.mutex.wait",
+        "innodb.rwlock.x",
+        "innodb.rwlock.s",
+        "innodb.rwlock.sx",
+        "innodb.rwlock.x_wait",
+        "innodb.rwlock.s_wait",
+        "innodb.rwlock.sx_wait",
+        "innodb.sync.wait_event",
+        "innodb.dict_sys.lock",
+        "innodb.dict_sys.lock_wait",
+        "innodb.dict_sys.row_id",
+        "innodb.undo.prev_version",
+        "innodb.row_vers.consistent_read",
+        "innodb.redo.write_up_to",
+        "innodb.redo.write",
+        "innodb.redo.flush",
+        "innodb.file.write",
+        "innodb.file.flush",
+        "innodb.buf.page_get",
+        "sql.commit",
+    ];
+
+    fn bounds(f: &CatalogFile) -> ((u32, u32), (u32, u32)) {
+        let lo = Version::parse(&f.server.min_version).unwrap();
+        let hi = Version::parse(&f.server.max_version).unwrap();
+        ((lo.major, lo.minor), (hi.major, hi.minor))
+    }
+
+    #[test]
+    fn builtin_ranges_do_not_overlap_within_a_family() {
+        let cat = Catalog::builtin();
+        for (i, a) in cat.files.iter().enumerate() {
+            let (alo, ahi) = bounds(a);
+            assert!(alo <= ahi, "{}: empty range", a.file);
+            for b in &cat.files[i + 1..] {
+                if a.server.family != b.server.family {
+                    continue;
+                }
+                let (blo, bhi) = bounds(b);
+                assert!(ahi < blo || bhi < alo, "{} and {} overlap", a.file, b.file);
+            }
+        }
+    }
+
+    #[test]
+    fn builtin_probe_names_are_canonical() {
+        for f in &Catalog::builtin().files {
+            for p in &f.probes {
+                assert!(
+                    CANONICAL_PROBES.contains(&p.name.as_str()),
+                    "{}: `{}` is not a canonical probe name",
+                    f.file,
+                    p.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn builtin_files_say_where_their_symbols_come_from() {
+        for f in &Catalog::builtin().files {
+            assert!(
+                !f.server.verified.is_empty() || !f.server.sources.is_empty(),
+                "{}: neither verified on a binary nor sourced",
+                f.file
+            );
+            for v in &f.server.verified {
+                let v = Version::parse(v).unwrap_or_else(|| panic!("{}: {v}", f.file));
+                let probe = server(f.server.family, &v.to_string());
+                assert!(
+                    f.covers(&probe),
+                    "{}: verified {v} outside its range",
+                    f.file
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn builtin_catalog_covers_every_supported_line() {
+        let cat = Catalog::builtin();
+        let file = |family, v: &str| cat.for_server(&server(family, v)).map(|f| f.file.as_str());
+        for (family, v, want) in [
+            (Family::Mysql, "5.6.51", "probes/mysql-5.6.toml"),
+            (Family::Mysql, "5.7.44", "probes/mysql-5.7.toml"),
+            (Family::Mysql, "8.0.40", "probes/mysql-8.0.toml"),
+            (Family::Mysql, "8.1.0", "probes/mysql-8.4.toml"),
+            (Family::Mysql, "8.4.3", "probes/mysql-8.4.toml"),
+            (Family::Mysql, "9.1.0", "probes/mysql-8.4.toml"),
+            (Family::Percona, "5.7.44", "probes/percona-5.7.toml"),
+            (Family::Percona, "8.0.39", "probes/percona-8.0.toml"),
+            (Family::Mariadb, "10.3.39", "probes/mariadb-10.2.toml"),
+            (Family::Mariadb, "10.5.27", "probes/mariadb-10.2.toml"),
+            (Family::Mariadb, "10.6.20", "probes/mariadb-10.6.toml"),
+            (Family::Mariadb, "10.11.10", "probes/mariadb-10.6.toml"),
+        ] {
+            assert_eq!(file(family, v), Some(want), "{family} {v}");
+        }
+        assert_eq!(file(Family::Percona, "5.6.51"), None);
+    }
+
+    #[test]
+    fn row_id_allocation_is_counted_at_inline_sites() {
+        // dict_sys_get_new_row_id is inline-only wherever it exists (MySQL
+        // 5.6.24 and MariaDB 10.2.11 DWARF: inlined instances, no symbol). An
+        // inline site has no arguments and no return: such a probe can only
+        // count, and cannot carry a call site.
+        for f in &Catalog::builtin().files {
+            for p in &f.probes {
+                if p.name == "innodb.dict_sys.row_id" {
+                    assert!(p.inline && p.measure == Measure::Count, "{}", f.file);
+                }
+                if p.inline && p.measure == Measure::Count {
+                    assert!(p.callsite.is_none(), "{}: {}", f.file, p.name);
+                }
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, Stac
 use aya::Ebpf;
 use serde::Serialize;
 
-use crate::bpf_abi::{SlotStats, StackKey, StackVal, DROP_REASONS};
+use crate::bpf_abi::{Callsite, SiteKey, SiteVal, SlotStats, StackKey, StackVal, DROP_REASONS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
@@ -28,6 +28,7 @@ pub struct Drops {
     pub inflight_map_full: u64,
     pub returns_without_entry: u64,
     pub stats_map_full: u64,
+    pub callsite_map_full: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +36,7 @@ pub struct StackSample {
     pub slot: u64,
     /// Instruction pointers, innermost first; empty when the stack was lost.
     pub ips: Vec<u64>,
+    pub site: Callsite,
     pub count: u64,
     pub wait_ns: u64,
 }
@@ -43,6 +45,8 @@ pub struct StackSample {
 pub struct Snapshot {
     pub slots: HashMap<u64, SlotStats>,
     pub stacks: Vec<StackSample>,
+    /// Per (slot, call site): calls, total and max wait.
+    pub sites: Vec<(u64, Callsite, SiteVal)>,
     pub drops: Drops,
 }
 
@@ -87,9 +91,18 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
         stacks.push(StackSample {
             slot: key.slot,
             ips,
+            site: key.site,
             count: val.count,
             wait_ns: val.wait_ns,
         });
+    }
+
+    let site_map: BpfHashMap<&MapData, SiteKey, SiteVal> =
+        BpfHashMap::try_from(map("site_stats")?).map_err(|_| CollectError::Map("site_stats"))?;
+    let mut sites = Vec::new();
+    for item in site_map.iter() {
+        let (key, val) = item.map_err(read_err("site_stats"))?;
+        sites.push((key.slot, key.site, val));
     }
 
     let drops_map: PerCpuArray<&MapData, u64> =
@@ -110,10 +123,12 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
         inflight_map_full: totals[3],
         returns_without_entry: totals[4],
         stats_map_full: totals[5],
+        callsite_map_full: totals[6],
     };
     Ok(Snapshot {
         slots,
         stacks,
+        sites,
         drops,
     })
 }

@@ -6,13 +6,20 @@
 //! [`resolve`] (symbols to file offsets) → [`attach`] (BPF programs on the
 //! offsets) → [`collect`] (maps to totals) → [`symbolize`] (stacks to
 //! names) → [`report`] (tables, JSON, folded stacks). [`record`] wires them.
+//! Alongside, [`cpu`] samples on-CPU stacks and off-CPU time, and [`diff`]
+//! compares two recordings.
 
 pub mod attach;
 pub mod bpf_abi;
+pub mod callsite;
 pub mod catalog;
 pub mod collect;
+pub mod cpu;
+pub mod diff;
 pub mod histogram;
+pub mod inspect;
 pub mod privileges;
+pub mod probeset;
 pub mod record;
 pub mod report;
 pub mod resolve;

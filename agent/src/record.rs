@@ -2,20 +2,26 @@
 //! caller decides how long), collect, detach, write.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::attach::{AttachError, PlannedProbe, Session, SessionOptions};
-use crate::catalog::{Catalog, CatalogError, Measure, ProbeSpec};
+use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOptions};
+use crate::bpf_abi::{Callsite, SiteVal};
+use crate::callsite::CallsiteNamer;
+use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError};
+use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
 use crate::histogram::Log2Histogram;
 use crate::privileges::{self, PrivilegeError};
+use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::report::folded::FoldedStacks;
 use crate::report::model::{
-    EndReason, ProbeResult, ProbeStatus, StackStats, Summary, SymbolInfo, TargetInfo,
+    CallsiteResult, EndReason, ProbeResult, ProbeStatus, StackStats, Summary, SymbolInfo,
+    TargetInfo,
 };
 use crate::report::{self, OutputError};
-use crate::resolve::{ElfError, ElfImage, Resolver};
+use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
+use crate::resolve::{ElfError, ElfImage};
 use crate::server::ServerInfo;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use crate::target::{Target, TargetError};
@@ -36,6 +42,8 @@ pub enum RecordError {
     Collect(#[from] CollectError),
     #[error(transparent)]
     Output(#[from] OutputError),
+    #[error(transparent)]
+    Cpu(#[from] CpuError),
     #[error("no probe requested: use --probes default|all|NAME,… or --probe PATTERN")]
     NoProbes,
     #[error("{binary} has none of the symbols the requested probes need:\n{details}")]
@@ -47,13 +55,13 @@ pub struct RecordOptions {
     pub pid: u32,
     /// Profile a process that is not mysqld/mariadbd.
     pub force: bool,
-    /// `default`, `all`, or names/globs; `None` when only `--probe` is used.
-    pub selection: Option<String>,
-    /// Ad-hoc symbol patterns.
-    pub ad_hoc: Vec<String>,
-    /// Replace the built-in catalog.
-    pub catalog: Option<PathBuf>,
+    /// Which probes: `--probes`, `--probe`, `--catalog`.
+    pub probes: ProbeRequest,
+    /// Where to look for separate debug info of a stripped binary.
+    pub debuginfo: DebugSearch,
     pub capture_stacks: bool,
+    /// CPU profiling alongside the probes; `None` with `--no-cpu`.
+    pub cpu: Option<CpuOptions>,
 }
 
 /// Everything decided before touching the kernel.
@@ -64,6 +72,7 @@ pub struct Plan {
     pub server: ServerInfo,
     pub catalog_file: Option<String>,
     pub probes: Vec<PlannedProbe>,
+    pub cpu: Option<CpuOptions>,
 }
 
 impl Plan {
@@ -72,71 +81,36 @@ impl Plan {
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
         privileges::check()?;
         let target = Target::open(opts.pid, opts.force)?;
-        let image = ElfImage::open(&target.binary)?;
+        let mut image = ElfImage::open(&target.binary)?;
+        attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
-        let catalog = match &opts.catalog {
-            Some(path) => Catalog::from_path(path)?,
-            None => Catalog::builtin(),
-        };
-
-        let mut specs: Vec<ProbeSpec> = Vec::new();
-        let mut catalog_file = None;
-        // With only --probe given, no catalog is needed (and none is used).
-        let selection = opts
-            .selection
-            .clone()
-            .or_else(|| opts.ad_hoc.is_empty().then(|| "default".to_string()));
-        if let Some(selection) = selection {
-            let file = catalog
-                .for_server(&server)
-                .or_else(|| (opts.catalog.is_some()).then(|| &catalog.files[0]))
-                .ok_or_else(|| CatalogError::NoCatalog {
-                    server: server.to_string(),
-                })?;
-            catalog_file = Some(file.file.clone());
-            specs.extend(file.select(&selection)?);
-        }
-        specs.extend(opts.ad_hoc.iter().map(|p| ProbeSpec::ad_hoc(p)));
-        if specs.is_empty() {
+        let set = ProbeSet::resolve(&image, &server, &opts.probes)?;
+        if set.probes.is_empty() && opts.cpu.is_none() {
             return Err(RecordError::NoProbes);
         }
-
-        let mut resolver = Resolver::new(&image);
-        let probes: Vec<PlannedProbe> = specs
-            .into_iter()
-            .map(|spec| PlannedProbe {
-                resolution: resolver.resolve(&spec.symbols),
-                spec,
-            })
-            .collect();
-        if probes.iter().all(|p| p.resolution.symbols.is_empty()) {
-            let details = probes
-                .iter()
-                .map(|p| {
-                    format!(
-                        "  {} ({}): {}",
-                        p.spec.name,
-                        p.spec.symbols.join(", "),
-                        p.resolution
-                            .unresolved
-                            .as_ref()
-                            .map(|u| u.to_string())
-                            .unwrap_or_default()
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
+        // Nothing resolved: an error when the user named the probes or there
+        // is nothing else to record; with the default set and CPU sampling
+        // on (a stripped server), record the CPU profile and report why.
+        if !set.probes.is_empty()
+            && !set.any_resolved()
+            && (opts.probes.is_explicit() || opts.cpu.is_none())
+        {
             return Err(RecordError::NothingResolved {
                 binary: target.exe.display().to_string(),
-                details,
+                details: set.unresolved_report(),
             });
         }
+        let ProbeSet {
+            catalog_file,
+            probes,
+        } = set;
         Ok(Self {
             target,
             image,
             server,
             catalog_file,
             probes,
+            cpu: opts.cpu.clone(),
         })
     }
 }
@@ -144,7 +118,9 @@ impl Plan {
 /// Probes attached and counting.
 pub struct Recorder {
     plan: Plan,
-    session: Session,
+    /// None with no uprobe probes (`--probes none`).
+    session: Option<Session>,
+    cpu: Option<CpuProfiler>,
     maps: ProcessMaps,
     started: Instant,
     started_unix_ms: u128,
@@ -156,7 +132,19 @@ impl Recorder {
             pid: plan.target.pid,
             capture_stacks,
         };
-        let session = Session::attach(&plan.target.binary, &plan.probes, &opts)?;
+        // Plan::build let an all-unresolved set through only for a CPU profile.
+        let any_symbol = plan.probes.iter().any(|p| !p.resolution.symbols.is_empty());
+        let session = if !any_symbol {
+            None
+        } else {
+            Some(Session::attach(&plan.target.binary, &plan.probes, &opts)?)
+        };
+        // On failure the session drops here, detaching its probes.
+        let cpu = plan
+            .cpu
+            .as_ref()
+            .map(|o| CpuProfiler::start(plan.target.pid, o))
+            .transpose()?;
         let maps = ProcessMaps::read(plan.target.pid).unwrap_or_default();
         let started_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -165,6 +153,7 @@ impl Recorder {
         Ok(Self {
             plan,
             session,
+            cpu,
             maps,
             started: Instant::now(),
             started_unix_ms,
@@ -180,15 +169,29 @@ impl Recorder {
     }
 
     pub fn attached_links(&self) -> usize {
-        self.session.attached_links()
+        self.session.as_ref().map_or(0, Session::attached_links)
     }
 
-    /// Reads the maps, detaches every probe, and builds the results.
+    /// The CPU profiler's perf events and tracepoint links (0 without one).
+    pub fn cpu_links(&self) -> usize {
+        self.cpu.as_ref().map_or(0, CpuProfiler::attached_links)
+    }
+
+    /// Detaches every probe, reads the maps, and builds the results.
     pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
         let duration_s = self.started.elapsed().as_secs_f64();
-        let snapshot = collect::read(self.session.ebpf());
-        self.session.detach();
+        // Detach first: maps read while probes still fire would disagree
+        // with each other (per-slot totals vs per-call-site counts).
+        if let Some(session) = self.session.as_mut() {
+            session.detach();
+        }
+        let snapshot = match &self.session {
+            Some(session) => collect::read(session.ebpf()),
+            None => Ok(collect::Snapshot::default()),
+        };
+        let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
         let snapshot = snapshot?;
+        let cpu_raw = cpu_raw?;
         if self.plan.target.is_alive() {
             // Libraries loaded during the run are in the fresher map.
             if let Ok(m) = ProcessMaps::read(self.plan.target.pid) {
@@ -197,12 +200,18 @@ impl Recorder {
         }
 
         let plan = &self.plan;
-        let slots = &self.session.slots;
+        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         let mut symbolizer = StackSymbolizer::new(self.maps.clone());
+        let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
         let mut results = Vec::new();
         let mut folded = Vec::new();
         for (idx, planned) in plan.probes.iter().enumerate() {
-            let outcome = &self.session.outcomes[idx];
+            // No session when nothing resolved (CPU-only recording).
+            let no_failures = AttachOutcome::default();
+            let outcome = self
+                .session
+                .as_ref()
+                .map_or(&no_failures, |s| &s.outcomes[idx]);
             let spec = &planned.spec;
             let my_slots: Vec<(u64, &crate::attach::Slot)> = slots
                 .iter()
@@ -265,6 +274,7 @@ impl Recorder {
                     &my_slots,
                     &snapshot.stacks,
                     &mut symbolizer,
+                    &mut namer,
                 );
                 folded.extend(files);
                 stats
@@ -307,11 +317,16 @@ impl Recorder {
                 } else {
                     Vec::new()
                 },
+                callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer),
                 stacks,
             });
         }
 
         let t = &plan.target;
+        let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
+        if let Some(c) = &cpu {
+            folded.extend(c.files()?);
+        }
         let summary = Summary {
             tool: "innoprof",
             tool_version: env!("CARGO_PKG_VERSION"),
@@ -325,6 +340,11 @@ impl Recorder {
                 position_independent: plan.image.position_independent,
                 has_symtab: plan.image.has_symtab,
                 has_debug_info: plan.image.has_debug_info,
+                debug_file: plan
+                    .image
+                    .debug_file
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
             },
             catalog: plan.catalog_file.clone(),
             started_unix_ms: self.started_unix_ms,
@@ -333,9 +353,43 @@ impl Recorder {
             complete: end_reason == EndReason::Duration,
             probes: results,
             drops: snapshot.drops,
+            cpu: cpu.map(|c| c.summary),
         };
         Ok(Recording { summary, folded })
     }
+}
+
+/// Call sites of one probe, merged across its symbols, most wait first.
+fn callsite_results(
+    slots: &[(u64, &crate::attach::Slot)],
+    sites: &[(u64, Callsite, SiteVal)],
+    namer: &mut CallsiteNamer,
+) -> Vec<CallsiteResult> {
+    let mut by_label: HashMap<String, CallsiteResult> = HashMap::new();
+    for (_, site, val) in sites
+        .iter()
+        .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
+    {
+        let label = namer.label(*site);
+        let entry = by_label
+            .entry(label.clone())
+            .or_insert_with(|| CallsiteResult {
+                site: label,
+                file: namer.file(site.file),
+                line: site.line,
+                calls: 0,
+                wait_ns_total: 0,
+                wait_ns_max: 0,
+            });
+        entry.calls += val.calls;
+        entry.wait_ns_total += val.wait_ns_total;
+        entry.wait_ns_max = entry.wait_ns_max.max(val.wait_ns_max);
+    }
+    let mut out: Vec<CallsiteResult> = by_label.into_values().collect();
+    out.sort_by(|a, b| {
+        (b.wait_ns_total, b.calls, &a.site).cmp(&(a.wait_ns_total, a.calls, &b.site))
+    });
+    out
 }
 
 /// Folded stacks of one probe, weighted by wait time and by count.
@@ -345,6 +399,7 @@ fn fold_stacks(
     slots: &[(u64, &crate::attach::Slot)],
     samples: &[crate::collect::StackSample],
     symbolizer: &mut StackSymbolizer,
+    namer: &mut CallsiteNamer,
 ) -> (StackStats, Vec<(String, String)>) {
     let names: HashMap<u64, &str> = slots
         .iter()
@@ -365,6 +420,9 @@ fn fold_stacks(
         };
         if measure == Measure::Latency {
             frames.push(names[&sample.slot].to_string());
+        }
+        if sample.site.file != 0 {
+            frames.push(format!("[{}]", namer.label(sample.site)));
         }
         by_count.add(&frames, sample.count);
         by_wait.add(&frames, sample.wait_ns);

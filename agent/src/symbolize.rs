@@ -1,5 +1,7 @@
-//! User stack addresses to names: blazesym over the ELF files the target
-//! had mapped (DWARF where present, for inline frames), demangled.
+//! Stack addresses to names: user frames with blazesym over the ELF files
+//! the target had mapped (DWARF where present, for inline frames),
+//! demangled; kernel frames with blazesym's kernel source (kallsyms, or a
+//! vmlinux when one is installed).
 //!
 //! The memory map is snapshotted while the target runs, and symbolisation
 //! goes by (file, file offset), so stacks still resolve after the target
@@ -9,10 +11,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use blazesym::symbolize::source::{Elf, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Region {
     start: u64,
     end: u64,
@@ -21,7 +23,7 @@ struct Region {
 }
 
 /// File-backed executable mappings of a process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessMaps {
     pid: u32,
     regions: Vec<Region>,
@@ -43,9 +45,16 @@ impl ProcessMaps {
             .map(|r| (r, ip - r.start + r.file_offset))
     }
 
+    /// Executable file mappings: (start, end, file offset, path).
+    pub fn executable_regions(&self) -> impl Iterator<Item = (u64, u64, u64, &str)> {
+        self.regions
+            .iter()
+            .map(|r| (r.start, r.end, r.file_offset, r.path.as_str()))
+    }
+
     /// Where to open a mapped file: through the target's root while it
     /// lives (containers), else the path as named.
-    fn open_path(&self, path: &str) -> PathBuf {
+    pub fn open_path(&self, path: &str) -> PathBuf {
         let rooted = PathBuf::from(format!("/proc/{}/root{path}", self.pid));
         if rooted.exists() {
             rooted
@@ -75,11 +84,108 @@ fn parse_maps_line(line: &str) -> Option<Region> {
     })
 }
 
+/// Module name of kernel frames, as perf reports it.
+pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// A function symbol of a mapped file.
+    User,
+    /// A function inlined into the frame below it (from DWARF).
+    Inlined,
+    Kernel,
+    /// No name: `module+0xoffset` or `[unknown]`.
+    Unknown,
+}
+
+/// One named frame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Demangled function name, or `module+0xoffset` / `[unknown]`.
+    pub name: String,
+    /// File name of the mapping (`mysqld`, `libc.so.6`), or
+    /// [`KERNEL_MODULE`]; empty outside any mapping.
+    pub module: String,
+    pub kind: FrameKind,
+}
+
+impl Frame {
+    /// The frame as written in folded stacks: inline frames marked
+    /// ` [inlined]`, kernel frames suffixed `_[k]` (the flamegraph.pl
+    /// convention, which flame graph palettes colour as kernel).
+    pub fn folded_name(&self) -> String {
+        match self.kind {
+            FrameKind::Inlined => format!("{} [inlined]", self.name),
+            FrameKind::Kernel => format!("{}_[k]", self.name),
+            FrameKind::User | FrameKind::Unknown => self.name.clone(),
+        }
+    }
+
+    fn unknown(name: String, module: String) -> Self {
+        Self {
+            name,
+            module,
+            kind: FrameKind::Unknown,
+        }
+    }
+}
+
+/// Where kernel functions live: core text, init text and module cores.
+/// kallsyms has no symbol sizes, so a lookup outside these ranges (a BPF
+/// program, a module unloaded since) would return whatever symbol precedes
+/// the address; such addresses stay unnamed instead.
+#[derive(Debug, Clone, Default)]
+struct KernelText {
+    ranges: Vec<(u64, u64)>,
+}
+
+impl KernelText {
+    fn read() -> Self {
+        let mut marks: HashMap<&str, u64> = HashMap::new();
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        for line in kallsyms.lines() {
+            let mut it = line.split_whitespace();
+            let (Some(addr), Some(_type), Some(name)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            if matches!(name, "_stext" | "_etext" | "_sinittext" | "_einittext") {
+                if let Ok(a) = u64::from_str_radix(addr, 16) {
+                    marks.insert(name, a);
+                }
+            }
+        }
+        let mut ranges = Vec::new();
+        for (start, end) in [("_stext", "_etext"), ("_sinittext", "_einittext")] {
+            if let (Some(&s), Some(&e)) = (marks.get(start), marks.get(end)) {
+                ranges.push((s, e));
+            }
+        }
+        // `name size refs deps state address`
+        let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+        for line in modules.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let (Some(size), Some(addr)) = (f.get(1), f.get(5)) {
+                let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap_or(0);
+                if let (true, Ok(size)) = (addr != 0, size.parse::<u64>()) {
+                    ranges.push((addr, addr + size));
+                }
+            }
+        }
+        Self { ranges }
+    }
+
+    fn contains(&self, ip: u64) -> bool {
+        self.ranges.iter().any(|&(s, e)| ip >= s && ip < e)
+    }
+}
+
 pub struct StackSymbolizer {
     maps: ProcessMaps,
     symbolizer: Symbolizer,
     /// Address (already adjusted) → frames at that address, outermost first.
-    cache: HashMap<u64, Vec<String>>,
+    cache: HashMap<u64, Vec<Frame>>,
+    kernel_cache: HashMap<u64, Vec<Frame>>,
+    kernel_text: Option<KernelText>,
 }
 
 impl StackSymbolizer {
@@ -87,32 +193,40 @@ impl StackSymbolizer {
         let symbolizer = Symbolizer::builder()
             .enable_inlined_fns(true)
             .enable_demangling(true)
-            .enable_code_info(false)
+            .enable_code_info(true)
             .build();
         Self {
             maps,
             symbolizer,
             cache: HashMap::new(),
+            kernel_cache: HashMap::new(),
+            kernel_text: None,
         }
     }
 
-    /// Names a stack (innermost first, as BPF gives it) as frames root→leaf.
+    /// Replaces the memory map (a library was loaded or unloaded). Parsed
+    /// files stay cached in blazesym; only address lookups are redone.
+    pub fn set_maps(&mut self, maps: ProcessMaps) {
+        self.maps = maps;
+        self.cache.clear();
+    }
+
+    /// Names a user stack (innermost first, as BPF gives it) as frame
+    /// names root→leaf, in folded form.
     /// `exact_first`: the first address is the probed instruction itself;
     /// every other address is a return address, looked up at `ip - 1` so it
     /// lands inside the call instruction (and its inline context).
     pub fn frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<String> {
-        let adjusted: Vec<u64> = ips
+        self.user_frames(ips, exact_first)
             .iter()
-            .enumerate()
-            .map(|(i, &ip)| {
-                if i == 0 && exact_first {
-                    ip
-                } else {
-                    ip.saturating_sub(1)
-                }
-            })
-            .collect();
-        self.resolve(&adjusted);
+            .map(Frame::folded_name)
+            .collect()
+    }
+
+    /// Like [`Self::frames`], with module and kind of every frame.
+    pub fn user_frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<Frame> {
+        let adjusted = adjust(ips, exact_first);
+        self.resolve_user(&adjusted);
         adjusted
             .iter()
             .rev()
@@ -120,8 +234,19 @@ impl StackSymbolizer {
             .collect()
     }
 
+    /// Names a kernel stack (innermost first), root→leaf.
+    pub fn kernel_frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<Frame> {
+        let adjusted = adjust(ips, exact_first);
+        self.resolve_kernel(&adjusted);
+        adjusted
+            .iter()
+            .rev()
+            .flat_map(|ip| self.kernel_cache[ip].clone())
+            .collect()
+    }
+
     /// Batch-resolves addresses not yet cached, one blazesym call per file.
-    fn resolve(&mut self, ips: &[u64]) {
+    fn resolve_user(&mut self, ips: &[u64]) {
         let mut by_file: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
         for &ip in ips {
             if self.cache.contains_key(&ip) {
@@ -133,7 +258,8 @@ impl StackSymbolizer {
                     .or_default()
                     .push((ip, off)),
                 None => {
-                    self.cache.insert(ip, vec!["[unknown]".into()]);
+                    self.cache
+                        .insert(ip, vec![Frame::unknown("[unknown]".into(), String::new())]);
                 }
             }
         }
@@ -147,21 +273,87 @@ impl StackSymbolizer {
                 .unwrap_or_default();
             for (i, (ip, off)) in pairs.iter().enumerate() {
                 let frames = match results.get(i) {
-                    Some(Symbolized::Sym(sym)) => {
-                        let mut f = vec![sym.name.to_string()];
-                        f.extend(
-                            sym.inlined
-                                .iter()
-                                .map(|inl| format!("{} [inlined]", inl.name)),
-                        );
-                        f
+                    Some(Symbolized::Sym(sym)) if within(sym) => {
+                        named(sym, &module, FrameKind::User)
                     }
-                    _ => vec![format!("{module}+{off:#x}")],
+                    _ => vec![Frame::unknown(format!("{module}+{off:#x}"), module.clone())],
                 };
                 self.cache.insert(*ip, frames);
             }
         }
     }
+
+    fn resolve_kernel(&mut self, ips: &[u64]) {
+        let mut todo: Vec<u64> = ips
+            .iter()
+            .copied()
+            .filter(|ip| !self.kernel_cache.contains_key(ip))
+            .collect();
+        todo.sort_unstable();
+        todo.dedup();
+        if todo.is_empty() {
+            return;
+        }
+        let src = Source::Kernel(Kernel::default());
+        let results = self
+            .symbolizer
+            .symbolize(&src, Input::AbsAddr(&todo))
+            .unwrap_or_default();
+        let text = self.kernel_text.get_or_insert_with(KernelText::read);
+        for (i, ip) in todo.iter().enumerate() {
+            let frames = match results.get(i) {
+                Some(Symbolized::Sym(sym)) if within(sym) && text.contains(*ip) => {
+                    named(sym, KERNEL_MODULE, FrameKind::Kernel)
+                }
+                // Kernel addresses are absolute: the address is the identity.
+                _ => vec![Frame {
+                    name: format!("{ip:#x}"),
+                    module: KERNEL_MODULE.into(),
+                    kind: FrameKind::Kernel,
+                }],
+            };
+            self.kernel_cache.insert(*ip, frames);
+        }
+    }
+}
+
+/// Return addresses are looked up at `ip - 1`, inside the call.
+fn adjust(ips: &[u64], exact_first: bool) -> Vec<u64> {
+    ips.iter()
+        .enumerate()
+        .map(|(i, &ip)| {
+            if i == 0 && exact_first {
+                ip
+            } else {
+                ip.saturating_sub(1)
+            }
+        })
+        .collect()
+}
+
+/// A symbol whose known size ends before the address is a neighbour, not
+/// the function that holds it: better unnamed than wrongly named.
+fn within(sym: &Sym<'_>) -> bool {
+    sym.size.is_none_or(|size| size == 0 || sym.offset < size)
+}
+
+/// The function, then the functions inlined into it at this address.
+fn named(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
+    let mut f = vec![Frame {
+        name: sym.name.to_string(),
+        module: module.to_string(),
+        kind,
+    }];
+    f.extend(sym.inlined.iter().map(|inl| Frame {
+        name: inl.name.to_string(),
+        module: module.to_string(),
+        kind: if kind == FrameKind::Kernel {
+            FrameKind::Kernel
+        } else {
+            FrameKind::Inlined
+        },
+    }));
+    f
 }
 
 #[cfg(test)]

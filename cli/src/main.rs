@@ -1,5 +1,11 @@
 //! `innoprof`: argument parsing and wiring only; the work is in the library.
 
+mod cpu_args;
+mod diff;
+mod probe_args;
+mod probes;
+mod top;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -13,7 +19,7 @@ use innoprof::report::{self, table};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit status when the target exited during the recording (partial output written).
-const EXIT_TARGET_EXITED: u8 = 3;
+pub(crate) const EXIT_TARGET_EXITED: u8 = 3;
 
 #[derive(Parser)]
 #[command(
@@ -30,6 +36,12 @@ struct Cli {
 enum Command {
     /// Attach to a running server, record for a while, write a summary and folded stacks.
     Record(RecordArgs),
+    /// What each catalog probe resolves to in a server (by PID) or a binary: symbols, addresses, cost, or why not.
+    Probes(probes::ProbesArgs),
+    /// Live table of the server's hottest functions (on-CPU samples), refreshed every few seconds.
+    Top(top::TopArgs),
+    /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
+    Diff(diff::DiffArgs),
 }
 
 #[derive(Args)]
@@ -43,21 +55,19 @@ struct RecordArgs {
     /// Output directory (created if missing).
     #[arg(long)]
     out: PathBuf,
-    /// Catalog probes: `default` (contended/rare paths), `all` (adds hot paths), or NAME,… (globs allowed).
-    #[arg(long)]
-    probes: Option<String>,
-    /// Ad-hoc probe on functions matching a demangled pattern (repeatable), e.g. 'fil_flush' or 'PolicyMutex<*>::enter'.
-    #[arg(long = "probe", value_name = "PATTERN")]
-    ad_hoc: Vec<String>,
-    /// Use this catalog file instead of the built-in one.
-    #[arg(long)]
-    catalog: Option<PathBuf>,
+    #[command(flatten)]
+    probe: probe_args::ProbeArgs,
     /// Profile a process that is not mysqld/mariadbd.
     #[arg(long)]
     force: bool,
     /// Do not capture stacks (cheaper; counts and latency only).
     #[arg(long)]
     no_stacks: bool,
+    /// Do not profile CPU (on-CPU sampling is on by default; `--probes none` records CPU only).
+    #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min"])]
+    no_cpu: bool,
+    #[command(flatten)]
+    cpu: cpu_args::CpuArgs,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +79,9 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Record(args) => record(args).await,
+            Command::Top(args) => top::run(args).await,
+            Command::Probes(args) => probes::run(args),
+            Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
         }
     });
     match result {
@@ -84,10 +97,10 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let opts = RecordOptions {
         pid: args.pid,
         force: args.force,
-        selection: args.probes.clone(),
-        ad_hoc: args.ad_hoc.clone(),
-        catalog: args.catalog.clone(),
+        probes: args.probe.request(),
+        debuginfo: args.probe.debug_search(),
         capture_stacks: !args.no_stacks,
+        cpu: (!args.no_cpu).then(|| args.cpu.options()),
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -101,18 +114,29 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         .iter()
         .filter(|p| p.resolution.symbols.is_empty())
     {
-        let why = p
-            .resolution
-            .unresolved
-            .as_ref()
-            .map(|u| u.to_string())
-            .unwrap_or_default();
-        eprintln!("innoprof: probe {} not attached: {why}", p.spec.name);
+        eprintln!(
+            "innoprof: probe {} not attached: {}",
+            p.spec.name,
+            p.resolution.why_unresolved()
+        );
     }
     let recorder = Recorder::start(plan, !args.no_stacks)?;
     let target = recorder.target().clone();
+    let cpu = match recorder.plan().cpu.as_ref() {
+        Some(c) if c.offcpu => format!(
+            ", CPU sampling at {} Hz ({} perf events) and off-CPU time",
+            c.frequency_hz,
+            recorder.cpu_links() - 1
+        ),
+        Some(c) => format!(
+            ", CPU sampling at {} Hz ({} perf events)",
+            c.frequency_hz,
+            recorder.cpu_links()
+        ),
+        None => String::new(),
+    };
     eprintln!(
-        "innoprof: attached {} uprobes to {} (pid {}, {}); recording for {}",
+        "innoprof: attached {} uprobes{cpu} to {} (pid {}, {}); recording for {}",
         recorder.attached_links(),
         target.exe.display(),
         target.pid,

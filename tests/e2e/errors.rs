@@ -206,12 +206,26 @@ fn unprivileged_user_is_told_which_capabilities_are_missing() {
 fn stripped_binary_names_the_missing_symbols() {
     let dir = tempfile::tempdir().unwrap();
     let stripped = dir.path().join("fixture-stripped");
-    let ok = Command::new("strip").args(["--strip-all", "-o"]).arg(&stripped).arg(fixture_binary(false)).status().unwrap();
+    let ok = Command::new("strip")
+        .args(["--strip-all", "-o"])
+        .arg(&stripped)
+        .arg(fixture_binary(false))
+        .status()
+        .unwrap();
     assert!(ok.success());
     let fx = Fixture::spawn(&stripped, [0, 0, 0, 0, 0]);
     let out = dir.path().join("o");
     fails_with(
-        &["record", "--pid", &fx.pid.to_string(), "--force", "--probe", "fixture_counted", "--out", out.to_str().unwrap()],
+        &[
+            "record",
+            "--pid",
+            &fx.pid.to_string(),
+            "--force",
+            "--probe",
+            "fixture_counted",
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &["fixture_counted", "stripped (no .symtab)", "debug symbols"],
     );
     assert!(!out.exists(), "nothing written for a refused run");

@@ -215,3 +215,127 @@ fn target_exit_is_reported_with_partial_results() {
         .file("fixture_counted.count.folded")
         .contains(";main;caller_a;fixture_counted 42"));
 }
+
+/// A function that exists only inlined is counted at each inline site found
+/// in DWARF, exactly, with the caller in its stacks.
+#[test]
+fn inline_sites_count_exactly() {
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("fixture.toml");
+    std::fs::write(
+        &catalog,
+        "[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n\
+         [[probe]]\nname = 'fixture.inlined'\nsymbols = ['fixture_inlined_step']\n\
+         measure = 'count'\ncost = 'rare'\ninline = true\n",
+    )
+    .unwrap();
+    let bin = fixture_binary(true);
+    let mut fx = Fixture::spawn(&bin, [A, B, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "fixture.inlined",
+    ]);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, _, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    let s = rec.summary();
+    let p = probe(&s, "fixture.inlined");
+    let symbols = p["symbols"].as_array().unwrap();
+    assert_eq!(symbols.len(), 2, "one inline site per caller: {symbols:?}");
+    assert!(symbols.iter().all(|s| s["table"] == "dwarf_inline"));
+    assert_eq!(p["calls"].as_u64(), Some(A + B));
+    let per_site: Vec<u64> = symbols
+        .iter()
+        .map(|s| s["calls"].as_u64().unwrap())
+        .collect();
+    assert!(
+        per_site.contains(&A) && per_site.contains(&B),
+        "{per_site:?}"
+    );
+    let folded = rec.file("fixture.inlined.count.folded");
+    assert!(
+        folded.contains(&format!(
+            ";main;caller_a;fixture_inlined_step [inlined] {A}"
+        )),
+        "{folded}"
+    );
+}
+
+/// Call-site attribution: the caller's `(__FILE__, __LINE__)` arguments are
+/// read in BPF and the summary, table and stacks name `fixture.cc:LINE`.
+#[test]
+fn callsite_arguments_name_the_caller_line() {
+    let _k = kernel_lock();
+    let source = std::fs::read_to_string(repo_root().join("tests/fixture/fixture.cc")).unwrap();
+    let line = source
+        .lines()
+        .position(|l| l.contains("g_mutex.enter(1, 2, __FILE__, __LINE__)"))
+        .unwrap()
+        + 1;
+    let site = format!("fixture.cc:{line}");
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("fixture.toml");
+    // enter(this, n_spins, n_delay, file, line): file is argument 4, line 5.
+    std::fs::write(
+        &catalog,
+        "[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n\
+         [[probe]]\nname = 'fixture.mutex.enter'\nsymbols = ['PolicyMutex<*>::enter']\n\
+         measure = 'latency'\ncost = 'rare'\ncallsite = { file_arg = 4, line_arg = 5 }\n",
+    )
+    .unwrap();
+    let bin = fixture_binary(false);
+    let mut fx = Fixture::spawn(&bin, [0, 0, 0, 0, ENTERS]);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "fixture.mutex.enter",
+    ]);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, stdout, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    let s = rec.summary();
+    let sites = probe(&s, "fixture.mutex.enter")["callsites"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(sites.len(), 1, "{sites:?}");
+    assert_eq!(sites[0]["site"], site.as_str());
+    assert_eq!(sites[0]["line"].as_u64(), Some(line as u64));
+    assert!(sites[0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("tests/fixture/fixture.cc"));
+    assert_eq!(sites[0]["calls"].as_u64(), Some(ENTERS));
+    assert!(sites[0]["wait_ns_total"].as_u64().unwrap() > 0);
+    assert!(
+        stdout.contains("top call sites") && stdout.contains(&site),
+        "{stdout}"
+    );
+    let folded = rec.file("fixture.mutex.enter.count.folded");
+    assert!(
+        folded.contains(&format!(
+            ";main;PolicyMutex<TTASEventMutex<GenericPolicy> >::enter;[{site}] {ENTERS}"
+        )),
+        "{folded}"
+    );
+}

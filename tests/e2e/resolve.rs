@@ -34,13 +34,29 @@ fn clones_are_attached_fragments_skipped_aliases_merged() {
 
     let r = resolve(&image, "target_fn");
     let names: Vec<&str> = r.symbols.iter().map(|s| s.raw.as_str()).collect();
-    assert_eq!(names, ["target_fn", "target_fn.constprop.0", "target_fn.isra.0"]);
+    assert_eq!(
+        names,
+        ["target_fn", "target_fn.constprop.0", "target_fn.isra.0"]
+    );
     assert_eq!(r.symbols[1].clone.as_deref(), Some("constprop.0"));
-    assert!(r.symbols.iter().all(|s| s.entry == EntryInsn::Push && s.file_offset == s.address));
-    let skipped: Vec<(&str, SkipReason)> = r.skipped.iter().map(|s| (s.name.as_str(), s.reason)).collect();
+    assert!(r
+        .symbols
+        .iter()
+        .all(|s| s.entry == EntryInsn::Push && s.file_offset == s.address));
+    let skipped: Vec<(&str, SkipReason)> = r
+        .skipped
+        .iter()
+        .map(|s| (s.name.as_str(), s.reason))
+        .collect();
     assert_eq!(
         skipped,
-        [("target_fn [clone .part.0]", SkipReason::PartialInlineFragment), ("target_fn [clone .cold]", SkipReason::ColdBlock)]
+        [
+            (
+                "target_fn [clone .part.0]",
+                SkipReason::PartialInlineFragment
+            ),
+            ("target_fn [clone .cold]", SkipReason::ColdBlock)
+        ]
     );
     assert_eq!(r.unresolved, None);
 
@@ -49,8 +65,14 @@ fn clones_are_attached_fragments_skipped_aliases_merged() {
     assert_eq!(ctor.skipped.len(), 1);
     assert_eq!(ctor.skipped[0].reason, SkipReason::Alias);
 
-    assert_eq!(resolve(&image, "only_part_fn").unresolved, Some(Unresolved::OnlyFragments));
-    assert_eq!(resolve(&image, "no_such_fn").unresolved, Some(Unresolved::NoSuchSymbol));
+    assert_eq!(
+        resolve(&image, "only_part_fn").unresolved,
+        Some(Unresolved::OnlyFragments)
+    );
+    assert_eq!(
+        resolve(&image, "no_such_fn").unresolved,
+        Some(Unresolved::NoSuchSymbol)
+    );
 }
 
 #[test]
@@ -58,7 +80,13 @@ fn stripped_copy_keeps_only_exported_symbols_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let bin = build_clones(dir.path());
     let stripped = dir.path().join("clones.stripped");
-    assert!(Command::new("strip").args(["--strip-all", "-o"]).arg(&stripped).arg(&bin).status().unwrap().success());
+    assert!(Command::new("strip")
+        .args(["--strip-all", "-o"])
+        .arg(&stripped)
+        .arg(&bin)
+        .status()
+        .unwrap()
+        .success());
     let full = ElfImage::open(&bin).unwrap();
     let image = ElfImage::open(&stripped).unwrap();
     assert!(full.has_symtab && !image.has_symtab);
@@ -67,22 +95,45 @@ fn stripped_copy_keeps_only_exported_symbols_and_says_why() {
     // -rdynamic exported it: found in .dynsym at the same offset.
     let r = resolve(&image, "target_fn");
     assert_eq!(r.symbols[0].table, SymbolTable::Dynsym);
-    assert_eq!(r.symbols[0].file_offset, resolve(&full, "target_fn").symbols[0].file_offset);
-    assert_eq!(resolve(&image, "no_such_fn").unresolved, Some(Unresolved::StrippedBinary));
+    assert_eq!(
+        r.symbols[0].file_offset,
+        resolve(&full, "target_fn").symbols[0].file_offset
+    );
+    assert_eq!(
+        resolve(&image, "no_such_fn").unresolved,
+        Some(Unresolved::StrippedBinary)
+    );
 }
 
 fn server_binary(name: &str) -> PathBuf {
-    let out = Command::new(repo_root().join("scripts/servers.sh")).args(["fetch", name]).output().unwrap();
-    assert!(out.status.success(), "fetching {name}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(repo_root().join("scripts/servers.sh"))
+        .args(["fetch", name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fetching {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 /// Every probe of the catalog entry for a real server resolves in it.
-fn catalog_resolves_fully(name: &str, family: Family, version: &str, catalog_file: &str, pie: bool, symtab: bool) {
+fn catalog_resolves_fully(
+    name: &str,
+    family: Family,
+    version: &str,
+    catalog_file: &str,
+    pie: bool,
+    symtab: bool,
+) {
     let image = ElfImage::open(&server_binary(name)).unwrap();
     let server = ServerInfo::detect(&image);
     assert_eq!(server.family, family, "{name}");
-    assert_eq!(server.version.map(|v| v.to_string()).as_deref(), Some(version));
+    assert_eq!(
+        server.version.map(|v| v.to_string()).as_deref(),
+        Some(version)
+    );
     assert_eq!(image.position_independent, pie, "{name} PIE");
     assert_eq!(image.has_symtab, symtab, "{name} .symtab");
     let catalog = Catalog::builtin();
@@ -90,31 +141,330 @@ fn catalog_resolves_fully(name: &str, family: Family, version: &str, catalog_fil
     assert_eq!(file.file, catalog_file);
     let mut resolver = Resolver::new(&image);
     for probe in file.select("all").unwrap() {
-        let r = resolver.resolve(&probe.symbols);
-        assert!(!r.symbols.is_empty(), "{name}: {} unresolved: {:?}", probe.name, r.unresolved);
+        let r = if probe.inline {
+            resolver.resolve_with_inline(&probe.symbols)
+        } else {
+            resolver.resolve(&probe.symbols)
+        };
+        if probe.inline && r.symbols.is_empty() && !image.has_debug_info {
+            // Inline-only functions need DWARF; the report must say so.
+            assert_eq!(
+                r.unresolved,
+                Some(Unresolved::InlineNeedsDebugInfo),
+                "{name}: {}",
+                probe.name
+            );
+            continue;
+        }
+        assert!(
+            !r.symbols.is_empty(),
+            "{name}: {} unresolved: {:?}",
+            probe.name,
+            r.unresolved
+        );
         for s in &r.symbols {
             assert!(image.file_offset(s.address) == Some(s.file_offset));
-            assert_eq!(s.table, if symtab { SymbolTable::Symtab } else { SymbolTable::Dynsym }, "{}", s.name);
+            let table = if s.table == SymbolTable::DwarfInline {
+                SymbolTable::DwarfInline
+            } else if symtab {
+                SymbolTable::Symtab
+            } else {
+                SymbolTable::Dynsym
+            };
+            assert_eq!(s.table, table, "{}", s.name);
+        }
+        if probe.callsite.is_some() {
+            assert!(
+                r.symbols.iter().any(|s| s.clone.is_none()),
+                "{name}: {}: call-site args need a non-clone copy",
+                probe.name
+            );
         }
     }
 }
 
 #[test]
 fn mysql_5_6_24_catalog() {
-    catalog_resolves_fully("mysql-5.6.24", Family::Mysql, "5.6.24", "probes/mysql-5.6.toml", false, true);
+    catalog_resolves_fully(
+        "mysql-5.6.24",
+        Family::Mysql,
+        "5.6.24",
+        "probes/mysql-5.6.toml",
+        false,
+        true,
+    );
 }
 
 #[test]
 fn mysql_8_0_15_catalog_from_dynsym_only() {
-    catalog_resolves_fully("mysql-8.0.15", Family::Mysql, "8.0.15", "probes/mysql-8.0.toml", false, false);
+    catalog_resolves_fully(
+        "mysql-8.0.15",
+        Family::Mysql,
+        "8.0.15",
+        "probes/mysql-8.0.toml",
+        false,
+        false,
+    );
 }
 
 #[test]
 fn mariadb_10_2_11_catalog() {
-    catalog_resolves_fully("mariadb-10.2.11", Family::Mariadb, "10.2.11", "probes/mariadb-10.2.toml", false, true);
+    catalog_resolves_fully(
+        "mariadb-10.2.11",
+        Family::Mariadb,
+        "10.2.11",
+        "probes/mariadb-10.2.toml",
+        false,
+        true,
+    );
 }
 
 #[test]
 fn mariadb_11_4_5_catalog_pie() {
-    catalog_resolves_fully("mariadb-11.4.5", Family::Mariadb, "11.4.5", "probes/mariadb-10.6.toml", true, true);
+    catalog_resolves_fully(
+        "mariadb-11.4.5",
+        Family::Mariadb,
+        "11.4.5",
+        "probes/mariadb-10.6.toml",
+        true,
+        true,
+    );
+}
+
+/// Inline instances of `function` as llvm-dwarfdump (an independent DWARF
+/// reader) sees them.
+fn dwarfdump_inline_count(binary: &Path, function: &str) -> usize {
+    let out = Command::new("llvm-dwarfdump")
+        .arg("--debug-info")
+        .arg(binary)
+        .output()
+        .expect("llvm-dwarfdump (apt llvm)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needle = format!("\"{function}\")");
+    let mut count = 0;
+    let mut in_inlined = false;
+    for line in text.lines() {
+        if line.contains("DW_TAG_") {
+            in_inlined = line.contains("DW_TAG_inlined_subroutine");
+        } else if in_inlined && line.contains("DW_AT_abstract_origin") && line.contains(&needle) {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// `dict_sys_get_new_row_id` (row-id allocation for tables without a
+/// primary key) exists only inlined in these builds: every inline site is
+/// found, as many as DWARF has.
+fn row_id_inline_sites(name: &str) {
+    let bin = server_binary(name);
+    let image = ElfImage::open(&bin).unwrap();
+    let plain = Resolver::new(&image).resolve(&["dict_sys_get_new_row_id".to_string()]);
+    assert!(
+        plain.symbols.is_empty(),
+        "{name}: expected no out-of-line copy"
+    );
+    let r = Resolver::new(&image).resolve_with_inline(&["dict_sys_get_new_row_id".to_string()]);
+    let expected = dwarfdump_inline_count(&bin, "dict_sys_get_new_row_id");
+    assert!(expected >= 1, "{name}: DWARF has no inline instance");
+    assert_eq!(r.inline_sites, expected, "{name}: {:?}", r.symbols);
+    assert_eq!(r.symbols.len(), expected);
+    for s in &r.symbols {
+        assert_eq!(s.table, SymbolTable::DwarfInline);
+        assert!(
+            s.name.starts_with("dict_sys_get_new_row_id [inlined into "),
+            "{}",
+            s.name
+        );
+        assert_eq!(image.file_offset(s.address), Some(s.file_offset));
+    }
+}
+
+#[test]
+fn mysql_5_6_24_row_id_inline_sites() {
+    row_id_inline_sites("mysql-5.6.24");
+}
+
+#[test]
+fn mariadb_10_2_11_row_id_inline_sites() {
+    row_id_inline_sites("mariadb-10.2.11");
+}
+
+fn run(cmd: &str, args: &[&std::ffi::OsStr]) {
+    let ok = Command::new(cmd).args(args).status().unwrap().success();
+    assert!(ok, "{cmd} {args:?}");
+}
+
+/// (name, address, file offset, table) of each resolved symbol, per probe.
+fn resolution_fingerprint(
+    image: &ElfImage,
+    probes: &[(Vec<String>, bool)],
+) -> Vec<Vec<(String, u64, u64, SymbolTable)>> {
+    let mut resolver = Resolver::new(image);
+    probes
+        .iter()
+        .map(|(patterns, inline)| {
+            let r = if *inline {
+                resolver.resolve_with_inline(patterns)
+            } else {
+                resolver.resolve(patterns)
+            };
+            r.symbols
+                .into_iter()
+                .map(|s| (s.name, s.address, s.file_offset, s.table))
+                .collect()
+        })
+        .collect()
+}
+
+/// Splits `original` into a stripped binary and a debug file with objcopy,
+/// then checks that each way of finding the debug file gives exactly the
+/// original's resolution.
+fn stripped_plus_debug_file_resolves_like_original(
+    original: &Path,
+    probes: &[(Vec<String>, bool)],
+) {
+    use innoprof::resolve::debuginfo::{attach_debug_info, DebugSearch, FoundBy};
+    let dir = tempfile::tempdir().unwrap();
+    let debug = dir.path().join("server.debug");
+    let stripped = dir.path().join("server");
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            original.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    run(
+        "strip",
+        &[
+            "--strip-all".as_ref(),
+            "-o".as_ref(),
+            stripped.as_os_str(),
+            original.as_os_str(),
+        ],
+    );
+
+    let want = resolution_fingerprint(&ElfImage::open(original).unwrap(), probes);
+    assert!(
+        want.iter().all(|p| !p.is_empty()),
+        "every probe resolves in the original: {want:?}"
+    );
+    let bare = ElfImage::open(&stripped).unwrap();
+    assert!(!bare.has_symtab && !bare.has_debug_info);
+    assert_ne!(
+        resolution_fingerprint(&bare, probes),
+        want,
+        "stripping must lose something"
+    );
+
+    // Explicit --debuginfo.
+    let mut image = ElfImage::open(&stripped).unwrap();
+    let search = DebugSearch {
+        explicit: Some(debug.clone()),
+        dirs: vec![],
+    };
+    assert_eq!(
+        attach_debug_info(&mut image, &search).unwrap(),
+        Some(FoundBy::Explicit)
+    );
+    assert_eq!(resolution_fingerprint(&image, probes), want);
+
+    // By build-id under a debug root, when the binary has one.
+    let original_image = ElfImage::open(original).unwrap();
+    if let Some(id) = &original_image.build_id {
+        let root = dir.path().join("debugroot");
+        let slot = root.join(".build-id").join(&id[..2]);
+        std::fs::create_dir_all(&slot).unwrap();
+        std::fs::copy(&debug, slot.join(format!("{}.debug", &id[2..]))).unwrap();
+        let mut image = ElfImage::open(&stripped).unwrap();
+        let search = DebugSearch {
+            explicit: None,
+            dirs: vec![root],
+        };
+        assert_eq!(
+            attach_debug_info(&mut image, &search).unwrap(),
+            Some(FoundBy::BuildId)
+        );
+        assert_eq!(resolution_fingerprint(&image, probes), want);
+    }
+
+    // By .gnu_debuglink next to the binary (CRC-checked without build-id).
+    let linked = dir.path().join("server-linked");
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run(
+        "objcopy",
+        &[link.as_ref(), stripped.as_os_str(), linked.as_os_str()],
+    );
+    let mut image = ElfImage::open(&linked).unwrap();
+    let search = DebugSearch {
+        explicit: None,
+        dirs: vec![],
+    };
+    assert_eq!(
+        attach_debug_info(&mut image, &search).unwrap(),
+        Some(FoundBy::Debuglink)
+    );
+    assert_eq!(resolution_fingerprint(&image, probes), want);
+}
+
+#[test]
+fn stripped_fixture_with_debug_file() {
+    let fixture = innoprof_e2e::fixture_binary(true);
+    let p = |s: &str, inline: bool| (vec![s.to_string()], inline);
+    stripped_plus_debug_file_resolves_like_original(
+        &fixture,
+        &[
+            p("fixture_counted", false),
+            p("PolicyMutex<*>::enter", false),
+            p("fixture_inlined_step", true),
+        ],
+    );
+}
+
+#[test]
+fn stripped_mariadb_10_2_11_with_debug_file() {
+    let bin = server_binary("mariadb-10.2.11");
+    let catalog = Catalog::builtin();
+    let file = catalog
+        .files
+        .iter()
+        .find(|f| f.file == "probes/mariadb-10.2.toml")
+        .unwrap();
+    let mut probes: Vec<(Vec<String>, bool)> = file
+        .probes
+        .iter()
+        .map(|p| (p.symbols.clone(), p.inline))
+        .collect();
+    probes.push((vec!["dict_sys_get_new_row_id".to_string()], true));
+    stripped_plus_debug_file_resolves_like_original(&bin, &probes);
+}
+
+#[test]
+fn debug_file_of_another_binary_is_refused() {
+    use innoprof::resolve::debuginfo::{attach_debug_info, DebugSearch};
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.debug");
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            build_clones(dir.path()).as_os_str(),
+            other.as_os_str(),
+        ],
+    );
+    let mut image = ElfImage::open(&innoprof_e2e::fixture_binary(true)).unwrap();
+    let err = attach_debug_info(
+        &mut image,
+        &DebugSearch {
+            explicit: Some(other),
+            dirs: vec![],
+        },
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("does not belong to this binary"),
+        "{err}"
+    );
 }

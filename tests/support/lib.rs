@@ -34,8 +34,15 @@ pub fn kernel_lock() -> KernelLock {
         .open(std::env::temp_dir().join("innoprof-kernel-tests.lock"))
         .unwrap();
     // SAFETY: flock on a descriptor we own; released when the file closes.
-    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
-    KernelLock { _file: file, _guard: guard }
+    assert_eq!(
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) },
+        0,
+        "flock"
+    );
+    KernelLock {
+        _file: file,
+        _guard: guard,
+    }
 }
 
 /// Path of the `innoprof` binary, built (once per test process) in the same
@@ -150,24 +157,40 @@ pub fn probe<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::
 
 /// The C++ fixture with known behaviour, compiled for this test run.
 pub fn fixture_binary(pie: bool) -> PathBuf {
+    let pie_flag = if pie { "-pie" } else { "-no-pie" };
+    compile_fixture(
+        "fixture.cc",
+        if pie { "fixture-pie" } else { "fixture-nopie" },
+        &["-O0", "-g", "-fno-omit-frame-pointer", pie_flag, "-fPIE"],
+    )
+}
+
+/// The CPU fixture (tests/fixture/spin.cc): spins in a known function,
+/// blocks in another, compiled for this test run.
+pub fn spin_binary() -> PathBuf {
+    compile_fixture("spin.cc", "spin", &["-O1", "-g", "-pthread"])
+}
+
+/// Compiles tests/fixture/SOURCE once per test process. Tests run in
+/// parallel: the lock and the rename keep any of them from seeing a
+/// half-written binary.
+fn compile_fixture(source: &str, name: &str, flags: &[&str]) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("innoprof-fixture-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join(if pie { "fixture-pie" } else { "fixture-nopie" });
+    let bin = dir.join(name);
     if !bin.exists() {
+        let tmp = dir.join(format!("{name}.tmp"));
         let status = Command::new("g++")
-            .args([
-                "-O0",
-                "-g",
-                "-fno-omit-frame-pointer",
-                if pie { "-pie" } else { "-no-pie" },
-                "-fPIE",
-                "-o",
-            ])
-            .arg(&bin)
-            .arg(repo_root().join("tests/fixture/fixture.cc"))
+            .args(flags)
+            .arg("-o")
+            .arg(&tmp)
+            .arg(repo_root().join("tests/fixture").join(source))
             .status()
             .unwrap();
-        assert!(status.success(), "compiling the fixture failed");
+        assert!(status.success(), "compiling {source} failed");
+        std::fs::rename(&tmp, &bin).unwrap();
     }
     bin
 }
@@ -182,8 +205,14 @@ pub struct Fixture {
 impl Fixture {
     /// `fixture COUNT_A COUNT_B SLEEPS SLEEP_MS ENTERS`, stopped at "ready".
     pub fn spawn(binary: &Path, args: [u64; 5]) -> Self {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Self::spawn_with(binary, &args)
+    }
+
+    /// Any fixture that prints "ready PID", then waits for "go".
+    pub fn spawn_with(binary: &Path, args: &[String]) -> Self {
         let mut child = Command::new(binary)
-            .args(args.iter().map(|a| a.to_string()))
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -236,7 +265,16 @@ fn bpftool_json(args: &[&str]) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
-const PROGRAM_NAMES: [&str; 3] = ["lat_enter", "lat_return", "count_hit"];
+const UPROBE_PROGRAMS: [&str; 3] = ["lat_enter", "lat_return", "count_hit"];
+/// The CPU profiler's programs (bpf/cpu.bpf.c).
+const CPU_PROGRAMS: [&str; 2] = ["cpu_sample", "offcpu_switch"];
+const PROGRAM_NAMES: [&str; 5] = [
+    UPROBE_PROGRAMS[0],
+    UPROBE_PROGRAMS[1],
+    UPROBE_PROGRAMS[2],
+    CPU_PROGRAMS[0],
+    CPU_PROGRAMS[1],
+];
 
 /// innoprof's BPF programs currently loaded in the kernel, as "name#id".
 pub fn loaded_innoprof_programs() -> Vec<String> {
@@ -251,15 +289,20 @@ pub fn loaded_innoprof_programs() -> Vec<String> {
         .collect()
 }
 
-/// BPF links (one per attached uprobe) that run an innoprof program.
+/// BPF links (one per attached uprobe) that run an innoprof uprobe program.
 pub fn innoprof_links() -> Vec<String> {
+    links_of(&UPROBE_PROGRAMS)
+}
+
+/// BPF links of the CPU profiler: one perf event per CPU, one tracepoint.
+pub fn cpu_profiler_links() -> Vec<String> {
+    links_of(&CPU_PROGRAMS)
+}
+
+fn links_of(names: &[&str]) -> Vec<String> {
     let ids: Vec<u64> = bpftool_json(&["prog", "show"])
         .iter()
-        .filter(|p| {
-            p["name"]
-                .as_str()
-                .is_some_and(|n| PROGRAM_NAMES.contains(&n))
-        })
+        .filter(|p| p["name"].as_str().is_some_and(|n| names.contains(&n)))
         .filter_map(|p| p["id"].as_u64())
         .collect();
     bpftool_json(&["link", "list"])
@@ -274,7 +317,7 @@ pub fn innoprof_links() -> Vec<String> {
 pub fn leftovers_after_exit() -> (Vec<String>, Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (p, l) = (loaded_innoprof_programs(), innoprof_links());
+        let (p, l) = (loaded_innoprof_programs(), links_of(&PROGRAM_NAMES));
         if (p.is_empty() && l.is_empty()) || Instant::now() > deadline {
             return (p, l);
         }

@@ -1,9 +1,12 @@
 //! Output formats. Each is a function from the recording to bytes; the
 //! bundle writer puts them in the output directory.
 
+pub mod cpu_table;
+pub mod flamegraph;
 pub mod folded;
 pub mod model;
 pub mod table;
+pub mod top_symbols;
 pub mod units;
 
 use std::io::Write;

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::top_symbols::TopSymbols;
 use crate::catalog::{CostClass, Measure};
 use crate::collect::Drops;
 use crate::histogram::Bucket;
@@ -22,6 +23,9 @@ pub struct Summary {
     pub complete: bool,
     pub probes: Vec<ProbeResult>,
     pub drops: Drops,
+    /// CPU profile (on-CPU samples, off-CPU time); absent with `--no-cpu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuSummary>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +40,8 @@ pub struct TargetInfo {
     pub position_independent: bool,
     pub has_symtab: bool,
     pub has_debug_info: bool,
+    /// Separate debug info used for symbols and DWARF, if any.
+    pub debug_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,7 +93,21 @@ pub struct ProbeResult {
     pub wait_ns_p50: Option<u64>,
     pub wait_ns_p99: Option<u64>,
     pub histogram: Vec<Bucket>,
+    /// Per caller `file:line`, for probes whose function takes them.
+    pub callsites: Vec<CallsiteResult>,
     pub stacks: StackStats,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CallsiteResult {
+    /// `btr0cur.cc:304`
+    pub site: String,
+    /// The full `__FILE__` as compiled, when it could be read.
+    pub file: Option<String>,
+    pub line: u64,
+    pub calls: u64,
+    pub wait_ns_total: u64,
+    pub wait_ns_max: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -97,4 +117,90 @@ pub struct StackStats {
     pub lost_calls: u64,
     pub folded_by_wait: Option<String>,
     pub folded_by_count: Option<String>,
+}
+
+/// The CPU profile's part of `summary.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuSummary {
+    pub oncpu: OnCpuSummary,
+    /// Present when off-CPU time was recorded (`--offcpu`).
+    pub offcpu: Option<OffCpuSummary>,
+    /// CFI rows the user-stack walker had, per mapped file; a file
+    /// without rows is walked by frame pointers only.
+    pub unwind: crate::cpu::UnwindInfo,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OnCpuSummary {
+    /// The perf event sampled: `cpu-clock` (software).
+    pub event: &'static str,
+    pub frequency_hz: u64,
+    /// CPUs sampled (one event each).
+    pub cpus: usize,
+    /// Samples that landed in the target, all counted in `folded`.
+    pub samples: u64,
+    /// Timer ticks seen on all CPUs, any process: with `ticks_expected`
+    /// (cpus × frequency × duration) it shows ticks the kernel skipped.
+    pub ticks_seen: u64,
+    pub ticks_expected: u64,
+    /// Share of the sampled CPUs' time the target was running, in %.
+    pub target_cpu_pct: f64,
+    pub lost: OnCpuLost,
+    pub distinct_stacks: usize,
+    /// `oncpu.folded`: weighted by samples.
+    pub folded: Option<String>,
+    pub flamegraph: Option<String>,
+    pub top: TopSymbols,
+}
+
+/// Samples whose stack is incomplete (still counted, under an
+/// `[unwind stopped]`, `[truncated]` or `[kernel stack lost]` frame) or
+/// that could not be counted at all (`map_full`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OnCpuLost {
+    /// The user stack walk ended before the thread's first frame
+    /// (unreadable stack memory, or CFI the walker does not implement).
+    pub unwind_stopped: u64,
+    pub kernel_stack: u64,
+    /// User stack deeper than the 127 frames kept: root frames cut.
+    pub truncated: u64,
+    /// Not counted: the stack map was full.
+    pub map_full: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OffCpuSummary {
+    /// Blocks shorter than this are counted in `below_min` only.
+    pub min_block_ns: u64,
+    /// Unit of the weights in `offcpu.folded`: microseconds blocked.
+    pub weight_unit: &'static str,
+    /// Blocks at or above the threshold (ended during the recording).
+    pub blocks: u64,
+    pub blocked_ns_total: u64,
+    /// Threads blocked when the recording stopped, charged up to the stop
+    /// (also in `folded`).
+    pub still_blocked_threads: u64,
+    pub still_blocked_ns: u64,
+    pub below_min_blocks: u64,
+    pub below_min_ns: u64,
+    /// Switches away while runnable (preempted): waiting for a CPU, not
+    /// blocked, so not in the off-CPU profile.
+    pub preempted_switches: u64,
+    pub lost: OffCpuLost,
+    pub distinct_stacks: usize,
+    pub folded: Option<String>,
+    pub flamegraph: Option<String>,
+    /// Self is the innermost frame of the target's executable (the server
+    /// code that waits), else the innermost user frame.
+    pub top: TopSymbols,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OffCpuLost {
+    /// Counted under an `[unwind stopped]` root frame.
+    pub unwind_stopped: u64,
+    /// Not counted: the stack map was full.
+    pub map_full: u64,
+    /// Not counted: the per-thread start map was full.
+    pub start_map_full: u64,
 }

@@ -71,8 +71,18 @@ pub fn render(summary: &Summary) -> String {
             c.set_cell_alignment(CellAlignment::Right);
         }
     }
-    out.push_str(&table.to_string());
-    out.push('\n');
+    // A CPU-only recording (`--probes none`) has no probe table.
+    if summary
+        .probes
+        .iter()
+        .any(|p| p.status == ProbeStatus::Attached)
+    {
+        out.push_str(&table.to_string());
+        out.push('\n');
+    } else if !summary.probes.is_empty() {
+        out.push_str("no wait probe attached (see below why)\n");
+    }
+    out.push_str(&callsites(summary, TOP_CALLSITES));
     for p in summary
         .probes
         .iter()
@@ -92,7 +102,56 @@ pub fn render(summary: &Summary) -> String {
             lost, d.stack_collisions, d.stack_errors, d.stack_key_map_full, d.inflight_map_full, d.stats_map_full
         ));
     }
+    if let Some(cpu) = &summary.cpu {
+        out.push_str(&super::cpu_table::render(cpu));
+    }
     out
+}
+
+const TOP_CALLSITES: usize = 10;
+
+/// The call sites with the most wait (or calls, for untimed probes) over
+/// all probes: the per-`file:line` view SHOW ENGINE INNODB MUTEX gave.
+fn callsites(summary: &Summary, top: usize) -> String {
+    let mut rows: Vec<(&str, &super::model::CallsiteResult, bool)> = summary
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.callsites
+                .iter()
+                .map(move |c| (p.name.as_str(), c, p.wait_ns_avg.is_some()))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse((r.1.wait_ns_total, r.1.calls)));
+    let mut table = Table::new();
+    table.load_preset(ASCII_MARKDOWN);
+    table.set_header(["probe", "call site", "calls", "total wait", "avg", "max"]);
+    for (probe, c, timed) in rows.iter().take(top) {
+        let t = |v: u64| {
+            if *timed {
+                units::ns(v)
+            } else {
+                "-".to_string()
+            }
+        };
+        table.add_row([
+            probe.to_string(),
+            c.site.clone(),
+            c.calls.to_string(),
+            t(c.wait_ns_total),
+            t(c.wait_ns_total / c.calls.max(1)),
+            t(c.wait_ns_max),
+        ]);
+    }
+    for col in 2..6 {
+        if let Some(c) = table.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    format!("top call sites:\n{table}\n")
 }
 
 /// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter(unsigned int, …)` →

@@ -18,15 +18,25 @@ pub enum ElfError {
         path: PathBuf,
         source: object::Error,
     },
+    #[error(
+        "debug file {path} does not belong to this binary: build-id {found}, expected {expected}"
+    )]
+    BuildIdMismatch {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
 }
 
 /// Which symbol table a symbol came from. `.dynsym` survives `strip`,
 /// `.symtab` does not, so the distinction explains missing probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum SymbolTable {
     Symtab,
     Dynsym,
+    /// Not a symbol: an inlined instance found in DWARF.
+    DwarfInline,
 }
 
 #[derive(Debug, Clone)]
@@ -68,23 +78,18 @@ pub struct ElfImage {
     pub has_symtab: bool,
     pub has_debug_info: bool,
     pub symbols: Vec<FunctionSymbol>,
+    /// Separate debug info in use, if any (symbols and DWARF come from it).
+    pub debug_file: Option<PathBuf>,
     segments: Vec<LoadSegment>,
     data: Vec<u8>,
+    debug_data: Option<Vec<u8>>,
 }
 
 impl ElfImage {
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let data = std::fs::read(path).map_err(|source| ElfError::Read {
-            path: path.into(),
-            source,
-        })?;
-        let parse_err = |source| ElfError::Parse {
-            path: path.into(),
-            source,
-        };
-        let file = object::File::parse(&*data).map_err(parse_err)?;
-
-        let build_id = file.build_id().map_err(parse_err)?.map(hex);
+        let data = read(path)?;
+        let file = parse(path, &data)?;
+        let build_id = build_id(path, &file)?;
         let position_independent = file.kind() == object::ObjectKind::Dynamic;
         let has_symtab = file.section_by_name(".symtab").is_some();
         let has_debug_info = file.section_by_name(".debug_info").is_some();
@@ -102,32 +107,7 @@ impl ElfImage {
             })
             .collect();
 
-        // One entry per (name, address): .dynsym repeats exported .symtab entries.
-        let mut seen: HashMap<(String, u64), usize> = HashMap::new();
-        let mut symbols = Vec::new();
-        let tables = [
-            (SymbolTable::Symtab, file.symbols()),
-            (SymbolTable::Dynsym, file.dynamic_symbols()),
-        ];
-        for (table, iter) in tables {
-            for sym in iter {
-                if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
-                    continue;
-                }
-                let Ok(raw) = sym.name() else { continue };
-                if raw.is_empty() || seen.contains_key(&(raw.to_string(), sym.address())) {
-                    continue;
-                }
-                seen.insert((raw.to_string(), sym.address()), symbols.len());
-                symbols.push(FunctionSymbol {
-                    raw: raw.to_string(),
-                    clone_suffix: clone_suffix(raw).map(str::to_string),
-                    address: sym.address(),
-                    size: sym.size(),
-                    table,
-                });
-            }
-        }
+        let symbols = function_symbols(&file);
         drop(file);
         Ok(Self {
             path: path.into(),
@@ -136,9 +116,53 @@ impl ElfImage {
             has_symtab,
             has_debug_info,
             symbols,
+            debug_file: None,
             segments,
             data,
+            debug_data: None,
         })
+    }
+
+    /// `.gnu_debuglink`: the debug file's name and CRC32.
+    pub fn debuglink(&self) -> Option<(String, u32)> {
+        let file = object::File::parse(&*self.data).ok()?;
+        let (name, crc) = file.gnu_debuglink().ok()??;
+        Some((String::from_utf8_lossy(name).into_owned(), crc))
+    }
+
+    /// Takes `.symtab` and DWARF from a separate debug file (from
+    /// `objcopy --only-keep-debug`), whose addresses are the binary's own.
+    /// Code bytes and file offsets still come from the binary.
+    pub fn use_debug_file(&mut self, path: &Path) -> Result<(), ElfError> {
+        let data = read(path)?;
+        let file = parse(path, &data)?;
+        let debug_id = build_id(path, &file)?;
+        if let (Some(mine), Some(theirs)) = (&self.build_id, &debug_id) {
+            if mine != theirs {
+                return Err(ElfError::BuildIdMismatch {
+                    path: path.into(),
+                    expected: mine.clone(),
+                    found: theirs.clone(),
+                });
+            }
+        }
+        let mut symbols = function_symbols(&file);
+        // Exported names the debug file lacks (rare) stay available.
+        for s in std::mem::take(&mut self.symbols) {
+            if !symbols
+                .iter()
+                .any(|d| d.raw == s.raw && d.address == s.address)
+            {
+                symbols.push(s);
+            }
+        }
+        self.has_symtab |= file.section_by_name(".symtab").is_some();
+        self.has_debug_info |= file.section_by_name(".debug_info").is_some();
+        drop(file);
+        self.symbols = symbols;
+        self.debug_file = Some(path.into());
+        self.debug_data = Some(data);
+        Ok(())
     }
 
     /// File offset of a virtual address, as uprobes are placed by offset.
@@ -151,10 +175,17 @@ impl ElfImage {
             .map(|s| address - s.vaddr + s.file_offset)
     }
 
-    /// The first bytes of code at a virtual address (to judge probe cost).
-    pub fn code_at(&self, address: u64, len: usize) -> Option<&[u8]> {
+    /// The file holding DWARF: the debug file if one is in use.
+    pub fn dwarf_data(&self) -> &[u8] {
+        self.debug_data.as_deref().unwrap_or(&self.data)
+    }
+
+    /// Bytes of the file at a virtual address: code (to judge probe cost)
+    /// or read-only data (call-site file names).
+    pub fn bytes_at(&self, address: u64, len: usize) -> Option<&[u8]> {
         let off = self.file_offset(address)? as usize;
-        self.data.get(off..off.checked_add(len)?)
+        let end = off.checked_add(len)?.min(self.data.len());
+        self.data.get(off..end)
     }
 
     /// NUL-terminated printable strings in the read-only data sections.
@@ -182,6 +213,59 @@ impl ElfImage {
         }
         out
     }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ElfError> {
+    std::fs::read(path).map_err(|source| ElfError::Read {
+        path: path.into(),
+        source,
+    })
+}
+
+fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<object::File<'d>, ElfError> {
+    object::File::parse(data).map_err(|source| ElfError::Parse {
+        path: path.into(),
+        source,
+    })
+}
+
+fn build_id(path: &Path, file: &object::File) -> Result<Option<String>, ElfError> {
+    let id = file.build_id().map_err(|source| ElfError::Parse {
+        path: path.into(),
+        source,
+    })?;
+    Ok(id.map(hex))
+}
+
+/// Function symbols from `.symtab` then `.dynsym`, one per (name, address):
+/// `.dynsym` repeats the exported `.symtab` entries.
+fn function_symbols(file: &object::File) -> Vec<FunctionSymbol> {
+    let mut seen: HashMap<(String, u64), usize> = HashMap::new();
+    let mut symbols = Vec::new();
+    let tables = [
+        (SymbolTable::Symtab, file.symbols()),
+        (SymbolTable::Dynsym, file.dynamic_symbols()),
+    ];
+    for (table, iter) in tables {
+        for sym in iter {
+            if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+                continue;
+            }
+            let Ok(raw) = sym.name() else { continue };
+            if raw.is_empty() || seen.contains_key(&(raw.to_string(), sym.address())) {
+                continue;
+            }
+            seen.insert((raw.to_string(), sym.address()), symbols.len());
+            symbols.push(FunctionSymbol {
+                raw: raw.to_string(),
+                clone_suffix: clone_suffix(raw).map(str::to_string),
+                address: sym.address(),
+                size: sym.size(),
+                table,
+            });
+        }
+    }
+    symbols
 }
 
 /// GCC appends `.constprop.N`, `.isra.N`, `.part.N`, `.cold`, … to clones.

@@ -35,6 +35,17 @@ impl EntryInsn {
     }
 }
 
+impl std::fmt::Display for EntryInsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EntryInsn::Push => "push, emulated",
+            EntryInsn::Nop => "nop, emulated",
+            EntryInsn::Endbr64 => "endbr64",
+            EntryInsn::Other => "single-stepped",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,9 @@
 //! Turning demangled patterns into attachable addresses in one binary.
 
+pub mod debuginfo;
 pub mod elf;
 pub mod entry;
+pub mod inline;
 pub mod pattern;
 
 use std::collections::{HashMap, HashSet};
@@ -75,6 +77,8 @@ pub enum Unresolved {
     NoSuchSymbol,
     /// Only fragments matched (see the skipped list).
     OnlyFragments,
+    /// Inline sites were asked for, and the binary has no DWARF to find them.
+    InlineNeedsDebugInfo,
 }
 
 impl std::fmt::Display for Unresolved {
@@ -85,6 +89,9 @@ impl std::fmt::Display for Unresolved {
             }
             Unresolved::NoSuchSymbol => "no such function in this build (absent in this version, or inlined everywhere)",
             Unresolved::OnlyFragments => "only .cold/.part fragments match, no function entry",
+            Unresolved::InlineNeedsDebugInfo => {
+                "no out-of-line copy, and no DWARF debug info to find its inline sites; install the server's debug symbols"
+            }
         })
     }
 }
@@ -94,7 +101,19 @@ pub struct Resolution {
     pub patterns: Vec<String>,
     pub symbols: Vec<ResolvedSymbol>,
     pub skipped: Vec<SkippedSymbol>,
+    /// How many of `symbols` are inline sites (DWARF inlined instances).
+    pub inline_sites: usize,
     pub unresolved: Option<Unresolved>,
+}
+
+impl Resolution {
+    /// Why nothing is attached, for messages (empty when something is).
+    pub fn why_unresolved(&self) -> String {
+        self.unresolved
+            .as_ref()
+            .map(|u| u.to_string())
+            .unwrap_or_default()
+    }
 }
 
 /// Resolves many pattern sets against one image, demangling each candidate
@@ -160,7 +179,7 @@ impl<'a> Resolver<'a> {
                 skipped.push(skip(SkipReason::Alias));
                 continue;
             }
-            let entry = EntryInsn::decode(self.image.code_at(sym.address, 16).unwrap_or(&[]));
+            let entry = EntryInsn::decode(self.image.bytes_at(sym.address, 16).unwrap_or(&[]));
             symbols.push(ResolvedSymbol {
                 name: display,
                 short_name: name.short.clone(),
@@ -188,7 +207,53 @@ impl<'a> Resolver<'a> {
             patterns: patterns.to_vec(),
             symbols,
             skipped,
+            inline_sites: 0,
             unresolved,
         }
+    }
+
+    /// Like `resolve`, plus every inlined instance of the functions (from
+    /// DWARF) as a count-only site.
+    pub fn resolve_with_inline(&mut self, patterns: &[String]) -> Resolution {
+        let mut r = self.resolve(patterns);
+        let compiled: Vec<SymbolPattern> = patterns.iter().map(|p| SymbolPattern::new(p)).collect();
+        let sites = match inline::find_inline_sites(self.image.dwarf_data(), &compiled) {
+            Ok(sites) => sites,
+            Err(_) if !r.symbols.is_empty() => return r,
+            Err(_) => {
+                r.unresolved = Some(Unresolved::InlineNeedsDebugInfo);
+                return r;
+            }
+        };
+        for site in sites {
+            let Some(file_offset) = self.image.file_offset(site.address) else {
+                continue;
+            };
+            let entry = EntryInsn::decode(self.image.bytes_at(site.address, 16).unwrap_or(&[]));
+            let name = DemangledName::of(&site.function);
+            r.symbols.push(ResolvedSymbol {
+                name: match &site.caller {
+                    Some(c) => format!(
+                        "{} [inlined into {}]",
+                        name.short,
+                        DemangledName::of(c).short
+                    ),
+                    None => format!("{} [inlined]", name.short),
+                },
+                short_name: name.short,
+                raw: site.function,
+                address: site.address,
+                file_offset,
+                size: 0,
+                table: SymbolTable::DwarfInline,
+                clone: None,
+                entry,
+            });
+            r.inline_sites += 1;
+        }
+        if r.inline_sites > 0 {
+            r.unresolved = None;
+        }
+        r
     }
 }

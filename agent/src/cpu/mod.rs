@@ -1,0 +1,313 @@
+//! CPU profiling of the target: on-CPU samples from the cpu-clock perf
+//! event and, on request, off-CPU (blocked) time from sched_switch, both
+//! aggregated by stack in BPF maps (bpf/cpu.bpf.c).
+//!
+//! [`CpuProfiler::start`] loads and attaches; [`CpuProfiler::stop`] reads
+//! the maps and detaches (dropping the profiler detaches too);
+//! [`RawCpuProfile::symbolize`] turns stacks into folded stacks, flame
+//! graphs and the top-symbols table.
+
+pub mod abi;
+mod offcpu;
+mod profile;
+mod sampler;
+pub mod unwind;
+
+use std::time::Instant;
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::{Ebpf, EbpfLoader};
+
+use crate::symbolize::{ProcessMaps, StackSymbolizer};
+use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ};
+use unwind::UnwindTable;
+
+pub use unwind::UnwindInfo;
+
+pub use profile::CpuProfile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CpuError {
+    #[error("loading the CPU profiler's BPF object failed: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("BPF program {name} failed (verifier, permissions or kernel support): {source}")]
+    Program {
+        name: &'static str,
+        source: aya::programs::ProgramError,
+    },
+    #[error("BPF program `{0}` missing from the object")]
+    MissingProgram(&'static str),
+    #[error("listing online CPUs ({what}): {source}")]
+    Cpus {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?): {source}")]
+    PerfEvent {
+        cpu: u32,
+        source: aya::programs::ProgramError,
+    },
+    #[error("off-CPU profiling needs the kernel's BTF (/sys/kernel/btf/vmlinux): {0}")]
+    Btf(aya::BtfError),
+    #[error("BPF map `{0}` is missing or of the wrong type")]
+    Map(&'static str),
+    #[error("reading BPF map `{map}`: {source}")]
+    Read {
+        map: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error("reading /proc/{pid}/maps: {source}")]
+    Maps { pid: u32, source: std::io::Error },
+    #[error("loading unwind rows into BPF: {0}")]
+    Unwind(aya::maps::MapError),
+    #[error("sampling frequency {0} Hz is out of range (1..=10000)")]
+    Frequency(u64),
+    #[error(transparent)]
+    FlameGraph(#[from] crate::report::flamegraph::FlameGraphError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// cpu-clock samples per second per CPU. 99, not 100, so sampling does
+    /// not run in lockstep with periodic timers.
+    pub frequency_hz: u64,
+    /// Also record off-CPU (blocked) time. Costs a stack walk at every
+    /// context switch of the target, so it is opt-in.
+    pub offcpu: bool,
+    /// Blocks shorter than this are counted, but not by stack.
+    pub offcpu_min_ns: u64,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        Self {
+            frequency_hz: 99,
+            offcpu: false,
+            offcpu_min_ns: 1_000_000,
+        }
+    }
+}
+
+/// Sampling and (optionally) switch tracing attached to one process.
+pub struct CpuProfiler {
+    ebpf: Ebpf,
+    opts: CpuOptions,
+    sampler: sampler::Sampler,
+    switches: Option<offcpu::Switches>,
+    started: Instant,
+    exe_module: Option<String>,
+    unwind: UnwindInfo,
+}
+
+impl CpuProfiler {
+    /// Builds the unwind rows of the target's mapped files, then starts.
+    pub fn start(pid: u32, opts: &CpuOptions) -> Result<Self, CpuError> {
+        let maps = ProcessMaps::read(pid).map_err(|source| CpuError::Maps { pid, source })?;
+        Self::start_with(pid, opts, &UnwindTable::for_process(&maps))
+    }
+
+    /// Starts with unwind rows already built (`top` reuses them).
+    pub fn start_with(pid: u32, opts: &CpuOptions, unwind: &UnwindTable) -> Result<Self, CpuError> {
+        if !(1..=10_000).contains(&opts.frequency_hz) {
+            return Err(CpuError::Frequency(opts.frequency_hz));
+        }
+        let rows = unwind.rows.len() as u32;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("target_tgid", &pid, true)
+            .override_global("min_block_ns", &opts.offcpu_min_ns, true)
+            .override_global("unwind_rows_len", &rows, true)
+            .map_max_entries("unwind_rows", rows.max(1))
+            .load(CPU_OBJ)?;
+        load_rows(&mut ebpf, &unwind.rows)?;
+        // Off-CPU first: if the tracepoint is refused, no perf event was
+        // opened for nothing.
+        let switches = if opts.offcpu {
+            Some(offcpu::Switches::attach(&mut ebpf)?)
+        } else {
+            None
+        };
+        let sampler = sampler::Sampler::attach(&mut ebpf, opts.frequency_hz)?;
+        Ok(Self {
+            ebpf,
+            opts: opts.clone(),
+            sampler,
+            switches,
+            started: Instant::now(),
+            exe_module: exe_module(pid),
+            unwind: UnwindInfo {
+                rows: unwind.rows.len(),
+                files: unwind.modules.clone(),
+            },
+        })
+    }
+
+    /// Perf events and tracepoint links held.
+    pub fn attached_links(&self) -> usize {
+        self.sampler.links() + usize::from(self.switches.is_some())
+    }
+
+    pub fn options(&self) -> &CpuOptions {
+        &self.opts
+    }
+
+    /// Stops sampling and switch tracing, then reads every map.
+    pub fn stop(mut self) -> Result<RawCpuProfile, CpuError> {
+        if let Some(s) = self.switches.as_mut() {
+            s.detach(&mut self.ebpf);
+        }
+        self.sampler.detach(&mut self.ebpf);
+        self.snapshot()
+    }
+
+    /// Reads the totals so far, still sampling (`top` shows differences
+    /// of successive snapshots, see [`RawCpuProfile::since`]).
+    pub fn snapshot(&self) -> Result<RawCpuProfile, CpuError> {
+        let duration_s = self.started.elapsed().as_secs_f64();
+        let now = offcpu::monotonic_ns();
+        let ebpf = &self.ebpf;
+        let counters = read_counters(ebpf)?;
+        let oncpu = read_counts::<u64>(ebpf, "oncpu_counts")?;
+        let (offcpu, still_blocked) = if self.switches.is_some() {
+            (
+                read_counts::<OffCpuVal>(ebpf, "offcpu_counts")?,
+                offcpu::still_blocked(ebpf, now, self.opts.offcpu_min_ns)?,
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        Ok(RawCpuProfile {
+            opts: self.opts.clone(),
+            cpus: self.sampler.cpus.len(),
+            duration_s,
+            counters,
+            oncpu,
+            offcpu,
+            still_blocked,
+            exe_module: self.exe_module.clone(),
+            unwind: self.unwind.clone(),
+        })
+    }
+
+    /// [`Self::stop`], then names the stacks.
+    pub fn finish(self, symbolizer: &mut StackSymbolizer) -> Result<CpuProfile, CpuError> {
+        Ok(self.stop()?.symbolize(symbolizer))
+    }
+}
+
+/// Everything the maps held, as addresses.
+#[derive(Debug, Clone)]
+pub struct RawCpuProfile {
+    pub opts: CpuOptions,
+    pub cpus: usize,
+    pub duration_s: f64,
+    pub counters: [u64; COUNTERS],
+    pub oncpu: Vec<(CpuStack, u64)>,
+    pub offcpu: Vec<(CpuStack, OffCpuVal)>,
+    /// Threads blocked at the stop, with the time blocked so far.
+    pub still_blocked: Vec<(CpuStack, u64)>,
+    /// File name of the target's executable, as frames name their module.
+    pub exe_module: Option<String>,
+    pub unwind: UnwindInfo,
+}
+
+impl RawCpuProfile {
+    pub fn counter(&self, c: Counter) -> u64 {
+        self.counters[c as usize]
+    }
+
+    /// What happened after `earlier`, a snapshot of the same profiler.
+    /// Threads still blocked are charged in full (they are not a total).
+    pub fn since(&self, earlier: &RawCpuProfile) -> RawCpuProfile {
+        use std::collections::HashMap;
+        let before_on: HashMap<&CpuStack, u64> =
+            earlier.oncpu.iter().map(|(k, v)| (k, *v)).collect();
+        let before_off: HashMap<&CpuStack, OffCpuVal> =
+            earlier.offcpu.iter().map(|(k, v)| (k, *v)).collect();
+        let mut counters = self.counters;
+        for (c, e) in counters.iter_mut().zip(earlier.counters) {
+            *c = c.saturating_sub(e);
+        }
+        RawCpuProfile {
+            opts: self.opts.clone(),
+            cpus: self.cpus,
+            duration_s: (self.duration_s - earlier.duration_s).max(0.0),
+            counters,
+            oncpu: self
+                .oncpu
+                .iter()
+                .map(|(k, v)| (*k, v - before_on.get(k).copied().unwrap_or(0)))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+            offcpu: self
+                .offcpu
+                .iter()
+                .map(|(k, v)| {
+                    let b = before_off.get(k).copied().unwrap_or_default();
+                    (
+                        *k,
+                        OffCpuVal {
+                            count: v.count - b.count,
+                            total_ns: v.total_ns - b.total_ns,
+                        },
+                    )
+                })
+                .filter(|(_, v)| v.count > 0)
+                .collect(),
+            still_blocked: self.still_blocked.clone(),
+            exe_module: self.exe_module.clone(),
+            unwind: self.unwind.clone(),
+        }
+    }
+}
+
+/// The executable's file name (`mysqld`), as frames name their module.
+fn exe_module(pid: u32) -> Option<String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let name = exe.file_name()?.to_string_lossy();
+    Some(name.trim_end_matches(" (deleted)").to_string())
+}
+
+/// Copies the rows into the `unwind_rows` array, sized at load.
+fn load_rows(ebpf: &mut Ebpf, rows: &[UnwindRow]) -> Result<(), CpuError> {
+    let mut map: Array<&mut MapData, UnwindRow> = Array::try_from(
+        ebpf.map_mut("unwind_rows")
+            .ok_or(CpuError::Map("unwind_rows"))?,
+    )
+    .map_err(|_| CpuError::Map("unwind_rows"))?;
+    for (i, row) in rows.iter().enumerate() {
+        map.set(i as u32, row, 0).map_err(CpuError::Unwind)?;
+    }
+    Ok(())
+}
+
+fn read_counters(ebpf: &Ebpf) -> Result<[u64; COUNTERS], CpuError> {
+    let map: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
+        ebpf.map("cpu_counters")
+            .ok_or(CpuError::Map("cpu_counters"))?,
+    )
+    .map_err(|_| CpuError::Map("cpu_counters"))?;
+    let mut out = [0u64; COUNTERS];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = map
+            .get(&(i as u32), 0)
+            .map_err(|source| CpuError::Read {
+                map: "cpu_counters",
+                source,
+            })?
+            .iter()
+            .sum();
+    }
+    Ok(out)
+}
+
+fn read_counts<V: aya::Pod>(
+    ebpf: &Ebpf,
+    name: &'static str,
+) -> Result<Vec<(CpuStack, V)>, CpuError> {
+    let map: BpfHashMap<&MapData, CpuStack, V> =
+        BpfHashMap::try_from(ebpf.map(name).ok_or(CpuError::Map(name))?)
+            .map_err(|_| CpuError::Map(name))?;
+    map.iter()
+        .map(|item| item.map_err(|source| CpuError::Read { map: name, source }))
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! Raw stacks to a named profile: folded stacks (on-CPU by samples,
+//! off-CPU by microseconds blocked), flame graphs, the top-symbols tables
+//! and the summary counters.
+
+use crate::report::flamegraph;
+use crate::report::folded::FoldedStacks;
+use crate::report::model::{CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary};
+use crate::report::top_symbols::{SelfFrame, TopBuilder};
+use crate::symbolize::{Frame, FrameKind, StackSymbolizer, KERNEL_MODULE};
+
+use super::abi::{Counter, CpuStack, STACK_KERN_LOST, STACK_TRUNCATED, STACK_UNWIND_STOP};
+use super::{CpuError, RawCpuProfile};
+
+/// Rows of each top table kept in summary.json.
+const TOP_ROWS: usize = 50;
+
+pub const ONCPU_FOLDED: &str = "oncpu.folded";
+pub const ONCPU_SVG: &str = "oncpu.svg";
+pub const OFFCPU_FOLDED: &str = "offcpu.folded";
+pub const OFFCPU_SVG: &str = "offcpu.svg";
+
+#[derive(Debug, Clone)]
+pub struct CpuProfile {
+    pub summary: CpuSummary,
+    pub oncpu_folded: String,
+    pub offcpu_folded: Option<String>,
+}
+
+impl RawCpuProfile {
+    pub fn symbolize(&self, symbolizer: &mut StackSymbolizer) -> CpuProfile {
+        let mut on_folded = FoldedStacks::default();
+        let mut on_top = TopBuilder::new(SelfFrame::Leaf);
+        for (stack, n) in &self.oncpu {
+            // A perf-event sample interrupts the thread: the first kernel
+            // address is the interrupted instruction, not a return address.
+            let frames = stack_frames(stack, symbolizer, true);
+            on_folded.add(&folded_names(&frames), *n);
+            on_top.add(&frames, *n);
+        }
+        let samples = self.counter(Counter::Samples);
+        let ticks_expected =
+            (self.cpus as f64 * self.opts.frequency_hz as f64 * self.duration_s).round() as u64;
+        let oncpu = OnCpuSummary {
+            event: "cpu-clock",
+            frequency_hz: self.opts.frequency_hz,
+            cpus: self.cpus,
+            samples,
+            ticks_seen: self.counter(Counter::Ticks),
+            ticks_expected,
+            target_cpu_pct: if ticks_expected > 0 {
+                samples as f64 * 100.0 / ticks_expected as f64
+            } else {
+                0.0
+            },
+            lost: OnCpuLost {
+                unwind_stopped: self.counter(Counter::UnwindStop),
+                kernel_stack: self.counter(Counter::KernLost),
+                truncated: self.counter(Counter::Truncated),
+                map_full: self.counter(Counter::OnCpuFull),
+            },
+            distinct_stacks: self.oncpu.len(),
+            folded: (!on_folded.is_empty()).then(|| ONCPU_FOLDED.to_string()),
+            flamegraph: (!on_folded.is_empty()).then(|| ONCPU_SVG.to_string()),
+            top: on_top.build("samples", TOP_ROWS),
+        };
+
+        let offcpu = self.opts.offcpu.then(|| {
+            let mut folded = FoldedStacks::default();
+            let mode = match &self.exe_module {
+                Some(m) => SelfFrame::InnermostIn(m.clone()),
+                None => SelfFrame::UserLeaf,
+            };
+            let mut top = TopBuilder::new(mode);
+            let blocked = self.offcpu.iter().map(|(s, v)| (s, v.total_ns));
+            let still = self.still_blocked.iter().map(|(s, ns)| (s, *ns));
+            for (stack, ns) in blocked.chain(still) {
+                // Taken in the tracepoint: every kernel address is a return address.
+                let frames = without_tracing(stack_frames(stack, symbolizer, false));
+                let us = ns.div_ceil(1000);
+                folded.add(&folded_names(&frames), us);
+                top.add(&frames, us);
+            }
+            let summary = OffCpuSummary {
+                min_block_ns: self.opts.offcpu_min_ns,
+                weight_unit: "us",
+                blocks: self.counter(Counter::OffBlocks),
+                blocked_ns_total: self.offcpu.iter().map(|(_, v)| v.total_ns).sum(),
+                still_blocked_threads: self.still_blocked.len() as u64,
+                still_blocked_ns: self.still_blocked.iter().map(|(_, ns)| ns).sum(),
+                below_min_blocks: self.counter(Counter::OffShort),
+                below_min_ns: self.counter(Counter::OffShortNs),
+                preempted_switches: self.counter(Counter::OffPreempted),
+                lost: OffCpuLost {
+                    unwind_stopped: self.counter(Counter::OffUnwindStop),
+                    map_full: self.counter(Counter::OffFull),
+                    start_map_full: self.counter(Counter::OffStartFull),
+                },
+                distinct_stacks: self.offcpu.len(),
+                folded: (!folded.is_empty()).then(|| OFFCPU_FOLDED.to_string()),
+                flamegraph: (!folded.is_empty()).then(|| OFFCPU_SVG.to_string()),
+                top: top.build("us", TOP_ROWS),
+            };
+            (summary, folded.render())
+        });
+
+        let (offcpu, offcpu_folded) = match offcpu {
+            Some((s, f)) => (Some(s), Some(f)),
+            None => (None, None),
+        };
+        CpuProfile {
+            summary: CpuSummary {
+                oncpu,
+                offcpu,
+                unwind: self.unwind.clone(),
+            },
+            oncpu_folded: on_folded.render(),
+            offcpu_folded,
+        }
+    }
+}
+
+impl CpuProfile {
+    /// The files this profile adds to an output directory: (name, contents).
+    pub fn files(&self) -> Result<Vec<(String, String)>, CpuError> {
+        let mut out = Vec::new();
+        let on = &self.summary.oncpu;
+        if on.folded.is_some() {
+            out.push((ONCPU_FOLDED.to_string(), self.oncpu_folded.clone()));
+            let title = format!(
+                "on-CPU: {} samples at {} Hz on {} CPUs",
+                on.samples, on.frequency_hz, on.cpus
+            );
+            push_svg(&mut out, ONCPU_SVG, &self.oncpu_folded, &title, "samples")?;
+        }
+        if let (Some(off), Some(text)) = (&self.summary.offcpu, &self.offcpu_folded) {
+            if off.folded.is_some() {
+                out.push((OFFCPU_FOLDED.to_string(), text.clone()));
+                let title = format!(
+                    "off-CPU: time blocked >= {} us, by stack",
+                    off.min_block_ns / 1000
+                );
+                push_svg(&mut out, OFFCPU_SVG, text, &title, "us")?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn push_svg(
+    out: &mut Vec<(String, String)>,
+    name: &str,
+    folded: &str,
+    title: &str,
+    unit: &str,
+) -> Result<(), CpuError> {
+    if let Some(svg) = flamegraph::render(folded, title, unit)? {
+        out.push((
+            name.to_string(),
+            String::from_utf8(svg).expect("inferno writes UTF-8"),
+        ));
+    }
+    Ok(())
+}
+
+/// The kernel frames above `__schedule` in an off-CPU stack are the
+/// tracepoint and this profiler's own BPF program, not the thread's: cut
+/// them.
+fn without_tracing(mut frames: Vec<Frame>) -> Vec<Frame> {
+    if let Some(i) = frames
+        .iter()
+        .rposition(|f| f.kind == FrameKind::Kernel && f.name == "__schedule")
+    {
+        frames.truncate(i + 1);
+    }
+    frames
+}
+
+fn folded_names(frames: &[Frame]) -> Vec<String> {
+    frames.iter().map(Frame::folded_name).collect()
+}
+
+fn marker(name: &str, kind: FrameKind) -> Frame {
+    Frame {
+        name: name.to_string(),
+        module: if kind == FrameKind::Kernel {
+            KERNEL_MODULE.to_string()
+        } else {
+            String::new()
+        },
+        kind,
+    }
+}
+
+/// Root→leaf: the user stack, then the kernel stack above it. Missing
+/// root frames stay visible as a `[truncated]` or `[unwind stopped]` root,
+/// an unreadable kernel part as `[kernel stack lost]`, so no sample changes
+/// its meaning silently.
+fn stack_frames(
+    stack: &CpuStack,
+    symbolizer: &mut StackSymbolizer,
+    exact_kernel_first: bool,
+) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    if stack.flags & STACK_TRUNCATED != 0 {
+        frames.push(marker("[truncated]", FrameKind::Unknown));
+    } else if stack.flags & STACK_UNWIND_STOP != 0 {
+        frames.push(marker("[unwind stopped]", FrameKind::Unknown));
+    }
+    // The first user address is where the thread left user mode
+    // (interrupted or at its syscall), never a return address.
+    frames.extend(symbolizer.user_frames(&stack.user_ips(), true));
+    if stack.flags & STACK_KERN_LOST != 0 {
+        frames.push(marker("[kernel stack lost]", FrameKind::Kernel));
+    } else {
+        frames.extend(symbolizer.kernel_frames(&stack.kernel_ips(), exact_kernel_first));
+    }
+    frames
+}

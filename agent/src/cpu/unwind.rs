@@ -1,0 +1,251 @@
+//! CFI unwind rows for the BPF stack walker.
+//!
+//! Frame pointers are not enough to walk the target's stacks: Debian's
+//! libc and libstdc++, and much of mysqld, are built without them, and a
+//! libc function that uses rbp as a plain register (the futex and
+//! condition-variable waits do) cuts the chain at the leaf. So every
+//! mapped file's `.eh_frame` (which the C++ runtime needs for exceptions
+//! and therefore ships even in stripped binaries) is turned into rows: from
+//! an address on, where the canonical frame address is (rsp or rbp plus an
+//! offset), and where the caller's rbp was saved. The BPF walker
+//! (bpf/cpu.bpf.c) binary-searches them; where no row covers an address it
+//! falls back to the frame pointer.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::Path;
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
+    UnwindSection, X86_64,
+};
+use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
+use serde::Serialize;
+
+use crate::symbolize::ProcessMaps;
+
+use super::abi::{
+    UnwindRow, UNWIND_CFA, UNWIND_END, UNWIND_FP, UNWIND_RBP_SAME, UNWIND_RBP_UNDEF,
+    UNWIND_REG_RBP, UNWIND_REG_RSP, UNWIND_STOP,
+};
+
+/// The walker's binary search does 24 steps.
+pub const MAX_ROWS: usize = 1 << 24;
+
+/// Rows of every file the target maps, sorted by absolute address.
+#[derive(Debug, Clone, Default)]
+pub struct UnwindTable {
+    pub rows: Vec<UnwindRow>,
+    pub modules: Vec<ModuleUnwind>,
+}
+
+/// The rows the walker had, by file (summary.json `cpu.unwind`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct UnwindInfo {
+    pub rows: usize,
+    pub files: Vec<ModuleUnwind>,
+}
+
+/// What one mapped file contributed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModuleUnwind {
+    pub path: String,
+    pub rows: usize,
+    /// Why the file has no rows (its frames fall back to frame pointers).
+    pub error: Option<String>,
+}
+
+impl UnwindTable {
+    /// Builds the rows for every executable file mapping of a process.
+    pub fn for_process(maps: &ProcessMaps) -> Self {
+        // One load bias per file: the first executable mapping decides.
+        let mut files: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (start, _end, offset, path) in maps.executable_regions() {
+            files.entry(path).or_insert((start, offset));
+        }
+        let mut rows = Vec::new();
+        let mut modules = Vec::new();
+        for (path, (start, offset)) in files {
+            match module_rows(&maps.open_path(path), start, offset) {
+                Ok(r) => {
+                    modules.push(ModuleUnwind {
+                        path: path.to_string(),
+                        rows: r.len(),
+                        error: None,
+                    });
+                    rows.extend(r);
+                }
+                Err(e) => modules.push(ModuleUnwind {
+                    path: path.to_string(),
+                    rows: 0,
+                    error: Some(e),
+                }),
+            }
+        }
+        rows.sort_by_key(|r| r.addr);
+        // Modules do not overlap, so equal addresses only come from one
+        // file, where module_rows already resolved them.
+        rows.dedup_by(|later, earlier| same_rule(later, earlier));
+        rows.truncate(MAX_ROWS);
+        Self { rows, modules }
+    }
+}
+
+fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
+    (a.cfa_off, a.rbp_off, a.cfa_reg, a.kind) == (b.cfa_off, b.rbp_off, b.cfa_reg, b.kind)
+}
+
+/// Rows of one file, at absolute addresses given where one of its
+/// executable mappings starts and which file offset it maps.
+fn module_rows(path: &Path, map_start: u64, map_offset: u64) -> Result<Vec<UnwindRow>, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let cache = ReadCache::new(file);
+    let elf = object::File::parse(&cache).map_err(|e| e.to_string())?;
+    // Load bias: the mapping shows the file offset at map_start. The
+    // executable segment mapped there (its start rounded down to the page,
+    // as mmap needs) keeps vaddr - offset constant.
+    let seg = elf
+        .segments()
+        .find(|s| {
+            let executable = matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0);
+            let (off, size) = s.file_range();
+            executable && (off & !0xfff..off + size).contains(&map_offset)
+        })
+        .ok_or("no executable segment holds the mapped offset")?;
+    let vaddr = (seg.address() + map_offset).wrapping_sub(seg.file_range().0);
+    let bias = map_start.wrapping_sub(vaddr);
+
+    let section = elf
+        .section_by_name(".eh_frame")
+        .ok_or("no .eh_frame section")?;
+    let data = section.data().map_err(|e| e.to_string())?;
+    let mut eh_frame = EhFrame::new(data, LittleEndian);
+    eh_frame.set_address_size(8);
+    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = elf.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    if let Some(got) = elf.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+
+    // Address → row; a real row wins over the end-of-FDE marker of the
+    // function before it.
+    let mut by_addr: BTreeMap<u64, UnwindRow> = BTreeMap::new();
+    let mut ctx = UnwindContext::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Some(entry) = entries.next().map_err(|e| e.to_string())? {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+            continue;
+        };
+        let Ok(mut table) = fde.rows(&eh_frame, &bases, &mut ctx) else {
+            continue;
+        };
+        while let Ok(Some(row)) = table.next_row() {
+            let addr = row.start_address().wrapping_add(bias);
+            by_addr.insert(addr, convert(row, addr));
+        }
+        let end = fde.end_address().wrapping_add(bias);
+        by_addr.entry(end).or_insert(UnwindRow {
+            addr: end,
+            cfa_off: 0,
+            rbp_off: UNWIND_RBP_SAME,
+            cfa_reg: UNWIND_REG_RSP,
+            kind: UNWIND_FP,
+        });
+    }
+    let mut rows: Vec<UnwindRow> = by_addr.into_values().collect();
+    rows.dedup_by(|later, earlier| same_rule(later, earlier));
+    Ok(rows)
+}
+
+fn convert<T: gimli::ReaderOffset>(row: &gimli::UnwindTableRow<T>, addr: u64) -> UnwindRow {
+    let stop = UnwindRow {
+        addr,
+        cfa_off: 0,
+        rbp_off: UNWIND_RBP_SAME,
+        cfa_reg: UNWIND_REG_RSP,
+        kind: UNWIND_STOP,
+    };
+    match row.register(X86_64::RA) {
+        Some(RegisterRule::Offset(-8)) => {}
+        // The outermost frame (thread start, _start) has no caller.
+        Some(RegisterRule::Undefined) => {
+            return UnwindRow {
+                kind: UNWIND_END,
+                ..stop
+            }
+        }
+        _ => return stop,
+    }
+    let (cfa_reg, cfa_off) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let reg = match *register {
+                X86_64::RSP => UNWIND_REG_RSP,
+                X86_64::RBP => UNWIND_REG_RBP,
+                _ => return stop,
+            };
+            match i32::try_from(*offset) {
+                Ok(off) => (reg, off),
+                Err(_) => return stop,
+            }
+        }
+        // PLT stubs and signal trampolines: never where a thread blocks.
+        CfaRule::Expression(_) => return stop,
+    };
+    let rbp_off = match row.register(X86_64::RBP) {
+        None | Some(RegisterRule::SameValue) => UNWIND_RBP_SAME,
+        Some(RegisterRule::Undefined) => UNWIND_RBP_UNDEF,
+        Some(RegisterRule::Offset(off)) => match i16::try_from(off) {
+            Ok(o) if o != UNWIND_RBP_SAME && o != UNWIND_RBP_UNDEF => o,
+            _ => return stop,
+        },
+        Some(_) => return stop,
+    };
+    UnwindRow {
+        addr,
+        cfa_off,
+        rbp_off,
+        cfa_reg,
+        kind: UNWIND_CFA,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test binary's own CFI: rows exist, are sorted, and the row
+    /// covering a function's first instruction says the return address is
+    /// right above the stack pointer (CFA = rsp + 8), as on every x86-64
+    /// function entry.
+    #[test]
+    fn rows_of_this_process() {
+        #[inline(never)]
+        #[no_mangle]
+        extern "C" fn innoprof_unwind_probe_target() -> u64 {
+            std::hint::black_box(11)
+        }
+        let maps = ProcessMaps::read(std::process::id()).unwrap();
+        let table = UnwindTable::for_process(&maps);
+        assert!(table.rows.len() > 1000, "{:?}", table.modules);
+        assert!(table.rows.windows(2).all(|w| w[0].addr < w[1].addr));
+        let ip = innoprof_unwind_probe_target as *const () as u64;
+        let idx = table.rows.partition_point(|r| r.addr <= ip) - 1;
+        let row = table.rows[idx];
+        assert_eq!(
+            (row.kind, row.cfa_reg, row.cfa_off, row.rbp_off),
+            (UNWIND_CFA, UNWIND_REG_RSP, 8, UNWIND_RBP_SAME),
+            "{row:?}"
+        );
+        let libc = table
+            .modules
+            .iter()
+            .find(|m| m.path.contains("libc.so"))
+            .expect("libc mapped");
+        assert!(libc.rows > 1000 && libc.error.is_none(), "{libc:?}");
+    }
+}

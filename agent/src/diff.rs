@@ -1,0 +1,458 @@
+//! Two recordings compared (`innoprof diff BASELINE INCIDENT`): what is hot
+//! now that was not before. Per profile (on-CPU, off-CPU) a differential
+//! folded file (`stack baseline incident`, inferno's difffolded format, the
+//! baseline scaled to the incident's total), a differential flame graph
+//! (red grew, blue shrank), and the functions whose share changed most;
+//! plus the wait probes' rates side by side.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::report::flamegraph::{self, FlameGraphError};
+use crate::report::top_symbols::{self, SelfFrame, TopSymbols};
+use crate::report::{self, units, OutputError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not an innoprof summary.json: {source}")]
+    Summary {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{0} holds no innoprof recording (no summary.json)")]
+    NotARecording(PathBuf),
+    #[error(transparent)]
+    FlameGraph(#[from] FlameGraphError),
+    #[error(transparent)]
+    Output(#[from] OutputError),
+}
+
+/// Functions listed per profile.
+const SYMBOL_ROWS: usize = 30;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    pub baseline: PathBuf,
+    pub incident: PathBuf,
+    pub profiles: Vec<ProfileDiff>,
+    pub probes: Vec<ProbeDelta>,
+    #[serde(skip)]
+    files: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfileDiff {
+    /// `oncpu` or `offcpu`.
+    pub kind: String,
+    /// `samples` or `us`.
+    pub unit: String,
+    pub baseline_total: u64,
+    pub incident_total: u64,
+    /// The differential folded file; the baseline column is scaled to the
+    /// incident's total, so widths compare shapes, not load.
+    pub folded: String,
+    pub flamegraph: Option<String>,
+    /// Largest changes first: of self share on-CPU, of total share
+    /// off-CPU (where every stack ends in the same few libc waits).
+    pub symbols: Vec<SymbolDelta>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SymbolDelta {
+    pub symbol: String,
+    pub module: String,
+    pub baseline_self_pct: f64,
+    pub incident_self_pct: f64,
+    pub self_delta_pct: f64,
+    pub baseline_total_pct: f64,
+    pub incident_total_pct: f64,
+    pub total_delta_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeDelta {
+    pub name: String,
+    pub baseline_calls_per_sec: f64,
+    pub incident_calls_per_sec: f64,
+    /// incident / baseline; `None` when the baseline never fired.
+    pub calls_ratio: Option<f64>,
+    /// Wait time per second of recording, in ns.
+    pub baseline_wait_ns_per_sec: f64,
+    pub incident_wait_ns_per_sec: f64,
+}
+
+/// (kind, unit, self frame, rank by total share)
+const PROFILES: [(&str, &str, SelfFrame, bool); 2] = [
+    ("oncpu", "samples", SelfFrame::Leaf, false),
+    ("offcpu", "us", SelfFrame::UserLeaf, true),
+];
+
+pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffError> {
+    let base_summary = read_summary(baseline)?;
+    let inc_summary = read_summary(incident)?;
+    let mut report = DiffReport {
+        baseline: baseline.to_path_buf(),
+        incident: incident.to_path_buf(),
+        profiles: Vec::new(),
+        probes: probe_deltas(&base_summary, &inc_summary),
+        files: Vec::new(),
+    };
+    for (kind, unit, mode, by_total) in PROFILES {
+        let name = format!("{kind}.folded");
+        let (Some(before), Some(after)) = (
+            read_optional(&baseline.join(&name))?,
+            read_optional(&incident.join(&name))?,
+        ) else {
+            continue;
+        };
+        let diff_folded = differential(&before, &after);
+        let folded_name = format!("diff.{kind}.folded");
+        let svg_name = format!("diff.{kind}.svg");
+        let title = format!(
+            "{kind} differential: {} -> {} (red grew, blue shrank)",
+            baseline.display(),
+            incident.display()
+        );
+        let svg = flamegraph::render(&diff_folded, &title, unit)?;
+        let before_top = top_symbols::from_folded(&before, mode.clone(), unit);
+        let after_top = top_symbols::from_folded(&after, mode, unit);
+        report.profiles.push(ProfileDiff {
+            kind: kind.to_string(),
+            unit: unit.to_string(),
+            baseline_total: before_top.total,
+            incident_total: after_top.total,
+            folded: folded_name.clone(),
+            flamegraph: svg.as_ref().map(|_| svg_name.clone()),
+            symbols: symbol_deltas(&before_top, &after_top, by_total),
+        });
+        report.files.push((folded_name, diff_folded));
+        if let Some(svg) = svg {
+            report.files.push((
+                svg_name,
+                String::from_utf8(svg).expect("inferno writes UTF-8"),
+            ));
+        }
+    }
+    Ok(report)
+}
+
+impl DiffReport {
+    /// Writes the differential files, `diff.json` and `diff.txt` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<(), DiffError> {
+        report::prepare_dir(dir)?;
+        for (name, text) in &self.files {
+            report::write_file(&dir.join(name), text.as_bytes())?;
+        }
+        let json = serde_json::to_vec_pretty(self).expect("diff serialises");
+        report::write_file(&dir.join("diff.json"), &json)?;
+        report::write_file(&dir.join("diff.txt"), self.render().as_bytes())?;
+        Ok(())
+    }
+
+    pub fn render(&self) -> String {
+        use comfy_table::presets::ASCII_MARKDOWN;
+        use comfy_table::{CellAlignment, Table};
+        let mut out = format!(
+            "innoprof diff: baseline {} -> incident {}\n",
+            self.baseline.display(),
+            self.incident.display()
+        );
+        let right = |t: &mut Table, cols: std::ops::Range<usize>| {
+            for c in cols {
+                if let Some(col) = t.column_mut(c) {
+                    col.set_cell_alignment(CellAlignment::Right);
+                }
+            }
+        };
+        if !self.probes.is_empty() {
+            let mut t = Table::new();
+            t.load_preset(ASCII_MARKDOWN);
+            t.set_header([
+                "probe",
+                "calls/s before",
+                "calls/s now",
+                "x",
+                "wait/s before",
+                "wait/s now",
+            ]);
+            for p in &self.probes {
+                t.add_row([
+                    p.name.clone(),
+                    units::count(p.baseline_calls_per_sec),
+                    units::count(p.incident_calls_per_sec),
+                    p.calls_ratio
+                        .map(|r| format!("{r:.2}"))
+                        .unwrap_or_else(|| "new".into()),
+                    units::ns(p.baseline_wait_ns_per_sec as u64),
+                    units::ns(p.incident_wait_ns_per_sec as u64),
+                ]);
+            }
+            right(&mut t, 1..6);
+            out.push_str(&format!("\nwait probes (per second of recording):\n{t}\n"));
+        }
+        for p in &self.profiles {
+            let mut t = Table::new();
+            t.load_preset(ASCII_MARKDOWN);
+            t.set_header([
+                "self % before",
+                "self % now",
+                "delta",
+                "total % before",
+                "total % now",
+                "module",
+                "symbol",
+            ]);
+            for s in &p.symbols {
+                t.add_row([
+                    format!("{:.2}", s.baseline_self_pct),
+                    format!("{:.2}", s.incident_self_pct),
+                    format!("{:+.2}", s.self_delta_pct),
+                    format!("{:.2}", s.baseline_total_pct),
+                    format!("{:.2}", s.incident_total_pct),
+                    s.module.clone(),
+                    s.symbol.chars().take(90).collect(),
+                ]);
+            }
+            right(&mut t, 0..5);
+            out.push_str(&format!(
+                "\n{}: {} {} before, {} now; largest changes of {} share:\n{t}\n",
+                p.kind,
+                p.baseline_total,
+                p.unit,
+                p.incident_total,
+                if p.kind == "offcpu" { "total" } else { "self" }
+            ));
+        }
+        if self.profiles.is_empty() {
+            out.push_str("\nno CPU profile in both recordings (record without --no-cpu)\n");
+        }
+        out
+    }
+}
+
+/// inferno's difffolded, baseline scaled to the incident, lines sorted so
+/// the file is deterministic (inferno emits hash-map order).
+fn differential(before: &str, after: &str) -> String {
+    let opts = inferno::differential::Options {
+        normalize: true,
+        strip_hex: false,
+    };
+    let mut out = Vec::new();
+    inferno::differential::from_readers(opts, before.as_bytes(), after.as_bytes(), &mut out)
+        .expect("in-memory readers and writer do not fail");
+    let text = String::from_utf8_lossy(&out);
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+fn symbol_deltas(before: &TopSymbols, after: &TopSymbols, by_total: bool) -> Vec<SymbolDelta> {
+    use std::collections::BTreeMap;
+    let mut merged: BTreeMap<(String, String), [f64; 4]> = BTreeMap::new();
+    for (i, top) in [before, after].into_iter().enumerate() {
+        for r in &top.rows {
+            let e = merged
+                .entry((r.module.clone(), r.symbol.clone()))
+                .or_default();
+            e[i] = r.self_pct;
+            e[2 + i] = r.total_pct;
+        }
+    }
+    let mut rows: Vec<SymbolDelta> = merged
+        .into_iter()
+        .map(|((module, symbol), [bs, is, bt, it])| SymbolDelta {
+            symbol,
+            module,
+            baseline_self_pct: bs,
+            incident_self_pct: is,
+            self_delta_pct: is - bs,
+            baseline_total_pct: bt,
+            incident_total_pct: it,
+            total_delta_pct: it - bt,
+        })
+        .collect();
+    let key = |d: &SymbolDelta| {
+        if by_total {
+            (d.total_delta_pct.abs(), d.self_delta_pct.abs())
+        } else {
+            (d.self_delta_pct.abs(), d.total_delta_pct.abs())
+        }
+    };
+    rows.sort_by(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        kb.0.total_cmp(&ka.0)
+            .then(kb.1.total_cmp(&ka.1))
+            .then_with(|| a.symbol.cmp(&b.symbol))
+    });
+    rows.truncate(SYMBOL_ROWS);
+    rows
+}
+
+fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<ProbeDelta> {
+    let rates = |s: &serde_json::Value| -> Vec<(String, f64, f64)> {
+        let secs = s["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
+        s["probes"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .filter(|p| p["status"] == "attached")
+                    .filter_map(|p| {
+                        Some((
+                            p["name"].as_str()?.to_string(),
+                            p["calls"].as_u64().unwrap_or(0) as f64 / secs,
+                            p["wait_ns_total"].as_u64().unwrap_or(0) as f64 / secs,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let b = rates(before);
+    let a = rates(after);
+    let mut names: Vec<&String> = b.iter().chain(a.iter()).map(|(n, _, _)| n).collect();
+    names.sort();
+    names.dedup();
+    let find = |v: &[(String, f64, f64)], n: &str| {
+        v.iter()
+            .find(|(name, _, _)| name == n)
+            .map(|(_, c, w)| (*c, *w))
+            .unwrap_or((0.0, 0.0))
+    };
+    let mut out: Vec<ProbeDelta> = names
+        .into_iter()
+        .map(|n| {
+            let (bc, bw) = find(&b, n);
+            let (ac, aw) = find(&a, n);
+            ProbeDelta {
+                name: n.clone(),
+                baseline_calls_per_sec: bc,
+                incident_calls_per_sec: ac,
+                calls_ratio: (bc > 0.0).then(|| ac / bc),
+                baseline_wait_ns_per_sec: bw,
+                incident_wait_ns_per_sec: aw,
+            }
+        })
+        .collect();
+    // Most grown first; probes that never fired before lead.
+    out.sort_by(|x, y| {
+        let key = |p: &ProbeDelta| {
+            p.calls_ratio.unwrap_or(if p.incident_calls_per_sec > 0.0 {
+                f64::INFINITY
+            } else {
+                0.0
+            })
+        };
+        key(y).total_cmp(&key(x)).then_with(|| x.name.cmp(&y.name))
+    });
+    out
+}
+
+fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
+    let path = dir.join("summary.json");
+    let text = read_optional(&path)?.ok_or_else(|| DiffError::NotARecording(dir.to_path_buf()))?;
+    serde_json::from_str(&text).map_err(|source| DiffError::Summary { path, source })
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, DiffError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(DiffError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recording(dir: &Path, duration: f64, calls: u64, oncpu: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        let summary = serde_json::json!({
+            "duration_s": duration,
+            "probes": [{"name": "innodb.undo.prev_version", "status": "attached", "calls": calls, "wait_ns_total": calls * 1000}],
+        });
+        std::fs::write(dir.join("summary.json"), summary.to_string()).unwrap();
+        std::fs::write(dir.join("oncpu.folded"), oncpu).unwrap();
+    }
+
+    #[test]
+    fn finds_what_got_hot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (base, inc, out) = (
+            tmp.path().join("b"),
+            tmp.path().join("i"),
+            tmp.path().join("o"),
+        );
+        recording(
+            &base,
+            10.0,
+            100,
+            "main;row_search 90\nmain;trx_undo_prev_version_build 10\n",
+        );
+        recording(
+            &inc,
+            5.0,
+            5000,
+            "main;row_search 20\nmain;trx_undo_prev_version_build 180\n",
+        );
+        let r = diff_dirs(&base, &inc).unwrap();
+        assert_eq!(
+            r.profiles.len(),
+            1,
+            "no off-CPU files: only on-CPU compared"
+        );
+        let p = &r.profiles[0];
+        assert_eq!((p.baseline_total, p.incident_total), (100, 200));
+        assert_eq!(p.symbols[0].symbol, "row_search");
+        let undo = p
+            .symbols
+            .iter()
+            .find(|s| s.symbol == "trx_undo_prev_version_build")
+            .unwrap();
+        assert_eq!(
+            (undo.baseline_self_pct, undo.incident_self_pct),
+            (10.0, 90.0)
+        );
+        assert_eq!(undo.self_delta_pct, 80.0);
+        let probe = &r.probes[0];
+        assert_eq!(
+            (probe.baseline_calls_per_sec, probe.incident_calls_per_sec),
+            (10.0, 1000.0)
+        );
+        assert_eq!(probe.calls_ratio, Some(100.0));
+
+        r.write(&out).unwrap();
+        // Baseline scaled to the incident's 200 samples.
+        let folded = std::fs::read_to_string(out.join("diff.oncpu.folded")).unwrap();
+        assert_eq!(
+            folded,
+            "main;row_search 180 20\nmain;trx_undo_prev_version_build 20 180\n"
+        );
+        let svg = std::fs::read_to_string(out.join("diff.oncpu.svg")).unwrap();
+        assert!(svg.contains("trx_undo_prev_version_build") && svg.trim_end().ends_with("</svg>"));
+        let text = std::fs::read_to_string(out.join("diff.txt")).unwrap();
+        assert!(
+            text.contains("+80.00") && text.contains("innodb.undo.prev_version"),
+            "{text}"
+        );
+        assert!(out.join("diff.json").exists());
+    }
+
+    #[test]
+    fn not_a_recording() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            diff_dirs(tmp.path(), tmp.path()),
+            Err(DiffError::NotARecording(_))
+        ));
+    }
+}

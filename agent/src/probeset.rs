@@ -1,0 +1,103 @@
+//! From a request (`--probes`, `--probe`, `--catalog`) and a binary to the
+//! resolved probe set: which catalog file applies, which probes it selects,
+//! and what each resolved to. Shared by `record` and `probes`.
+
+use std::path::PathBuf;
+
+use crate::attach::PlannedProbe;
+use crate::catalog::{Catalog, CatalogError, ProbeSpec};
+use crate::resolve::{ElfImage, Resolver};
+use crate::server::ServerInfo;
+
+#[derive(Debug, Clone, Default)]
+pub struct ProbeRequest {
+    /// `default`, `all`, `none`, or names/globs; `None`: `default`, unless
+    /// only ad-hoc probes were given.
+    pub selection: Option<String>,
+    pub ad_hoc: Vec<String>,
+    /// Replaces the built-in catalog.
+    pub catalog: Option<PathBuf>,
+}
+
+impl ProbeRequest {
+    /// Whether the user named the probes (as opposed to taking the default).
+    pub fn is_explicit(&self) -> bool {
+        self.selection.is_some() || !self.ad_hoc.is_empty()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProbeSet {
+    pub catalog_file: Option<String>,
+    pub probes: Vec<PlannedProbe>,
+}
+
+impl ProbeSet {
+    pub fn resolve(
+        image: &ElfImage,
+        server: &ServerInfo,
+        request: &ProbeRequest,
+    ) -> Result<Self, CatalogError> {
+        let catalog = match &request.catalog {
+            Some(path) => Catalog::from_path(path)?,
+            None => Catalog::builtin(),
+        };
+        let selection = request
+            .selection
+            .clone()
+            .or_else(|| request.ad_hoc.is_empty().then(|| "default".to_string()))
+            .filter(|s| s != "none");
+        let mut specs: Vec<ProbeSpec> = Vec::new();
+        let mut catalog_file = None;
+        if let Some(selection) = selection {
+            let file = catalog
+                .for_server(server)
+                // A user's catalog applies to whatever binary it is given for.
+                .or_else(|| request.catalog.is_some().then(|| &catalog.files[0]))
+                .ok_or_else(|| CatalogError::NoCatalog {
+                    server: server.to_string(),
+                })?;
+            catalog_file = Some(file.file.clone());
+            specs.extend(file.select(&selection)?);
+        }
+        specs.extend(request.ad_hoc.iter().map(|p| ProbeSpec::ad_hoc(p)));
+
+        let mut resolver = Resolver::new(image);
+        let probes = specs
+            .into_iter()
+            .map(|spec| PlannedProbe {
+                resolution: if spec.inline {
+                    resolver.resolve_with_inline(&spec.symbols)
+                } else {
+                    resolver.resolve(&spec.symbols)
+                },
+                spec,
+            })
+            .collect();
+        Ok(Self {
+            catalog_file,
+            probes,
+        })
+    }
+
+    pub fn any_resolved(&self) -> bool {
+        self.probes.iter().any(|p| !p.resolution.symbols.is_empty())
+    }
+
+    /// One line per unresolved probe: name, patterns, why.
+    pub fn unresolved_report(&self) -> String {
+        self.probes
+            .iter()
+            .filter(|p| p.resolution.symbols.is_empty())
+            .map(|p| {
+                format!(
+                    "  {} ({}): {}",
+                    p.spec.name,
+                    p.spec.symbols.join(", "),
+                    p.resolution.why_unresolved()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}

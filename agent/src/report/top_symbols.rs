@@ -1,0 +1,325 @@
+//! The opreport-style table: per function, samples where it was the leaf
+//! (self) and samples where it was anywhere on the stack (total), as
+//! shares of all samples.
+//!
+//! A frame's function is the ELF (or kernel) symbol holding the address,
+//! not an inlined callee, so the table lines up with `opreport -l` and
+//! `perf report --no-children`.
+
+use std::collections::HashMap;
+
+use comfy_table::presets::ASCII_MARKDOWN;
+use comfy_table::{CellAlignment, Table};
+use serde::{Deserialize, Serialize};
+
+use crate::symbolize::{Frame, FrameKind, KERNEL_MODULE};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TopSymbols {
+    /// What the counts are: `samples`, or `us` (off-CPU time).
+    pub unit: String,
+    /// All samples (or time) of the profile, the 100 %.
+    pub total: u64,
+    pub rows: Vec<SymbolRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SymbolRow {
+    /// Samples with this function as the leaf.
+    pub samples: u64,
+    pub self_pct: f64,
+    /// Samples with this function anywhere on the stack (counted once).
+    pub total: u64,
+    pub total_pct: f64,
+    /// File name of the mapping (`mysqld`, `libc.so.6`) or
+    /// `[kernel.kallsyms]`; empty when not known (read back from folded).
+    pub module: String,
+    pub symbol: String,
+}
+
+/// Which frame a sample's "self" goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelfFrame {
+    /// The innermost frame (on-CPU: where the CPU was).
+    Leaf,
+    /// The innermost user frame: off-CPU stacks all end in the scheduler.
+    UserLeaf,
+    /// The innermost frame of this module (e.g. `mysqld`), else the
+    /// innermost user frame: off-CPU stacks end in the same few libc
+    /// waits, the server's own frame below them says who waits.
+    InnermostIn(String),
+}
+
+#[derive(Debug)]
+pub struct TopBuilder {
+    mode: SelfFrame,
+    by_self: HashMap<(String, String), u64>,
+    by_total: HashMap<(String, String), u64>,
+    total: u64,
+}
+
+impl TopBuilder {
+    pub fn new(mode: SelfFrame) -> Self {
+        Self {
+            mode,
+            by_self: HashMap::new(),
+            by_total: HashMap::new(),
+            total: 0,
+        }
+    }
+
+    /// Adds one stack, frames root→leaf.
+    pub fn add(&mut self, frames: &[Frame], weight: u64) {
+        if weight == 0 {
+            return;
+        }
+        self.total += weight;
+        let functions: Vec<&Frame> = frames
+            .iter()
+            .filter(|f| f.kind != FrameKind::Inlined)
+            .collect();
+        let user_leaf = || {
+            functions
+                .iter()
+                .rev()
+                .find(|f| f.kind != FrameKind::Kernel)
+                .or(functions.last())
+        };
+        let leaf = match &self.mode {
+            SelfFrame::Leaf => functions.last(),
+            SelfFrame::UserLeaf => user_leaf(),
+            SelfFrame::InnermostIn(module) => functions
+                .iter()
+                .rev()
+                .find(|f| &f.module == module)
+                .or_else(user_leaf),
+        };
+        if let Some(f) = leaf {
+            *self.by_self.entry(key(f)).or_default() += weight;
+        }
+        let mut seen: Vec<(String, String)> = functions.iter().map(|f| key(f)).collect();
+        seen.sort();
+        seen.dedup();
+        for k in seen {
+            *self.by_total.entry(k).or_default() += weight;
+        }
+    }
+
+    /// Adds one line of a folded file (`root;…;leaf count`).
+    pub fn add_folded_line(&mut self, line: &str) {
+        if let Some((stack, count)) = line.trim_end().rsplit_once(' ') {
+            if let Ok(n) = count.parse::<u64>() {
+                let frames: Vec<Frame> = stack.split(';').map(parse_folded_frame).collect();
+                self.add(&frames, n);
+            }
+        }
+    }
+
+    /// Rows by self, then total, then name; at most `limit` (0: all).
+    pub fn build(self, unit: &str, limit: usize) -> TopSymbols {
+        let pct = |n: u64| {
+            if self.total == 0 {
+                0.0
+            } else {
+                n as f64 * 100.0 / self.total as f64
+            }
+        };
+        let mut rows: Vec<SymbolRow> = self
+            .by_total
+            .iter()
+            .map(|(k, &total)| {
+                let samples = self.by_self.get(k).copied().unwrap_or(0);
+                SymbolRow {
+                    samples,
+                    self_pct: pct(samples),
+                    total,
+                    total_pct: pct(total),
+                    module: k.0.clone(),
+                    symbol: k.1.clone(),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then(b.total.cmp(&a.total))
+                .then_with(|| a.symbol.cmp(&b.symbol))
+                .then_with(|| a.module.cmp(&b.module))
+        });
+        if limit > 0 {
+            rows.truncate(limit);
+        }
+        TopSymbols {
+            unit: unit.to_string(),
+            total: self.total,
+            rows,
+        }
+    }
+}
+
+fn key(f: &Frame) -> (String, String) {
+    (f.module.clone(), f.name.clone())
+}
+
+/// Reads a frame back from its folded form (see `Frame::folded_name`).
+pub fn parse_folded_frame(s: &str) -> Frame {
+    if let Some(name) = s.strip_suffix("_[k]") {
+        Frame {
+            name: name.to_string(),
+            module: KERNEL_MODULE.to_string(),
+            kind: FrameKind::Kernel,
+        }
+    } else if let Some(name) = s.strip_suffix(" [inlined]") {
+        Frame {
+            name: name.to_string(),
+            module: String::new(),
+            kind: FrameKind::Inlined,
+        }
+    } else {
+        Frame {
+            name: s.to_string(),
+            module: String::new(),
+            kind: if s.starts_with('[') || s.contains("+0x") {
+                FrameKind::Unknown
+            } else {
+                FrameKind::User
+            },
+        }
+    }
+}
+
+/// The full table of a folded file (every function).
+pub fn from_folded(text: &str, mode: SelfFrame, unit: &str) -> TopSymbols {
+    let mut b = TopBuilder::new(mode);
+    for line in text.lines() {
+        b.add_folded_line(line);
+    }
+    b.build(unit, 0)
+}
+
+/// `samples  self %  total %  module  symbol`, at most `limit` rows.
+pub fn render(top: &TopSymbols, limit: usize) -> String {
+    let mut table = Table::new();
+    table.load_preset(ASCII_MARKDOWN);
+    table.set_header([top.unit.as_str(), "self %", "total %", "module", "symbol"]);
+    for r in top.rows.iter().take(limit) {
+        table.add_row([
+            r.samples.to_string(),
+            format!("{:.2}", r.self_pct),
+            format!("{:.2}", r.total_pct),
+            r.module.clone(),
+            short(&r.symbol, 90),
+        ]);
+    }
+    for col in 0..3 {
+        if let Some(c) = table.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    let mut out = table.to_string();
+    out.push('\n');
+    out
+}
+
+/// Long C++ signatures cut at `max` chars, keeping the start (the name).
+fn short(name: &str, max: usize) -> String {
+    if name.chars().count() > max {
+        let head: String = name.chars().take(max - 1).collect();
+        format!("{head}…")
+    } else {
+        name.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str, module: &str, kind: FrameKind) -> Frame {
+        Frame {
+            name: name.into(),
+            module: module.into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn self_and_total_count_each_function_once() {
+        let mut b = TopBuilder::new(SelfFrame::Leaf);
+        let main = f("main", "app", FrameKind::User);
+        let work = f("work", "app", FrameKind::User);
+        let inl = f("helper", "app", FrameKind::Inlined);
+        let k = f("do_syscall_64", KERNEL_MODULE, FrameKind::Kernel);
+        // main → work → work (recursion) with an inlined helper: 3 samples.
+        b.add(&[main.clone(), work.clone(), work.clone(), inl], 3);
+        b.add(&[main.clone(), k], 1);
+        let t = b.build("samples", 0);
+        assert_eq!(t.total, 4);
+        let row = |s: &str| t.rows.iter().find(|r| r.symbol == s).unwrap();
+        assert_eq!((row("work").samples, row("work").total), (3, 3));
+        assert_eq!(row("work").self_pct, 75.0);
+        assert_eq!((row("main").samples, row("main").total), (0, 4));
+        assert_eq!(row("do_syscall_64").module, KERNEL_MODULE);
+        assert!(
+            t.rows.iter().all(|r| r.symbol != "helper"),
+            "inlined frames are not symbols"
+        );
+        assert_eq!(t.rows[0].symbol, "work");
+    }
+
+    #[test]
+    fn user_leaf_skips_the_scheduler() {
+        let mut b = TopBuilder::new(SelfFrame::UserLeaf);
+        b.add_folded_line(
+            "start_thread;os_event_wait;pthread_cond_wait;entry_SYSCALL_64_[k];schedule_[k] 1500",
+        );
+        let t = b.build("us", 0);
+        assert_eq!(t.rows[0].symbol, "pthread_cond_wait");
+        assert_eq!(t.rows[0].samples, 1500);
+        let sched = t.rows.iter().find(|r| r.symbol == "schedule").unwrap();
+        assert_eq!(
+            (sched.samples, sched.total, sched.module.as_str()),
+            (0, 1500, KERNEL_MODULE)
+        );
+    }
+
+    #[test]
+    fn innermost_frame_of_the_server() {
+        let mut b = TopBuilder::new(SelfFrame::InnermostIn("mysqld".into()));
+        let frames = [
+            f("start_thread", "libc.so.6", FrameKind::User),
+            f("os_event_wait_low", "mysqld", FrameKind::User),
+            f("pthread_cond_wait", "libc.so.6", FrameKind::User),
+            f("schedule", KERNEL_MODULE, FrameKind::Kernel),
+        ];
+        b.add(&frames, 10);
+        b.add(&frames[2..], 5);
+        let t = b.build("us", 0);
+        assert_eq!(
+            (t.rows[0].symbol.as_str(), t.rows[0].samples),
+            ("os_event_wait_low", 10)
+        );
+        let libc = t
+            .rows
+            .iter()
+            .find(|r| r.symbol == "pthread_cond_wait")
+            .unwrap();
+        assert_eq!(
+            (libc.samples, libc.total),
+            (5, 15),
+            "no server frame: the user leaf"
+        );
+    }
+
+    #[test]
+    fn renders_opreport_columns() {
+        let t = from_folded("main;spin 99\nmain;idle 1\n", SelfFrame::Leaf, "samples");
+        let text = render(&t, 10);
+        let first = text.lines().nth(2).unwrap();
+        assert!(
+            first.contains("99") && first.contains("99.00") && first.contains("spin"),
+            "{text}"
+        );
+        assert!(text.lines().next().unwrap().contains("self %"));
+    }
+}

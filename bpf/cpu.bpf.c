@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * CPU profiler of one process:
+ *  - on-CPU: a program on the software cpu-clock perf event, opened once
+ *    per CPU for all processes (a per-PID event follows one thread only)
+ *    and filtered here by tgid, so threads created later are covered;
+ *  - off-CPU: sched_switch (tp_btf) records when and where a thread of the
+ *    target blocks, and adds the blocked time to that stack when it runs
+ *    again.
+ * Everything is aggregated in hash maps keyed by the whole stack; userspace
+ * reads the totals at the end.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "cpu.h"
+
+#define TASK_RUNNING 0x0000
+#define TASK_DEAD 0x0080 /* vmlinux.h carries no #defines */
+
+/* Set by the loader before load (rodata). */
+const volatile __u32 target_tgid = 0;
+const volatile __u64 min_block_ns = 1000000;
+const volatile __u32 unwind_rows_len = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows distinct stacks */
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_stack);
+	__type(value, __u64);
+} oncpu_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct cpu_stack);
+	__type(value, struct offcpu_val);
+} offcpu_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 32768);
+	__type(key, __u32); /* thread id */
+	__type(value, struct offcpu_start);
+} offcpu_start SEC(".maps");
+
+/* CFI rows of the target's mapped files, sorted by address; the loader
+ * sizes the map to the rows it has. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+/* Scratch space (a stack key does not fit the 512-byte BPF stack), one
+ * per program so neither can clobber the other's. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_stack);
+} oncpu_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_start);
+} offcpu_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} cpu_counters SEC(".maps");
+
+static __always_inline void count(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&cpu_counters, &idx);
+
+	if (v)
+		*v += n; /* per-CPU: no atomics needed */
+}
+
+/* Returns the value for `key`, inserting `init` first if absent; NULL when
+ * the map is full. NOEXIST: another CPU may insert the same key meanwhile. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *init)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, key);
+}
+
+/* The row covering `addr`: the last one starting at or below it. */
+static __always_inline struct unwind_row *find_row(__u64 addr)
+{
+	__u32 lo = 0, hi = unwind_rows_len, mid;
+	struct unwind_row *row;
+	int i;
+
+	if (!hi)
+		return NULL;
+	/* 2^24 rows at most; each step halves [lo, hi). */
+	for (i = 0; i < 24 && lo + 1 < hi; i++) {
+		mid = lo + (hi - lo) / 2;
+		row = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!row)
+			return NULL;
+		if (row->addr <= addr)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	row = bpf_map_lookup_elem(&unwind_rows, &lo);
+	if (!row || row->addr > addr)
+		return NULL;
+	return row;
+}
+
+struct walk {
+	struct cpu_stack *stack;
+	__u64 ip, sp, bp;
+	__u32 n;
+	__u32 flags;
+};
+
+/* One frame: record ip, then find the caller's ip, sp and rbp. Returns 1
+ * to end the walk. */
+static long walk_step(__u64 i, void *data)
+{
+	struct walk *w = data;
+	struct unwind_row *row;
+	__u64 ret = 0, cfa, frame[2];
+	__u32 n = w->n;
+
+	if (n >= CPU_USER_DEPTH) {
+		w->flags |= CPU_STACK_TRUNCATED;
+		return 1;
+	}
+	w->stack->user[n] = w->ip;
+	w->n = n + 1;
+	/* Above the first frame ip is a return address: look it up inside the
+	 * call instruction, which may be the last of its CFI row. */
+	row = find_row(n ? w->ip - 1 : w->ip);
+	if (!row || row->kind == UNWIND_FP) {
+		if (!w->bp)
+			return 1; /* end of the frame-pointer chain */
+		if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->bp)) {
+			w->flags |= CPU_STACK_UNWIND_STOP;
+			return 1;
+		}
+		ret = frame[1];
+		w->sp = w->bp + 16;
+		/* Frames only move up the stack: anything else is not a chain. */
+		w->bp = frame[0] > w->bp ? frame[0] : 0;
+	} else if (row->kind == UNWIND_CFA) {
+		cfa = (row->cfa_reg == UNWIND_REG_RBP ? w->bp : w->sp) + (__s64)row->cfa_off;
+		if (row->rbp_off == UNWIND_RBP_UNDEF) {
+			w->bp = 0;
+		} else if (row->rbp_off != UNWIND_RBP_SAME &&
+			   bpf_probe_read_user(&w->bp, sizeof(w->bp), (void *)(cfa + (__s64)row->rbp_off))) {
+			w->flags |= CPU_STACK_UNWIND_STOP;
+			return 1;
+		}
+		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(cfa - 8))) {
+			w->flags |= CPU_STACK_UNWIND_STOP;
+			return 1;
+		}
+		w->sp = cfa;
+	} else if (row->kind == UNWIND_END) {
+		return 1;
+	} else {
+		w->flags |= CPU_STACK_UNWIND_STOP;
+		return 1;
+	}
+	if (!ret)
+		return 1;
+	w->ip = ret;
+	return 0;
+}
+
+/* Fills stack->user from the user registers; returns its flags. */
+static __always_inline __u32 walk_user(struct cpu_stack *stack, __u64 ip, __u64 sp, __u64 bp)
+{
+	struct walk w = { .stack = stack, .ip = ip, .sp = sp, .bp = bp };
+
+	__builtin_memset(stack->user, 0, sizeof(stack->user));
+	/* One more step than frames, to notice a stack deeper than kept. */
+	bpf_loop(CPU_USER_DEPTH + 1, walk_step, &w, 0);
+	return w.flags;
+}
+
+SEC("perf_event")
+int cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 zero = 0, flags;
+	struct cpu_stack *key;
+	struct pt_regs *regs;
+	__u64 *val, one = 0;
+
+	count(CNT_TICKS, 1);
+	/* tgid 0 is the idle task: never a target. */
+	if (!target_tgid || (__u32)(pid_tgid >> 32) != target_tgid)
+		return 0;
+	count(CNT_SAMPLES, 1);
+
+	key = bpf_map_lookup_elem(&oncpu_scratch, &zero);
+	if (!key)
+		return 0;
+	key->pad = 0;
+	/* x86-64: kernel addresses have the top bit set. */
+	if (!(ctx->regs.ip >> 63)) {
+		/* User mode was interrupted: its registers are the sample's, and
+		 * there is no kernel part. */
+		flags = walk_user(key, ctx->regs.ip, ctx->regs.sp, ctx->regs.bp);
+		__builtin_memset(key->kern, 0, sizeof(key->kern));
+	} else {
+		regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+		flags = walk_user(key, regs->ip, regs->sp, regs->bp);
+		if (bpf_get_stack(ctx, key->kern, sizeof(key->kern), 0) < 0) {
+			flags |= CPU_STACK_KERN_LOST;
+			count(CNT_KERN_LOST, 1);
+		}
+	}
+	if (flags & CPU_STACK_UNWIND_STOP)
+		count(CNT_UNWIND_STOP, 1);
+	if (flags & CPU_STACK_TRUNCATED)
+		count(CNT_TRUNCATED, 1);
+	key->flags = flags;
+
+	val = lookup_or_init(&oncpu_counts, key, &one);
+	if (!val) {
+		count(CNT_ONCPU_FULL, 1);
+		return 0;
+	}
+	__sync_fetch_and_add(val, 1);
+	return 0;
+}
+
+/* A target thread leaves the CPU: if it blocks, remember when and where. */
+static __always_inline void switch_out(void *ctx, struct task_struct *prev)
+{
+	__u32 tid = prev->pid, zero = 0, flags;
+	unsigned int state = prev->__state;
+	struct offcpu_start *s, *init;
+	struct pt_regs *regs;
+
+	if (state == TASK_RUNNING) {
+		/* Preempted while runnable: waiting for a CPU, not blocked. */
+		count(CNT_OFF_PREEMPTED, 1);
+		s = bpf_map_lookup_elem(&offcpu_start, &tid);
+		if (s)
+			s->ts = 0;
+		return;
+	}
+	if (state & TASK_DEAD) {
+		bpf_map_delete_elem(&offcpu_start, &tid);
+		return;
+	}
+	init = bpf_map_lookup_elem(&offcpu_zero, &zero);
+	if (!init)
+		return;
+	s = lookup_or_init(&offcpu_start, &tid, init);
+	if (!s) {
+		count(CNT_OFF_START_FULL, 1);
+		return;
+	}
+	s->ts = 0;
+	s->stack.pad = 0;
+	/* prev is still current: its user registers are saved at kernel entry. */
+	regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+	flags = walk_user(&s->stack, regs->ip, regs->sp, regs->bp);
+	if (bpf_get_stack(ctx, s->stack.kern, sizeof(s->stack.kern), 0) < 0)
+		flags |= CPU_STACK_KERN_LOST;
+	s->stack.flags = flags;
+	/* Stamped last: a half-written entry is never read as blocked. */
+	s->ts = bpf_ktime_get_ns();
+}
+
+/* A target thread runs again: its blocked time goes to its stack. */
+static __always_inline void switch_in(struct task_struct *next)
+{
+	__u32 tid = next->pid;
+	struct offcpu_start *s = bpf_map_lookup_elem(&offcpu_start, &tid);
+	struct offcpu_val *v, zero = {};
+	__u64 delta;
+
+	if (!s || !s->ts)
+		return; /* blocked before we attached, or was preempted */
+	delta = bpf_ktime_get_ns() - s->ts;
+	s->ts = 0;
+	if (delta < min_block_ns) {
+		count(CNT_OFF_SHORT, 1);
+		count(CNT_OFF_SHORT_NS, delta);
+		return;
+	}
+	v = lookup_or_init(&offcpu_counts, &s->stack, &zero);
+	if (!v) {
+		count(CNT_OFF_FULL, 1);
+		return;
+	}
+	count(CNT_OFF_BLOCKS, 1);
+	if (s->stack.flags & CPU_STACK_UNWIND_STOP)
+		count(CNT_OFF_UNWIND_STOP, 1);
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->total_ns, delta);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	if (!target_tgid)
+		return 0;
+	if (prev->tgid == target_tgid)
+		switch_out(ctx, prev);
+	if (next->tgid == target_tgid)
+		switch_in(next);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,52 @@
+//! `innoprof probes`: resolution report for a running server or a binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+use innoprof::inspect;
+use innoprof::target::Target;
+
+use crate::probe_args::ProbeArgs;
+
+#[derive(Args)]
+pub struct ProbesArgs {
+    /// PID of a running mysqld/mariadbd.
+    #[arg(long, conflicts_with = "binary", required_unless_present = "binary")]
+    pid: Option<u32>,
+    /// A server binary on disk.
+    #[arg(long)]
+    binary: Option<PathBuf>,
+    /// Accept a PID that is not mysqld/mariadbd.
+    #[arg(long)]
+    force: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    probe: ProbeArgs,
+}
+
+pub fn run(args: ProbesArgs) -> Result<ExitCode> {
+    // Default to every catalog probe: the point is to see what exists.
+    let mut request = args.probe.request();
+    if request.selection.is_none() && request.ad_hoc.is_empty() {
+        request.selection = Some("all".into());
+    }
+    let (path, shown) = match (args.pid, &args.binary) {
+        (Some(pid), _) => {
+            let t = Target::open(pid, args.force)?;
+            (t.binary.clone(), t.exe.display().to_string())
+        }
+        (None, Some(b)) => (b.clone(), b.display().to_string()),
+        (None, None) => unreachable!("clap requires --pid or --binary"),
+    };
+    let inspection = inspect::inspect(&path, &shown, &request, &args.probe.debug_search())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&inspection)?);
+    } else {
+        print!("{}", inspect::render(&inspection));
+    }
+    Ok(ExitCode::SUCCESS)
+}
