@@ -221,34 +221,12 @@ fn target_exit_is_reported_with_partial_results() {
 #[test]
 fn inline_sites_count_exactly() {
     let _k = kernel_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = dir.path().join("fixture.toml");
-    std::fs::write(
-        &catalog,
-        "[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n\
-         [[probe]]\nname = 'fixture.inlined'\nsymbols = ['fixture_inlined_step']\n\
+    let (_, rec) = record_catalog_probe(
+        "name = 'fixture.inlined'\nsymbols = ['fixture_inlined_step']\n\
          measure = 'count'\ncost = 'rare'\ninline = true\n",
-    )
-    .unwrap();
-    let bin = fixture_binary(true);
-    let mut fx = Fixture::spawn(&bin, [A, B, 0, 0, 0]);
-    let pid = fx.pid.to_string();
-    let mut rec = Recording::start(&[
-        "--pid",
-        &pid,
-        "--force",
-        "--duration",
-        "3s",
-        "--catalog",
-        catalog.to_str().unwrap(),
-        "--probes",
-        "fixture.inlined",
-    ]);
-    rec.wait_attached();
-    fx.run_calls();
-    let (code, _, rec) = rec.finish();
-    fx.exit();
-    assert_eq!(code, Some(0), "{}", rec.stderr());
+        true,
+        [A, B, 0, 0, 0],
+    );
     let s = rec.summary();
     let p = probe(&s, "fixture.inlined");
     let symbols = p["symbols"].as_array().unwrap();
@@ -284,35 +262,13 @@ fn callsite_arguments_name_the_caller_line() {
         .unwrap()
         + 1;
     let site = format!("fixture.cc:{line}");
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = dir.path().join("fixture.toml");
     // enter(this, n_spins, n_delay, file, line): file is argument 4, line 5.
-    std::fs::write(
-        &catalog,
-        "[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n\
-         [[probe]]\nname = 'fixture.mutex.enter'\nsymbols = ['PolicyMutex<*>::enter']\n\
+    let (stdout, rec) = record_catalog_probe(
+        "name = 'fixture.mutex.enter'\nsymbols = ['PolicyMutex<*>::enter']\n\
          measure = 'latency'\ncost = 'rare'\ncallsite = { file_arg = 4, line_arg = 5 }\n",
-    )
-    .unwrap();
-    let bin = fixture_binary(false);
-    let mut fx = Fixture::spawn(&bin, [0, 0, 0, 0, ENTERS]);
-    let pid = fx.pid.to_string();
-    let mut rec = Recording::start(&[
-        "--pid",
-        &pid,
-        "--force",
-        "--duration",
-        "3s",
-        "--catalog",
-        catalog.to_str().unwrap(),
-        "--probes",
-        "fixture.mutex.enter",
-    ]);
-    rec.wait_attached();
-    fx.run_calls();
-    let (code, stdout, rec) = rec.finish();
-    fx.exit();
-    assert_eq!(code, Some(0), "{}", rec.stderr());
+        false,
+        [0, 0, 0, 0, ENTERS],
+    );
     let s = rec.summary();
     let sites = probe(&s, "fixture.mutex.enter")["callsites"]
         .as_array()
@@ -338,4 +294,36 @@ fn callsite_arguments_name_the_caller_line() {
         )),
         "{folded}"
     );
+}
+
+/// Records one probe defined in a throw-away catalog (`probe_toml` is the
+/// body of its `[[probe]]`) while the fixture makes its calls.
+fn record_catalog_probe(probe_toml: &str, pie: bool, counts: [u64; 5]) -> (String, Recording) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("fixture.toml");
+    let name = probe_toml.split('\'').nth(1).unwrap();
+    std::fs::write(
+        &catalog,
+        format!("[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n[[probe]]\n{probe_toml}"),
+    )
+    .unwrap();
+    let mut fx = Fixture::spawn(&fixture_binary(pie), counts);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        name,
+    ]);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, stdout, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    (stdout, rec)
 }
