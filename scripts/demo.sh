@@ -18,4 +18,4 @@ sleep 3
 target/release/innoprof record --pid "$pid" --duration 20s --out "$out"
 wait
 echo "demo: sysbench: $(grep -E 'transactions:' "$dir/sysbench.txt" | xargs)" >&2
-echo "demo: report in $out/ (summary.json, summary.txt, *.folded)" >&2
+echo "demo: report in $out/ (summary.txt, summary.json, per-probe *.folded, oncpu.folded and the oncpu.svg flame graph)" >&2
