@@ -16,11 +16,16 @@
 /*
  * Attach cookie layout: bits 0-31 slot id; bits 32-35 and 36-39 the
  * 1-based register argument holding the caller's `const char *file` and
- * `unsigned line` (0: the probe has no call-site arguments).
+ * `unsigned line` (0: the probe has no call-site arguments); bits 40-43
+ * the argument pointing to the latch object, 44-55 the latch id's offset
+ * in it, 56-59 its size in bytes (0: no latch id).
  */
 #define COOKIE_SLOT(c) ((c) & 0xffffffffULL)
 #define COOKIE_FILE_ARG(c) (((c) >> 32) & 0xf)
 #define COOKIE_LINE_ARG(c) (((c) >> 36) & 0xf)
+#define COOKIE_LATCH_ARG(c) (((c) >> 40) & 0xf)
+#define COOKIE_LATCH_OFF(c) (((c) >> 44) & 0xfff)
+#define COOKIE_LATCH_SIZE(c) (((c) >> 56) & 0xf)
 
 struct slot_stats {
 	__u64 calls;
@@ -30,10 +35,12 @@ struct slot_stats {
 };
 
 /* A call site: the caller's __FILE__ pointer (a string in the target's
- * memory, read by userspace) and __LINE__. Zero when not captured. */
+ * memory, read by userspace) and __LINE__, and the latch id + 1 read from
+ * the object the function was called on. Zero when not captured. */
 struct callsite {
 	__u64 file;
-	__u64 line;
+	__u32 line;
+	__u32 latch;
 };
 
 struct stack_key {

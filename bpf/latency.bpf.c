@@ -106,6 +106,22 @@ static __always_inline __u64 reg_arg(struct pt_regs *ctx, __u32 n)
 	return val;
 }
 
+/* The latch id inside the object an argument points to, + 1; 0 when it
+ * cannot be read. Only these few bytes of the object are read. */
+static __always_inline __u32 read_latch(struct pt_regs *ctx, __u64 cookie)
+{
+	__u64 obj, size = COOKIE_LATCH_SIZE(cookie), id = 0;
+
+	if (!COOKIE_LATCH_ARG(cookie) || !size)
+		return 0;
+	obj = reg_arg(ctx, COOKIE_LATCH_ARG(cookie));
+	if (!obj || bpf_probe_read_user(&id, sizeof(id), (void *)(obj + COOKIE_LATCH_OFF(cookie))))
+		return 0;
+	if (size < 8)
+		id &= (1ULL << (size * 8)) - 1;
+	return id < 0xffffffffULL ? (__u32)id + 1 : 0;
+}
+
 /* Only the pointer is kept: the string is read once, by userspace. */
 static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cookie)
 {
@@ -115,6 +131,7 @@ static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cook
 		site.file = reg_arg(ctx, COOKIE_FILE_ARG(cookie));
 		site.line = (__u32)reg_arg(ctx, COOKIE_LINE_ARG(cookie));
 	}
+	site.latch = read_latch(ctx, cookie);
 	return site;
 }
 
@@ -123,7 +140,7 @@ static __always_inline void add_site(__u64 slot, struct callsite site, __u64 wai
 	struct site_key key = { .slot = slot, .site = site };
 	struct site_val *val;
 
-	if (!site.file)
+	if (!site.file && !site.latch)
 		return;
 	val = bpf_map_lookup_elem(&site_stats, &key);
 	if (!val) {

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::bpf_abi::LATENCY_OBJ;
 use crate::catalog::{Measure, ProbeSpec};
+use crate::resolve::latch::LatchLayout;
 use crate::resolve::{Resolution, ResolvedSymbol, SymbolTable};
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,16 @@ const COUNT: &str = "count_hit";
 pub struct PlannedProbe {
     pub spec: ProbeSpec,
     pub resolution: Resolution,
+    /// Where each symbol's latch id is, for probes whose spec names latches.
+    pub latch: Option<LatchPlan>,
+}
+
+/// The latch layout found for a probe, or why none was.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatchPlan {
+    pub layout: LatchLayout,
+    /// Set when no symbol's latch could be located (no DWARF, no member).
+    pub unavailable: Option<String>,
 }
 
 /// One attached symbol. Its index in `Session::slots` is the BPF cookie.
@@ -105,7 +116,21 @@ impl Session {
                     .callsite
                     .filter(|_| symbol.clone.is_none())
                     .map(|c| (c.file_arg, c.line_arg));
-                let cookie = crate::bpf_abi::cookie(session.slots.len() as u32, site_args);
+                let latch = planned
+                    .spec
+                    .latch
+                    .as_ref()
+                    .zip(planned.latch.as_ref())
+                    .filter(|_| symbol.clone.is_none())
+                    .and_then(|(spec, plan)| {
+                        let field = plan.layout.fields.get(&symbol.address)?;
+                        Some(crate::bpf_abi::LatchArg {
+                            arg: spec.arg,
+                            offset: field.offset,
+                            size: field.size,
+                        })
+                    });
+                let cookie = crate::bpf_abi::cookie(session.slots.len() as u32, site_args, latch);
                 // Inline code has no return of its own: count only.
                 let measure = if symbol.table == SymbolTable::DwarfInline {
                     Measure::Count

@@ -22,12 +22,29 @@ impl Default for SlotStats {
     }
 }
 
-/// The caller's `__FILE__` pointer (in the target's memory) and `__LINE__`.
+/// The caller's `__FILE__` pointer (in the target's memory) and
+/// `__LINE__`, and the latch id + 1 (0: not read).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Callsite {
     pub file: u64,
-    pub line: u64,
+    pub line: u32,
+    pub latch: u32,
+}
+
+impl Callsite {
+    /// The latch id read by the probe, if any.
+    pub fn latch_id(&self) -> Option<u64> {
+        self.latch.checked_sub(1).map(u64::from)
+    }
+}
+
+/// Where a probe reads the latch id: `*(argument + offset)`, `size` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatchArg {
+    pub arg: u8,
+    pub offset: u32,
+    pub size: u8,
 }
 
 #[repr(C)]
@@ -67,11 +84,19 @@ unsafe impl aya::Pod for StackVal {}
 unsafe impl aya::Pod for SiteKey {}
 unsafe impl aya::Pod for SiteVal {}
 
-/// The attach cookie: slot id, and where the call-site arguments are
-/// (`COOKIE_*` in innoprof.h).
-pub fn cookie(slot: u32, callsite_args: Option<(u8, u8)>) -> u64 {
+/// The attach cookie: slot id, where the call-site arguments are, and
+/// where the latch id is (`COOKIE_*` in innoprof.h). A latch offset that
+/// does not fit the cookie's 12 bits is not read.
+pub fn cookie(slot: u32, callsite_args: Option<(u8, u8)>, latch: Option<LatchArg>) -> u64 {
     let (file, line) = callsite_args.unwrap_or((0, 0));
-    u64::from(slot) | (u64::from(file & 0xf) << 32) | (u64::from(line & 0xf) << 36)
+    let latch = latch.filter(|l| l.offset < 4096 && matches!(l.size, 1 | 2 | 4 | 8));
+    let (l_arg, l_off, l_size) = latch.map_or((0, 0, 0), |l| (l.arg, l.offset, l.size));
+    u64::from(slot)
+        | (u64::from(file & 0xf) << 32)
+        | (u64::from(line & 0xf) << 36)
+        | (u64::from(l_arg & 0xf) << 40)
+        | (u64::from(l_off) << 44)
+        | (u64::from(l_size & 0xf) << 56)
 }
 
 /// Indexes of the `drops` per-CPU array (`enum drop_reason`).
@@ -99,3 +124,30 @@ pub const DROP_REASONS: [DropReason; 7] = [
 /// The compiled BPF object (built by agent/build.rs from bpf/latency.bpf.c).
 pub static LATENCY_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency.bpf.o"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_fields_do_not_overlap() {
+        let latch = LatchArg {
+            arg: 1,
+            offset: 4095,
+            size: 4,
+        };
+        let c = cookie(0xffff_ffff, Some((4, 5)), Some(latch));
+        assert_eq!(c & 0xffff_ffff, 0xffff_ffff);
+        assert_eq!((c >> 32) & 0xf, 4);
+        assert_eq!((c >> 36) & 0xf, 5);
+        assert_eq!((c >> 40) & 0xf, 1);
+        assert_eq!((c >> 44) & 0xfff, 4095);
+        assert_eq!((c >> 56) & 0xf, 4);
+        // An offset the cookie cannot carry disables the latch read.
+        let far = LatchArg {
+            offset: 4096,
+            ..latch
+        };
+        assert_eq!(cookie(7, None, Some(far)), 7);
+    }
+}

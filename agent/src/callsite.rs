@@ -76,13 +76,21 @@ mod tests {
         let site = Callsite {
             file: FILE.as_ptr() as u64,
             line: 304,
+            latch: 0,
         };
         assert_eq!(namer.label(site), "btr0cur.cc:304");
         assert_eq!(
             namer.file(site.file).as_deref(),
             Some("/build/storage/innobase/btr/btr0cur.cc")
         );
-        assert_eq!(namer.label(Callsite { file: 8, line: 1 }), "0x8:1");
+        assert_eq!(
+            namer.label(Callsite {
+                file: 8,
+                line: 1,
+                latch: 0,
+            }),
+            "0x8:1"
+        );
     }
 
     #[test]

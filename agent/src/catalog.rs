@@ -75,6 +75,24 @@ pub struct ProbeSpec {
     /// calls at each inline site.
     #[serde(default)]
     pub inline: bool,
+    /// Name the latch the function is called on, from an enum member of
+    /// the object an argument points to (found in DWARF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latch: Option<LatchSpec>,
+}
+
+/// `latch = { arg = 1, id_type = "latch_id_t", strip_prefix = "LATCH_ID_", suffix = "_mutex" }`:
+/// argument 1 (`this`) points to an object holding a `latch_id_t`
+/// somewhere in its members; `LATCH_ID_DICT_SYS` is shown as `dict_sys_mutex`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatchSpec {
+    pub arg: u8,
+    pub id_type: String,
+    #[serde(default)]
+    pub strip_prefix: String,
+    #[serde(default)]
+    pub suffix: String,
 }
 
 /// 1-based positions in the machine-level argument list (for a member
@@ -107,6 +125,7 @@ impl ProbeSpec {
             cost: CostClass::Unknown,
             callsite: None,
             inline: false,
+            latch: None,
         }
     }
 }
@@ -191,6 +210,14 @@ impl CatalogFile {
                 if !ok(c.file_arg) || !ok(c.line_arg) || c.file_arg == c.line_arg {
                     return invalid(format!(
                         "probe `{}`: callsite arguments must be distinct positions 1..=6",
+                        p.name
+                    ));
+                }
+            }
+            if let Some(l) = &p.latch {
+                if !(1..=6).contains(&l.arg) || l.id_type.trim().is_empty() {
+                    return invalid(format!(
+                        "probe `{}`: latch needs arg in 1..=6 and a non-empty id_type",
                         p.name
                     ));
                 }

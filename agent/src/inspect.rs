@@ -105,6 +105,18 @@ pub fn render(i: &Inspection) -> String {
             for s in &r.skipped {
                 lines.push(format!("skipped {}: {}", short(&s.name), s.reason));
             }
+            if let (Some(spec), Some(plan)) = (&p.spec.latch, &p.latch) {
+                lines.push(match &plan.unavailable {
+                    Some(why) => format!("latch names unavailable: {why}"),
+                    None => format!(
+                        "latch named: {} found in {} of {} symbols ({} names)",
+                        spec.id_type,
+                        plan.layout.fields.len(),
+                        r.symbols.len(),
+                        plan.layout.names.len()
+                    ),
+                });
+            }
             lines.join("\n")
         };
         let resolved = if r.symbols.is_empty() {

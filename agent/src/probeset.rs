@@ -4,9 +4,10 @@
 
 use std::path::PathBuf;
 
-use crate::attach::PlannedProbe;
-use crate::catalog::{Catalog, CatalogError, ProbeSpec};
-use crate::resolve::{ElfImage, Resolver};
+use crate::attach::{LatchPlan, PlannedProbe};
+use crate::catalog::{Catalog, CatalogError, LatchSpec, ProbeSpec};
+use crate::resolve::latch::find_latch_layout;
+use crate::resolve::{ElfImage, Resolution, Resolver};
 use crate::server::ServerInfo;
 
 #[derive(Debug, Clone, Default)]
@@ -65,13 +66,22 @@ impl ProbeSet {
         let mut resolver = Resolver::new(image);
         let probes = specs
             .into_iter()
-            .map(|spec| PlannedProbe {
-                resolution: if spec.inline {
+            .map(|spec| {
+                let resolution = if spec.inline {
                     resolver.resolve_with_inline(&spec.symbols)
                 } else {
                     resolver.resolve(&spec.symbols)
-                },
-                spec,
+                };
+                let latch = spec
+                    .latch
+                    .as_ref()
+                    .filter(|_| !resolution.symbols.is_empty())
+                    .map(|l| plan_latch(image, &resolution, l));
+                PlannedProbe {
+                    resolution,
+                    spec,
+                    latch,
+                }
             })
             .collect();
         Ok(Self {
@@ -99,5 +109,27 @@ impl ProbeSet {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// Locate the latch id in the object each resolved symbol is called on.
+fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> LatchPlan {
+    let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
+    match find_latch_layout(image.dwarf_data(), &addresses, spec.arg, &spec.id_type) {
+        Ok(layout) if !layout.fields.is_empty() => LatchPlan {
+            layout,
+            unavailable: None,
+        },
+        Ok(layout) => LatchPlan {
+            layout,
+            unavailable: Some(format!(
+                "no `{}` member found in DWARF for argument {}",
+                spec.id_type, spec.arg
+            )),
+        },
+        Err(e) => LatchPlan {
+            layout: Default::default(),
+            unavailable: Some(e.to_string()),
+        },
     }
 }

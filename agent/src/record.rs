@@ -16,8 +16,8 @@ use crate::privileges::{self, PrivilegeError};
 use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::report::folded::FoldedStacks;
 use crate::report::model::{
-    CallsiteResult, EndReason, ProbeResult, ProbeStatus, StackStats, Summary, SymbolInfo,
-    TargetInfo,
+    CallsiteResult, EndReason, LatchResult, ProbeResult, ProbeStatus, StackStats, Summary,
+    SymbolInfo, TargetInfo,
 };
 use crate::report::{self, OutputError};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
@@ -266,6 +266,7 @@ impl Recorder {
                 (ProbeStatus::AttachFailed, Some(refused.join("; ")))
             };
 
+            let latch_names = LatchNames::new(planned);
             let stacks = if status == ProbeStatus::Attached {
                 let stem = report::file_stem(&spec.name);
                 let (stats, files) = fold_stacks(
@@ -275,6 +276,7 @@ impl Recorder {
                     &snapshot.stacks,
                     &mut symbolizer,
                     &mut namer,
+                    &latch_names,
                 );
                 folded.extend(files);
                 stats
@@ -317,7 +319,9 @@ impl Recorder {
                 } else {
                     Vec::new()
                 },
-                callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer),
+                callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
+                latches: latch_results(&my_slots, &snapshot.sites, &latch_names),
+                latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
                 stacks,
             });
         }
@@ -359,24 +363,50 @@ impl Recorder {
     }
 }
 
-/// Call sites of one probe, merged across its symbols, most wait first.
+/// Names for the latch ids a probe read (`dict_sys_mutex`).
+struct LatchNames<'a> {
+    plan: Option<(&'a crate::catalog::LatchSpec, &'a crate::attach::LatchPlan)>,
+}
+
+impl<'a> LatchNames<'a> {
+    fn new(planned: &'a crate::attach::PlannedProbe) -> Self {
+        Self {
+            plan: planned.spec.latch.as_ref().zip(planned.latch.as_ref()),
+        }
+    }
+
+    fn of(&self, site: &Callsite) -> Option<String> {
+        let id = site.latch_id()?;
+        Some(match self.plan {
+            Some((spec, plan)) => plan.layout.name_of(id, spec),
+            None => format!("latch#{id}"),
+        })
+    }
+}
+
+/// Call sites of one probe, merged across its symbols, most wait first;
+/// one row per (latch, site) where the probe names latches.
 fn callsite_results(
     slots: &[(u64, &crate::attach::Slot)],
     sites: &[(u64, Callsite, SiteVal)],
     namer: &mut CallsiteNamer,
+    latches: &LatchNames,
 ) -> Vec<CallsiteResult> {
-    let mut by_label: HashMap<String, CallsiteResult> = HashMap::new();
+    let mut by_label: HashMap<(Option<String>, String), CallsiteResult> = HashMap::new();
     for (_, site, val) in sites
         .iter()
         .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
+        .filter(|(_, site, _)| site.file != 0)
     {
         let label = namer.label(*site);
+        let latch = latches.of(site);
         let entry = by_label
-            .entry(label.clone())
+            .entry((latch.clone(), label.clone()))
             .or_insert_with(|| CallsiteResult {
                 site: label,
                 file: namer.file(site.file),
-                line: site.line,
+                line: u64::from(site.line),
+                latch,
                 calls: 0,
                 wait_ns_total: 0,
                 wait_ns_max: 0,
@@ -387,7 +417,43 @@ fn callsite_results(
     }
     let mut out: Vec<CallsiteResult> = by_label.into_values().collect();
     out.sort_by(|a, b| {
-        (b.wait_ns_total, b.calls, &a.site).cmp(&(a.wait_ns_total, a.calls, &b.site))
+        (b.wait_ns_total, b.calls, &a.site, &a.latch).cmp(&(
+            a.wait_ns_total,
+            a.calls,
+            &b.site,
+            &b.latch,
+        ))
+    });
+    out
+}
+
+/// Per named latch: calls and wait, most wait first.
+fn latch_results(
+    slots: &[(u64, &crate::attach::Slot)],
+    sites: &[(u64, Callsite, SiteVal)],
+    latches: &LatchNames,
+) -> Vec<LatchResult> {
+    let mut by_name: HashMap<String, LatchResult> = HashMap::new();
+    for (_, site, val) in sites
+        .iter()
+        .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
+    {
+        let Some(name) = latches.of(site) else {
+            continue;
+        };
+        let e = by_name.entry(name.clone()).or_insert_with(|| LatchResult {
+            latch: name,
+            calls: 0,
+            wait_ns_total: 0,
+            wait_ns_max: 0,
+        });
+        e.calls += val.calls;
+        e.wait_ns_total += val.wait_ns_total;
+        e.wait_ns_max = e.wait_ns_max.max(val.wait_ns_max);
+    }
+    let mut out: Vec<LatchResult> = by_name.into_values().collect();
+    out.sort_by(|a, b| {
+        (b.wait_ns_total, b.calls, &a.latch).cmp(&(a.wait_ns_total, a.calls, &b.latch))
     });
     out
 }
@@ -400,6 +466,7 @@ fn fold_stacks(
     samples: &[crate::collect::StackSample],
     symbolizer: &mut StackSymbolizer,
     namer: &mut CallsiteNamer,
+    latches: &LatchNames,
 ) -> (StackStats, Vec<(String, String)>) {
     let names: HashMap<u64, &str> = slots
         .iter()
@@ -420,6 +487,9 @@ fn fold_stacks(
         };
         if measure == Measure::Latency {
             frames.push(names[&sample.slot].to_string());
+        }
+        if let Some(latch) = latches.of(&sample.site) {
+            frames.push(format!("[{latch}]"));
         }
         if sample.site.file != 0 {
             frames.push(format!("[{}]", namer.label(sample.site)));

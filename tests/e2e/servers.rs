@@ -5,8 +5,7 @@ use innoprof_e2e::*;
 /// Records `probes` for `secs` while sysbench runs, then checks the server
 /// is unharmed and nothing stayed attached.
 fn record_under_load(server: &Server, probes: &str, secs: u32) -> (serde_json::Value, Recording) {
-    let load = server.sysbench_load("oltp_read_write", 4, secs + 6);
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    server.prepare("oltp_read_write");
     let pid = server.pid.to_string();
     let mut rec = Recording::start(&[
         "--pid",
@@ -16,7 +15,10 @@ fn record_under_load(server: &Server, probes: &str, secs: u32) -> (serde_json::V
         "--probes",
         probes,
     ]);
+    // Load starts once the probes are in: resolving a big mysqld can take
+    // seconds on a busy machine, and the window must see the load.
     rec.wait_attached();
+    let load = server.sysbench_load("oltp_read_write", 4, secs + 2);
     let (code, stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     assert!(stdout.contains("calls/s"));
@@ -77,6 +79,39 @@ fn assert_real_callsites(s: &serde_json::Value, name: &str) {
     );
 }
 
+/// The probe named the latch of every call from DWARF (no `latch#N`
+/// fallbacks), and the names agree with the source: every mutex taken from
+/// `trx0trx.h` (the trx_mutex_enter macro) is `trx_mutex`.
+fn assert_named_latches(s: &serde_json::Value, name: &str, expected: &[&str]) {
+    let p = probe(s, name);
+    assert!(p.get("latch_note").is_none(), "{name}: {}", p["latch_note"]);
+    let latches = p["latches"].as_array().unwrap();
+    let names: Vec<&str> = latches
+        .iter()
+        .map(|l| l["latch"].as_str().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with("latch#")), "{names:?}");
+    for e in expected {
+        assert!(names.contains(e), "{name}: no {e} in {names:?}");
+    }
+    let total: u64 = latches.iter().map(|l| l["calls"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total,
+        p["calls"].as_u64().unwrap(),
+        "{name}: every call has its latch"
+    );
+    let trx_sites: Vec<&serde_json::Value> = p["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["site"].as_str().unwrap().starts_with("trx0trx.h:"))
+        .collect();
+    assert!(!trx_sites.is_empty(), "{name}: no trx0trx.h call sites");
+    for c in trx_sites {
+        assert_eq!(c["latch"], "trx_mutex", "{c}");
+    }
+}
+
 fn calls(s: &serde_json::Value, name: &str) -> u64 {
     probe(s, name)["calls"].as_u64().unwrap()
 }
@@ -131,6 +166,18 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
     assert_sane_latency(&s, "innodb.rwlock.x", 1_000);
     assert_sane_latency(&s, "innodb.buf.page_get", 10_000);
     assert_real_callsites(&s, "innodb.mutex.enter");
+    assert_named_latches(
+        &s,
+        "innodb.mutex.enter",
+        &[
+            "trx_mutex",
+            "lock_sys_mutex",
+            "log_sys_mutex",
+            "buf_block_mutex",
+        ],
+    );
+    let text = rec.file("summary.txt");
+    assert!(text.contains("top latches:"), "{text}");
     assert_real_callsites(&s, "innodb.rwlock.x");
     assert_sane_latency(&s, "innodb.redo.write_up_to", 50);
     assert_sane_latency(&s, "innodb.redo.flush", 10);

@@ -384,14 +384,8 @@ impl Server {
         cmd
     }
 
-    /// sysbench in the background for `secs` (tables prepared on first
-    /// use); join to get its report.
-    pub fn sysbench_load(
-        &self,
-        test: &str,
-        threads: u32,
-        secs: u32,
-    ) -> std::thread::JoinHandle<String> {
+    /// Creates and fills the sysbench tables, once per server.
+    pub fn prepare(&self, test: &str) {
         if !self.prepared.replace(true) {
             let prep = self.sysbench(&["prepare", test]).output().unwrap();
             assert!(
@@ -401,6 +395,17 @@ impl Server {
                 String::from_utf8_lossy(&prep.stderr)
             );
         }
+    }
+
+    /// sysbench in the background for `secs` (tables prepared on first
+    /// use); join to get its report.
+    pub fn sysbench_load(
+        &self,
+        test: &str,
+        threads: u32,
+        secs: u32,
+    ) -> std::thread::JoinHandle<String> {
+        self.prepare(test);
         let mut cmd = self.sysbench(&[
             "run",
             test,

@@ -95,6 +95,12 @@ pub struct ProbeResult {
     pub histogram: Vec<Bucket>,
     /// Per caller `file:line`, for probes whose function takes them.
     pub callsites: Vec<CallsiteResult>,
+    /// Per latch (`dict_sys_mutex`), for probes that name latches.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub latches: Vec<LatchResult>,
+    /// Why latches could not be named, when the probe asks for names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latch_note: Option<String>,
     pub stacks: StackStats,
 }
 
@@ -105,6 +111,18 @@ pub struct CallsiteResult {
     /// The full `__FILE__` as compiled, when it could be read.
     pub file: Option<String>,
     pub line: u64,
+    /// The latch this call took, where the probe names latches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latch: Option<String>,
+    pub calls: u64,
+    pub wait_ns_total: u64,
+    pub wait_ns_max: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LatchResult {
+    /// `dict_sys_mutex`
+    pub latch: String,
     pub calls: u64,
     pub wait_ns_total: u64,
     pub wait_ns_max: u64,

@@ -82,6 +82,7 @@ pub fn render(summary: &Summary) -> String {
     } else if !summary.probes.is_empty() {
         out.push_str("no wait probe attached (see below why)\n");
     }
+    out.push_str(&latches(summary, TOP_CALLSITES));
     out.push_str(&callsites(summary, TOP_CALLSITES));
     for p in summary
         .probes
@@ -111,39 +112,81 @@ pub fn render(summary: &Summary) -> String {
 const TOP_CALLSITES: usize = 10;
 
 /// The call sites with the most wait (or calls, for untimed probes) over
-/// all probes: the per-`file:line` view SHOW ENGINE INNODB MUTEX gave.
+/// all probes: the per-`file:line` view SHOW ENGINE INNODB MUTEX gave,
+/// with the latch taken where the probe names latches.
 fn callsites(summary: &Summary, top: usize) -> String {
-    let mut rows: Vec<(&str, &super::model::CallsiteResult, bool)> = summary
+    let rows: Vec<WaitRow> = summary
         .probes
         .iter()
         .flat_map(|p| {
-            p.callsites
-                .iter()
-                .map(move |c| (p.name.as_str(), c, p.wait_ns_avg.is_some()))
+            p.callsites.iter().map(move |c| WaitRow {
+                probe: &p.name,
+                key: match &c.latch {
+                    Some(l) => format!("{l} @ {}", c.site),
+                    None => c.site.clone(),
+                },
+                calls: c.calls,
+                wait_ns_total: c.wait_ns_total,
+                wait_ns_max: c.wait_ns_max,
+                timed: p.wait_ns_avg.is_some(),
+            })
         })
         .collect();
+    wait_table("top call sites", "call site", rows, top)
+}
+
+/// Per latch (`dict_sys_mutex`), for probes that name the latch they took.
+fn latches(summary: &Summary, top: usize) -> String {
+    let rows: Vec<WaitRow> = summary
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.latches.iter().map(move |l| WaitRow {
+                probe: &p.name,
+                key: l.latch.clone(),
+                calls: l.calls,
+                wait_ns_total: l.wait_ns_total,
+                wait_ns_max: l.wait_ns_max,
+                timed: p.wait_ns_avg.is_some(),
+            })
+        })
+        .collect();
+    wait_table("top latches", "latch", rows, top)
+}
+
+struct WaitRow<'a> {
+    probe: &'a str,
+    key: String,
+    calls: u64,
+    wait_ns_total: u64,
+    wait_ns_max: u64,
+    timed: bool,
+}
+
+/// The `top` rows with the most wait (then calls); empty when no rows.
+fn wait_table(title: &str, key_header: &str, mut rows: Vec<WaitRow>, top: usize) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    rows.sort_by_key(|r| std::cmp::Reverse((r.1.wait_ns_total, r.1.calls)));
+    rows.sort_by_key(|r| std::cmp::Reverse((r.wait_ns_total, r.calls)));
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
-    table.set_header(["probe", "call site", "calls", "total wait", "avg", "max"]);
-    for (probe, c, timed) in rows.iter().take(top) {
+    table.set_header(["probe", key_header, "calls", "total wait", "avg", "max"]);
+    for r in rows.iter().take(top) {
         let t = |v: u64| {
-            if *timed {
+            if r.timed {
                 units::ns(v)
             } else {
                 "-".to_string()
             }
         };
         table.add_row([
-            probe.to_string(),
-            c.site.clone(),
-            c.calls.to_string(),
-            t(c.wait_ns_total),
-            t(c.wait_ns_total / c.calls.max(1)),
-            t(c.wait_ns_max),
+            r.probe.to_string(),
+            r.key.clone(),
+            r.calls.to_string(),
+            t(r.wait_ns_total),
+            t(r.wait_ns_total / r.calls.max(1)),
+            t(r.wait_ns_max),
         ]);
     }
     for col in 2..6 {
@@ -151,7 +194,7 @@ fn callsites(summary: &Summary, top: usize) -> String {
             c.set_cell_alignment(CellAlignment::Right);
         }
     }
-    format!("top call sites:\n{table}\n")
+    format!("{title}:\n{table}\n")
 }
 
 /// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter(unsigned int, …)` →

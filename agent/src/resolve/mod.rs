@@ -4,6 +4,7 @@ pub mod debuginfo;
 pub mod elf;
 pub mod entry;
 pub mod inline;
+pub mod latch;
 pub mod pattern;
 
 use std::collections::{HashMap, HashSet};
