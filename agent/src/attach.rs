@@ -4,15 +4,17 @@
 //! the fds close, even after SIGKILL).
 
 use std::num::NonZeroU32;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::uprobe::{
+    UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope,
+};
 use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 use serde::Serialize;
 
 use crate::bpf_abi::LATENCY_OBJ;
-use crate::catalog::{Measure, ProbeSpec};
+use crate::catalog::{CostClass, Measure, ProbeSpec};
 use crate::resolve::latch::LatchLayout;
 use crate::resolve::{Resolution, ResolvedSymbol, SymbolTable};
 
@@ -57,6 +59,16 @@ pub struct LatchPlan {
 pub struct Slot {
     pub probe: usize,
     pub symbol: ResolvedSymbol,
+    /// How it is attached (inline sites count even in a timed probe).
+    pub measure: Measure,
+    pub cookie: u64,
+}
+
+/// One kernel link of a slot (a timed slot has an entry and a return link).
+struct Link {
+    slot: usize,
+    program: &'static str,
+    id: UProbeLinkId,
 }
 
 /// What happened to each planned probe.
@@ -71,7 +83,40 @@ pub struct Session {
     ebpf: Ebpf,
     pub slots: Vec<Slot>,
     pub outcomes: Vec<AttachOutcome>,
-    links: Vec<(&'static str, UProbeLinkId)>,
+    links: Vec<Link>,
+    binary: PathBuf,
+    scope: UProbeScope,
+    /// Detaches suspended links off the caller's thread (see `suspend`).
+    reaper: Option<Reaper>,
+}
+
+/// A thread that drops (detaches) links handed to it, in order. A uprobe
+/// detach waits for an RCU grace period — hundreds of ms on a busy host —
+/// which the governor's timing loop must not wait for.
+struct Reaper {
+    tx: std::sync::mpsc::Sender<Vec<UProbeLink>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Reaper {
+    fn spawn() -> Option<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<UProbeLink>>();
+        let thread = std::thread::Builder::new()
+            .name("innoprof-detach".into())
+            .spawn(move || {
+                for batch in rx {
+                    drop(batch);
+                }
+            })
+            .ok()?;
+        Some(Self { tx, thread })
+    }
+
+    /// Waits until every link handed over so far is detached.
+    fn finish(self) {
+        drop(self.tx);
+        let _ = self.thread.join();
+    }
 }
 
 pub struct SessionOptions {
@@ -98,16 +143,24 @@ impl Session {
                 .map_err(|source| AttachError::Program { name, source })?;
         }
 
+        let scope = UProbeScope::OneProcess(
+            NonZeroU32::new(opts.pid).expect("pid checked non-zero by Target"),
+        );
         let mut session = Self {
             ebpf,
             slots: Vec::new(),
             outcomes: vec![AttachOutcome::default(); plan.len()],
             links: Vec::new(),
+            binary: binary.to_path_buf(),
+            scope,
+            reaper: None,
         };
-        let scope = UProbeScope::OneProcess(
-            NonZeroU32::new(opts.pid).expect("pid checked non-zero by Target"),
-        );
-        for (probe_idx, planned) in plan.iter().enumerate() {
+        // Hot probes last: whatever attaches first fires while the rest
+        // attach (tens of ms each), before the governor is watching.
+        let mut order: Vec<usize> = (0..plan.len()).collect();
+        order.sort_by_key(|&i| plan[i].spec.cost == CostClass::Hot);
+        for probe_idx in order {
+            let planned = &plan[probe_idx];
             for symbol in &planned.resolution.symbols {
                 // A clone (.constprop, .isra) may have dropped or moved
                 // arguments: never read call-site registers there.
@@ -137,12 +190,15 @@ impl Session {
                 } else {
                     planned.spec.measure
                 };
-                match session.attach_symbol(binary, measure, symbol, cookie, scope) {
+                let slot = Slot {
+                    probe: probe_idx,
+                    symbol: symbol.clone(),
+                    measure,
+                    cookie,
+                };
+                match session.attach_slot(session.slots.len(), &slot) {
                     Ok(()) => {
-                        session.slots.push(Slot {
-                            probe: probe_idx,
-                            symbol: symbol.clone(),
-                        });
+                        session.slots.push(slot);
                         session.outcomes[probe_idx].attached_symbols += 1;
                     }
                     Err(e) => session.outcomes[probe_idx]
@@ -167,48 +223,95 @@ impl Session {
         Ok(session)
     }
 
-    fn attach_symbol(
+    fn attach_slot(
         &mut self,
-        binary: &Path,
-        measure: Measure,
-        symbol: &ResolvedSymbol,
-        cookie: u64,
-        scope: UProbeScope,
+        index: usize,
+        slot: &Slot,
     ) -> Result<(), aya::programs::ProgramError> {
         let point = || UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(symbol.file_offset),
-            cookie: Some(cookie),
+            location: UProbeAttachLocation::AbsoluteOffset(slot.symbol.file_offset),
+            cookie: Some(slot.cookie),
         };
-        match measure {
-            Measure::Count => {
-                let id = program(&mut self.ebpf, COUNT).expect("loaded").attach(
-                    point(),
-                    binary,
-                    scope,
-                )?;
-                self.links.push((COUNT, id));
-            }
-            Measure::Latency => {
-                // Entry first: a return without its entry is only counted as missed.
-                let enter = program(&mut self.ebpf, ENTER).expect("loaded").attach(
-                    point(),
-                    binary,
-                    scope,
-                )?;
-                self.links.push((ENTER, enter));
-                match program(&mut self.ebpf, RETURN).expect("loaded").attach(
-                    point(),
-                    binary,
-                    scope,
-                ) {
-                    Ok(ret) => self.links.push((RETURN, ret)),
-                    Err(e) => {
-                        let (name, id) = self.links.pop().expect("just pushed");
-                        let _ = program(&mut self.ebpf, name).expect("loaded").detach(id);
-                        return Err(e);
+        let (binary, scope) = (self.binary.clone(), self.scope);
+        let programs: &[&'static str] = match slot.measure {
+            Measure::Count => &[COUNT],
+            // Entry first: a return without its entry is only counted as missed.
+            Measure::Latency => &[ENTER, RETURN],
+        };
+        for (i, &name) in programs.iter().enumerate() {
+            match program(&mut self.ebpf, name)
+                .expect("loaded")
+                .attach(point(), &binary, scope)
+            {
+                Ok(id) => self.links.push(Link {
+                    slot: index,
+                    program: name,
+                    id,
+                }),
+                Err(e) => {
+                    for _ in 0..i {
+                        let link = self.links.pop().expect("just pushed");
+                        let _ = program(&mut self.ebpf, link.program)
+                            .expect("loaded")
+                            .detach(link.id);
                     }
+                    return Err(e);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Detaches the given slots (a duty-cycled probe's off phase) without
+    /// waiting for the kernel to finish; their counts so far stay in the
+    /// maps. Return links go first, as in `detach`.
+    pub fn suspend(&mut self, slots: &[usize]) {
+        if slots.is_empty() {
+            return;
+        }
+        let off = self.take_links(slots);
+        if self.reaper.is_none() {
+            self.reaper = Reaper::spawn();
+        }
+        match &self.reaper {
+            Some(r) => {
+                if let Err(unsent) = r.tx.send(off) {
+                    drop(unsent.0);
+                }
+            }
+            None => drop(off),
+        }
+    }
+
+    /// The slots' links, out of the programs, returns first; dropping
+    /// them detaches.
+    fn take_links(&mut self, slots: &[usize]) -> Vec<UProbeLink> {
+        let (mut off, keep): (Vec<Link>, Vec<Link>) = std::mem::take(&mut self.links)
+            .into_iter()
+            .partition(|l| slots.contains(&l.slot));
+        self.links = keep;
+        off.sort_by_key(|l| if l.program == RETURN { 0 } else { 1 });
+        off.into_iter()
+            .filter_map(|l| {
+                program(&mut self.ebpf, l.program)
+                    .ok()
+                    .and_then(|p| p.take_link(l.id).ok())
+            })
+            .collect()
+    }
+
+    /// Re-attaches suspended slots; a slot the kernel now refuses stays off.
+    pub fn resume(&mut self, slots: &[usize]) -> Result<(), AttachError> {
+        for &i in slots {
+            if self.links.iter().any(|l| l.slot == i) {
+                continue;
+            }
+            let slot = self.slots[i].clone();
+            self.attach_slot(i, &slot)
+                .map_err(|source| AttachError::Program {
+                    name: ENTER,
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -220,12 +323,10 @@ impl Session {
     /// Detaches return probes first, then entry probes, so no entry is
     /// recorded whose return can no longer be seen. Idempotent.
     pub fn detach(&mut self) {
-        let mut links = std::mem::take(&mut self.links);
-        links.sort_by_key(|(name, _)| if *name == RETURN { 0 } else { 1 });
-        for (name, id) in links {
-            if let Ok(p) = program(&mut self.ebpf, name) {
-                let _ = p.detach(id);
-            }
+        let all: Vec<usize> = (0..self.slots.len()).collect();
+        drop(self.take_links(&all));
+        if let Some(r) = self.reaper.take() {
+            r.finish();
         }
     }
 

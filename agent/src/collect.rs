@@ -50,6 +50,23 @@ pub struct Snapshot {
     pub drops: Drops,
 }
 
+/// Calls so far per slot, summed over CPUs: the cheap live read the
+/// overhead governor makes while probes fire.
+pub fn read_slot_calls(ebpf: &Ebpf) -> Result<HashMap<usize, u64>, CollectError> {
+    let map = ebpf.map("stats").ok_or(CollectError::Map("stats"))?;
+    let stats: PerCpuHashMap<&MapData, u64, SlotStats> =
+        PerCpuHashMap::try_from(map).map_err(|_| CollectError::Map("stats"))?;
+    let mut calls = HashMap::new();
+    for item in stats.iter() {
+        let (slot, per_cpu) = item.map_err(|source| CollectError::Read {
+            map: "stats",
+            source,
+        })?;
+        calls.insert(slot as usize, per_cpu.iter().map(|s| s.calls).sum());
+    }
+    Ok(calls)
+}
+
 pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
     let map = |name: &'static str| ebpf.map(name).ok_or(CollectError::Map(name));
     let read_err = |map: &'static str| move |source| CollectError::Read { map, source };

@@ -11,11 +11,13 @@
 
 pub mod attach;
 pub mod bpf_abi;
+pub mod calibrate;
 pub mod callsite;
 pub mod catalog;
 pub mod collect;
 pub mod cpu;
 pub mod diff;
+pub mod governor;
 pub mod histogram;
 pub mod inspect;
 pub mod privileges;

@@ -3,21 +3,23 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
+use crate::calibrate::{calibrate, CalibrateError, HitCost};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
+use crate::governor::{DutyReport, DutyState, GovernedProbe, Governor, GovernorConfig};
 use crate::histogram::Log2Histogram;
 use crate::privileges::{self, PrivilegeError};
 use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::report::folded::FoldedStacks;
 use crate::report::model::{
-    CallsiteResult, EndReason, LatchResult, ProbeResult, ProbeStatus, StackStats, Summary,
-    SymbolInfo, TargetInfo,
+    CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Sampling,
+    SamplingState, StackStats, Summary, SymbolInfo, TargetInfo,
 };
 use crate::report::{self, OutputError};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
@@ -62,6 +64,8 @@ pub struct RecordOptions {
     pub capture_stacks: bool,
     /// CPU profiling alongside the probes; `None` with `--no-cpu`.
     pub cpu: Option<CpuOptions>,
+    /// Overhead budget for probe hits; `None`: no governor.
+    pub governor: Option<GovernorConfig>,
 }
 
 /// Everything decided before touching the kernel.
@@ -73,6 +77,9 @@ pub struct Plan {
     pub catalog_file: Option<String>,
     pub probes: Vec<PlannedProbe>,
     pub cpu: Option<CpuOptions>,
+    pub governor: Option<GovernorConfig>,
+    /// The per-hit cost calibration, running while the plan is made.
+    calibration: Option<std::thread::JoinHandle<Result<HitCost, CalibrateError>>>,
 }
 
 impl Plan {
@@ -80,6 +87,9 @@ impl Plan {
     /// and resolves every requested probe. Changes nothing anywhere.
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
         privileges::check()?;
+        // Calibration probes only innoprof itself; it overlaps resolution.
+        let stacks = opts.capture_stacks;
+        let calibration = Some(std::thread::spawn(move || calibrate(stacks)));
         let target = Target::open(opts.pid, opts.force)?;
         let mut image = ElfImage::open(&target.binary)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
@@ -111,6 +121,8 @@ impl Plan {
             catalog_file,
             probes,
             cpu: opts.cpu.clone(),
+            governor: opts.governor,
+            calibration,
         })
     }
 }
@@ -124,10 +136,31 @@ pub struct Recorder {
     maps: ProcessMaps,
     started: Instant,
     started_unix_ms: u128,
+    hit_cost: HitCost,
+    /// Why the calibrated cost is a fallback, if it is.
+    calibration_note: Option<String>,
+    governor: Option<Governor>,
+    /// Resumes the kernel refused (the probe then stays off).
+    governor_errors: Vec<String>,
+    agent_cpu_at_start: Duration,
 }
 
 impl Recorder {
-    pub fn start(plan: Plan, capture_stacks: bool) -> Result<Self, RecordError> {
+    pub fn start(mut plan: Plan, capture_stacks: bool) -> Result<Self, RecordError> {
+        let agent_cpu_at_start = own_cpu_time();
+        // Finished before attaching to the target, so its probes are not in the way.
+        let calibrated = plan
+            .calibration
+            .take()
+            .map(|h| h.join().unwrap_or(Err(CalibrateError::Panicked)));
+        let (hit_cost, calibration_note) = match calibrated {
+            Some(Ok(c)) => (c, None),
+            Some(Err(e)) => (
+                FALLBACK_HIT_COST,
+                Some(format!("calibration failed ({e}); using typical costs")),
+            ),
+            None => (FALLBACK_HIT_COST, Some("not calibrated".to_string())),
+        };
         let opts = SessionOptions {
             pid: plan.target.pid,
             capture_stacks,
@@ -150,14 +183,48 @@ impl Recorder {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
+        let started = Instant::now();
+        let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
+            let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
+            for (i, slot) in s.slots.iter().enumerate() {
+                let cost = hit_cost.per_call_ns(slot.measure, slot.symbol.entry);
+                probes[slot.probe].slots.push((i, cost));
+            }
+            let so_far = collect::read_slot_calls(s.ebpf()).unwrap_or_default();
+            Governor::new(cfg, probes, &so_far, started)
+        });
         Ok(Self {
             plan,
             session,
             cpu,
             maps,
-            started: Instant::now(),
+            started,
             started_unix_ms,
+            hit_cost,
+            calibration_note,
+            governor,
+            governor_errors: Vec::new(),
+            agent_cpu_at_start,
         })
+    }
+
+    /// What one probe hit costs here (calibrated at start).
+    pub fn hit_cost(&self) -> &HitCost {
+        &self.hit_cost
+    }
+
+    /// Lets the overhead governor duty-cycle probes; call every 10–20 ms.
+    pub fn govern(&mut self) {
+        let (Some(g), Some(session)) = (self.governor.as_mut(), self.session.as_mut()) else {
+            return;
+        };
+        let actions = g.tick(Instant::now(), || {
+            collect::read_slot_calls(session.ebpf()).unwrap_or_default()
+        });
+        session.suspend(&actions.suspend);
+        if let Err(e) = session.resume(&actions.resume) {
+            self.governor_errors.push(e.to_string());
+        }
     }
 
     pub fn target(&self) -> &Target {
@@ -180,6 +247,7 @@ impl Recorder {
     /// Detaches every probe, reads the maps, and builds the results.
     pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
         let duration_s = self.started.elapsed().as_secs_f64();
+        let duties = self.governor.as_mut().map(|g| g.finish(Instant::now()));
         // Detach first: maps read while probes still fire would disagree
         // with each other (per-slot totals vs per-call-site counts).
         if let Some(session) = self.session.as_mut() {
@@ -225,8 +293,11 @@ impl Recorder {
             let mut wait_max = 0;
             let mut hist = Log2Histogram::new(&[0; crate::bpf_abi::HIST_SLOTS]);
             let mut symbols = Vec::new();
+            let mut spent_ns = 0.0;
             for (slot_id, slot) in &my_slots {
                 let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
+                spent_ns +=
+                    st.calls as f64 * self.hit_cost.per_call_ns(slot.measure, slot.symbol.entry);
                 calls += st.calls;
                 wait_total += st.wait_ns_total;
                 wait_max = wait_max.max(st.wait_ns_max);
@@ -323,8 +394,26 @@ impl Recorder {
                 latches: latch_results(&my_slots, &snapshot.sites, &latch_names),
                 latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
                 stacks,
+                sampling: None,
+                overhead_pct_of_core: spent_ns / 1e9 / duration_s.max(1e-9) * 100.0,
             });
+            if let Some(duty) = duties.as_ref().map(|d| d[idx]) {
+                if duty.state != DutyState::Full && !my_slots.is_empty() {
+                    apply_sampling(results.last_mut().expect("just pushed"), duty, duration_s);
+                }
+            }
         }
+        let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
+        let agent_cpu = own_cpu_time().saturating_sub(self.agent_cpu_at_start);
+        let overhead = OverheadSummary {
+            hit_cost: self.hit_cost,
+            calibration_note: self.calibration_note.clone(),
+            budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
+            probes_pct_of_core: probes_cost_pct,
+            agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
+            agent_max_rss_kb: own_max_rss_kb(),
+            governor_errors: self.governor_errors.clone(),
+        };
 
         let t = &plan.target;
         let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
@@ -358,9 +447,82 @@ impl Recorder {
             probes: results,
             drops: snapshot.drops,
             cpu: cpu.map(|c| c.summary),
+            overhead,
         };
         Ok(Recording { summary, folded })
     }
+}
+
+/// Typical costs (this machine class, idle) when calibration cannot run.
+const FALLBACK_HIT_COST: HitCost = HitCost {
+    latency_emulated_ns: 2_000.0,
+    latency_stepped_ns: 30_000.0,
+    count_emulated_ns: 1_000.0,
+    count_stepped_ns: 15_000.0,
+    with_stacks: true,
+};
+
+/// A duty-cycled probe saw only part of the calls: scale its counts and
+/// wait totals up by the time it was attached, and say so. Averages,
+/// maxima and the histogram's shape are those observed.
+fn apply_sampling(r: &mut ProbeResult, duty: DutyReport, duration_s: f64) {
+    let observed_calls = r.calls;
+    // Calls while attaching happened before the sampled window: they are
+    // kept as seen, not scaled.
+    let in_window = observed_calls.saturating_sub(duty.calls_before_start) as f64;
+    let estimate = if duty.attached_fraction > 0.0 {
+        duty.calls_before_start as f64 + in_window / duty.attached_fraction
+    } else {
+        observed_calls as f64
+    };
+    let factor = if observed_calls > 0 {
+        estimate / observed_calls as f64
+    } else {
+        1.0
+    };
+    let scale = |v: &mut u64| *v = (*v as f64 * factor).round() as u64;
+    scale(&mut r.calls);
+    scale(&mut r.wait_ns_total);
+    for c in &mut r.callsites {
+        scale(&mut c.calls);
+        scale(&mut c.wait_ns_total);
+    }
+    for l in &mut r.latches {
+        scale(&mut l.calls);
+        scale(&mut l.wait_ns_total);
+    }
+    r.calls_per_sec = r.calls as f64 / duration_s.max(1e-9);
+    r.sampling = Some(Sampling {
+        state: match duty.state {
+            DutyState::Detached => SamplingState::Detached,
+            _ => SamplingState::DutyCycled,
+        },
+        attached_fraction: duty.attached_fraction,
+        observed_calls,
+        scale: factor,
+        projected_full_pct_of_core: duty.projected_full_cost * 100.0,
+    });
+}
+
+/// CPU time (user + system) innoprof itself has used so far.
+fn own_cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// innoprof's peak resident set, in KiB.
+fn own_max_rss_kb() -> u64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_maxrss as u64
 }
 
 /// Names for the latch ids a probe read (`dict_sys_mutex`).

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use innoprof::governor::GovernorConfig;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::report::model::EndReason;
 use innoprof::report::{self, table};
@@ -42,6 +43,18 @@ enum Command {
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),
+    /// Measure what one probe hit costs on this host (what the overhead governor budgets with).
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    /// Measure without stack capture (as `record --no-stacks`).
+    #[arg(long)]
+    no_stacks: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -66,6 +79,11 @@ struct RecordArgs {
     /// Do not profile CPU (on-CPU sampling is on by default; `--probes none` records CPU only).
     #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min"])]
     no_cpu: bool,
+    /// CPU that probe hits may cost the server, in % of one core (e.g. 1, 0.5, 5), or `off`.
+    /// Probes that would cost more are duty-cycled (attached part of each second) and their
+    /// counts scaled; see the `sampled:` lines of the report.
+    #[arg(long, default_value = "1", value_parser = parse_budget)]
+    max_overhead: Budget,
     #[command(flatten)]
     cpu: cpu_args::CpuArgs,
 }
@@ -82,6 +100,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::run(args).await,
             Command::Probes(args) => probes::run(args),
             Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
+            Command::Calibrate(args) => calibrate(args),
         }
     });
     match result {
@@ -93,6 +112,36 @@ fn main() -> ExitCode {
     }
 }
 
+#[derive(Clone, Copy)]
+struct Budget(Option<f64>);
+
+fn parse_budget(s: &str) -> Result<Budget, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Budget(None));
+    }
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage of one core (e.g. 1, 0.5, 5) or `off`"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 100.0) {
+        return Err(format!(
+            "{s}: the budget must be in (0, 100] % of one core, or `off`"
+        ));
+    }
+    Ok(Budget(Some(v)))
+}
+
+fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
+    innoprof::privileges::check()?;
+    let cost = innoprof::calibrate::calibrate(!args.no_stacks)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&cost)?);
+    } else {
+        print!("{}", report::overhead::render_hit_cost(&cost));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn record(args: RecordArgs) -> Result<ExitCode> {
     let opts = RecordOptions {
         pid: args.pid,
@@ -101,6 +150,10 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         debuginfo: args.probe.debug_search(),
         capture_stacks: !args.no_stacks,
         cpu: (!args.no_cpu).then(|| args.cpu.options()),
+        governor: args.max_overhead.0.map(|budget_pct| GovernorConfig {
+            budget_pct,
+            ..GovernorConfig::default()
+        }),
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -120,7 +173,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             p.resolution.why_unresolved()
         );
     }
-    let recorder = Recorder::start(plan, !args.no_stacks)?;
+    let mut recorder = Recorder::start(plan, !args.no_stacks)?;
     let target = recorder.target().clone();
     let cpu = match recorder.plan().cpu.as_ref() {
         Some(c) if c.offcpu => format!(
@@ -151,7 +204,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     );
     let deadline = tokio::time::sleep(args.duration);
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    // Short ticks: the governor switches probes on and off within a second.
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = std::time::Instant::now();
     let end = loop {
         tokio::select! {
@@ -159,6 +214,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             _ = sigint.recv() => break EndReason::Interrupted,
             _ = sigterm.recv() => break EndReason::Interrupted,
             _ = tick.tick() => {
+                recorder.govern();
                 bar.set_position(started.elapsed().as_millis() as u64);
                 if !target.is_alive() {
                     break EndReason::TargetExited;

@@ -82,13 +82,22 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// `innoprof record ARGS --out TMP`. Unless ARGS set `--max-overhead`,
+    /// the governor is off: most tests check exact counts, which a
+    /// duty-cycled probe only estimates (tests/e2e/governor.rs covers it).
     pub fn start(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         let stderr_path = dir.path().join("stderr.txt");
+        let governor: &[&str] = if args.contains(&"--max-overhead") {
+            &[]
+        } else {
+            &["--max-overhead", "off"]
+        };
         let child = Command::new(innoprof())
             .arg("record")
             .args(args)
+            .args(governor)
             .arg("--out")
             .arg(&out)
             .stdout(Stdio::piped())

@@ -5,6 +5,7 @@ pub mod cpu_table;
 pub mod flamegraph;
 pub mod folded;
 pub mod model;
+pub mod overhead;
 pub mod table;
 pub mod top_symbols;
 pub mod units;

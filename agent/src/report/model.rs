@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::top_symbols::TopSymbols;
+use crate::calibrate::HitCost;
 use crate::catalog::{CostClass, Measure};
 use crate::collect::Drops;
 use crate::histogram::Bucket;
@@ -26,6 +27,49 @@ pub struct Summary {
     /// CPU profile (on-CPU samples, off-CPU time); absent with `--no-cpu`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuSummary>,
+    pub overhead: OverheadSummary,
+}
+
+/// What the recording cost, as measured and as projected from probe hits.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverheadSummary {
+    /// Per-call cost of a probe hit on this host, calibrated at start.
+    pub hit_cost: HitCost,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration_note: Option<String>,
+    /// The governor's budget (`--max-overhead`); None when it was off.
+    pub budget_pct_of_core: Option<f64>,
+    /// Server CPU spent in probe hits: observed hits × calibrated cost.
+    pub probes_pct_of_core: f64,
+    /// innoprof's own CPU (user + system) over the recording.
+    pub agent_cpu_pct_of_core: f64,
+    pub agent_max_rss_kb: u64,
+    /// Re-attaches the kernel refused while duty-cycling.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub governor_errors: Vec<String>,
+}
+
+/// A probe the governor did not keep attached the whole time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sampling {
+    pub state: SamplingState,
+    /// Fraction of the recording it was attached; counts were divided by it.
+    pub attached_fraction: f64,
+    /// Calls actually seen (before scaling).
+    pub observed_calls: u64,
+    /// What counts and wait totals were multiplied by.
+    pub scale: f64,
+    /// What it would have cost fully attached, in % of one core.
+    pub projected_full_pct_of_core: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SamplingState {
+    DutyCycled,
+    /// Detached for the rest of the recording: too dear even at the
+    /// governor's minimum duty.
+    Detached,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,6 +145,12 @@ pub struct ProbeResult {
     /// Why latches could not be named, when the probe asks for names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latch_note: Option<String>,
+    /// Set when the overhead governor duty-cycled or detached the probe:
+    /// calls and wait totals above are then scaled estimates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<Sampling>,
+    /// Server CPU its hits cost (observed hits × calibrated cost), % of one core.
+    pub overhead_pct_of_core: f64,
     pub stacks: StackStats,
 }
 

@@ -46,10 +46,12 @@ pub fn render(summary: &Summary) -> String {
         };
         let timed = p.wait_ns_avg.is_some();
         let t = |v: Option<u64>| v.map(units::ns).unwrap_or_else(dash);
+        // `~`: scaled from a duty-cycled probe (see the `sampled:` lines).
+        let approx = if p.sampling.is_some() { "~" } else { "" };
         table.add_row([
             p.name.clone(),
             symbol,
-            p.calls.to_string(),
+            format!("{approx}{}", p.calls),
             units::count(p.calls_per_sec),
             if timed {
                 units::ns(p.wait_ns_total)
@@ -103,6 +105,7 @@ pub fn render(summary: &Summary) -> String {
             lost, d.stack_collisions, d.stack_errors, d.stack_key_map_full, d.inflight_map_full, d.stats_map_full
         ));
     }
+    out.push_str(&super::overhead::render(summary));
     if let Some(cpu) = &summary.cpu {
         out.push_str(&super::cpu_table::render(cpu));
     }

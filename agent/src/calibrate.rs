@@ -1,0 +1,239 @@
+//! What one probe hit costs on this host, measured at startup: innoprof
+//! probes two functions of its own — one entered by a `push` (which the
+//! kernel emulates) and one entered by a `lea` (which it single-steps) —
+//! calls each many times with and without the probe, and keeps the median
+//! difference per call. The same programs, maps and options as the real
+//! recording are used, so the figure includes the BPF work (and the stack
+//! walk when stacks are on), not just the trap.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attach::{AttachError, PlannedProbe, Session, SessionOptions};
+use crate::catalog::{CostClass, Measure, ProbeSpec};
+use crate::resolve::{ElfError, ElfImage, EntryInsn, Resolver};
+
+// Six tiny functions with known first instructions, one per measurement
+// so that nothing is attached or detached while measuring (a uprobe
+// detach waits for an RCU grace period, hundreds of ms on a busy host):
+// `_timed` and `_count` carry a probe each, `_bare` is the unprobed twin.
+// `.type @function` puts them in .symtab, where the resolver finds them.
+std::arch::global_asm!(
+    ".globl innoprof_calib_push_timed",
+    ".type innoprof_calib_push_timed,@function",
+    "innoprof_calib_push_timed:",
+    "push rbp",
+    "mov rbp, rsp",
+    "lea rax, [rdi + 1]",
+    "pop rbp",
+    "ret",
+    ".size innoprof_calib_push_timed, .-innoprof_calib_push_timed",
+    ".globl innoprof_calib_push_count",
+    ".type innoprof_calib_push_count,@function",
+    "innoprof_calib_push_count:",
+    "push rbp",
+    "mov rbp, rsp",
+    "lea rax, [rdi + 1]",
+    "pop rbp",
+    "ret",
+    ".size innoprof_calib_push_count, .-innoprof_calib_push_count",
+    ".globl innoprof_calib_push_bare",
+    ".type innoprof_calib_push_bare,@function",
+    "innoprof_calib_push_bare:",
+    "push rbp",
+    "mov rbp, rsp",
+    "lea rax, [rdi + 1]",
+    "pop rbp",
+    "ret",
+    ".size innoprof_calib_push_bare, .-innoprof_calib_push_bare",
+    ".globl innoprof_calib_step_timed",
+    ".type innoprof_calib_step_timed,@function",
+    "innoprof_calib_step_timed:",
+    "lea rax, [rdi + 1]",
+    "ret",
+    ".size innoprof_calib_step_timed, .-innoprof_calib_step_timed",
+    ".globl innoprof_calib_step_count",
+    ".type innoprof_calib_step_count,@function",
+    "innoprof_calib_step_count:",
+    "lea rax, [rdi + 1]",
+    "ret",
+    ".size innoprof_calib_step_count, .-innoprof_calib_step_count",
+    ".globl innoprof_calib_step_bare",
+    ".type innoprof_calib_step_bare,@function",
+    "innoprof_calib_step_bare:",
+    "lea rax, [rdi + 1]",
+    "ret",
+    ".size innoprof_calib_step_bare, .-innoprof_calib_step_bare",
+);
+
+extern "C" {
+    fn innoprof_calib_push_timed(x: u64) -> u64;
+    fn innoprof_calib_push_count(x: u64) -> u64;
+    fn innoprof_calib_push_bare(x: u64) -> u64;
+    fn innoprof_calib_step_timed(x: u64) -> u64;
+    fn innoprof_calib_step_count(x: u64) -> u64;
+    fn innoprof_calib_step_bare(x: u64) -> u64;
+}
+
+/// Calls per timed round; rounds alternate probed and unprobed.
+const CALLS: u64 = 4_000;
+const ROUNDS: usize = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("reading innoprof's own binary: {0}")]
+    Elf(#[from] ElfError),
+    #[error("calibration function `{0}` not found in innoprof's own symbols (stripped binary?)")]
+    MissingFunction(String),
+    #[error("attaching the calibration probe: {0}")]
+    Attach(#[from] AttachError),
+    #[error("the calibration thread panicked")]
+    Panicked,
+}
+
+/// Nanoseconds of CPU one call of a probed function costs, by how the
+/// probe is attached and how its first instruction is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HitCost {
+    /// Timed probe (entry + return) on an emulated `push` prologue.
+    pub latency_emulated_ns: f64,
+    /// Timed probe on a single-stepped first instruction.
+    pub latency_stepped_ns: f64,
+    /// Count-only probe, emulated / single-stepped.
+    pub count_emulated_ns: f64,
+    pub count_stepped_ns: f64,
+    /// Whether stacks were captured while measuring (they cost more).
+    pub with_stacks: bool,
+}
+
+impl HitCost {
+    /// The cost of one call at a symbol entered by `entry`, probed as `measure`.
+    pub fn per_call_ns(&self, measure: Measure, entry: EntryInsn) -> f64 {
+        match (measure, entry.emulated()) {
+            (Measure::Latency, true) => self.latency_emulated_ns,
+            (Measure::Latency, false) => self.latency_stepped_ns,
+            (Measure::Count, true) => self.count_emulated_ns,
+            (Measure::Count, false) => self.count_stepped_ns,
+        }
+    }
+}
+
+/// Measures all four costs (well under a second).
+pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
+    let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ElfError::Read {
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
+    let image = ElfImage::open(&exe)?;
+    let opts = SessionOptions {
+        pid: std::process::id(),
+        capture_stacks,
+    };
+    type Calib = unsafe extern "C" fn(u64) -> u64;
+    let variants: [(&'static str, Measure, Calib, Calib); 4] = [
+        (
+            "innoprof_calib_push_timed",
+            Measure::Latency,
+            innoprof_calib_push_timed,
+            innoprof_calib_push_bare,
+        ),
+        (
+            "innoprof_calib_step_timed",
+            Measure::Latency,
+            innoprof_calib_step_timed,
+            innoprof_calib_step_bare,
+        ),
+        (
+            "innoprof_calib_push_count",
+            Measure::Count,
+            innoprof_calib_push_count,
+            innoprof_calib_push_bare,
+        ),
+        (
+            "innoprof_calib_step_count",
+            Measure::Count,
+            innoprof_calib_step_count,
+            innoprof_calib_step_bare,
+        ),
+    ];
+    let plan = variants
+        .iter()
+        .map(|(name, measure, _, _)| {
+            let mut p = planned(&image, name)?;
+            p.spec.measure = *measure;
+            Ok(p)
+        })
+        .collect::<Result<Vec<_>, CalibrateError>>()?;
+    let session = Session::attach(&exe, &plan, &opts)?;
+    let mut costs = [0.0; 4];
+    for (cost, (_, _, probed, bare)) in costs.iter_mut().zip(variants) {
+        let mut deltas: Vec<f64> = (0..ROUNDS)
+            .map(|_| (run(probed) - run(bare)).max(0.0))
+            .collect();
+        deltas.sort_by(f64::total_cmp);
+        *cost = deltas[ROUNDS / 2];
+    }
+    // Detaching waits on the kernel; nobody needs to wait for it.
+    std::thread::spawn(move || drop(session));
+    Ok(HitCost {
+        latency_emulated_ns: costs[0],
+        latency_stepped_ns: costs[1],
+        count_emulated_ns: costs[2],
+        count_stepped_ns: costs[3],
+        with_stacks: capture_stacks,
+    })
+}
+
+fn planned(image: &ElfImage, name: &str) -> Result<PlannedProbe, CalibrateError> {
+    let resolution = Resolver::new(image).resolve(&[name.to_string()]);
+    if resolution.symbols.is_empty() {
+        return Err(CalibrateError::MissingFunction(name.to_string()));
+    }
+    Ok(PlannedProbe {
+        spec: ProbeSpec {
+            cost: CostClass::Unknown,
+            ..ProbeSpec::ad_hoc(name)
+        },
+        resolution,
+        latch: None,
+    })
+}
+
+/// Nanoseconds per call of `f`, over `CALLS` calls.
+fn run(f: unsafe extern "C" fn(u64) -> u64) -> f64 {
+    let mut acc = 0u64;
+    let start = Instant::now();
+    for _ in 0..CALLS {
+        // SAFETY: the calibration functions only compute rdi + 1.
+        acc = unsafe { f(black_box(acc)) };
+    }
+    black_box(acc);
+    start.elapsed().as_nanos() as f64 / CALLS as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_functions_have_the_entries_they_model() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let image = ElfImage::open(&exe).unwrap();
+        for (name, entry) in [
+            ("innoprof_calib_push_timed", EntryInsn::Push),
+            ("innoprof_calib_push_count", EntryInsn::Push),
+            ("innoprof_calib_push_bare", EntryInsn::Push),
+            ("innoprof_calib_step_timed", EntryInsn::Other),
+            ("innoprof_calib_step_count", EntryInsn::Other),
+            ("innoprof_calib_step_bare", EntryInsn::Other),
+        ] {
+            let p = planned(&image, name).unwrap();
+            assert_eq!(p.resolution.symbols[0].entry, entry, "{name}");
+        }
+        // SAFETY: they compute rdi + 1.
+        assert_eq!(unsafe { innoprof_calib_push_timed(41) }, 42);
+        assert_eq!(unsafe { innoprof_calib_step_bare(1) }, 2);
+    }
+}
