@@ -9,7 +9,7 @@ use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOp
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
-use crate::collect::{self, CollectError};
+use crate::collect::{self, CollectError, Counters, LiveProbe};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
 use crate::histogram::Log2Histogram;
 use crate::privileges::{self, PrivilegeError};
@@ -175,6 +175,50 @@ impl Recorder {
     /// The CPU profiler's perf events and tracepoint links (0 without one).
     pub fn cpu_links(&self) -> usize {
         self.cpu.as_ref().map_or(0, CpuProfiler::attached_links)
+    }
+
+    /// The attached probes and their slots, for live readers.
+    pub fn live_probes(&self) -> Vec<LiveProbe> {
+        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
+        self.plan
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(idx, p)| LiveProbe {
+                name: p.spec.name.clone(),
+                measure: p.spec.measure,
+                has_callsites: p.spec.callsite.is_some(),
+                slots: (0..slots.len() as u64)
+                    .filter(|&i| slots[i as usize].probe == idx)
+                    .collect(),
+            })
+            .filter(|p| !p.slots.is_empty())
+            .collect()
+    }
+
+    /// The counters as they stand, read while the probes stay attached.
+    pub fn read_counters(&self) -> Result<Counters, CollectError> {
+        match &self.session {
+            Some(session) => collect::read_counters(session.ebpf()),
+            None => Ok(Counters::default()),
+        }
+    }
+
+    /// Detaches the uprobes now (`finish` would), so a last read of the
+    /// counters sees the final totals `finish` reports.
+    pub fn detach_probes(&mut self) {
+        if let Some(session) = self.session.as_mut() {
+            session.detach();
+        }
+    }
+
+    /// Time since the probes were attached.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    pub fn started_unix_ms(&self) -> u128 {
+        self.started_unix_ms
     }
 
     /// Detaches every probe, reads the maps, and builds the results.
@@ -354,6 +398,7 @@ impl Recorder {
             probes: results,
             drops: snapshot.drops,
             cpu: cpu.map(|c| c.summary),
+            timeseries: None,
         };
         Ok(Recording { summary, folded })
     }

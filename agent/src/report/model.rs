@@ -26,6 +26,16 @@ pub struct Summary {
     /// CPU profile (on-CPU samples, off-CPU time); absent with `--no-cpu`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuSummary>,
+    /// The interval series written beside, with `--interval`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeseries: Option<TimeseriesNote>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeseriesNote {
+    pub interval_ms: u64,
+    pub intervals: usize,
+    pub files: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
