@@ -115,6 +115,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// One stderr line per requested probe that resolved to nothing, and why.
+pub(crate) fn warn_unattached(plan: &Plan) {
+    for p in plan
+        .probes
+        .iter()
+        .filter(|p| p.resolution.symbols.is_empty())
+    {
+        eprintln!(
+            "innoprof: probe {} not attached: {}",
+            p.spec.name,
+            p.resolution.why_unresolved()
+        );
+    }
+}
+
 async fn record(args: RecordArgs) -> Result<ExitCode> {
     let opts = RecordOptions {
         pid: args.pid,
@@ -131,17 +146,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let plan = Plan::build(&opts)?;
     // Checked before any probe is attached, so a bad --out costs nothing.
     report::prepare_dir(&args.out)?;
-    for p in plan
-        .probes
-        .iter()
-        .filter(|p| p.resolution.symbols.is_empty())
-    {
-        eprintln!(
-            "innoprof: probe {} not attached: {}",
-            p.spec.name,
-            p.resolution.why_unresolved()
-        );
-    }
+    warn_unattached(&plan);
     let mut recorder = Recorder::start(plan, !args.no_stacks)?;
     let mut series = args
         .interval

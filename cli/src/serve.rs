@@ -76,17 +76,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (choose another --listen)", args.listen))?;
-    for p in plan
-        .probes
-        .iter()
-        .filter(|p| p.resolution.symbols.is_empty())
-    {
-        eprintln!(
-            "innoprof: probe {} not attached: {}",
-            p.spec.name,
-            p.resolution.why_unresolved()
-        );
-    }
+    crate::warn_unattached(&plan);
     let recorder = Recorder::start(plan, false)?;
     let exporter = Exporter::for_recorder(
         &recorder,

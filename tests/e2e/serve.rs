@@ -9,32 +9,24 @@ use std::time::{Duration, Instant};
 use innoprof_e2e::*;
 use serde_json::Value;
 
-type Samples = Vec<(String, Vec<(String, String)>, f64)>;
-
-fn label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    labels
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-}
-
 /// The value of `name` whose labels include all of `want`.
-fn value(samples: &Samples, name: &str, want: &[(&str, &str)]) -> Option<f64> {
+fn value(samples: &[MetricSample], name: &str, want: &[(&str, &str)]) -> Option<f64> {
     samples
         .iter()
-        .find(|(n, l, _)| n == name && want.iter().all(|(k, v)| label(l, k) == Some(v)))
-        .map(|(_, _, v)| *v)
+        .find(|s| s.name == name && want.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
 }
 
 /// Per probe, the call-site labels of `innoprof_callsite_calls_total`.
-fn callsite_labels(samples: &Samples) -> BTreeMap<String, BTreeSet<String>> {
+fn callsite_labels(samples: &[MetricSample]) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (n, l, _) in samples {
-        if n == "innoprof_callsite_calls_total" {
-            out.entry(label(l, "probe").unwrap().to_string())
-                .or_default()
-                .insert(label(l, "callsite").unwrap().to_string());
-        }
+    for s in samples
+        .iter()
+        .filter(|s| s.name == "innoprof_callsite_calls_total")
+    {
+        out.entry(s.label("probe").unwrap().to_string())
+            .or_default()
+            .insert(s.label("callsite").unwrap().to_string());
     }
     out
 }
@@ -81,16 +73,7 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
     const SITES: usize = 13;
     const LIMIT: usize = 4;
     let dir = tempfile::tempdir().unwrap();
-    let catalog = dir.path().join("fixture.toml");
-    std::fs::write(
-        &catalog,
-        "[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n\
-         [[probe]]\nname = 'fixture.mutex.enter'\nsymbols = ['PolicyMutex<*>::enter']\n\
-         measure = 'latency'\ncost = 'rare'\ncallsite = { file_arg = 4, line_arg = 5 }\n\
-         [[probe]]\nname = 'fixture.sleep'\nsymbols = ['fixture_sleep']\n\
-         measure = 'latency'\ncost = 'rare'\n",
-    )
-    .unwrap();
+    let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE, FIXTURE_SLEEP_PROBE]);
     let args: Vec<String> = ["phases", "600", "600", &SITES.to_string()]
         .iter()
         .map(|s| s.to_string())
@@ -171,18 +154,18 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
     // The call-site series add up to the probe: every enter() has a site.
     let site_calls: f64 = after
         .iter()
-        .filter(|(name, l, _)| {
-            name == "innoprof_callsite_calls_total"
-                && label(l, "probe") == Some("fixture.mutex.enter")
+        .filter(|s| {
+            s.name == "innoprof_callsite_calls_total"
+                && s.label("probe") == Some("fixture.mutex.enter")
         })
-        .map(|(_, _, v)| v)
+        .map(|s| s.value)
         .sum();
     assert_eq!(site_calls, n);
     let info = after
         .iter()
-        .find(|(name, _, _)| name == "innoprof_target_info")
+        .find(|s| s.name == "innoprof_target_info")
         .unwrap();
-    assert_eq!(label(&info.1, "pid"), Some(pid.as_str()));
+    assert_eq!(info.label("pid"), Some(pid.as_str()));
 
     fx.exit();
     assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
@@ -289,7 +272,10 @@ fn serve_feeds_a_real_prometheus() {
     collect_exprs(&dashboard, &mut exprs);
     assert!(exprs.len() >= 4, "{exprs:?}");
     let scrape = serve.scrape();
-    let names: BTreeSet<String> = metric_samples(&scrape).into_iter().map(|s| s.0).collect();
+    let names: BTreeSet<String> = metric_samples(&scrape)
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
     // Template variables query label values of metrics too.
     let mut variables = Vec::new();
     collect_strings(&dashboard["templating"], "definition", &mut variables);

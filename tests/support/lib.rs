@@ -69,6 +69,48 @@ pub fn innoprof() -> PathBuf {
     target_dir.join("innoprof")
 }
 
+/// Blocks (up to 60 s) until innoprof's stderr, captured to a file, says
+/// `needle`; panics with that stderr if it exits first.
+fn wait_for_stderr(child: &mut Child, stderr_path: &Path, needle: &str) {
+    let stderr = || std::fs::read_to_string(stderr_path).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stderr().contains(needle) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("innoprof exited early ({status}): {}", stderr());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "innoprof never said `{needle}`: {}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A throw-away catalog for the C++ fixture: `probes` are the bodies of its
+/// `[[probe]]` tables.
+pub fn fixture_catalog(dir: &Path, probes: &[&str]) -> PathBuf {
+    let mut text =
+        String::from("[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n");
+    for p in probes {
+        text.push_str("[[probe]]\n");
+        text.push_str(p);
+    }
+    let path = dir.join("fixture.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The fixture's `PolicyMutex<…>::enter(this, spins, delay, file, line)`,
+/// with its call sites.
+pub const FIXTURE_MUTEX_PROBE: &str = "name = 'fixture.mutex.enter'\n\
+    symbols = ['PolicyMutex<*>::enter']\nmeasure = 'latency'\ncost = 'rare'\n\
+    callsite = { file_arg = 4, line_arg = 5 }\n";
+
+/// The fixture's `fixture_sleep(ms)`.
+pub const FIXTURE_SLEEP_PROBE: &str =
+    "name = 'fixture.sleep'\nsymbols = ['fixture_sleep']\nmeasure = 'latency'\ncost = 'rare'\n";
+
 pub fn run_innoprof(args: &[&str]) -> Output {
     Command::new(innoprof()).args(args).output().unwrap()
 }
@@ -109,18 +151,7 @@ impl Recording {
 
     /// Blocks until innoprof reports its probes attached.
     pub fn wait_attached(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.stderr().contains("recording for") {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("innoprof exited early ({status}): {}", self.stderr());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "innoprof did not attach: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_stderr(&mut self.child, &self.stderr_path, "recording for");
     }
 
     pub fn signal(&self, sig: i32) {
@@ -507,18 +538,7 @@ impl Serve {
             stderr_path,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !serve.stderr().contains("serving http://") {
-            if let Some(status) = serve.child.try_wait().unwrap() {
-                panic!("innoprof serve exited early ({status}): {}", serve.stderr());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not start: {}",
-                serve.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_stderr(&mut serve.child, &serve.stderr_path, "serving http://");
         serve
     }
 
@@ -561,8 +581,25 @@ impl Drop for Serve {
     }
 }
 
-/// One sample line of an exposition: (metric name, labels, value).
-pub fn metric_samples(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
+/// One sample line of a Prometheus exposition.
+#[derive(Debug, Clone)]
+pub struct MetricSample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+impl MetricSample {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The sample lines of an exposition (comments skipped).
+pub fn metric_samples(text: &str) -> Vec<MetricSample> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
@@ -583,7 +620,11 @@ pub fn metric_samples(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
                 "+Inf" => f64::INFINITY,
                 v => v.parse().unwrap(),
             };
-            (name.to_string(), labels, value)
+            MetricSample {
+                name: name.to_string(),
+                labels,
+                value,
+            }
         })
         .collect()
 }
