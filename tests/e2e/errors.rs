@@ -231,3 +231,48 @@ fn stripped_binary_names_the_missing_symbols() {
     assert!(!out.exists(), "nothing written for a refused run");
     fx.exit();
 }
+
+#[test]
+fn interval_too_short() {
+    let out = run_innoprof(&[
+        "record",
+        "--pid",
+        "1",
+        "--out",
+        "/tmp/x",
+        "--interval",
+        "10ms",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("10ms is too short; use 100ms or more"),
+        "{stderr}"
+    );
+}
+
+/// A busy --listen port fails before any probe is attached.
+#[test]
+fn serve_on_a_busy_port() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let fx = Fixture::spawn(&fixture_binary(false), [0, 0, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    fails_with(
+        &[
+            "serve",
+            "--pid",
+            &pid,
+            "--force",
+            "--probe",
+            "fixture_counted",
+            "--listen",
+            &addr,
+        ],
+        &[
+            &format!("cannot listen on {addr}"),
+            "choose another --listen",
+        ],
+    );
+    fx.exit();
+}

@@ -258,6 +258,11 @@ fn serve_feeds_a_real_prometheus() {
     let rate =
         wait_nonzero("sum(rate(innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"}[5s]))");
     eprintln!("prometheus: {calls} calls, {bucket} in +Inf bucket, mutex.enter {rate:.0} calls/s");
+    let info = query("innoprof_target_info");
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0]["metric"]["family"], "mariadb");
+    assert_eq!(info[0]["metric"]["version"], "10.2.11");
+    assert_eq!(info[0]["metric"]["pid"], pid.as_str());
     let up = query("up{job=\"innoprof\"}");
     assert_eq!(up.len(), 1);
     assert_eq!(number(&up[0]), 1.0, "scrapes succeed");

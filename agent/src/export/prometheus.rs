@@ -172,7 +172,11 @@ impl Exporter {
     pub fn for_recorder(recorder: &Recorder, opts: ExporterOptions) -> Self {
         let plan = recorder.plan();
         let target = TargetLabels {
-            family: format!("{:?}", plan.server.family).to_lowercase(),
+            // As summary.json spells it: "mariadb", "mysql", ...
+            family: serde_json::to_value(plan.server.family)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
             version: plan
                 .server
                 .version
