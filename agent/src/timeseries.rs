@@ -8,7 +8,7 @@
 //! report reads): `t_ms` is the end of the interval in milliseconds since
 //! the recording started; `callsite` is null (empty in CSV) for the
 //! probe's total, else one of the probe's 10 busiest call sites over the
-//! whole recording, or "other" for the rest.
+//! whole recording (most wait, then most calls), or "other" for the rest.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -186,7 +186,7 @@ impl IntervalSeries {
     }
 
     /// The rows: per interval, each probe's total, then its busiest call
-    /// sites (over the whole recording) and "other".
+    /// sites over the whole recording and "other".
     pub fn into_series(self) -> TimeSeries {
         let top: Vec<Vec<String>> = self
             .probes
@@ -227,10 +227,11 @@ impl IntervalSeries {
     }
 }
 
-/// The `n` labels with the most calls (then wait), busiest first.
+/// The `n` labels with the most wait (then calls: count-only probes have
+/// no wait), first the busiest: the order of `summary.json`'s call sites.
 fn busiest_sites(totals: &BTreeMap<String, Counts>, n: usize) -> Vec<String> {
     let mut ranked: Vec<(&String, &Counts)> = totals.iter().collect();
-    ranked.sort_by(|a, b| (b.1.calls, b.1.wait_ns, a.0).cmp(&(a.1.calls, a.1.wait_ns, b.0)));
+    ranked.sort_by(|a, b| (b.1.wait_ns, b.1.calls, a.0).cmp(&(a.1.wait_ns, a.1.calls, b.0)));
     ranked.into_iter().take(n).map(|(k, _)| k.clone()).collect()
 }
 

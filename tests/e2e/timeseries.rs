@@ -296,6 +296,31 @@ fn s3_mutex_waits_follow_load_change() {
         high_waits.iter().all(|&w| w as f64 > mean(&low_waits)),
         "every 16-thread interval above the 2-thread mean: {low_waits:?} vs {high_waits:?}"
     );
+    // Contended shared rw-locks per call site: real `file.cc:LINE` rows
+    // that add up to the summary's call sites.
+    let s_wait = "innodb.rwlock.s_wait";
+    let summary_sites: u64 = probe(&s, s_wait)["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| u(&c["calls"]))
+        .sum();
+    assert!(summary_sites > 0, "no contended s-lock under 16 threads");
+    let site_rows: Vec<&Value> = points
+        .iter()
+        .filter(|p| p["probe"] == s_wait && !p["callsite"].is_null())
+        .collect();
+    assert_eq!(
+        site_rows.iter().map(|p| u(&p["calls"])).sum::<u64>(),
+        summary_sites
+    );
+    assert!(site_rows.iter().all(|p| {
+        let label = p["callsite"].as_str().unwrap();
+        label == "other"
+            || label
+                .rsplit_once(':')
+                .is_some_and(|(file, line)| file.contains('.') && line.parse::<u32>().is_ok())
+    }));
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
