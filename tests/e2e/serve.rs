@@ -31,39 +31,6 @@ fn callsite_labels(samples: &[MetricSample]) -> BTreeMap<String, BTreeSet<String
     out
 }
 
-/// A non-loopback --listen is refused before anything is attached.
-#[test]
-fn serve_refuses_non_loopback_listen() {
-    let fx = Fixture::spawn(&fixture_binary(false), [0, 0, 0, 0, 0]);
-    let pid = fx.pid.to_string();
-    let port = free_port();
-    for addr in [format!("0.0.0.0:{port}"), format!("[::]:{port}")] {
-        let out = run_innoprof(&[
-            "serve",
-            "--pid",
-            &pid,
-            "--force",
-            "--probe",
-            "fixture_counted",
-            "--listen",
-            &addr,
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{addr}: {stderr}");
-        assert!(
-            stderr.contains("not a loopback address") && stderr.contains("--listen-any"),
-            "{stderr}"
-        );
-        assert_eq!(stderr.trim().lines().count(), 1, "one-line error: {stderr}");
-        assert!(!stderr.contains("attached"), "{stderr}");
-        assert!(
-            http_get(port, "/metrics").is_err(),
-            "nothing listens on {addr}"
-        );
-    }
-    fx.exit();
-}
-
 /// Scrapes while the fixture runs show at most `limit` call-site labels
 /// plus "other" per probe; once it is done, the counters equal the calls
 /// it made, exactly; when it exits, serve detaches and exits with 3.
