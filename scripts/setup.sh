@@ -13,6 +13,7 @@ packages=(
     libaio1 libnuma1 libncurses6 unzip      # runtime libraries of the fetched servers
     util-linux procps                       # setpriv (unprivileged test), ps
     linux-perf                              # perf: the CPU tests compare with `perf record`
+    prometheus                              # a real Prometheus scrapes `innoprof serve` in the tests
 )
 
 missing=()

@@ -3,10 +3,10 @@
 //! the target's memory (or from the binary when the target is gone and
 //! its addresses are the file's own, i.e. not position independent).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 
-use crate::bpf_abi::Callsite;
+use crate::bpf_abi::{Callsite, SiteVal};
 use crate::resolve::ElfImage;
 
 /// Longest file name read; InnoDB's `__FILE__` are build paths.
@@ -53,6 +53,38 @@ impl<'a> CallsiteNamer<'a> {
             Some(f) => format!("{}:{}", f.rsplit('/').next().unwrap_or(&f), site.line),
             None => format!("{:#x}:{}", site.file, site.line),
         }
+    }
+}
+
+/// Labels remembered across reads, for readers that run while the probes
+/// stay attached (interval series, exporter): each read names only the
+/// call sites it has not seen before.
+#[derive(Debug, Default)]
+pub struct LabelCache {
+    known: HashMap<Callsite, String>,
+}
+
+impl LabelCache {
+    /// A probe's call sites summed per label: two `__FILE__` pointers (a
+    /// header's name in two translation units) can name the same line.
+    pub fn by_label(
+        &mut self,
+        sites: impl Iterator<Item = (Callsite, SiteVal)>,
+        namer: &mut CallsiteNamer,
+    ) -> BTreeMap<String, SiteVal> {
+        let mut out: BTreeMap<String, SiteVal> = BTreeMap::new();
+        for (site, val) in sites {
+            let label = self
+                .known
+                .entry(site)
+                .or_insert_with(|| namer.label(site))
+                .clone();
+            let sum = out.entry(label).or_default();
+            sum.calls += val.calls;
+            sum.wait_ns_total += val.wait_ns_total;
+            sum.wait_ns_max = sum.wait_ns_max.max(val.wait_ns_max);
+        }
+        out
     }
 }
 

@@ -7,6 +7,7 @@ use aya::Ebpf;
 use serde::Serialize;
 
 use crate::bpf_abi::{Callsite, SiteKey, SiteVal, SlotStats, StackKey, StackVal, DROP_REASONS};
+use crate::catalog::Measure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
@@ -67,10 +68,81 @@ pub fn read_slot_calls(ebpf: &Ebpf) -> Result<HashMap<usize, u64>, CollectError>
     Ok(calls)
 }
 
-pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
-    let map = |name: &'static str| ebpf.map(name).ok_or(CollectError::Map(name));
-    let read_err = |map: &'static str| move |source| CollectError::Read { map, source };
+/// The cumulative counters alone (no stacks): cheap enough to read while
+/// the probes stay attached, for interval series and live export.
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    /// Per slot, summed over CPUs.
+    pub slots: HashMap<u64, SlotStats>,
+    /// Per (slot, call site): calls, total and max wait.
+    pub sites: Vec<(u64, Callsite, SiteVal)>,
+    pub drops: Drops,
+}
 
+impl Counters {
+    /// One probe's totals: the sum of its slots (symbols).
+    pub fn probe_total(&self, slots: &[u64]) -> SlotStats {
+        let mut sum = SlotStats::default();
+        for st in slots.iter().filter_map(|s| self.slots.get(s)) {
+            sum.calls += st.calls;
+            sum.wait_ns_total += st.wait_ns_total;
+            sum.wait_ns_max = sum.wait_ns_max.max(st.wait_ns_max);
+            for (a, b) in sum.hist.iter_mut().zip(st.hist.iter()) {
+                *a += b;
+            }
+        }
+        sum
+    }
+
+    /// One probe's call sites, with their cumulative counts.
+    pub fn probe_sites<'a>(
+        &'a self,
+        slots: &'a [u64],
+    ) -> impl Iterator<Item = (Callsite, SiteVal)> + 'a {
+        self.sites
+            .iter()
+            .filter(move |(slot, _, _)| slots.contains(slot))
+            .map(|(_, site, val)| (*site, *val))
+    }
+}
+
+/// An attached probe as live readers see it: its name and which slots
+/// (attached symbols) are its.
+#[derive(Debug, Clone)]
+pub struct LiveProbe {
+    pub name: String,
+    pub measure: Measure,
+    /// The catalog says where its caller's `file`/`line` are.
+    pub has_callsites: bool,
+    pub slots: Vec<u64>,
+}
+
+/// Everything, stacks included: read once, after the probes are detached.
+pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
+    let Counters {
+        slots,
+        sites,
+        drops,
+    } = read_counters(ebpf)?;
+    Ok(Snapshot {
+        slots,
+        stacks: read_stacks(ebpf)?,
+        sites,
+        drops,
+    })
+}
+
+fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a aya::maps::Map, CollectError> {
+    ebpf.map(name).ok_or(CollectError::Map(name))
+}
+
+fn read_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> CollectError {
+    move |source| CollectError::Read { map, source }
+}
+
+/// Per-slot stats, call sites and drop counts; no stacks.
+pub fn read_counters(ebpf: &Ebpf) -> Result<Counters, CollectError> {
+    let map = |name| map(ebpf, name);
     let stats: PerCpuHashMap<&MapData, u64, SlotStats> =
         PerCpuHashMap::try_from(map("stats")?).map_err(|_| CollectError::Map("stats"))?;
     let mut slots = HashMap::new();
@@ -86,32 +158,6 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
             }
         }
         slots.insert(slot, sum);
-    }
-
-    let traces: StackTraceMap<&MapData> =
-        StackTraceMap::try_from(map("stacks")?).map_err(|_| CollectError::Map("stacks"))?;
-    let counts: BpfHashMap<&MapData, StackKey, StackVal> =
-        BpfHashMap::try_from(map("stack_counts")?)
-            .map_err(|_| CollectError::Map("stack_counts"))?;
-    let mut stacks = Vec::new();
-    for item in counts.iter() {
-        let (key, val) = item.map_err(read_err("stack_counts"))?;
-        let ips = if key.stack_id >= 0 {
-            // A stack id can be gone if its bucket was reused; treat as lost.
-            traces
-                .get(&(key.stack_id as u32), 0)
-                .map(|t| t.frames().iter().map(|f| f.ip).collect())
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        stacks.push(StackSample {
-            slot: key.slot,
-            ips,
-            site: key.site,
-            count: val.count,
-            wait_ns: val.wait_ns,
-        });
     }
 
     let site_map: BpfHashMap<&MapData, SiteKey, SiteVal> =
@@ -142,10 +188,39 @@ pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
         stats_map_full: totals[5],
         callsite_map_full: totals[6],
     };
-    Ok(Snapshot {
+    Ok(Counters {
         slots,
-        stacks,
         sites,
         drops,
     })
+}
+
+fn read_stacks(ebpf: &Ebpf) -> Result<Vec<StackSample>, CollectError> {
+    let map = |name| map(ebpf, name);
+    let traces: StackTraceMap<&MapData> =
+        StackTraceMap::try_from(map("stacks")?).map_err(|_| CollectError::Map("stacks"))?;
+    let counts: BpfHashMap<&MapData, StackKey, StackVal> =
+        BpfHashMap::try_from(map("stack_counts")?)
+            .map_err(|_| CollectError::Map("stack_counts"))?;
+    let mut stacks = Vec::new();
+    for item in counts.iter() {
+        let (key, val) = item.map_err(read_err("stack_counts"))?;
+        let ips = if key.stack_id >= 0 {
+            // A stack id can be gone if its bucket was reused; treat as lost.
+            traces
+                .get(&(key.stack_id as u32), 0)
+                .map(|t| t.frames().iter().map(|f| f.ip).collect())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        stacks.push(StackSample {
+            slot: key.slot,
+            ips,
+            site: key.site,
+            count: val.count,
+            wait_ns: val.wait_ns,
+        });
+    }
+    Ok(stacks)
 }

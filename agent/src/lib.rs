@@ -7,7 +7,8 @@
 //! offsets) → [`collect`] (maps to totals) → [`symbolize`] (stacks to
 //! names) → [`report`] (tables, JSON, folded stacks). [`record`] wires them.
 //! Alongside, [`cpu`] samples on-CPU stacks and off-CPU time, and [`diff`]
-//! compares two recordings.
+//! compares two recordings. [`timeseries`] turns live reads of the counters
+//! into per-interval deltas, and [`export`] serves them to Prometheus.
 
 pub mod attach;
 pub mod bpf_abi;
@@ -17,6 +18,7 @@ pub mod catalog;
 pub mod collect;
 pub mod cpu;
 pub mod diff;
+pub mod export;
 pub mod governor;
 pub mod histogram;
 pub mod inspect;
@@ -28,3 +30,4 @@ pub mod resolve;
 pub mod server;
 pub mod symbolize;
 pub mod target;
+pub mod timeseries;

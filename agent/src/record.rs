@@ -10,7 +10,7 @@ use crate::bpf_abi::{Callsite, SiteVal};
 use crate::calibrate::{calibrate, CalibrateError, HitCost};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
-use crate::collect::{self, CollectError};
+use crate::collect::{self, CollectError, Counters, LiveProbe};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
 use crate::governor::{DutyReport, DutyState, GovernedProbe, Governor, GovernorConfig};
 use crate::histogram::Log2Histogram;
@@ -244,6 +244,50 @@ impl Recorder {
         self.cpu.as_ref().map_or(0, CpuProfiler::attached_links)
     }
 
+    /// The attached probes and their slots, for live readers.
+    pub fn live_probes(&self) -> Vec<LiveProbe> {
+        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
+        self.plan
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(idx, p)| LiveProbe {
+                name: p.spec.name.clone(),
+                measure: p.spec.measure,
+                has_callsites: p.spec.callsite.is_some(),
+                slots: (0..slots.len() as u64)
+                    .filter(|&i| slots[i as usize].probe == idx)
+                    .collect(),
+            })
+            .filter(|p| !p.slots.is_empty())
+            .collect()
+    }
+
+    /// The counters as they stand, read while the probes stay attached.
+    pub fn read_counters(&self) -> Result<Counters, CollectError> {
+        match &self.session {
+            Some(session) => collect::read_counters(session.ebpf()),
+            None => Ok(Counters::default()),
+        }
+    }
+
+    /// Detaches the uprobes now (`finish` would), so a last read of the
+    /// counters sees the final totals `finish` reports.
+    pub fn detach_probes(&mut self) {
+        if let Some(session) = self.session.as_mut() {
+            session.detach();
+        }
+    }
+
+    /// Time since the probes were attached.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    pub fn started_unix_ms(&self) -> u128 {
+        self.started_unix_ms
+    }
+
     /// Detaches every probe, reads the maps, and builds the results.
     pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
         let duration_s = self.started.elapsed().as_secs_f64();
@@ -448,6 +492,7 @@ impl Recorder {
             drops: snapshot.drops,
             cpu: cpu.map(|c| c.summary),
             overhead,
+            timeseries: None,
         };
         Ok(Recording { summary, folded })
     }

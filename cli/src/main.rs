@@ -4,6 +4,7 @@ mod cpu_args;
 mod diff;
 mod probe_args;
 mod probes;
+mod serve;
 mod top;
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use innoprof::governor::GovernorConfig;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::report::model::EndReason;
 use innoprof::report::{self, table};
+use innoprof::timeseries::IntervalSeries;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit status when the target exited during the recording (partial output written).
@@ -43,6 +45,8 @@ enum Command {
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),
+    /// Keep the probes attached and serve their live counters as Prometheus metrics at /metrics.
+    Serve(serve::ServeArgs),
     /// Measure what one probe hit costs on this host (what the overhead governor budgets with).
     Calibrate(CalibrateArgs),
 }
@@ -86,6 +90,18 @@ struct RecordArgs {
     max_overhead: Budget,
     #[command(flatten)]
     cpu: cpu_args::CpuArgs,
+    /// Also write calls and wait time per interval of this length (e.g. 1s) to timeseries.json/.csv.
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
+    interval: Option<Duration>,
+}
+
+/// Intervals shorter than 100 ms would be mostly read jitter.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("{s} is too short; use 100ms or more"));
+    }
+    Ok(d)
 }
 
 fn main() -> ExitCode {
@@ -101,6 +117,12 @@ fn main() -> ExitCode {
             Command::Probes(args) => probes::run(args),
             Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
             Command::Calibrate(args) => calibrate(args),
+            // Connection tasks share the BPF handles on this one thread.
+            Command::Serve(args) => {
+                tokio::task::LocalSet::new()
+                    .run_until(serve::run(args))
+                    .await
+            }
         }
     });
     match result {
@@ -142,6 +164,21 @@ fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One stderr line per requested probe that resolved to nothing, and why.
+pub(crate) fn warn_unattached(plan: &Plan) {
+    for p in plan
+        .probes
+        .iter()
+        .filter(|p| p.resolution.symbols.is_empty())
+    {
+        eprintln!(
+            "innoprof: probe {} not attached: {}",
+            p.spec.name,
+            p.resolution.why_unresolved()
+        );
+    }
+}
+
 async fn record(args: RecordArgs) -> Result<ExitCode> {
     let opts = RecordOptions {
         pid: args.pid,
@@ -162,18 +199,11 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let plan = Plan::build(&opts)?;
     // Checked before any probe is attached, so a bad --out costs nothing.
     report::prepare_dir(&args.out)?;
-    for p in plan
-        .probes
-        .iter()
-        .filter(|p| p.resolution.symbols.is_empty())
-    {
-        eprintln!(
-            "innoprof: probe {} not attached: {}",
-            p.spec.name,
-            p.resolution.why_unresolved()
-        );
-    }
+    warn_unattached(&plan);
     let mut recorder = Recorder::start(plan, !args.no_stacks)?;
+    let mut series = args
+        .interval
+        .map(|d| IntervalSeries::for_recorder(&recorder, d));
     let target = recorder.target().clone();
     let cpu = match recorder.plan().cpu.as_ref() {
         Some(c) if c.offcpu => format!(
@@ -208,6 +238,10 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = std::time::Instant::now();
+    // Without --interval the branch below is disabled; the period is moot.
+    let period = args.interval.unwrap_or(Duration::from_secs(3600));
+    let mut interval_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    interval_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let end = loop {
         tokio::select! {
             _ = &mut deadline => break EndReason::Duration,
@@ -219,6 +253,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
                 if !target.is_alive() {
                     break EndReason::TargetExited;
                 }
+            }
+            _ = interval_tick.tick(), if series.is_some() => {
+                series.as_mut().expect("guarded").sample(&recorder)?;
             }
         }
     };
@@ -234,7 +271,12 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         EndReason::Duration => {}
     }
 
-    let recording = recorder.finish(end)?;
+    let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
+    let mut recording = recorder.finish(end)?;
+    if let Some(series) = &series {
+        series.write(&args.out)?;
+        recording.summary.timeseries = Some(series.note());
+    }
     recording.write(&args.out)?;
     print!("{}", table::render(&recording.summary));
     eprintln!("innoprof: wrote {}", args.out.display());

@@ -4,7 +4,9 @@ use std::process::{Command, Stdio};
 
 use innoprof_e2e::*;
 
-fn fails_with(args: &[&str], needles: &[&str]) {
+/// Runs innoprof, expects exit status 1 with one error line naming every
+/// needle; returns its stderr.
+fn fails_with(args: &[&str], needles: &[&str]) -> String {
     let out = run_innoprof(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
@@ -19,6 +21,7 @@ fn fails_with(args: &[&str], needles: &[&str]) {
         1,
         "{stderr}"
     );
+    stderr.into_owned()
 }
 
 fn sleeper() -> std::process::Child {
@@ -230,4 +233,72 @@ fn stripped_binary_names_the_missing_symbols() {
     );
     assert!(!out.exists(), "nothing written for a refused run");
     fx.exit();
+}
+
+#[test]
+fn interval_too_short() {
+    let out = run_innoprof(&[
+        "record",
+        "--pid",
+        "1",
+        "--out",
+        "/tmp/x",
+        "--interval",
+        "10ms",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("10ms is too short; use 100ms or more"),
+        "{stderr}"
+    );
+}
+
+/// `serve --listen ADDR` on the fixture fails with an error naming `needles`.
+fn serve_fails(listen: &str, needles: &[&str]) {
+    let fx = Fixture::spawn(&fixture_binary(false), [0, 0, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let args = [
+        "serve",
+        "--pid",
+        &pid,
+        "--force",
+        "--probe",
+        "fixture_counted",
+        "--listen",
+        listen,
+    ];
+    let stderr = fails_with(&args, needles);
+    assert!(
+        !stderr.contains("attached"),
+        "fails before attaching: {stderr}"
+    );
+    fx.exit();
+}
+
+/// A busy --listen port fails before any probe is attached.
+#[test]
+fn serve_on_a_busy_port() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    serve_fails(
+        &addr,
+        &[
+            &format!("cannot listen on {addr}"),
+            "choose another --listen",
+        ],
+    );
+}
+
+/// A non-loopback --listen is refused unless --listen-any allows it.
+#[test]
+fn serve_refuses_non_loopback_listen() {
+    let port = free_port();
+    for addr in [format!("0.0.0.0:{port}"), format!("[::]:{port}")] {
+        serve_fails(&addr, &["not a loopback address", "--listen-any"]);
+        assert!(
+            http_get(port, "/metrics").is_err(),
+            "nothing listens on {addr}"
+        );
+    }
 }

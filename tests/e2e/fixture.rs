@@ -300,13 +300,8 @@ fn callsite_arguments_name_the_caller_line() {
 /// body of its `[[probe]]`) while the fixture makes its calls.
 fn record_catalog_probe(probe_toml: &str, pie: bool, counts: [u64; 5]) -> (String, Recording) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = dir.path().join("fixture.toml");
+    let catalog = fixture_catalog(dir.path(), &[probe_toml]);
     let name = probe_toml.split('\'').nth(1).unwrap();
-    std::fs::write(
-        &catalog,
-        format!("[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n[[probe]]\n{probe_toml}"),
-    )
-    .unwrap();
     let mut fx = Fixture::spawn(&fixture_binary(pie), counts);
     let pid = fx.pid.to_string();
     let mut rec = Recording::start(&[

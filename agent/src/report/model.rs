@@ -28,6 +28,9 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuSummary>,
     pub overhead: OverheadSummary,
+    /// The interval series written beside, with `--interval`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeseries: Option<TimeseriesNote>,
 }
 
 /// What the recording cost, as measured and as projected from probe hits.
@@ -70,6 +73,13 @@ pub enum SamplingState {
     /// Detached for the rest of the recording: too dear even at the
     /// governor's minimum duty.
     Detached,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeseriesNote {
+    pub interval_ms: u64,
+    pub intervals: usize,
+    pub files: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -109,6 +109,14 @@ pub fn render(summary: &Summary) -> String {
     if let Some(cpu) = &summary.cpu {
         out.push_str(&super::cpu_table::render(cpu));
     }
+    if let Some(ts) = &summary.timeseries {
+        out.push_str(&format!(
+            "time series: {} intervals of {} written to {}\n",
+            ts.intervals,
+            units::ns(ts.interval_ms * 1_000_000),
+            ts.files.join(", ")
+        ));
+    }
     out
 }
 

@@ -1,0 +1,540 @@
+//! `serve`: the live counters as Prometheus metrics (OpenMetrics text,
+//! encoded by `prometheus-client`). Every scrape reads the BPF counters
+//! while the probes stay attached (per-slot stats and the call-site map,
+//! never stacks) and encodes them as they stand:
+//!
+//! - `innoprof_probe_calls_total{probe}`, `innoprof_probe_wait_seconds_total{probe}`
+//! - `innoprof_callsite_calls_total{probe,callsite}`,
+//!   `innoprof_callsite_wait_seconds_total{probe,callsite}` for probes whose
+//!   catalog entry gives call sites
+//! - `innoprof_probe_latency_seconds{probe}`: the BPF log2 histogram
+//! - `innoprof_dropped_total{reason}`, `innoprof_attached_uprobes`,
+//!   `innoprof_target_info{family,version,pid,binary}`
+//!
+//! Call-site labels are capped per probe: the busiest `callsite_limit`
+//! sites get their own label, everything else is `callsite="other"`.
+//! A site keeps its label once it has one, and a site promoted later keeps
+//! what "other" already counted for it there, so every series stays a
+//! monotonic counter (no false resets in `rate()`).
+
+use std::collections::BTreeMap;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::bpf_abi::{SiteVal, HIST_SLOTS};
+use crate::callsite::{CallsiteNamer, LabelCache};
+use crate::catalog::Measure;
+use crate::collect::{CollectError, Counters, Drops, LiveProbe};
+use crate::record::Recorder;
+
+/// The `Content-Type` of [`Exporter::scrape`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Default cap of call-site labels per probe (plus "other").
+pub const DEFAULT_CALLSITE_LIMIT: usize = 20;
+pub const OTHER: &str = "other";
+
+/// Histogram slots below this are merged into the first bucket: a uprobe
+/// pair alone costs about a microsecond, so shorter waits are noise, and
+/// ten fewer buckets per probe keep the series count down.
+const FIRST_SLOT: usize = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    #[error("encoding the metrics failed")]
+    Encode(#[from] std::fmt::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExporterOptions {
+    /// Call-site labels per probe before the rest goes to "other".
+    pub callsite_limit: usize,
+}
+
+impl Default for ExporterOptions {
+    fn default() -> Self {
+        Self {
+            callsite_limit: DEFAULT_CALLSITE_LIMIT,
+        }
+    }
+}
+
+/// What the target is, for the info metric.
+#[derive(Debug, Clone)]
+pub struct TargetLabels {
+    pub family: String,
+    pub version: String,
+    pub pid: u32,
+    pub binary: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    calls: u64,
+    wait_ns: u64,
+}
+
+impl Counts {
+    fn of(v: &SiteVal) -> Self {
+        Self {
+            calls: v.calls,
+            wait_ns: v.wait_ns_total,
+        }
+    }
+}
+
+/// One probe's call-site labels across scrapes.
+#[derive(Debug, Default)]
+struct CallsiteLabels {
+    /// Labels with a series of their own, with what "other" had already
+    /// counted for them when they got it.
+    own: BTreeMap<String, Counts>,
+    /// The sites in "other" at the previous scrape, as counted then.
+    in_other: BTreeMap<String, Counts>,
+}
+
+impl CallsiteLabels {
+    /// The series for cumulative per-label counts `now`: own labels, then
+    /// "other". Promotes the busiest unlabelled sites while there is room.
+    fn series(&mut self, now: &BTreeMap<String, Counts>, limit: usize) -> Vec<(String, Counts)> {
+        let room = limit.saturating_sub(self.own.len());
+        let mut candidates: Vec<(&String, &Counts)> = now
+            .iter()
+            .filter(|(label, _)| !self.own.contains_key(*label))
+            .collect();
+        candidates
+            .sort_by(|a, b| (b.1.calls, b.1.wait_ns, a.0).cmp(&(a.1.calls, a.1.wait_ns, b.0)));
+        for (label, _) in candidates.into_iter().take(room) {
+            let already = self.in_other.get(label).copied().unwrap_or_default();
+            self.own.insert(label.clone(), already);
+        }
+        let mut other = Counts::default();
+        let mut out = Vec::with_capacity(self.own.len() + 1);
+        for (label, offset) in &self.own {
+            let c = now.get(label).copied().unwrap_or_default();
+            out.push((
+                label.clone(),
+                Counts {
+                    calls: c.calls.saturating_sub(offset.calls),
+                    wait_ns: c.wait_ns.saturating_sub(offset.wait_ns),
+                },
+            ));
+            other.calls += offset.calls;
+            other.wait_ns += offset.wait_ns;
+        }
+        self.in_other.clear();
+        for (label, c) in now.iter().filter(|(l, _)| !self.own.contains_key(*l)) {
+            other.calls += c.calls;
+            other.wait_ns += c.wait_ns;
+            self.in_other.insert(label.clone(), *c);
+        }
+        out.push((OTHER.to_string(), other));
+        out
+    }
+}
+
+/// Turns live reads of one recorder's counters into scrapes.
+#[derive(Debug)]
+pub struct Exporter {
+    probes: Vec<LiveProbe>,
+    target: TargetLabels,
+    attached_uprobes: usize,
+    limit: usize,
+    labels: LabelCache,
+    callsites: Vec<CallsiteLabels>,
+}
+
+impl Exporter {
+    pub fn new(
+        probes: Vec<LiveProbe>,
+        target: TargetLabels,
+        attached_uprobes: usize,
+        opts: ExporterOptions,
+    ) -> Self {
+        let callsites = probes.iter().map(|_| CallsiteLabels::default()).collect();
+        Self {
+            probes,
+            target,
+            attached_uprobes,
+            limit: opts.callsite_limit,
+            labels: LabelCache::default(),
+            callsites,
+        }
+    }
+
+    pub fn for_recorder(recorder: &Recorder, opts: ExporterOptions) -> Self {
+        let plan = recorder.plan();
+        let target = TargetLabels {
+            // As summary.json spells it: "mariadb", "mysql", ...
+            family: serde_json::to_value(plan.server.family)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
+            version: plan
+                .server
+                .version
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            pid: plan.target.pid,
+            binary: plan.target.exe.display().to_string(),
+        };
+        Self::new(
+            recorder.live_probes(),
+            target,
+            recorder.attached_links(),
+            opts,
+        )
+    }
+
+    /// Reads the counters now and encodes them.
+    pub fn scrape(&mut self, recorder: &Recorder) -> Result<String, ExportError> {
+        let counters = recorder.read_counters()?;
+        let mut namer = CallsiteNamer::new(recorder.target().pid, &recorder.plan().image);
+        let sites: Vec<BTreeMap<String, Counts>> = self
+            .probes
+            .iter()
+            .map(|p| {
+                if !p.has_callsites {
+                    return BTreeMap::new();
+                }
+                self.labels
+                    .by_label(counters.probe_sites(&p.slots), &mut namer)
+                    .iter()
+                    .map(|(label, v)| (label.clone(), Counts::of(v)))
+                    .collect()
+            })
+            .collect();
+        self.encode(&counters, &sites)
+    }
+
+    /// Encodes counters whose call sites are already summed per label.
+    fn encode(
+        &mut self,
+        counters: &Counters,
+        sites: &[BTreeMap<String, Counts>],
+    ) -> Result<String, ExportError> {
+        let mut probes = Vec::with_capacity(self.probes.len());
+        for ((p, labels), now) in self.probes.iter().zip(&mut self.callsites).zip(sites) {
+            let total = counters.probe_total(&p.slots);
+            probes.push(ProbeMetrics {
+                name: p.name.clone(),
+                timed: p.measure == Measure::Latency,
+                calls: total.calls,
+                wait_ns: total.wait_ns_total,
+                hist: total.hist,
+                callsites: if p.has_callsites {
+                    labels.series(now, self.limit)
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        let scrape = Scrape {
+            probes,
+            drops: counters.drops.clone(),
+            target: self.target.clone(),
+            attached_uprobes: self.attached_uprobes,
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(scrape));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        Ok(text)
+    }
+}
+
+#[derive(Debug)]
+struct ProbeMetrics {
+    name: String,
+    timed: bool,
+    calls: u64,
+    wait_ns: u64,
+    hist: [u64; HIST_SLOTS],
+    callsites: Vec<(String, Counts)>,
+}
+
+/// One scrape's values, encoded by prometheus-client.
+#[derive(Debug)]
+struct Scrape {
+    probes: Vec<ProbeMetrics>,
+    drops: Drops,
+    target: TargetLabels,
+    attached_uprobes: usize,
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Log2 slots as Prometheus buckets: (upper bound in seconds, count).
+/// Slot `i` holds `[2^i, 2^(i+1))` ns; Prometheus' `le` is inclusive, so a
+/// wait of exactly a power of two is counted one bucket up. The last slot
+/// also holds everything longer: it is `+Inf`.
+fn buckets(hist: &[u64; HIST_SLOTS]) -> Vec<(f64, u64)> {
+    let mut out = vec![(seconds(1 << FIRST_SLOT), hist[..FIRST_SLOT].iter().sum())];
+    for (i, &count) in hist
+        .iter()
+        .enumerate()
+        .take(HIST_SLOTS - 1)
+        .skip(FIRST_SLOT)
+    {
+        out.push((seconds(1 << (i + 1)), count));
+    }
+    out.push((f64::INFINITY, hist[HIST_SLOTS - 1]));
+    out
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let seconds_unit = Unit::Seconds;
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_probe_calls",
+                "Calls of the probed functions, per probe",
+                None,
+                MetricType::Counter,
+            )?;
+            for p in &self.probes {
+                ConstCounter::new(p.calls)
+                    .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_probe_wait",
+                "Time spent inside the probed functions (entry to return), per probe",
+                Some(&seconds_unit),
+                MetricType::Counter,
+            )?;
+            for p in self.probes.iter().filter(|p| p.timed) {
+                ConstCounter::new(seconds(p.wait_ns))
+                    .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_callsite_calls",
+                "Calls per caller file:line (busiest sites; the rest is callsite=\"other\")",
+                None,
+                MetricType::Counter,
+            )?;
+            for p in &self.probes {
+                for (site, c) in &p.callsites {
+                    let labels = [("probe", p.name.as_str()), ("callsite", site.as_str())];
+                    ConstCounter::new(c.calls).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_callsite_wait",
+                "Time spent inside the probed functions per caller file:line",
+                Some(&seconds_unit),
+                MetricType::Counter,
+            )?;
+            for p in self.probes.iter().filter(|p| p.timed) {
+                for (site, c) in &p.callsites {
+                    let labels = [("probe", p.name.as_str()), ("callsite", site.as_str())];
+                    ConstCounter::new(seconds(c.wait_ns)).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_probe_latency",
+                "Latency of the probed functions (log2 buckets kept in BPF)",
+                Some(&seconds_unit),
+                MetricType::Histogram,
+            )?;
+            for p in self.probes.iter().filter(|p| p.timed) {
+                let b = buckets(&p.hist);
+                // The buckets' own total: calls and buckets are bumped one
+                // after the other, and a live read can fall between.
+                let count = b.iter().map(|(_, c)| c).sum();
+                m.encode_family(&[("probe", p.name.as_str())])?
+                    .encode_histogram::<NoLabelSet>(seconds(p.wait_ns), count, &b, None)?;
+            }
+        }
+        {
+            let d = &self.drops;
+            let mut m = enc.encode_descriptor(
+                "innoprof_dropped",
+                "Events the BPF side could not record, by reason",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, n) in [
+                ("stack_collision", d.stack_collisions),
+                ("stack_error", d.stack_errors),
+                ("stack_key_map_full", d.stack_key_map_full),
+                ("inflight_map_full", d.inflight_map_full),
+                ("return_without_entry", d.returns_without_entry),
+                ("stats_map_full", d.stats_map_full),
+                ("callsite_map_full", d.callsite_map_full),
+            ] {
+                ConstCounter::new(n).encode(m.encode_family(&[("reason", reason)])?)?;
+            }
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_attached_uprobes",
+                "Uprobes attached to the target",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(self.attached_uprobes as i64).encode(m)?;
+        }
+        {
+            let t = &self.target;
+            let info = Info::new(vec![
+                ("family", t.family.clone()),
+                ("version", t.version.clone()),
+                ("pid", t.pid.to_string()),
+                ("binary", t.binary.clone()),
+            ]);
+            let m = enc.encode_descriptor(
+                "innoprof_target",
+                "The profiled server",
+                None,
+                info.metric_type(),
+            )?;
+            info.encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf_abi::SlotStats;
+
+    fn counts(calls: u64, wait_ns: u64) -> Counts {
+        Counts { calls, wait_ns }
+    }
+
+    fn sites(v: &[(&str, u64)]) -> BTreeMap<String, Counts> {
+        v.iter()
+            .map(|(k, c)| (k.to_string(), counts(*c, *c * 10)))
+            .collect()
+    }
+
+    #[test]
+    fn callsite_labels_are_capped_and_stay_monotonic() {
+        let mut l = CallsiteLabels::default();
+        // Limit 2: a and b are busiest, c goes to other.
+        let s1 = l.series(&sites(&[("a", 10), ("b", 5), ("c", 1)]), 2);
+        assert_eq!(
+            s1,
+            [
+                ("a".into(), counts(10, 100)),
+                ("b".into(), counts(5, 50)),
+                (OTHER.into(), counts(1, 10))
+            ]
+        );
+        // c becomes the busiest: it keeps "other" as its label (no room),
+        // and new site d joins it there.
+        let s2 = l.series(&sites(&[("a", 11), ("b", 6), ("c", 100), ("d", 3)]), 2);
+        assert_eq!(s2.len(), 3, "never more than limit + 1 labels");
+        assert_eq!(s2[2], (OTHER.into(), counts(103, 1030)));
+
+        // With room, a site promoted later starts from what "other" had not
+        // yet counted for it, and "other" keeps the rest: no counter drops.
+        let mut l = CallsiteLabels::default();
+        let _ = l.series(&sites(&[("a", 10)]), 1);
+        let s1 = l.series(&sites(&[("a", 10), ("b", 4)]), 1);
+        assert_eq!(s1[1], (OTHER.into(), counts(4, 40)));
+        let s2 = l.series(&sites(&[("a", 10), ("b", 9)]), 2);
+        assert_eq!(s2[1], ("b".into(), counts(5, 50)));
+        assert_eq!(s2[2], (OTHER.into(), counts(4, 40)));
+    }
+
+    #[test]
+    fn buckets_cover_every_slot_once() {
+        let mut hist = [0u64; HIST_SLOTS];
+        for (i, h) in hist.iter_mut().enumerate() {
+            *h = i as u64 + 1;
+        }
+        let b = buckets(&hist);
+        assert_eq!(
+            b.iter().map(|(_, c)| c).sum::<u64>(),
+            hist.iter().sum::<u64>()
+        );
+        assert_eq!(b[0], (1.024e-6, (1..=10).sum()));
+        assert_eq!(b[1], (2.048e-6, 11));
+        assert_eq!(b.last().unwrap(), &(f64::INFINITY, 40));
+        assert!(b.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn scrape_text_has_every_family() {
+        let probes = vec![
+            LiveProbe {
+                name: "innodb.mutex.enter".into(),
+                measure: Measure::Latency,
+                has_callsites: true,
+                slots: vec![0, 1],
+            },
+            LiveProbe {
+                name: "innodb.dict_sys.row_id".into(),
+                measure: Measure::Count,
+                has_callsites: false,
+                slots: vec![2],
+            },
+        ];
+        let target = TargetLabels {
+            family: "mariadb".into(),
+            version: "10.2.11".into(),
+            pid: 42,
+            binary: "/usr/sbin/mysqld".into(),
+        };
+        let mut e = Exporter::new(probes, target, 5, ExporterOptions::default());
+        let mut c = Counters::default();
+        let mut st = SlotStats {
+            calls: 3,
+            wait_ns_total: 3_000_000,
+            wait_ns_max: 2_000_000,
+            ..SlotStats::default()
+        };
+        st.hist[20] = 3;
+        c.slots.insert(0, st);
+        c.slots.insert(1, st);
+        c.slots.insert(
+            2,
+            SlotStats {
+                calls: 7,
+                ..SlotStats::default()
+            },
+        );
+        let site_counts = vec![sites(&[("btr0cur.cc:304", 6)]), BTreeMap::new()];
+        let text = e.encode(&c, &site_counts).unwrap();
+        for line in [
+            "innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"} 6",
+            "innoprof_probe_calls_total{probe=\"innodb.dict_sys.row_id\"} 7",
+            "innoprof_probe_wait_seconds_total{probe=\"innodb.mutex.enter\"} 0.006",
+            "innoprof_callsite_calls_total{probe=\"innodb.mutex.enter\",callsite=\"btr0cur.cc:304\"} 6",
+            "innoprof_callsite_calls_total{probe=\"innodb.mutex.enter\",callsite=\"other\"} 0",
+            "innoprof_probe_latency_seconds_bucket{le=\"0.002097152\",probe=\"innodb.mutex.enter\"} 6",
+            "innoprof_probe_latency_seconds_bucket{le=\"+Inf\",probe=\"innodb.mutex.enter\"} 6",
+            "innoprof_probe_latency_seconds_count{probe=\"innodb.mutex.enter\"} 6",
+            "innoprof_dropped_total{reason=\"stack_collision\"} 0",
+            "innoprof_attached_uprobes 5",
+            "innoprof_target_info{family=\"mariadb\",version=\"10.2.11\",pid=\"42\",binary=\"/usr/sbin/mysqld\"} 1",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+        // A count-only probe has no wait or latency series.
+        assert!(
+            !text.contains("innoprof_probe_wait_seconds_total{probe=\"innodb.dict_sys.row_id\"}")
+        );
+        assert!(!text.contains("latency_seconds_count{probe=\"innodb.dict_sys.row_id\"}"));
+    }
+}

@@ -1,0 +1,432 @@
+//! `record --interval`: calls and wait time per interval, per probe and per
+//! call site. The BPF counters are cumulative; they are read while the
+//! probes stay attached (per-slot stats and the call-site map only, never
+//! stacks) and each interval is the difference between two reads, so the
+//! intervals add up exactly to the recording's totals.
+//!
+//! Written as `timeseries.json` and `timeseries.csv` (the contract the HTML
+//! report reads): `t_ms` is the end of the interval in milliseconds since
+//! the recording started; `callsite` is null (empty in CSV) for the
+//! probe's total, else one of the probe's 10 busiest call sites over the
+//! whole recording (most wait, then most calls), or "other" for the rest.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::callsite::{CallsiteNamer, LabelCache};
+use crate::collect::{CollectError, Counters, LiveProbe};
+use crate::record::Recorder;
+use crate::report::model::TimeseriesNote;
+use crate::report::{self, OutputError};
+
+/// Call sites per probe that get their own rows; the rest are "other".
+pub const TOP_CALLSITES: usize = 10;
+pub const OTHER: &str = "other";
+pub const JSON_FILE: &str = "timeseries.json";
+pub const CSV_FILE: &str = "timeseries.csv";
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+
+impl Counts {
+    fn since(self, earlier: Counts) -> Counts {
+        // Per-CPU and atomic counters only grow; saturate all the same.
+        Counts {
+            calls: self.calls.saturating_sub(earlier.calls),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+        }
+    }
+
+    fn add(&mut self, other: Counts) {
+        self.calls += other.calls;
+        self.wait_ns += other.wait_ns;
+    }
+}
+
+/// One probe's cumulative counts at a read: its total and, when the
+/// catalog gives call sites, per call-site label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeCounts {
+    pub total: Counts,
+    pub sites: BTreeMap<String, Counts>,
+}
+
+#[derive(Debug, Clone)]
+struct Interval {
+    t_ms: u64,
+    /// Per probe (in `IntervalSeries::probes` order): deltas.
+    deltas: Vec<ProbeCounts>,
+}
+
+/// Collects the intervals while the recording runs.
+#[derive(Debug)]
+pub struct IntervalSeries {
+    interval_ms: u64,
+    started_unix_ms: u128,
+    probes: Vec<LiveProbe>,
+    labels: LabelCache,
+    last: Vec<ProbeCounts>,
+    intervals: Vec<Interval>,
+}
+
+impl IntervalSeries {
+    pub fn new(probes: Vec<LiveProbe>, interval: Duration, started_unix_ms: u128) -> Self {
+        let last = vec![ProbeCounts::default(); probes.len()];
+        Self {
+            interval_ms: interval.as_millis() as u64,
+            started_unix_ms,
+            probes,
+            labels: LabelCache::default(),
+            last,
+            intervals: Vec::new(),
+        }
+    }
+
+    /// For a recording that has just started.
+    pub fn for_recorder(recorder: &Recorder, interval: Duration) -> Self {
+        Self::new(recorder.live_probes(), interval, recorder.started_unix_ms())
+    }
+
+    /// Ends an interval now: reads the counters with the probes attached.
+    pub fn sample(&mut self, recorder: &Recorder) -> Result<(), CollectError> {
+        let counters = recorder.read_counters()?;
+        let t_ms = recorder.elapsed().as_millis() as u64;
+        let mut namer = CallsiteNamer::new(recorder.target().pid, &recorder.plan().image);
+        let now = self.cumulative(&counters, &mut namer);
+        self.push(t_ms, now);
+        Ok(())
+    }
+
+    /// Detaches the probes and ends the last interval with the final
+    /// counters, the same ones `Recorder::finish` reports.
+    pub fn finish(mut self, recorder: &mut Recorder) -> Result<TimeSeries, CollectError> {
+        recorder.detach_probes();
+        self.sample(recorder)?;
+        Ok(self.into_series())
+    }
+
+    /// Cumulative counts per probe, call sites summed per label.
+    pub fn cumulative(
+        &mut self,
+        counters: &Counters,
+        namer: &mut CallsiteNamer,
+    ) -> Vec<ProbeCounts> {
+        self.probes
+            .iter()
+            .map(|p| {
+                let total = counters.probe_total(&p.slots);
+                let sites = if p.has_callsites {
+                    self.labels
+                        .by_label(counters.probe_sites(&p.slots), namer)
+                        .into_iter()
+                        .map(|(label, v)| {
+                            let counts = Counts {
+                                calls: v.calls,
+                                wait_ns: v.wait_ns_total,
+                            };
+                            (label, counts)
+                        })
+                        .collect()
+                } else {
+                    BTreeMap::new()
+                };
+                ProbeCounts {
+                    total: Counts {
+                        calls: total.calls,
+                        wait_ns: total.wait_ns_total,
+                    },
+                    sites,
+                }
+            })
+            .collect()
+    }
+
+    /// Ends an interval at `t_ms` with these cumulative counts. A read
+    /// less than a tenth of an interval after the previous one (the
+    /// recording's end right after a tick) is folded into that interval
+    /// rather than written as a sliver.
+    pub fn push(&mut self, t_ms: u64, now: Vec<ProbeCounts>) {
+        let deltas: Vec<ProbeCounts> = now
+            .iter()
+            .zip(&self.last)
+            .map(|(n, l)| ProbeCounts {
+                total: n.total.since(l.total),
+                sites: n
+                    .sites
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.since(l.sites.get(k).copied().unwrap_or_default()),
+                        )
+                    })
+                    .filter(|(_, d)| *d != Counts::default())
+                    .collect(),
+            })
+            .collect();
+        self.last = now;
+        match self.intervals.last_mut() {
+            Some(prev) if t_ms.saturating_sub(prev.t_ms) < self.interval_ms / 10 => {
+                prev.t_ms = t_ms;
+                for (p, d) in prev.deltas.iter_mut().zip(deltas) {
+                    p.total.add(d.total);
+                    for (k, v) in d.sites {
+                        p.sites.entry(k).or_default().add(v);
+                    }
+                }
+            }
+            _ => self.intervals.push(Interval { t_ms, deltas }),
+        }
+    }
+
+    /// The rows: per interval, each probe's total, then its busiest call
+    /// sites over the whole recording and "other".
+    pub fn into_series(self) -> TimeSeries {
+        let top: Vec<Vec<String>> = self
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(i, _)| busiest_sites(&self.last[i].sites, TOP_CALLSITES))
+            .collect();
+        let mut points = Vec::new();
+        for interval in &self.intervals {
+            for (i, probe) in self.probes.iter().enumerate() {
+                let d = &interval.deltas[i];
+                let point = |callsite: Option<String>, c: Counts| Point {
+                    t_ms: interval.t_ms,
+                    probe: probe.name.clone(),
+                    callsite,
+                    calls: c.calls,
+                    wait_ns: c.wait_ns,
+                };
+                points.push(point(None, d.total));
+                for label in &top[i] {
+                    let c = d.sites.get(label).copied().unwrap_or_default();
+                    points.push(point(Some(label.clone()), c));
+                }
+                if self.last[i].sites.len() > top[i].len() {
+                    let mut other = Counts::default();
+                    for (_, c) in d.sites.iter().filter(|(k, _)| !top[i].contains(k)) {
+                        other.add(*c);
+                    }
+                    points.push(point(Some(OTHER.to_string()), other));
+                }
+            }
+        }
+        TimeSeries {
+            interval_ms: self.interval_ms,
+            started_unix_ms: self.started_unix_ms,
+            points,
+        }
+    }
+}
+
+/// The `n` labels with the most wait (then calls: count-only probes have
+/// no wait), first the busiest: the order of `summary.json`'s call sites.
+fn busiest_sites(totals: &BTreeMap<String, Counts>, n: usize) -> Vec<String> {
+    let mut ranked: Vec<(&String, &Counts)> = totals.iter().collect();
+    ranked.sort_by(|a, b| (b.1.wait_ns, b.1.calls, a.0).cmp(&(a.1.wait_ns, a.1.calls, b.0)));
+    ranked.into_iter().take(n).map(|(k, _)| k.clone()).collect()
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeSeries {
+    pub interval_ms: u64,
+    pub started_unix_ms: u128,
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Point {
+    /// End of the interval, ms since the recording started.
+    pub t_ms: u64,
+    pub probe: String,
+    /// None: the probe's total.
+    pub callsite: Option<String>,
+    /// Deltas within the interval.
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+
+impl TimeSeries {
+    pub fn intervals(&self) -> usize {
+        let mut ends: Vec<u64> = self.points.iter().map(|p| p.t_ms).collect();
+        ends.dedup();
+        ends.len()
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("time series serialises")
+    }
+
+    /// `t_ms,probe,callsite,calls,wait_ns`; the callsite is empty for a
+    /// probe's total. Quoted where a name needs it (ad-hoc probe
+    /// patterns can hold commas).
+    pub fn to_csv(&self) -> Vec<u8> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for p in &self.points {
+            w.serialize(p).expect("CSV into memory");
+        }
+        w.into_inner().expect("CSV into memory")
+    }
+
+    /// What the summary says about the series.
+    pub fn note(&self) -> TimeseriesNote {
+        TimeseriesNote {
+            interval_ms: self.interval_ms,
+            intervals: self.intervals(),
+            files: vec![JSON_FILE.to_string(), CSV_FILE.to_string()],
+        }
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<(), OutputError> {
+        report::write_file(&dir.join(JSON_FILE), &self.to_json())?;
+        report::write_file(&dir.join(CSV_FILE), &self.to_csv())
+    }
+}
+
+/// Per probe name, the totals over all intervals: what `summary.json`
+/// reports for the same recording.
+pub fn totals_by_probe(series: &TimeSeries) -> HashMap<&str, Counts> {
+    let mut out: HashMap<&str, Counts> = HashMap::new();
+    for p in series.points.iter().filter(|p| p.callsite.is_none()) {
+        out.entry(p.probe.as_str()).or_default().add(Counts {
+            calls: p.calls,
+            wait_ns: p.wait_ns,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Measure;
+
+    fn probe(name: &str, has_callsites: bool) -> LiveProbe {
+        LiveProbe {
+            name: name.into(),
+            measure: Measure::Latency,
+            has_callsites,
+            slots: vec![0],
+        }
+    }
+
+    fn counts(calls: u64, wait_ns: u64) -> Counts {
+        Counts { calls, wait_ns }
+    }
+
+    fn cumulative(total: Counts, sites: &[(&str, Counts)]) -> Vec<ProbeCounts> {
+        vec![ProbeCounts {
+            total,
+            sites: sites.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }]
+    }
+
+    #[test]
+    fn intervals_are_deltas_that_add_up_to_the_totals() {
+        let mut s = IntervalSeries::new(vec![probe("p", false)], Duration::from_secs(1), 7);
+        s.push(1000, cumulative(counts(10, 100), &[]));
+        s.push(2000, cumulative(counts(15, 100), &[]));
+        s.push(3001, cumulative(counts(40, 900), &[]));
+        let series = s.into_series();
+        assert_eq!(series.interval_ms, 1000);
+        assert_eq!(series.started_unix_ms, 7);
+        let calls: Vec<(u64, u64, u64)> = series
+            .points
+            .iter()
+            .map(|p| (p.t_ms, p.calls, p.wait_ns))
+            .collect();
+        assert_eq!(calls, [(1000, 10, 100), (2000, 5, 0), (3001, 25, 800)]);
+        assert_eq!(totals_by_probe(&series)["p"], counts(40, 900));
+        assert_eq!(series.intervals(), 3);
+    }
+
+    #[test]
+    fn a_last_read_right_after_a_tick_joins_the_last_interval() {
+        let mut s = IntervalSeries::new(vec![probe("p", false)], Duration::from_secs(1), 0);
+        s.push(1000, cumulative(counts(10, 0), &[]));
+        s.push(1040, cumulative(counts(12, 0), &[]));
+        let series = s.into_series();
+        assert_eq!(series.points.len(), 1);
+        assert_eq!((series.points[0].t_ms, series.points[0].calls), (1040, 12));
+    }
+
+    #[test]
+    fn busiest_ten_call_sites_then_other() {
+        let mut s = IntervalSeries::new(vec![probe("m", true)], Duration::from_secs(1), 0);
+        // 12 sites; site i has i+1 calls by the end. Interval 1 has only
+        // the two quietest sites, which end up in "other".
+        let first = [("a.cc:0", counts(1, 1)), ("a.cc:1", counts(2, 2))];
+        s.push(1000, cumulative(counts(3, 3), &first));
+        let all: Vec<(String, Counts)> = (0..12u64)
+            .map(|i| (format!("a.cc:{i}"), counts(i + 1, i + 1)))
+            .collect();
+        let all_ref: Vec<(&str, Counts)> = all.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        s.push(2000, cumulative(counts(78, 78), &all_ref));
+        let series = s.into_series();
+        let rows_at =
+            |t: u64| -> Vec<&Point> { series.points.iter().filter(|p| p.t_ms == t).collect() };
+        for t in [1000, 2000] {
+            let rows = rows_at(t);
+            assert_eq!(rows.len(), 1 + TOP_CALLSITES + 1, "total, 10 sites, other");
+            assert_eq!(rows[0].callsite, None);
+            assert_eq!(
+                rows[1].callsite.as_deref(),
+                Some("a.cc:11"),
+                "busiest first"
+            );
+            assert_eq!(rows[11].callsite.as_deref(), Some(OTHER));
+            let sites: u64 = rows[1..].iter().map(|p| p.calls).sum();
+            assert_eq!(sites, rows[0].calls, "sites add up to the total at {t}");
+        }
+        assert_eq!(
+            rows_at(1000)[11].calls,
+            3,
+            "the quiet sites' first interval"
+        );
+        assert_eq!(rows_at(2000)[11].calls, 0);
+        assert_eq!(rows_at(2000)[1].calls, 12);
+    }
+
+    #[test]
+    fn csv_matches_the_contract() {
+        let series = TimeSeries {
+            interval_ms: 1000,
+            started_unix_ms: 1,
+            points: vec![
+                Point {
+                    t_ms: 1000,
+                    probe: "innodb.mutex.enter".into(),
+                    callsite: None,
+                    calls: 3,
+                    wait_ns: 40,
+                },
+                Point {
+                    t_ms: 1000,
+                    probe: "f(int, long)".into(),
+                    callsite: Some("btr0cur.cc:304".into()),
+                    calls: 2,
+                    wait_ns: 0,
+                },
+            ],
+        };
+        let csv = String::from_utf8(series.to_csv()).unwrap();
+        assert_eq!(
+            csv,
+            "t_ms,probe,callsite,calls,wait_ns\n\
+             1000,innodb.mutex.enter,,3,40\n\
+             1000,\"f(int, long)\",btr0cur.cc:304,2,0\n"
+        );
+        let json: serde_json::Value = serde_json::from_slice(&series.to_json()).unwrap();
+        assert_eq!(json["interval_ms"], 1000);
+        assert!(json["points"][0]["callsite"].is_null());
+        assert_eq!(json["points"][1]["callsite"], "btr0cur.cc:304");
+    }
+}

@@ -1,0 +1,162 @@
+//! `innoprof serve --pid PID`: keeps the probes attached and serves the
+//! live counters at `/metrics` for Prometheus. The metrics are built in
+//! the library (`innoprof::export::prometheus`); this is the HTTP wiring:
+//! hyper's HTTP/1 server on tokio, one connection task each, on this
+//! thread (the BPF handles stay single-threaded).
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use innoprof::export::check_listen_address;
+use innoprof::export::prometheus::{
+    Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
+};
+use innoprof::record::{Plan, RecordOptions, Recorder};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::probe_args::ProbeArgs;
+use crate::EXIT_TARGET_EXITED;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// PID of the running mysqld/mariadbd.
+    #[arg(long)]
+    pub pid: u32,
+    /// Address for the /metrics endpoint.
+    #[arg(long, default_value = "127.0.0.1:9707")]
+    pub listen: SocketAddr,
+    /// Allow a --listen address that is not loopback.
+    #[arg(long)]
+    pub listen_any: bool,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Call-site labels per probe; less busy sites are summed as callsite="other".
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CALLSITE_LIMIT)]
+    pub callsite_limit: usize,
+    /// Profile a process that is not mysqld/mariadbd.
+    #[arg(long)]
+    pub force: bool,
+}
+
+struct Live {
+    recorder: Recorder,
+    exporter: Exporter,
+}
+
+type Shared = Rc<RefCell<Live>>;
+
+pub async fn run(args: ServeArgs) -> Result<ExitCode> {
+    // Before anything else: a refused address must cost nothing.
+    check_listen_address(args.listen, args.listen_any)?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let opts = RecordOptions {
+        pid: args.pid,
+        force: args.force,
+        probes: args.probe.request(),
+        debuginfo: args.probe.debug_search(),
+        capture_stacks: false,
+        cpu: None,
+        // Prometheus counters must only go up: a duty-cycled probe's scaled
+        // estimates would not. `serve` keeps to the probes it is given
+        // (the default set is cheap); `record` is the governed one.
+        governor: None,
+    };
+    let plan = Plan::build(&opts)?;
+    // Bound before attaching: a busy port fails with nothing attached.
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (choose another --listen)", args.listen))?;
+    crate::warn_unattached(&plan);
+    let recorder = Recorder::start(plan, false)?;
+    let exporter = Exporter::for_recorder(
+        &recorder,
+        ExporterOptions {
+            callsite_limit: args.callsite_limit,
+        },
+    );
+    let target = recorder.target().clone();
+    eprintln!(
+        "innoprof: attached {} uprobes to {} (pid {}, {}); serving http://{}/metrics",
+        recorder.attached_links(),
+        target.exe.display(),
+        target.pid,
+        recorder.plan().server,
+        listener.local_addr().unwrap_or(args.listen)
+    );
+    let live: Shared = Rc::new(RefCell::new(Live { recorder, exporter }));
+
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let code = loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let live = live.clone();
+                tokio::task::spawn_local(async move {
+                    let service = service_fn(move |req| respond(live.clone(), req));
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            _ = sigint.recv() => break ExitCode::SUCCESS,
+            _ = sigterm.recv() => break ExitCode::SUCCESS,
+            _ = tick.tick() => {
+                if !target.is_alive() {
+                    eprintln!("innoprof: pid {} exited; detaching", target.pid);
+                    break ExitCode::from(EXIT_TARGET_EXITED);
+                }
+            }
+        }
+    };
+    // Connection tasks may still hold the state: detach explicitly.
+    live.borrow_mut().recorder.detach_probes();
+    eprintln!("innoprof: probes detached");
+    Ok(code)
+}
+
+async fn respond(
+    live: Shared,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status: StatusCode, content_type: &str, body: String| {
+        Response::builder()
+            .status(status)
+            .header("Content-Type", content_type)
+            .body(Full::new(Bytes::from(body)))
+            .expect("static response parts")
+    };
+    let text = "text/plain; charset=utf-8";
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => {
+            let live = &mut *live.borrow_mut();
+            match live.exporter.scrape(&live.recorder) {
+                Ok(body) => reply(StatusCode::OK, CONTENT_TYPE, body),
+                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, text, format!("{e}\n")),
+            }
+        }
+        (&Method::GET, "/") => reply(
+            StatusCode::OK,
+            text,
+            "innoprof exporter: see /metrics\n".into(),
+        ),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            text,
+            "not found: see /metrics\n".into(),
+        ),
+    })
+}

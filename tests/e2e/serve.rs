@@ -1,0 +1,333 @@
+//! `innoprof serve`: Prometheus metrics from live BPF counters, checked
+//! exactly against the C++ fixture and end to end with a real Prometheus
+//! scraping a real MariaDB under sysbench.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use innoprof_e2e::*;
+use serde_json::Value;
+
+/// The value of `name` whose labels include all of `want`.
+fn value(samples: &[MetricSample], name: &str, want: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| s.name == name && want.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+}
+
+/// Per probe, the call-site labels of `innoprof_callsite_calls_total`.
+fn callsite_labels(samples: &[MetricSample]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.name == "innoprof_callsite_calls_total")
+    {
+        out.entry(s.label("probe").unwrap().to_string())
+            .or_default()
+            .insert(s.label("callsite").unwrap().to_string());
+    }
+    out
+}
+
+/// Scrapes while the fixture runs show at most `limit` call-site labels
+/// plus "other" per probe; once it is done, the counters equal the calls
+/// it made, exactly; when it exits, serve detaches and exits with 3.
+#[test]
+fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
+    let _k = kernel_lock();
+    const SITES: usize = 13;
+    const LIMIT: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE, FIXTURE_SLEEP_PROBE]);
+    let args: Vec<String> = ["phases", "600", "600", &SITES.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
+    let pid = fx.pid.to_string();
+    let limit = LIMIT.to_string();
+    let mut serve = Serve::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "all",
+        "--callsite-limit",
+        &limit,
+    ]);
+    let before = metric_samples(&serve.scrape());
+    assert_eq!(
+        value(
+            &before,
+            "innoprof_probe_calls_total",
+            &[("probe", "fixture.mutex.enter")]
+        ),
+        Some(0.0)
+    );
+    // Scrape while the calls happen: the label set grows, never past the cap.
+    let calls = std::thread::scope(|s| {
+        let running = s.spawn(|| fx.run_calls());
+        let mut seen = BTreeSet::new();
+        while !running.is_finished() {
+            let samples = metric_samples(&serve.scrape());
+            let labels = callsite_labels(&samples);
+            if let Some(l) = labels.get("fixture.mutex.enter") {
+                assert!(l.len() <= LIMIT + 1, "{l:?}");
+                assert!(l.contains("other"));
+                seen.extend(l.iter().cloned());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(seen.len(), LIMIT + 1, "labels seen over the run: {seen:?}");
+        let done = running.join().unwrap();
+        done.split(' ').nth(2).unwrap().parse::<u64>().unwrap()
+    });
+    assert!(calls > 100, "{calls}");
+
+    let after = metric_samples(&serve.scrape());
+    let n = calls as f64;
+    let enter = [("probe", "fixture.mutex.enter")];
+    let sleep = [("probe", "fixture.sleep")];
+    assert_eq!(value(&after, "innoprof_probe_calls_total", &enter), Some(n));
+    assert_eq!(value(&after, "innoprof_probe_calls_total", &sleep), Some(n));
+    assert_eq!(
+        value(&after, "innoprof_probe_latency_seconds_count", &sleep),
+        Some(n)
+    );
+    let inf = [("probe", "fixture.sleep"), ("le", "+Inf")];
+    assert_eq!(
+        value(&after, "innoprof_probe_latency_seconds_bucket", &inf),
+        Some(n)
+    );
+    // Every sleep is 1 ms or 50 ms: nothing under 0.5 ms, all under 134 ms.
+    let le = |bound: &str| {
+        value(
+            &after,
+            "innoprof_probe_latency_seconds_bucket",
+            &[("probe", "fixture.sleep"), ("le", bound)],
+        )
+        .unwrap()
+    };
+    assert_eq!(le("0.000524288"), 0.0);
+    assert_eq!(le("0.134217728"), n);
+    let wait_s = value(&after, "innoprof_probe_wait_seconds_total", &sleep).unwrap();
+    let sum_s = value(&after, "innoprof_probe_latency_seconds_sum", &sleep).unwrap();
+    assert_eq!(wait_s, sum_s);
+    assert!(wait_s > 0.6 && wait_s < 5.0, "{wait_s}");
+    // The call-site series add up to the probe: every enter() has a site.
+    let site_calls: f64 = after
+        .iter()
+        .filter(|s| {
+            s.name == "innoprof_callsite_calls_total"
+                && s.label("probe") == Some("fixture.mutex.enter")
+        })
+        .map(|s| s.value)
+        .sum();
+    assert_eq!(site_calls, n);
+    let info = after
+        .iter()
+        .find(|s| s.name == "innoprof_target_info")
+        .unwrap();
+    assert_eq!(info.label("pid"), Some(pid.as_str()));
+
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+    assert!(
+        serve.stderr().contains("exited; detaching"),
+        "{}",
+        serve.stderr()
+    );
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
+
+/// A real Prometheus (Debian's) scrapes `innoprof serve` attached to a real
+/// MariaDB 10.2.11 under sysbench: its query API returns non-zero calls and
+/// histogram buckets, every query of the shipped Grafana dashboard returns
+/// data, and SIGTERM leaves no probe attached.
+#[test]
+fn serve_feeds_a_real_prometheus() {
+    let _k = kernel_lock();
+    const LIMIT: usize = 5;
+    let server = Server::start("mariadb-10.2.11", &[]);
+    let load = server.sysbench_load("oltp_read_write", 4, 25);
+    let pid = server.pid.to_string();
+    let limit = LIMIT.to_string();
+    let mut serve = Serve::start(&[
+        "--pid",
+        &pid,
+        "--probes",
+        "default,innodb.mutex.enter",
+        "--callsite-limit",
+        &limit,
+    ]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let prom_port = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: innoprof\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{}']\n",
+            serve.port
+        ),
+    )
+    .unwrap();
+    let prom_log = dir.path().join("prometheus.log");
+    let mut prometheus = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&prom_log).unwrap())
+        .spawn()
+        .expect("prometheus (apt-get install prometheus; scripts/setup.sh)");
+    let query = |q: &str| -> Vec<Value> {
+        let path = format!("/api/v1/query?query={}", url_encode(q));
+        match http_get(prom_port, &path) {
+            Ok((200, body)) => {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(v["status"], "success", "{q}: {body}");
+                v["data"]["result"].as_array().unwrap().clone()
+            }
+            Ok((status, body)) => panic!("{q}: HTTP {status}: {body}"),
+            Err(_) => Vec::new(), // not up yet
+        }
+    };
+    let number = |r: &Value| -> f64 { r["value"][1].as_str().unwrap().parse().unwrap() };
+    let wait_nonzero = |q: &str| -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(45);
+        loop {
+            if let Some(v) = query(q).first().map(number).filter(|v| *v > 0.0) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{q} stayed empty or zero; prometheus log:\n{}",
+                std::fs::read_to_string(&prom_log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let calls = wait_nonzero("sum(innoprof_probe_calls_total{job=\"innoprof\"})");
+    let bucket = wait_nonzero(
+        "sum(innoprof_probe_latency_seconds_bucket{job=\"innoprof\",probe=\"innodb.mutex.enter\",le=\"+Inf\"})",
+    );
+    let rate =
+        wait_nonzero("sum(rate(innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"}[5s]))");
+    eprintln!("prometheus: {calls} calls, {bucket} in +Inf bucket, mutex.enter {rate:.0} calls/s");
+    let info = query("innoprof_target_info");
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(info[0]["metric"]["family"], "mariadb");
+    assert_eq!(info[0]["metric"]["version"], "10.2.11");
+    assert_eq!(info[0]["metric"]["pid"], pid.as_str());
+    let up = query("up{job=\"innoprof\"}");
+    assert_eq!(up.len(), 1);
+    assert_eq!(number(&up[0]), 1.0, "scrapes succeed");
+
+    // The dashboard: every metric its queries use is in a real scrape, and
+    // every query returns data from this Prometheus.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("dashboards/innoprof.json")).unwrap(),
+    )
+    .unwrap();
+    let mut exprs = Vec::new();
+    collect_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 4, "{exprs:?}");
+    let scrape = serve.scrape();
+    let names: BTreeSet<String> = metric_samples(&scrape)
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    // Template variables query label values of metrics too.
+    let mut variables = Vec::new();
+    collect_strings(&dashboard["templating"], "definition", &mut variables);
+    assert!(!variables.is_empty());
+    for expr in exprs.iter().chain(&variables) {
+        for metric in metric_names(expr) {
+            assert!(
+                names.contains(&metric),
+                "{metric} (used by `{expr}`) not in the scrape"
+            );
+        }
+    }
+    // rate() needs two scrapes inside the window.
+    std::thread::sleep(Duration::from_secs(3));
+    for expr in &exprs {
+        let q = expr
+            .replace("$__rate_interval", "10s")
+            .replace("$__interval", "10s")
+            .replace("$instance", ".*")
+            .replace("$probe", ".*");
+        assert!(
+            !query(&q).is_empty(),
+            "dashboard query returned nothing: {q}"
+        );
+    }
+
+    // The call-site label cap holds over several scrapes of a hot probe.
+    for _ in 0..5 {
+        let labels = callsite_labels(&metric_samples(&serve.scrape()));
+        let enter = &labels["innodb.mutex.enter"];
+        assert_eq!(enter.len(), LIMIT + 1, "{enter:?}");
+        assert!(labels.values().all(|l| l.len() <= LIMIT + 1), "{labels:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    serve.signal(libc::SIGTERM);
+    assert_eq!(serve.wait_exit(), Some(0), "{}", serve.stderr());
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+    unsafe { libc::kill(prometheus.id() as i32, libc::SIGTERM) };
+    let _ = prometheus.wait();
+    let report = load.join().unwrap();
+    assert!(
+        sysbench_number(&report, "transactions:") > 100.0,
+        "{report}"
+    );
+}
+
+/// Every PromQL `"expr"` of a Grafana dashboard's panels.
+fn collect_exprs(v: &Value, out: &mut Vec<String>) {
+    collect_strings(v, "expr", out);
+}
+
+/// Every string value under `key`, at any depth.
+fn collect_strings(v: &Value, key: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match x {
+                    Value::String(s) if k == key => out.push(s.clone()),
+                    _ => collect_strings(x, key, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_strings(x, key, out)),
+        _ => {}
+    }
+}
+
+/// The `innoprof_*` metric names a PromQL expression reads.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("innoprof_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}

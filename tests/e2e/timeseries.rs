@@ -1,0 +1,326 @@
+//! `record --interval`: per-interval deltas read while the probes stay
+//! attached, checked exactly against the C++ fixture and for shape against
+//! a real server whose load changes midway.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use innoprof_e2e::*;
+use serde_json::Value;
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `timeseries.json` points, after checking `timeseries.csv` holds the
+/// same rows.
+fn points(rec: &Recording) -> (Value, Vec<Value>) {
+    let json: Value = serde_json::from_str(&rec.file("timeseries.json")).unwrap();
+    let points = json["points"].as_array().unwrap().clone();
+    let csv = rec.file("timeseries.csv");
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("t_ms,probe,callsite,calls,wait_ns"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), points.len(), "same rows in CSV and JSON");
+    for (row, p) in rows.iter().zip(&points) {
+        let expected = format!(
+            "{},{},{},{},{}",
+            p["t_ms"],
+            p["probe"].as_str().unwrap(),
+            p["callsite"].as_str().unwrap_or(""),
+            p["calls"],
+            p["wait_ns"]
+        );
+        assert_eq!(*row, expected);
+    }
+    (json, points)
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
+}
+
+/// Sum of `field` over the points of `probe` with this call site.
+fn sum(points: &[Value], probe: &str, callsite: Option<&str>, field: &str) -> u64 {
+    points
+        .iter()
+        .filter(|p| p["probe"] == probe && p["callsite"].as_str() == callsite)
+        .map(|p| u(&p[field]))
+        .sum()
+}
+
+/// Per interval end, the probe total's `calls` (or `wait_ns`).
+fn curve(points: &[Value], probe: &str, field: &str) -> Vec<(u64, u64)> {
+    points
+        .iter()
+        .filter(|p| p["probe"] == probe && p["callsite"].is_null())
+        .map(|p| (u(&p["t_ms"]), u(&p[field])))
+        .collect()
+}
+
+/// The fixture calls slowly (every ~50 ms) for 2 s, then fast (every ~1 ms)
+/// for 2 s, from 13 call sites. The 500 ms intervals add up exactly to the
+/// summary's totals, per probe and per call site, and the rate changes in
+/// the interval where the fixture says it switched.
+#[test]
+fn interval_deltas_add_up_and_follow_the_fixture_phases() {
+    let _k = kernel_lock();
+    const SLOW_MS: u64 = 2000;
+    const FAST_MS: u64 = 2000;
+    const SITES: u64 = 13;
+    let dir = tempfile::tempdir().unwrap();
+    let counted = "name = 'fixture.counted'\nsymbols = ['fixture_counted']\n\
+                   measure = 'latency'\ncost = 'rare'\n";
+    let catalog = fixture_catalog(
+        dir.path(),
+        &[FIXTURE_MUTEX_PROBE, counted, FIXTURE_SLEEP_PROBE],
+    );
+    let args: Vec<String> = [
+        "phases",
+        &SLOW_MS.to_string(),
+        &FAST_MS.to_string(),
+        &SITES.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--no-cpu",
+        "--duration",
+        "5s",
+        "--interval",
+        "500ms",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "all",
+    ]);
+    rec.wait_attached();
+    let done = fx.run_calls();
+    let (code, stdout, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    let (p2_start, p2_end) = {
+        let v: Vec<u64> = done.split(' ').map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1])
+    };
+
+    let s = rec.summary();
+    let (json, points) = points(&rec);
+    assert_eq!(json["interval_ms"], 500);
+    assert_eq!(s["timeseries"]["interval_ms"], 500);
+    assert!(
+        stdout.contains("time series:") && stdout.contains("timeseries.json, timeseries.csv"),
+        "{stdout}"
+    );
+
+    // Exact: the intervals add up to summary.json, per probe and per site.
+    for name in ["fixture.mutex.enter", "fixture.counted", "fixture.sleep"] {
+        let p = probe(&s, name);
+        assert_eq!(
+            sum(&points, name, None, "calls"),
+            u(&p["calls"]),
+            "{name} calls"
+        );
+        assert_eq!(
+            sum(&points, name, None, "wait_ns"),
+            u(&p["wait_ns_total"]),
+            "{name} wait"
+        );
+    }
+    let enter = probe(&s, "fixture.mutex.enter");
+    let sites = enter["callsites"].as_array().unwrap();
+    assert_eq!(sites.len() as u64, SITES);
+    let in_series: Vec<String> = points
+        .iter()
+        .filter(|p| p["probe"] == "fixture.mutex.enter" && p["t_ms"] == points[0]["t_ms"])
+        .filter_map(|p| p["callsite"].as_str().map(String::from))
+        .collect();
+    assert_eq!(
+        in_series.len(),
+        11,
+        "10 busiest sites and other: {in_series:?}"
+    );
+    assert_eq!(in_series[10], "other");
+    let mut other_calls = 0;
+    for c in sites {
+        let label = c["site"].as_str().unwrap();
+        assert!(label.starts_with("fixture.cc:10"), "{label}");
+        let calls = u(&c["calls"]);
+        if in_series.iter().any(|l| l == label) {
+            assert_eq!(
+                sum(&points, "fixture.mutex.enter", Some(label), "calls"),
+                calls
+            );
+            assert_eq!(
+                sum(&points, "fixture.mutex.enter", Some(label), "wait_ns"),
+                u(&c["wait_ns_total"])
+            );
+        } else {
+            other_calls += calls;
+        }
+    }
+    assert_eq!(
+        sum(&points, "fixture.mutex.enter", Some("other"), "calls"),
+        other_calls
+    );
+
+    // The rate follows the phases. Interval k covers (t_ms - 500, t_ms].
+    let started = u(&json["started_unix_ms"]);
+    let switch = p2_start - started;
+    let stop = p2_end - started;
+    let counted = curve(&points, "fixture.counted", "calls");
+    assert!(counted.len() >= 9, "5 s in 500 ms intervals: {counted:?}");
+    let mut slow = Vec::new();
+    let mut fast = Vec::new();
+    for &(end, calls) in &counted {
+        let begin = end.saturating_sub(500);
+        if end <= switch {
+            slow.push(calls);
+        } else if begin >= switch && end <= stop {
+            fast.push(calls);
+        } else if begin >= stop + 20 {
+            assert_eq!(calls, 0, "idle after the fixture finished: {counted:?}");
+        }
+    }
+    assert!(
+        slow.len() >= 2 && fast.len() >= 2,
+        "{counted:?} (switch at {switch} ms)"
+    );
+    // Every ~50 ms: at most ~10 per 500 ms. Every ~1 ms: hundreds.
+    assert!(
+        slow.iter().all(|&c| (5..=12).contains(&c)),
+        "slow phase: {slow:?}"
+    );
+    assert!(fast.iter().all(|&c| c >= 100), "fast phase: {fast:?}");
+    // The first interval above the slow rate is the one holding the switch.
+    let first_fast = counted.iter().find(|(_, c)| *c > 12).unwrap().0;
+    assert!(
+        first_fast > switch && first_fast - 500 <= switch,
+        "switch at {switch} ms, first fast interval ends at {first_fast}: {counted:?}"
+    );
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
+
+/// Acceptance scenario S3: InnoDB mutex waits over time, without
+/// performance_schema. MariaDB 10.2.11 under sysbench with 2 threads for
+/// 4 s, then 16 threads for 4 s; the 1 s series of the contended-wait probe
+/// is clearly higher in the second half.
+#[test]
+fn s3_mutex_waits_follow_load_change() {
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &[]);
+    // Tables prepared and the buffer pool warm before the recording.
+    server
+        .sysbench_load("oltp_read_write", 2, 2)
+        .join()
+        .unwrap();
+    let pid = server.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--no-cpu",
+        "--no-stacks",
+        "--duration",
+        "10s",
+        "--interval",
+        "1s",
+        "--probes",
+        "innodb.sync.wait_event,innodb.rwlock.s_wait,innodb.redo.write_up_to",
+    ]);
+    rec.wait_attached();
+    let low_start = unix_ms();
+    let low = server
+        .sysbench_load("oltp_read_write", 2, 4)
+        .join()
+        .unwrap();
+    let high_start = unix_ms();
+    let high = server
+        .sysbench_load("oltp_read_write", 16, 4)
+        .join()
+        .unwrap();
+    let high_end = unix_ms();
+    let (code, _, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    assert!(sysbench_number(&low, "transactions:") > 100.0, "{low}");
+    assert!(sysbench_number(&high, "transactions:") > 100.0, "{high}");
+
+    let s = rec.summary();
+    let (json, points) = points(&rec);
+    let started = u(&json["started_unix_ms"]);
+    let name = "innodb.sync.wait_event";
+    assert_eq!(
+        sum(&points, name, None, "calls"),
+        u(&probe(&s, name)["calls"])
+    );
+    assert_eq!(
+        sum(&points, name, None, "wait_ns"),
+        u(&probe(&s, name)["wait_ns_total"])
+    );
+    // Whole intervals inside each phase (sysbench connects in the first
+    // fraction of a second of its run).
+    let within = |from: u64, to: u64| -> Vec<u64> {
+        curve(&points, name, "wait_ns")
+            .into_iter()
+            .filter(|(end, _)| {
+                let (begin, end) = (started + end - 1000, started + end);
+                begin >= from + 300 && end <= to
+            })
+            .map(|(_, w)| w)
+            .collect()
+    };
+    let low_waits = within(low_start, high_start);
+    let high_waits = within(high_start, high_end);
+    let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+    eprintln!(
+        "S3 {name} wait ns per 1 s interval: 2 threads {low_waits:?}, 16 threads {high_waits:?}; curve {:?}",
+        curve(&points, name, "wait_ns")
+    );
+    assert!(
+        low_waits.len() >= 2 && high_waits.len() >= 2,
+        "{low_waits:?} {high_waits:?}"
+    );
+    assert!(
+        mean(&high_waits) > 3.0 * mean(&low_waits).max(1e6),
+        "16 threads should wait clearly more: {low_waits:?} vs {high_waits:?}"
+    );
+    assert!(
+        high_waits.iter().all(|&w| w as f64 > mean(&low_waits)),
+        "every 16-thread interval above the 2-thread mean: {low_waits:?} vs {high_waits:?}"
+    );
+    // Contended shared rw-locks per call site: real `file.cc:LINE` rows
+    // that add up to the summary's call sites.
+    let s_wait = "innodb.rwlock.s_wait";
+    let summary_sites: u64 = probe(&s, s_wait)["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| u(&c["calls"]))
+        .sum();
+    assert!(summary_sites > 0, "no contended s-lock under 16 threads");
+    let site_rows: Vec<&Value> = points
+        .iter()
+        .filter(|p| p["probe"] == s_wait && !p["callsite"].is_null())
+        .collect();
+    assert_eq!(
+        site_rows.iter().map(|p| u(&p["calls"])).sum::<u64>(),
+        summary_sites
+    );
+    assert!(site_rows.iter().all(|p| {
+        let label = p["callsite"].as_str().unwrap();
+        label == "other"
+            || label
+                .rsplit_once(':')
+                .is_some_and(|(file, line)| file.contains('.') && line.parse::<u32>().is_ok())
+    }));
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
