@@ -289,6 +289,18 @@ impl Governor {
         self.period_start = now;
     }
 
+    /// The recorder finished re-attaching `slots` at `now`: attaching takes
+    /// tens of ms, and the on-time starts when the probe is really live.
+    pub fn resumed(&mut self, slots: &[usize], now: Instant) {
+        for p in &mut self.probes {
+            if p.slots.iter().any(|(s, _)| slots.contains(s)) {
+                if let Some(since) = p.attached_since.as_mut() {
+                    *since = (*since).max(now);
+                }
+            }
+        }
+    }
+
     /// Detaches nothing; closes the books at the end of the recording.
     pub fn finish(&mut self, now: Instant) -> Vec<DutyReport> {
         let total = now.saturating_duration_since(self.started).as_secs_f64();

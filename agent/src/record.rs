@@ -222,8 +222,11 @@ impl Recorder {
             collect::read_slot_calls(session.ebpf()).unwrap_or_default()
         });
         session.suspend(&actions.suspend);
-        if let Err(e) = session.resume(&actions.resume) {
-            self.governor_errors.push(e.to_string());
+        if !actions.resume.is_empty() {
+            if let Err(e) = session.resume(&actions.resume) {
+                self.governor_errors.push(e.to_string());
+            }
+            g.resumed(&actions.resume, Instant::now());
         }
     }
 
@@ -545,6 +548,7 @@ fn apply_sampling(r: &mut ProbeResult, duty: DutyReport, duration_s: f64) {
         attached_fraction: duty.attached_fraction,
         observed_calls,
         scale: factor,
+        calls_before_start: duty.calls_before_start,
         projected_full_pct_of_core: duty.projected_full_cost * 100.0,
     });
 }

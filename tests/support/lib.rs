@@ -211,6 +211,16 @@ pub fn spin_binary() -> PathBuf {
     compile_fixture("spin.cc", "spin", &["-O1", "-g", "-pthread"])
 }
 
+/// tests/fixture/paced.cc: calls `paced_hit` at a steady rate and logs
+/// its running count, the truth for sampled estimates.
+pub fn paced_binary() -> PathBuf {
+    compile_fixture(
+        "paced.cc",
+        "paced",
+        &["-O0", "-g", "-fno-omit-frame-pointer"],
+    )
+}
+
 /// Compiles tests/fixture/SOURCE once per test process. Tests run in
 /// parallel: the lock and the rename keep any of them from seeing a
 /// half-written binary.

@@ -62,6 +62,9 @@ pub struct Sampling {
     pub observed_calls: u64,
     /// What counts and wait totals were multiplied by.
     pub scale: f64,
+    /// Calls seen while the session was still attaching, before the
+    /// governor's clock started; counted as seen, not scaled.
+    pub calls_before_start: u64,
     /// What it would have cost fully attached, in % of one core.
     pub projected_full_pct_of_core: f64,
 }
