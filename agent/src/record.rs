@@ -7,6 +7,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
+use crate::bundle::{self, BundleError, Written};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError};
@@ -42,6 +43,8 @@ pub enum RecordError {
     Collect(#[from] CollectError),
     #[error(transparent)]
     Output(#[from] OutputError),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
     #[error(transparent)]
     Cpu(#[from] CpuError),
     #[error("no probe requested: use --probes default|all|NAME,… or --probe PATTERN")]
@@ -292,6 +295,7 @@ impl Recorder {
                 reason,
                 symbols,
                 skipped: planned.resolution.skipped.clone(),
+                sampling_ratio: 1.0,
                 calls,
                 calls_per_sec: if duration_s > 0.0 {
                     calls as f64 / duration_s
@@ -328,8 +332,8 @@ impl Recorder {
             folded.extend(c.files()?);
         }
         let summary = Summary {
-            tool: "innoprof",
-            tool_version: env!("CARGO_PKG_VERSION"),
+            tool: "innoprof".to_string(),
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
             target: TargetInfo {
                 pid: t.pid,
                 comm: t.comm.clone(),
@@ -448,14 +452,9 @@ pub struct Recording {
 }
 
 impl Recording {
-    pub fn write(&self, dir: &Path) -> Result<(), OutputError> {
-        report::prepare_dir(dir)?;
-        for (name, text) in &self.folded {
-            report::write_file(&dir.join(name), text.as_bytes())?;
-        }
-        let table = report::table::render(&self.summary);
-        report::write_file(&dir.join("summary.txt"), table.as_bytes())?;
-        let json = serde_json::to_vec_pretty(&self.summary).expect("summary serialises");
-        report::write_file(&dir.join("summary.json"), &json)
+    /// Writes the incident bundle: `out/` and `out.tar.gz` (see [`bundle`]).
+    /// `command_line` is innoprof's argv, kept in metadata.json.
+    pub fn write(&self, out: &Path, command_line: &[String]) -> Result<Written, BundleError> {
+        bundle::write(self, out, command_line)
     }
 }

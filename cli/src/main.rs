@@ -4,6 +4,7 @@ mod cpu_args;
 mod diff;
 mod probe_args;
 mod probes;
+mod report;
 mod top;
 
 use std::path::PathBuf;
@@ -13,9 +14,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use innoprof::bundle;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::report::model::EndReason;
-use innoprof::report::{self, table};
+use innoprof::report::table;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit status when the target exited during the recording (partial output written).
@@ -42,6 +44,8 @@ enum Command {
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),
+    /// Rebuild report.html and summary.txt from a saved recording directory.
+    Report(report::ReportArgs),
 }
 
 #[derive(Args)]
@@ -52,7 +56,8 @@ struct RecordArgs {
     /// How long to record (e.g. 30s, 2m, 500ms).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     duration: Duration,
-    /// Output directory (created if missing).
+    /// Output directory, written whole at the end with OUT.tar.gz beside it
+    /// (must be absent, empty, or an earlier recording, which is replaced).
     #[arg(long)]
     out: PathBuf,
     #[command(flatten)]
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::run(args).await,
             Command::Probes(args) => probes::run(args),
             Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
+            Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
         }
     });
     match result {
@@ -108,7 +114,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
 
     let plan = Plan::build(&opts)?;
     // Checked before any probe is attached, so a bad --out costs nothing.
-    report::prepare_dir(&args.out)?;
+    bundle::prepare(&args.out)?;
     for p in plan
         .probes
         .iter()
@@ -179,9 +185,17 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     }
 
     let recording = recorder.finish(end)?;
-    recording.write(&args.out)?;
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let written = recording.write(&args.out, &argv)?;
     print!("{}", table::render(&recording.summary));
-    eprintln!("innoprof: wrote {}", args.out.display());
+    eprintln!(
+        "innoprof: wrote {} and {}; open {}",
+        written.dir.display(),
+        written.tarball.display(),
+        written.report.display()
+    );
     Ok(if end == EndReason::TargetExited {
         ExitCode::from(EXIT_TARGET_EXITED)
     } else {

@@ -1,6 +1,6 @@
 //! The recording's data model, serialised as `summary.json`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::top_symbols::TopSymbols;
 use crate::catalog::{CostClass, Measure};
@@ -9,10 +9,10 @@ use crate::histogram::Bucket;
 use crate::resolve::{EntryInsn, SkippedSymbol, SymbolTable};
 use crate::server::ServerInfo;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
-    pub tool: &'static str,
-    pub tool_version: &'static str,
+    pub tool: String,
+    pub tool_version: String,
     pub target: TargetInfo,
     /// Catalog file the probes came from, if any.
     pub catalog: Option<String>,
@@ -28,7 +28,7 @@ pub struct Summary {
     pub cpu: Option<CpuSummary>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TargetInfo {
     pub pid: u32,
     pub comm: String,
@@ -44,7 +44,7 @@ pub struct TargetInfo {
     pub debug_file: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     Duration,
@@ -52,7 +52,7 @@ pub enum EndReason {
     TargetExited,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeStatus {
     Attached,
@@ -60,7 +60,7 @@ pub enum ProbeStatus {
     AttachFailed,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SymbolInfo {
     pub name: String,
     pub raw: String,
@@ -73,7 +73,7 @@ pub struct SymbolInfo {
     pub calls: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeResult {
     pub name: String,
     pub description: String,
@@ -84,6 +84,11 @@ pub struct ProbeResult {
     pub reason: Option<String>,
     pub symbols: Vec<SymbolInfo>,
     pub skipped: Vec<SkippedSymbol>,
+    /// Share of the probe's hits that were recorded: 1.0 is every hit.
+    /// An overhead governor that duty-cycles a probe lowers it (and scales
+    /// nothing: the counts are what was seen).
+    #[serde(default = "every_hit")]
+    pub sampling_ratio: f64,
     pub calls: u64,
     pub calls_per_sec: f64,
     pub wait_ns_total: u64,
@@ -98,7 +103,11 @@ pub struct ProbeResult {
     pub stacks: StackStats,
 }
 
-#[derive(Debug, Clone, Serialize)]
+fn every_hit() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CallsiteResult {
     /// `btr0cur.cc:304`
     pub site: String,
@@ -110,7 +119,7 @@ pub struct CallsiteResult {
     pub wait_ns_max: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StackStats {
     pub distinct: usize,
     /// Calls whose stack could not be captured (collision or error).
@@ -120,7 +129,7 @@ pub struct StackStats {
 }
 
 /// The CPU profile's part of `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CpuSummary {
     pub oncpu: OnCpuSummary,
     /// Present when off-CPU time was recorded (`--offcpu`).
@@ -130,10 +139,10 @@ pub struct CpuSummary {
     pub unwind: crate::cpu::UnwindInfo,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OnCpuSummary {
     /// The perf event sampled: `cpu-clock` (software).
-    pub event: &'static str,
+    pub event: String,
     pub frequency_hz: u64,
     /// CPUs sampled (one event each).
     pub cpus: usize,
@@ -156,7 +165,7 @@ pub struct OnCpuSummary {
 /// Samples whose stack is incomplete (still counted, under an
 /// `[unwind stopped]`, `[truncated]` or `[kernel stack lost]` frame) or
 /// that could not be counted at all (`map_full`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OnCpuLost {
     /// The user stack walk ended before the thread's first frame
     /// (unreadable stack memory, or CFI the walker does not implement).
@@ -168,12 +177,12 @@ pub struct OnCpuLost {
     pub map_full: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OffCpuSummary {
     /// Blocks shorter than this are counted in `below_min` only.
     pub min_block_ns: u64,
     /// Unit of the weights in `offcpu.folded`: microseconds blocked.
-    pub weight_unit: &'static str,
+    pub weight_unit: String,
     /// Blocks at or above the threshold (ended during the recording).
     pub blocks: u64,
     pub blocked_ns_total: u64,
@@ -195,7 +204,7 @@ pub struct OffCpuSummary {
     pub top: TopSymbols,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OffCpuLost {
     /// Counted under an `[unwind stopped]` root frame.
     pub unwind_stopped: u64,

@@ -14,11 +14,7 @@ pub fn render(summary: &Summary) -> String {
         summary.target.pid,
         summary.target.binary,
         summary.duration_s,
-        match summary.end_reason {
-            super::model::EndReason::Duration => "complete",
-            super::model::EndReason::Interrupted => "interrupted (partial)",
-            super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
-        }
+        end_text(summary.end_reason)
     );
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
@@ -108,28 +104,27 @@ pub fn render(summary: &Summary) -> String {
     out
 }
 
+pub(crate) fn end_text(end: super::model::EndReason) -> &'static str {
+    match end {
+        super::model::EndReason::Duration => "complete",
+        super::model::EndReason::Interrupted => "interrupted (partial)",
+        super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
+    }
+}
+
 const TOP_CALLSITES: usize = 10;
 
 /// The call sites with the most wait (or calls, for untimed probes) over
 /// all probes: the per-`file:line` view SHOW ENGINE INNODB MUTEX gave.
 fn callsites(summary: &Summary, top: usize) -> String {
-    let mut rows: Vec<(&str, &super::model::CallsiteResult, bool)> = summary
-        .probes
-        .iter()
-        .flat_map(|p| {
-            p.callsites
-                .iter()
-                .map(move |c| (p.name.as_str(), c, p.wait_ns_avg.is_some()))
-        })
-        .collect();
+    let rows = top_callsites(summary, top);
     if rows.is_empty() {
         return String::new();
     }
-    rows.sort_by_key(|r| std::cmp::Reverse((r.1.wait_ns_total, r.1.calls)));
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
     table.set_header(["probe", "call site", "calls", "total wait", "avg", "max"]);
-    for (probe, c, timed) in rows.iter().take(top) {
+    for (probe, c, timed) in &rows {
         let t = |v: u64| {
             if *timed {
                 units::ns(v)
@@ -154,9 +149,29 @@ fn callsites(summary: &Summary, top: usize) -> String {
     format!("top call sites:\n{table}\n")
 }
 
+/// The `top` call sites with the most wait (then calls) over all probes:
+/// (probe, site, whether the probe is timed).
+pub(crate) fn top_callsites(
+    summary: &Summary,
+    top: usize,
+) -> Vec<(&str, &super::model::CallsiteResult, bool)> {
+    let mut rows: Vec<(&str, &super::model::CallsiteResult, bool)> = summary
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.callsites
+                .iter()
+                .map(move |c| (p.name.as_str(), c, p.wait_ns_avg.is_some()))
+        })
+        .collect();
+    rows.sort_by_key(|r| std::cmp::Reverse((r.1.wait_ns_total, r.1.calls)));
+    rows.truncate(top);
+    rows
+}
+
 /// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter(unsigned int, …)` →
 /// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter`, at most 60 chars.
-fn short(name: &str) -> String {
+pub(crate) fn short(name: &str) -> String {
     let no_params = match name.find('(') {
         Some(i) if i > 0 => &name[..i],
         _ => name,
