@@ -178,7 +178,7 @@ fn render_page(
             path: html::timeseries::FILE.into(),
             source,
         })?;
-    let mut flames = Vec::new();
+    let mut cpu_flames = Vec::new();
     if let Some(cpu) = &summary.cpu {
         let profiles = [
             (
@@ -192,13 +192,14 @@ fn render_page(
         ];
         for (file, title) in profiles {
             if let Some(svg) = file.map(text).transpose()?.flatten() {
-                flames.push(FlameGraph {
+                cpu_flames.push(FlameGraph {
                     title: title.to_string(),
                     svg,
                 });
             }
         }
     }
+    let mut probe_flames = Vec::new();
     for p in summary
         .probes
         .iter()
@@ -212,7 +213,7 @@ fn render_page(
         let Some(folded) = text(file)? else { continue };
         let title = format!("{}: {what} by stack", p.name);
         if let Some(svg) = flamegraph::render(&folded, &title, unit)? {
-            flames.push(FlameGraph {
+            probe_flames.push(FlameGraph {
                 title,
                 svg: String::from_utf8_lossy(&svg).into_owned(),
             });
@@ -222,7 +223,8 @@ fn render_page(
         summary,
         metadata,
         timeseries: timeseries.as_ref(),
-        flamegraphs: &flames,
+        cpu_flamegraphs: &cpu_flames,
+        probe_flamegraphs: &probe_flames,
     }))
 }
 

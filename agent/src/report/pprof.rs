@@ -253,20 +253,22 @@ pub struct ProbeStacks<'a> {
 }
 
 /// Every probe's wait stacks in one profile: values `calls/count` and
-/// `wait/nanoseconds`, the probe name as the root frame and as label
-/// `probe` (so `pprof -tagfocus probe=NAME` picks one).
+/// `wait/nanoseconds`, under a root frame `probe: NAME` (a probe is often
+/// named like its function, which is the leaf) and with label `probe`
+/// (so `pprof -tagfocus probe=NAME` picks one).
 pub fn waits_profile(probes: &[ProbeStacks], start_ms: u64, duration_ns: i64) -> Profile {
     let mut b = ProfileBuilder::new(&[("calls", "count"), ("wait", "nanoseconds")]);
     b.time(unix_ns(start_ms), duration_ns)
         .default_sample_type("wait");
     for p in probes {
+        let root = format!("probe: {}", p.probe);
         let waits: HashMap<Vec<&str>, u64> = p
             .by_wait
             .map(|w| parse_folded(w).collect())
             .unwrap_or_default();
         for (frames, calls) in parse_folded(p.by_count) {
             let wait = waits.get(&frames).copied().unwrap_or(0);
-            let mut rooted = vec![p.probe];
+            let mut rooted = vec![root.as_str()];
             rooted.extend(frames);
             b.add(&rooted, &[calls as i64, wait as i64], &[("probe", p.probe)]);
         }
@@ -331,7 +333,7 @@ mod tests {
         );
         assert_eq!(
             names(&p, &p.sample[0]),
-            ["fil_flush", "commit", "main", "innodb.redo.flush"]
+            ["fil_flush", "commit", "main", "probe: innodb.redo.flush"]
         );
         assert_eq!(p.sample[0].value, [4, 4000]);
         assert_eq!(p.sample[1].value, [1, 0]);

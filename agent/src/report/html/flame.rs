@@ -1,7 +1,8 @@
 //! Puts an inferno flame graph into the page. Each graph goes into its own
 //! `<iframe srcdoc>`: the SVG's script (click to zoom, search) and its ids
 //! and CSS (`#title`, `text {…}`) would otherwise act on the whole page
-//! and on each other. The frame is sandboxed to scripts only.
+//! and on each other. The frame is sandboxed to scripts and the search
+//! prompt.
 //!
 //! Cleaned of what would put a URL in the page without any fetch: the XML
 //! declaration and DOCTYPE (a DTD URL), comments (links to the FlameGraph
@@ -24,8 +25,14 @@ pub fn srcdoc(svg: &str) -> (String, u32) {
         }
     }
     let height = svg_height(&body).unwrap_or(600);
+    // In an HTML document an SVG without a width (inferno's script removes
+    // it to fit the window) is 300 px wide: make it fill the frame. The
+    // frame's URL is about:srcdoc, where inferno's zoom/search state
+    // cannot be kept, so history.replaceState does nothing.
     let doc = format!(
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>body{{margin:0}}</style></head><body>{body}</body></html>"
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\">\
+         <style>body{{margin:0}} svg{{width:100%}}</style>\
+         <script>history.replaceState=function(){{}};</script></head><body>{body}</body></html>"
     );
     (doc, height)
 }

@@ -36,8 +36,10 @@ pub struct Page<'a> {
     pub summary: &'a Summary,
     pub metadata: Option<&'a Metadata>,
     pub timeseries: Option<&'a TimeSeries>,
-    /// On-CPU first, then off-CPU, then the probes'.
-    pub flamegraphs: &'a [FlameGraph],
+    /// On-CPU, then off-CPU: shown with the CPU tables.
+    pub cpu_flamegraphs: &'a [FlameGraph],
+    /// The wait probes' stacks: shown last.
+    pub probe_flamegraphs: &'a [FlameGraph],
 }
 
 pub fn render(page: &Page) -> String {
@@ -58,16 +60,12 @@ pub fn render(page: &Page) -> String {
                 (probe_table(s))
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts)) }
+                (cpu(s, page.cpu_flamegraphs))
                 (callsites(s))
-                (cpu(s))
-                @if !page.flamegraphs.is_empty() {
-                    h2 #flamegraphs { "Flame graphs" }
-                    p.note { "Click a frame to zoom, Ctrl-F to search. Width is the share of samples (on-CPU), time blocked (off-CPU), or wait time or calls (probes)." }
-                    @for f in page.flamegraphs {
-                        @let (doc, height) = flame::srcdoc(&f.svg);
-                        h3 { (f.title) }
-                        iframe.flamegraph title=(f.title) sandbox="allow-scripts" style={"height:" (height + 4) "px"} srcdoc=(doc) {}
-                    }
+                @if !page.probe_flamegraphs.is_empty() {
+                    h2 #waitstacks { "Wait stacks" }
+                    p.note { "Per probe: width is wait time (calls for count-only probes). Click a frame to zoom, Ctrl-F to search." }
+                    (flamegraphs(page.probe_flamegraphs))
                 }
             }
         }
@@ -233,7 +231,17 @@ fn callsites(s: &Summary) -> Markup {
     }
 }
 
-fn cpu(s: &Summary) -> Markup {
+fn flamegraphs(list: &[FlameGraph]) -> Markup {
+    html! {
+        @for f in list {
+            @let (doc, height) = flame::srcdoc(&f.svg);
+            h3 { (f.title) }
+            iframe.flamegraph title=(f.title) sandbox="allow-scripts allow-modals" style={"height:" (height + 4) "px"} srcdoc=(doc) {}
+        }
+    }
+}
+
+fn cpu(s: &Summary, flames: &[FlameGraph]) -> Markup {
     let Some(cpu) = &s.cpu else {
         return html! {};
     };
@@ -245,6 +253,11 @@ fn cpu(s: &Summary) -> Markup {
             (format!("{:.1}", on.target_cpu_pct)) " % of the sampled CPU time. Incomplete stacks: "
             (on.lost.unwind_stopped) " user walks stopped, " (on.lost.kernel_stack) " kernel, " (on.lost.truncated) " truncated."
         }
+        @if !flames.is_empty() {
+            p.note { "Flame graphs: width is the share of samples (on-CPU) or of time blocked (off-CPU). Click a frame to zoom, Ctrl-F to search." }
+            (flamegraphs(flames))
+        }
+        h3 { "Top symbols (on-CPU, like opreport -l)" }
         (top_table(&on.top))
         @if let Some(off) = &cpu.offcpu {
             h3 { "Where its threads block (off-CPU)" }

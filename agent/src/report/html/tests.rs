@@ -58,7 +58,8 @@ fn page_has_tables_charts_and_escapes_binary_names() {
         summary: &s,
         metadata: None,
         timeseries: Some(&ts),
-        flamegraphs: &flames,
+        cpu_flamegraphs: &[],
+        probe_flamegraphs: &flames,
     });
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(html.contains("PolicyMutex&lt;TTASEventMutex&lt;GenericPolicy&gt; &gt;::enter"));
@@ -85,7 +86,8 @@ fn no_timeseries_section_without_the_file() {
         summary: &s,
         metadata: None,
         timeseries: None,
-        flamegraphs: &[],
+        cpu_flamegraphs: &[],
+        probe_flamegraphs: &[],
     });
     assert!(!html.contains("id=\"timeseries\""));
     assert!(!html.contains("<iframe"));
