@@ -70,7 +70,10 @@ fn assert_bundle_complete(out: &Path) -> BTreeMap<String, Vec<u8>> {
         in_tar.keys().collect::<Vec<_>>(),
         files.keys().collect::<Vec<_>>()
     );
-    assert!(in_tar == files, "tarball contents differ from the directory");
+    assert!(
+        in_tar == files,
+        "tarball contents differ from the directory"
+    );
     let leftovers: Vec<String> = std::fs::read_dir(out.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -115,13 +118,20 @@ fn assert_report_rerenders(out: &Path) {
         std::fs::read(out.join("report.html")).unwrap() == html,
         "report.html differs after `innoprof report`"
     );
-    assert_eq!(String::from_utf8_lossy(&r.stdout), String::from_utf8_lossy(&txt));
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&txt)
+    );
     assert_eq!(mode(&out.join("report.html")), 0o640);
 }
 
 fn go() -> String {
     for go in ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"] {
-        if Command::new(go).arg("version").output().is_ok_and(|o| o.status.success()) {
+        if Command::new(go)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
             return go.to_string();
         }
     }
@@ -252,7 +262,10 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
         m["ended_unix_ms"].as_u64().unwrap(),
     );
     assert!((2_900..4_000).contains(&(end - start)), "{start}..{end}");
-    assert_eq!((m["complete"].as_bool(), &m["end_reason"]), (Some(true), &"duration".into()));
+    assert_eq!(
+        (m["complete"].as_bool(), &m["end_reason"]),
+        (Some(true), &"duration".into())
+    );
     assert_eq!(
         m["probes"]["attached"],
         serde_json::json!(["fixture_counted", "fixture_sleep", "PolicyMutex<*>::enter"])
@@ -295,7 +308,10 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
         .map(|l| l.split(',').collect())
         .collect();
     let sleep_rows: Vec<_> = rows.iter().filter(|r| r[0] == "fixture_sleep").collect();
-    assert_eq!(sleep_rows, [&vec!["fixture_sleep", "16777216", "33554432", "3"]]);
+    assert_eq!(
+        sleep_rows,
+        [&vec!["fixture_sleep", "16777216", "33554432", "3"]]
+    );
     let total = |probe: &str| -> u64 {
         rows.iter()
             .filter(|r| r[0] == probe)
@@ -332,23 +348,48 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
     let files = assert_bundle_complete(&out);
-    assert!(!files.contains_key("fixture_counted.count.folded"), "{:?}", files.keys());
+    assert!(
+        !files.contains_key("fixture_counted.count.folded"),
+        "{:?}",
+        files.keys()
+    );
     let m: serde_json::Value = serde_json::from_slice(&files["metadata.json"]).unwrap();
-    assert_eq!(m["probes"]["attached"], serde_json::json!(["fixture_sleep"]));
+    assert_eq!(
+        m["probes"]["attached"],
+        serde_json::json!(["fixture_sleep"])
+    );
 
     // A directory holding anything else is refused before attaching.
     let foreign = tempfile::tempdir().unwrap();
     std::fs::write(foreign.path().join("notes.txt"), "mine").unwrap();
     let refused = run_innoprof(&[
-        "record", "--pid", &pid, "--force", "--duration", "1s", "--probe", "fixture_sleep",
-        "--out", foreign.path().to_str().unwrap(),
+        "record",
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "1s",
+        "--probe",
+        "fixture_sleep",
+        "--out",
+        foreign.path().to_str().unwrap(),
     ]);
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{err}");
-    assert!(err.contains("not an innoprof recording") && !err.contains("attached"), "{err}");
-    assert_eq!(std::fs::read_to_string(foreign.path().join("notes.txt")).unwrap(), "mine");
+    assert!(
+        err.contains("not an innoprof recording") && !err.contains("attached"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(foreign.path().join("notes.txt")).unwrap(),
+        "mine"
+    );
     fx.exit();
 }
 
@@ -446,7 +487,10 @@ fn mariadb_bundle_pprof_report_and_browser() {
     let (code, _, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     let report = load.join().unwrap();
-    assert!(sysbench_number(&report, "transactions:") > 100.0, "{report}");
+    assert!(
+        sysbench_number(&report, "transactions:") > 100.0,
+        "{report}"
+    );
     let files = assert_bundle_complete(&rec.out);
     let s = rec.summary();
     assert_eq!(s["target"]["server_version"], "10.2.11");
@@ -468,7 +512,10 @@ fn mariadb_bundle_pprof_report_and_browser() {
         .filter_map(|p| p["stacks"]["folded_by_count"].as_str())
         .map(|f| rec.file(f))
         .collect();
-    assert!(!waits.is_empty(), "default probes caught no wait under sysbench");
+    assert!(
+        !waits.is_empty(),
+        "default probes caught no wait under sysbench"
+    );
     let waits: Vec<&str> = waits.iter().map(String::as_str).collect();
     assert_pprof_matches_folded(&rec.out.join("waits.pb.gz"), "calls", &waits);
 
@@ -479,16 +526,25 @@ fn mariadb_bundle_pprof_report_and_browser() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| p["status"] == "attached" && p["measure"] == "latency" && p["calls"].as_u64() > Some(0))
+        .filter(|p| {
+            p["status"] == "attached" && p["measure"] == "latency" && p["calls"].as_u64() > Some(0)
+        })
         .count();
     assert!(timed > 0);
     let url = format!("file://{}", rec.out.join("report.html").display());
     let dom = chromium(&["--dump-dom"], &url);
     let dom = String::from_utf8_lossy(&dom.stdout);
-    assert_eq!(dom.matches("<svg class=\"chart histogram\"").count(), timed, "one histogram per timed probe");
+    assert_eq!(
+        dom.matches("<svg class=\"chart histogram\"").count(),
+        timed,
+        "one histogram per timed probe"
+    );
     assert!(dom.contains("<rect"), "histogram bars");
     let iframes: Vec<&str> = dom.split("<iframe class=\"flamegraph\"").skip(1).collect();
-    assert!(iframes[0].contains("on-CPU") && iframes[0].contains("srcdoc=\"&lt;!DOCTYPE html&gt;"), "on-CPU flame graph first");
+    assert!(
+        iframes[0].contains("on-CPU") && iframes[0].contains("srcdoc=\"&lt;!DOCTYPE html&gt;"),
+        "on-CPU flame graph first"
+    );
     assert!(dom.contains("Top symbols") && dom.contains("Top call sites"));
 
     let artefacts = repo_root().join("target/test-artefacts");
@@ -496,16 +552,36 @@ fn mariadb_bundle_pprof_report_and_browser() {
     let shot = artefacts.join("report-mariadb-10.2.11.png");
     let _ = std::fs::remove_file(&shot);
     let out = chromium(&[&format!("--screenshot={}", shot.display())], &url);
-    assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        shot.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (w, h, px) = pixels(&shot);
     assert_eq!((w, h), (1400, 3000));
     let non_white = px.iter().filter(|p| p.iter().any(|&c| c < 240)).count();
     // Histogram bars (charts::BAR_COLOUR #4e79a7) and flame-graph frames
     // (inferno's hot palette: red to yellow, little blue).
-    let bars = px.iter().filter(|p| p.iter().zip([0x4e, 0x79, 0xa7]).all(|(a, b)| a.abs_diff(b) <= 8)).count();
-    let flames = px.iter().filter(|p| p[0] >= 200 && p[1] <= 235 && p[2] <= 60).count();
-    eprintln!("screenshot {shot:?}: {non_white} non-white, {bars} bar, {flames} flame pixels of {}", px.len());
-    assert!(non_white > px.len() / 20, "page looks blank: {non_white} non-white pixels");
+    let bars = px
+        .iter()
+        .filter(|p| {
+            p.iter()
+                .zip([0x4e, 0x79, 0xa7])
+                .all(|(a, b)| a.abs_diff(b) <= 8)
+        })
+        .count();
+    let flames = px
+        .iter()
+        .filter(|p| p[0] >= 200 && p[1] <= 235 && p[2] <= 60)
+        .count();
+    eprintln!(
+        "screenshot {shot:?}: {non_white} non-white, {bars} bar, {flames} flame pixels of {}",
+        px.len()
+    );
+    assert!(
+        non_white > px.len() / 20,
+        "page looks blank: {non_white} non-white pixels"
+    );
     assert!(bars > 1_000, "histogram bars not drawn: {bars}");
     assert!(flames > 10_000, "flame graph not drawn: {flames}");
 }

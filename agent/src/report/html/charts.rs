@@ -33,7 +33,7 @@ pub fn histogram(buckets: &[Bucket]) -> Markup {
     let plot_w = w - left - 8.0;
     let plot_h = h - bottom - top;
     let bar_w = plot_w / counts.len() as f64;
-    let label_every = counts.len().div_ceil(8);
+    let label_every = counts.len().div_ceil(6);
     html! {
         svg.chart.histogram width=(w) height=(h) viewBox={"0 0 " (w) " " (h)} role="img" {
             line x1=(left) y1=(top + plot_h) x2=(w - 8.0) y2=(top + plot_h) stroke="#999" {}
@@ -47,7 +47,7 @@ pub fn histogram(buckets: &[Bucket]) -> Markup {
                     title { (c) " calls in [" (units::ns(low)) ", " (units::ns(high)) ")" }
                 }
                 @if i % label_every == 0 {
-                    text x=(x + bar_w / 2.0) y=(top + plot_h + 14.0) text-anchor="middle" { (units::ns(low)) }
+                    text x=(x + bar_w / 2.0) y=(top + plot_h + 14.0) text-anchor="middle" { (compact_ns(low)) }
                 }
             }
             text x=(left + plot_w / 2.0) y=(h - 4.0) text-anchor="middle" class="axis" { "wait (log2 buckets, lower bound)" }
@@ -96,6 +96,21 @@ pub fn lines(lines: &[Line], y_title: &str, fmt: fn(f64) -> String) -> Markup {
     }
 }
 
+/// Axis labels: `524 us`, `2.1 ms`, `16 ns` (two or three digits).
+fn compact_ns(ns: u64) -> String {
+    let (v, unit) = match ns {
+        0..1_000 => (ns as f64, "ns"),
+        1_000..1_000_000 => (ns as f64 / 1e3, "us"),
+        1_000_000..1_000_000_000 => (ns as f64 / 1e6, "ms"),
+        _ => (ns as f64 / 1e9, "s"),
+    };
+    if v < 10.0 {
+        format!("{v:.1} {unit}")
+    } else {
+        format!("{v:.0} {unit}")
+    }
+}
+
 /// Legends have ~200 px: long names keep their end (the distinctive part).
 fn legend_name(name: &str) -> String {
     let n = name.chars().count();
@@ -120,6 +135,9 @@ mod tests {
         let svg = histogram(&[b(1024, 2048, 5), b(8192, 16384, 1)]).into_string();
         assert_eq!(svg.matches("<rect").count(), 4, "slots 10..=13: {svg}");
         assert!(svg.contains("5 calls in [1.02 us, 2.05 us)"));
+        assert_eq!(compact_ns(524_288), "524 us");
+        assert_eq!(compact_ns(2_097_152), "2.1 ms");
+        assert_eq!(compact_ns(16), "16 ns");
     }
 
     #[test]

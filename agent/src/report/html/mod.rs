@@ -257,8 +257,10 @@ fn cpu(s: &Summary, flames: &[FlameGraph]) -> Markup {
             p.note { "Flame graphs: width is the share of samples (on-CPU) or of time blocked (off-CPU). Click a frame to zoom, Ctrl-F to search." }
             (flamegraphs(flames))
         }
-        h3 { "Top symbols (on-CPU, like opreport -l)" }
-        (top_table(&on.top))
+        @if on.top.total > 0 {
+            h3 { "Top symbols (on-CPU, like opreport -l)" }
+            (top_table(&on.top))
+        }
         @if let Some(off) = &cpu.offcpu {
             h3 { "Where its threads block (off-CPU)" }
             p { (off.blocks) " blocks >= " (units::ns(off.min_block_ns)) ", " (units::ns(off.blocked_ns_total)) " blocked in all." }
