@@ -301,7 +301,7 @@ fn install(
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(werr(&tarball)(e).into()),
         _ => {}
     }
-    replace_dir(&tmp, out).map_err(werr(out))?;
+    replace_dir(&tmp, out, files).map_err(werr(out))?;
 
     let gz = tar_gz(&name, files, mtime).map_err(werr(&tarball))?;
     report::write_file(&tarball, &gz)?;
@@ -314,14 +314,25 @@ fn install(
 }
 
 /// Moves the finished `tmp` to `out`: a plain rename when `out` is absent
-/// or empty; an atomic exchange when it is an earlier bundle, which is
-/// then deleted.
-fn replace_dir(tmp: &Path, out: &Path) -> std::io::Result<()> {
+/// or empty; an atomic exchange when it is an earlier bundle, or holds
+/// only files the new bundle has too (e.g. written there while recording),
+/// and the old directory is then deleted.
+fn replace_dir(tmp: &Path, out: &Path, files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
     let empty = std::fs::read_dir(out).map(|mut d| d.next().is_none());
+    let superseded = || {
+        std::fs::read_dir(out).is_ok_and(|entries| {
+            entries.flatten().all(|e| {
+                e.file_type().is_ok_and(|t| t.is_file())
+                    && e.file_name()
+                        .to_str()
+                        .is_some_and(|n| files.contains_key(n))
+            })
+        })
+    };
     match empty {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::rename(tmp, out),
         Ok(true) => std::fs::rename(tmp, out),
-        Ok(false) if replaceable(out) => {
+        Ok(false) if replaceable(out) || superseded() => {
             exchange(tmp, out)?;
             std::fs::remove_dir_all(tmp)
         }
@@ -449,4 +460,94 @@ fn make_dir(path: &Path) -> std::io::Result<()> {
 
 fn sync_dir(path: &Path) -> std::io::Result<()> {
     std::fs::File::open(path)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recording() -> Recording {
+        let mut summary = crate::report::html::tests::summary();
+        summary.probes[0].stacks.folded_by_count = Some("innodb.mutex.enter.count.folded".into());
+        Recording {
+            summary,
+            folded: vec![(
+                "innodb.mutex.enter.count.folded".into(),
+                "main;PolicyMutex<T>::enter 3\n".into(),
+            )],
+        }
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn writes_dir_and_tarball_then_replaces_an_earlier_bundle() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("incident");
+        prepare(&out).unwrap();
+        assert!(!out.exists(), "nothing is created before the end");
+        let w = write(&recording(), &out, &["innoprof".into()]).unwrap();
+        assert_eq!(w.tarball, root.path().join("incident.tar.gz"));
+        let files = listing(&out);
+        for f in [
+            SUMMARY_JSON,
+            SUMMARY_TXT,
+            METADATA_JSON,
+            WAITS_PPROF,
+            "report.html",
+            "histograms.csv",
+        ] {
+            assert!(files.contains(&f.to_string()), "{f}: {files:?}");
+        }
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&out), 0o750);
+        assert_eq!(mode(&w.tarball), 0o640);
+        assert_eq!(
+            listing(root.path()),
+            ["incident", "incident.tar.gz"],
+            "no temp left"
+        );
+
+        // An earlier bundle, even with a file the new one lacks, is replaced whole.
+        std::fs::write(out.join("diff.txt"), "old").unwrap();
+        prepare(&out).unwrap();
+        write(&recording(), &out, &[]).unwrap();
+        assert_eq!(listing(&out), files);
+
+        // Anything else is refused, and left alone.
+        let other = root.path().join("home");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("notes.txt"), "mine").unwrap();
+        let err = prepare(&other).unwrap_err().to_string();
+        assert!(err.contains("not an innoprof recording"), "{err}");
+        assert_eq!(listing(&other), ["notes.txt"]);
+    }
+
+    #[test]
+    fn files_written_into_out_while_recording_are_superseded() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("live");
+        prepare(&out).unwrap();
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join(SUMMARY_TXT), "partial").unwrap();
+        write(&recording(), &out, &[]).unwrap();
+        assert_ne!(
+            std::fs::read_to_string(out.join(SUMMARY_TXT)).unwrap(),
+            "partial"
+        );
+    }
+
+    #[test]
+    fn report_of_a_directory_without_a_recording() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = rerender(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("no summary.json"), "{err}");
+    }
 }

@@ -585,3 +585,15 @@ fn mariadb_bundle_pprof_report_and_browser() {
     assert!(bars > 1_000, "histogram bars not drawn: {bars}");
     assert!(flames > 10_000, "flame graph not drawn: {flames}");
 }
+
+#[test]
+fn report_of_a_directory_without_a_recording_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_innoprof(&["report", dir.path().to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("holds no innoprof recording (no summary.json)") && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -310,4 +310,4 @@ iframe.flamegraph { width: 1220px; max-width: 100%; border: 1px solid #ddd; disp
 ";
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

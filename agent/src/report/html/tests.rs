@@ -3,7 +3,8 @@
 
 use super::*;
 
-fn summary() -> Summary {
+/// A small summary as summary.json holds it (also used by the bundle tests).
+pub(crate) fn summary() -> Summary {
     serde_json::from_str(
         r#"{
   "tool": "innoprof", "tool_version": "0.1.0",
