@@ -448,6 +448,8 @@ fn chromium(args: &[&str], url: &str) -> std::process::Output {
             "--disable-component-update",
             "--disable-sync",
             "--window-size=1400,3000",
+            // Let every flame graph's frame load and run its script first.
+            "--virtual-time-budget=10000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
