@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a built-in default: start the bundled MariaDB 10.2.11,
 # drive a sysbench oltp_read_write load, record it with innoprof for 20 s,
-# print the summary and leave the report in ./innoprof-demo (or $1).
+# print the summary and leave the bundle in ./innoprof-demo (or $1) and
+# ./innoprof-demo.tar.gz; the last line names report.html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-innoprof-demo}
@@ -18,4 +19,5 @@ sleep 3
 target/release/innoprof record --pid "$pid" --duration 20s --out "$out"
 wait
 echo "demo: sysbench: $(grep -E 'transactions:' "$dir/sysbench.txt" | xargs)" >&2
-echo "demo: report in $out/ (summary.txt, summary.json, per-probe *.folded, oncpu.folded and the oncpu.svg flame graph)" >&2
+echo "demo: bundle in $out/ and $out.tar.gz (summary.txt, summary.json, metadata.json, histograms, *.folded, oncpu.svg, cpu.pb.gz, waits.pb.gz)" >&2
+echo "demo: open the report: $(realpath "$out")/report.html" >&2

@@ -14,6 +14,7 @@ packages=(
     util-linux procps                       # setpriv (unprivileged test), ps
     linux-perf                              # perf: the CPU tests compare with `perf record`
     prometheus                              # a real Prometheus scrapes `innoprof serve` in the tests
+    chromium                                # headless browser: the report.html test renders the page
 )
 
 missing=()
@@ -25,6 +26,8 @@ done
 # which Debian's npm package conflicts with): only install when absent.
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
+# `go tool pprof` reads the pprof exports in the tests; any Go will do.
+command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing+=(golang-go)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -95,7 +95,7 @@ pub enum CalibrateError {
 
 /// Nanoseconds of CPU one call of a probed function costs, by how the
 /// probe is attached and how its first instruction is handled.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct HitCost {
     /// Timed probe (entry + return) on an emulated `push` prologue.
     pub latency_emulated_ns: f64,

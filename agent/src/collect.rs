@@ -21,7 +21,7 @@ pub enum CollectError {
 }
 
 /// What the BPF side could not record, by reason.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Drops {
     pub stack_collisions: u64,
     pub stack_errors: u64,

@@ -1,16 +1,16 @@
 //! Log2 latency histograms as kept by the BPF side.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::bpf_abi::HIST_SLOTS;
 
 /// Slot `i` counts waits in `[2^i, 2^(i+1))` ns (slot 0: `[0, 2)`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Log2Histogram {
     pub counts: Vec<u64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bucket {
     pub low_ns: u64,
     pub high_ns: u64,

@@ -5,13 +5,15 @@
 //! [`catalog`] (what to probe) → [`target`] and [`server`] (what runs) →
 //! [`resolve`] (symbols to file offsets) → [`attach`] (BPF programs on the
 //! offsets) → [`collect`] (maps to totals) → [`symbolize`] (stacks to
-//! names) → [`report`] (tables, JSON, folded stacks). [`record`] wires them.
+//! names) → [`report`] (tables, JSON, folded stacks, pprof, report.html) →
+//! [`bundle`] (the output directory and its tarball). [`record`] wires them.
 //! Alongside, [`cpu`] samples on-CPU stacks and off-CPU time, and [`diff`]
 //! compares two recordings. [`timeseries`] turns live reads of the counters
 //! into per-interval deltas, and [`export`] serves them to Prometheus.
 
 pub mod attach;
 pub mod bpf_abi;
+pub mod bundle;
 pub mod calibrate;
 pub mod callsite;
 pub mod catalog;

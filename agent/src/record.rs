@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
+use crate::bundle::{self, BundleError, Written};
 use crate::calibrate::{calibrate, CalibrateError, HitCost};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
@@ -44,6 +45,8 @@ pub enum RecordError {
     Collect(#[from] CollectError),
     #[error(transparent)]
     Output(#[from] OutputError),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
     #[error(transparent)]
     Cpu(#[from] CpuError),
     #[error("no probe requested: use --probes default|all|NAME,… or --probe PATTERN")]
@@ -468,8 +471,8 @@ impl Recorder {
             folded.extend(c.files()?);
         }
         let summary = Summary {
-            tool: "innoprof",
-            tool_version: env!("CARGO_PKG_VERSION"),
+            tool: "innoprof".to_string(),
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
             target: TargetInfo {
                 pid: t.pid,
                 comm: t.comm.clone(),
@@ -729,14 +732,9 @@ pub struct Recording {
 }
 
 impl Recording {
-    pub fn write(&self, dir: &Path) -> Result<(), OutputError> {
-        report::prepare_dir(dir)?;
-        for (name, text) in &self.folded {
-            report::write_file(&dir.join(name), text.as_bytes())?;
-        }
-        let table = report::table::render(&self.summary);
-        report::write_file(&dir.join("summary.txt"), table.as_bytes())?;
-        let json = serde_json::to_vec_pretty(&self.summary).expect("summary serialises");
-        report::write_file(&dir.join("summary.json"), &json)
+    /// Writes the incident bundle: `out/` and `out.tar.gz` (see [`bundle`]).
+    /// `command_line` is innoprof's argv, kept in metadata.json.
+    pub fn write(&self, out: &Path, command_line: &[String]) -> Result<Written, BundleError> {
+        bundle::write(self, out, command_line)
     }
 }

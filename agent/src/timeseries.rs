@@ -11,7 +11,6 @@
 //! whole recording (most wait, then most calls), or "other" for the rest.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -20,7 +19,6 @@ use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::collect::{CollectError, Counters, LiveProbe};
 use crate::record::Recorder;
 use crate::report::model::TimeseriesNote;
-use crate::report::{self, OutputError};
 
 /// Call sites per probe that get their own rows; the rest are "other".
 pub const TOP_CALLSITES: usize = 10;
@@ -285,9 +283,18 @@ impl TimeSeries {
         }
     }
 
-    pub fn write(&self, dir: &Path) -> Result<(), OutputError> {
-        report::write_file(&dir.join(JSON_FILE), &self.to_json())?;
-        report::write_file(&dir.join(CSV_FILE), &self.to_csv())
+    /// (file name, contents), for the recording's bundle.
+    pub fn files(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                JSON_FILE.to_string(),
+                String::from_utf8_lossy(&self.to_json()).into_owned(),
+            ),
+            (
+                CSV_FILE.to_string(),
+                String::from_utf8_lossy(&self.to_csv()).into_owned(),
+            ),
+        ]
     }
 }
 

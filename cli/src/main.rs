@@ -4,6 +4,7 @@ mod cpu_args;
 mod diff;
 mod probe_args;
 mod probes;
+mod report;
 mod serve;
 mod top;
 
@@ -14,10 +15,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use innoprof::bundle;
 use innoprof::governor::GovernorConfig;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::report::model::EndReason;
-use innoprof::report::{self, table};
+use innoprof::report::table;
 use innoprof::timeseries::IntervalSeries;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -45,6 +47,8 @@ enum Command {
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),
+    /// Rebuild report.html and summary.txt from a saved recording directory.
+    Report(report::ReportArgs),
     /// Keep the probes attached and serve their live counters as Prometheus metrics at /metrics.
     Serve(serve::ServeArgs),
     /// Measure what one probe hit costs on this host (what the overhead governor budgets with).
@@ -69,7 +73,8 @@ struct RecordArgs {
     /// How long to record (e.g. 30s, 2m, 500ms).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     duration: Duration,
-    /// Output directory (created if missing).
+    /// Output directory, written whole at the end with OUT.tar.gz beside it
+    /// (must be absent, empty, or an earlier recording, which is replaced).
     #[arg(long)]
     out: PathBuf,
     #[command(flatten)]
@@ -116,6 +121,7 @@ fn main() -> ExitCode {
             Command::Top(args) => top::run(args).await,
             Command::Probes(args) => probes::run(args),
             Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
+            Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
             Command::Calibrate(args) => calibrate(args),
             // Connection tasks share the BPF handles on this one thread.
             Command::Serve(args) => {
@@ -159,7 +165,7 @@ fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&cost)?);
     } else {
-        print!("{}", report::overhead::render_hit_cost(&cost));
+        print!("{}", innoprof::report::overhead::render_hit_cost(&cost));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -198,7 +204,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
 
     let plan = Plan::build(&opts)?;
     // Checked before any probe is attached, so a bad --out costs nothing.
-    report::prepare_dir(&args.out)?;
+    bundle::prepare(&args.out)?;
     warn_unattached(&plan);
     let mut recorder = Recorder::start(plan, !args.no_stacks)?;
     let mut series = args
@@ -274,12 +280,20 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
     let mut recording = recorder.finish(end)?;
     if let Some(series) = &series {
-        series.write(&args.out)?;
+        recording.folded.extend(series.files());
         recording.summary.timeseries = Some(series.note());
     }
-    recording.write(&args.out)?;
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let written = recording.write(&args.out, &argv)?;
     print!("{}", table::render(&recording.summary));
-    eprintln!("innoprof: wrote {}", args.out.display());
+    eprintln!(
+        "innoprof: wrote {} and {}; open {}",
+        written.dir.display(),
+        written.tarball.display(),
+        written.report.display()
+    );
     Ok(if end == EndReason::TargetExited {
         ExitCode::from(EXIT_TARGET_EXITED)
     } else {

@@ -41,7 +41,7 @@ impl RawCpuProfile {
         let ticks_expected =
             (self.cpus as f64 * self.opts.frequency_hz as f64 * self.duration_s).round() as u64;
         let oncpu = OnCpuSummary {
-            event: "cpu-clock",
+            event: "cpu-clock".to_string(),
             frequency_hz: self.opts.frequency_hz,
             cpus: self.cpus,
             samples,
@@ -82,7 +82,7 @@ impl RawCpuProfile {
             }
             let summary = OffCpuSummary {
                 min_block_ns: self.opts.offcpu_min_ns,
-                weight_unit: "us",
+                weight_unit: "us".to_string(),
                 blocks: self.counter(Counter::OffBlocks),
                 blocked_ns_total: self.offcpu.iter().map(|(_, v)| v.total_ns).sum(),
                 still_blocked_threads: self.still_blocked.len() as u64,

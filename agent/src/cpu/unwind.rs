@@ -20,7 +20,7 @@ use gimli::{
     UnwindSection, X86_64,
 };
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::symbolize::ProcessMaps;
 
@@ -40,14 +40,14 @@ pub struct UnwindTable {
 }
 
 /// The rows the walker had, by file (summary.json `cpu.unwind`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct UnwindInfo {
     pub rows: usize,
     pub files: Vec<ModuleUnwind>,
 }
 
 /// What one mapped file contributed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModuleUnwind {
     pub path: String,
     pub rows: usize,

@@ -4,8 +4,12 @@
 pub mod cpu_table;
 pub mod flamegraph;
 pub mod folded;
+pub mod histograms;
+pub mod html;
+pub mod metadata;
 pub mod model;
 pub mod overhead;
+pub mod pprof;
 pub mod table;
 pub mod top_symbols;
 pub mod units;

@@ -1,6 +1,6 @@
 //! The recording's data model, serialised as `summary.json`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::top_symbols::TopSymbols;
 use crate::calibrate::HitCost;
@@ -10,10 +10,10 @@ use crate::histogram::Bucket;
 use crate::resolve::{EntryInsn, SkippedSymbol, SymbolTable};
 use crate::server::ServerInfo;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
-    pub tool: &'static str,
-    pub tool_version: &'static str,
+    pub tool: String,
+    pub tool_version: String,
     pub target: TargetInfo,
     /// Catalog file the probes came from, if any.
     pub catalog: Option<String>,
@@ -27,6 +27,8 @@ pub struct Summary {
     /// CPU profile (on-CPU samples, off-CPU time); absent with `--no-cpu`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuSummary>,
+    /// Absent in recordings made before the governor existed.
+    #[serde(default)]
     pub overhead: OverheadSummary,
     /// The interval series written beside, with `--interval`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -34,7 +36,7 @@ pub struct Summary {
 }
 
 /// What the recording cost, as measured and as projected from probe hits.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OverheadSummary {
     /// Per-call cost of a probe hit on this host, calibrated at start.
     pub hit_cost: HitCost,
@@ -48,12 +50,12 @@ pub struct OverheadSummary {
     pub agent_cpu_pct_of_core: f64,
     pub agent_max_rss_kb: u64,
     /// Re-attaches the kernel refused while duty-cycling.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub governor_errors: Vec<String>,
 }
 
 /// A probe the governor did not keep attached the whole time.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sampling {
     pub state: SamplingState,
     /// Fraction of the recording it was attached; counts were divided by it.
@@ -69,7 +71,7 @@ pub struct Sampling {
     pub projected_full_pct_of_core: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SamplingState {
     DutyCycled,
@@ -78,14 +80,14 @@ pub enum SamplingState {
     Detached,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TimeseriesNote {
     pub interval_ms: u64,
     pub intervals: usize,
     pub files: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TargetInfo {
     pub pid: u32,
     pub comm: String,
@@ -101,7 +103,7 @@ pub struct TargetInfo {
     pub debug_file: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     Duration,
@@ -109,7 +111,7 @@ pub enum EndReason {
     TargetExited,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeStatus {
     Attached,
@@ -117,7 +119,7 @@ pub enum ProbeStatus {
     AttachFailed,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SymbolInfo {
     pub name: String,
     pub raw: String,
@@ -130,7 +132,7 @@ pub struct SymbolInfo {
     pub calls: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeResult {
     pub name: String,
     pub description: String,
@@ -141,6 +143,9 @@ pub struct ProbeResult {
     pub reason: Option<String>,
     pub symbols: Vec<SymbolInfo>,
     pub skipped: Vec<SkippedSymbol>,
+    /// Share of the probe's hits that were recorded: 1.0 is every hit.
+    /// An overhead governor that duty-cycles a probe lowers it (and scales
+    /// nothing: the counts are what was seen).
     pub calls: u64,
     pub calls_per_sec: f64,
     pub wait_ns_total: u64,
@@ -153,7 +158,7 @@ pub struct ProbeResult {
     /// Per caller `file:line`, for probes whose function takes them.
     pub callsites: Vec<CallsiteResult>,
     /// Per latch (`dict_sys_mutex`), for probes that name latches.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latches: Vec<LatchResult>,
     /// Why latches could not be named, when the probe asks for names.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,11 +168,19 @@ pub struct ProbeResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling: Option<Sampling>,
     /// Server CPU its hits cost (observed hits × calibrated cost), % of one core.
+    #[serde(default)]
     pub overhead_pct_of_core: f64,
     pub stacks: StackStats,
 }
 
-#[derive(Debug, Clone, Serialize)]
+impl ProbeResult {
+    /// Fraction of the recording the probe was attached (1.0: always).
+    pub fn sampling_ratio(&self) -> f64 {
+        self.sampling.as_ref().map_or(1.0, |s| s.attached_fraction)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CallsiteResult {
     /// `btr0cur.cc:304`
     pub site: String,
@@ -182,7 +195,7 @@ pub struct CallsiteResult {
     pub wait_ns_max: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatchResult {
     /// `dict_sys_mutex`
     pub latch: String,
@@ -191,7 +204,7 @@ pub struct LatchResult {
     pub wait_ns_max: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StackStats {
     pub distinct: usize,
     /// Calls whose stack could not be captured (collision or error).
@@ -201,7 +214,7 @@ pub struct StackStats {
 }
 
 /// The CPU profile's part of `summary.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CpuSummary {
     pub oncpu: OnCpuSummary,
     /// Present when off-CPU time was recorded (`--offcpu`).
@@ -211,10 +224,10 @@ pub struct CpuSummary {
     pub unwind: crate::cpu::UnwindInfo,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OnCpuSummary {
     /// The perf event sampled: `cpu-clock` (software).
-    pub event: &'static str,
+    pub event: String,
     pub frequency_hz: u64,
     /// CPUs sampled (one event each).
     pub cpus: usize,
@@ -237,7 +250,7 @@ pub struct OnCpuSummary {
 /// Samples whose stack is incomplete (still counted, under an
 /// `[unwind stopped]`, `[truncated]` or `[kernel stack lost]` frame) or
 /// that could not be counted at all (`map_full`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OnCpuLost {
     /// The user stack walk ended before the thread's first frame
     /// (unreadable stack memory, or CFI the walker does not implement).
@@ -249,12 +262,12 @@ pub struct OnCpuLost {
     pub map_full: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OffCpuSummary {
     /// Blocks shorter than this are counted in `below_min` only.
     pub min_block_ns: u64,
     /// Unit of the weights in `offcpu.folded`: microseconds blocked.
-    pub weight_unit: &'static str,
+    pub weight_unit: String,
     /// Blocks at or above the threshold (ended during the recording).
     pub blocks: u64,
     pub blocked_ns_total: u64,
@@ -276,7 +289,7 @@ pub struct OffCpuSummary {
     pub top: TopSymbols,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OffCpuLost {
     /// Counted under an `[unwind stopped]` root frame.
     pub unwind_stopped: u64,

@@ -1,7 +1,9 @@
 //! The overhead lines of the summary: what probe hits cost the server, what
 //! innoprof cost itself, and which probes the governor duty-cycled.
 
-use super::model::{SamplingState, Summary};
+use serde::{Deserialize, Serialize};
+
+use super::model::{ProbeStatus, SamplingState, Summary};
 use super::units;
 use crate::calibrate::HitCost;
 
@@ -58,4 +60,56 @@ pub fn render_hit_cost(c: &HitCost) -> String {
         ns(c.count_emulated_ns),
         ns(c.count_stepped_ns),
     )
+}
+
+/// The overhead figures `metadata.json` carries: observed hits × the per-call
+/// cost calibrated at start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverheadEstimate {
+    /// How the numbers were made, for whoever reads the file later.
+    pub method: String,
+    /// False when calibration failed and typical costs were used.
+    pub calibrated: bool,
+    /// Server CPU spent in probe hits over the whole recording.
+    pub total_ns: u64,
+    /// `total_ns` as a share of one CPU over the recording, in %.
+    pub pct_of_one_cpu: f64,
+    pub probes: Vec<ProbeOverhead>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeOverhead {
+    pub name: String,
+    /// Hits seen (before any scaling of a duty-cycled probe).
+    pub hits: u64,
+    pub estimated_ns: u64,
+}
+
+pub fn estimate(summary: &Summary) -> OverheadEstimate {
+    let wall_ns = summary.duration_s * 1e9;
+    let probes: Vec<ProbeOverhead> = summary
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached)
+        .map(|p| ProbeOverhead {
+            name: p.name.clone(),
+            hits: p.sampling.as_ref().map_or(p.calls, |s| s.observed_calls),
+            estimated_ns: (p.overhead_pct_of_core / 100.0 * wall_ns).round() as u64,
+        })
+        .collect();
+    let c = &summary.overhead.hit_cost;
+    OverheadEstimate {
+        method: format!(
+            "hits seen x per-call cost calibrated at start{}: timed {:.0} ns (emulated entry) / {:.0} ns (single-stepped), count-only {:.0} / {:.0} ns",
+            if c.with_stacks { " with stacks" } else { "" },
+            c.latency_emulated_ns,
+            c.latency_stepped_ns,
+            c.count_emulated_ns,
+            c.count_stepped_ns,
+        ),
+        calibrated: summary.overhead.calibration_note.is_none(),
+        total_ns: probes.iter().map(|p| p.estimated_ns).sum(),
+        pct_of_one_cpu: summary.overhead.probes_pct_of_core,
+        probes,
+    }
 }

@@ -14,11 +14,7 @@ pub fn render(summary: &Summary) -> String {
         summary.target.pid,
         summary.target.binary,
         summary.duration_s,
-        match summary.end_reason {
-            super::model::EndReason::Duration => "complete",
-            super::model::EndReason::Interrupted => "interrupted (partial)",
-            super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
-        }
+        end_text(summary.end_reason)
     );
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
@@ -120,27 +116,32 @@ pub fn render(summary: &Summary) -> String {
     out
 }
 
+pub(crate) fn end_text(end: super::model::EndReason) -> &'static str {
+    match end {
+        super::model::EndReason::Duration => "complete",
+        super::model::EndReason::Interrupted => "interrupted (partial)",
+        super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
+    }
+}
+
 const TOP_CALLSITES: usize = 10;
 
 /// The call sites with the most wait (or calls, for untimed probes) over
 /// all probes: the per-`file:line` view SHOW ENGINE INNODB MUTEX gave,
 /// with the latch taken where the probe names latches.
 fn callsites(summary: &Summary, top: usize) -> String {
-    let rows: Vec<WaitRow> = summary
-        .probes
-        .iter()
-        .flat_map(|p| {
-            p.callsites.iter().map(move |c| WaitRow {
-                probe: &p.name,
-                key: match &c.latch {
-                    Some(l) => format!("{l} @ {}", c.site),
-                    None => c.site.clone(),
-                },
-                calls: c.calls,
-                wait_ns_total: c.wait_ns_total,
-                wait_ns_max: c.wait_ns_max,
-                timed: p.wait_ns_avg.is_some(),
-            })
+    let rows: Vec<WaitRow> = top_callsites(summary, top)
+        .into_iter()
+        .map(|(probe, c, timed)| WaitRow {
+            probe,
+            key: match &c.latch {
+                Some(l) => format!("{l} @ {}", c.site),
+                None => c.site.clone(),
+            },
+            calls: c.calls,
+            wait_ns_total: c.wait_ns_total,
+            wait_ns_max: c.wait_ns_max,
+            timed,
         })
         .collect();
     wait_table("top call sites", "call site", rows, top)
@@ -208,9 +209,29 @@ fn wait_table(title: &str, key_header: &str, mut rows: Vec<WaitRow>, top: usize)
     format!("{title}:\n{table}\n")
 }
 
+/// The `top` call sites with the most wait (then calls) over all probes:
+/// (probe, site, whether the probe is timed).
+pub(crate) fn top_callsites(
+    summary: &Summary,
+    top: usize,
+) -> Vec<(&str, &super::model::CallsiteResult, bool)> {
+    let mut rows: Vec<(&str, &super::model::CallsiteResult, bool)> = summary
+        .probes
+        .iter()
+        .flat_map(|p| {
+            p.callsites
+                .iter()
+                .map(move |c| (p.name.as_str(), c, p.wait_ns_avg.is_some()))
+        })
+        .collect();
+    rows.sort_by_key(|r| std::cmp::Reverse((r.1.wait_ns_total, r.1.calls)));
+    rows.truncate(top);
+    rows
+}
+
 /// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter(unsigned int, …)` →
 /// `PolicyMutex<TTASEventMutex<GenericPolicy> >::enter`, at most 60 chars.
-fn short(name: &str) -> String {
+pub(crate) fn short(name: &str) -> String {
     let no_params = match name.find('(') {
         Some(i) if i > 0 => &name[..i],
         _ => name,

@@ -30,7 +30,7 @@ pub enum ElfError {
 
 /// Which symbol table a symbol came from. `.dynsym` survives `strip`,
 /// `.symtab` does not, so the distinction explains missing probes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SymbolTable {
     Symtab,

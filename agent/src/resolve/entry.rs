@@ -2,9 +2,9 @@
 //! the kernel emulates `push` (and NOPs) in place, anything else is
 //! single-stepped out of line, roughly 20x dearer on these machines.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryInsn {
     /// `push %reg` (`55`, `41 5x`, …): emulated, the cheap case.

@@ -9,7 +9,7 @@ pub mod pattern;
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use elf::{ElfError, ElfImage, FunctionSymbol, SymbolTable};
 pub use entry::EntryInsn;
@@ -33,14 +33,14 @@ pub struct ResolvedSymbol {
 }
 
 /// A matching symbol that was deliberately not attached.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SkippedSymbol {
     pub name: String,
     pub address: u64,
     pub reason: SkipReason,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SkipReason {
     /// `.cold`: an out-of-line block of the function, never entered by a call.

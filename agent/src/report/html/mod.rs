@@ -1,0 +1,313 @@
+//! `report.html`: the whole recording in one file a person opens in a
+//! browser, offline — no script or font or style from the network. Tables,
+//! latency histograms and time series as inline SVG drawn here, the flame
+//! graphs as inferno drew them. Built with maud: templates checked at
+//! compile time, and every interpolated value HTML-escaped (symbol names
+//! are full of `<` and `>`) unless wrapped in `PreEscaped` on purpose.
+
+pub mod charts;
+pub mod flame;
+pub mod timeseries;
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::metadata::Metadata;
+use super::model::{ProbeStatus, Summary};
+use super::top_symbols::TopSymbols;
+use super::{table, units};
+use crate::catalog::Measure;
+use timeseries::TimeSeries;
+
+pub const FILE: &str = "report.html";
+
+/// Rows of the tables (summary.json has more).
+const TOP_SYMBOL_ROWS: usize = 30;
+const CALLSITE_ROWS: usize = 20;
+
+/// A flame graph to show: inferno's SVG.
+pub struct FlameGraph {
+    pub title: String,
+    pub svg: String,
+}
+
+pub struct Page<'a> {
+    pub summary: &'a Summary,
+    pub metadata: Option<&'a Metadata>,
+    pub timeseries: Option<&'a TimeSeries>,
+    /// On-CPU, then off-CPU: shown with the CPU tables.
+    pub cpu_flamegraphs: &'a [FlameGraph],
+    /// The wait probes' stacks: shown last.
+    pub probe_flamegraphs: &'a [FlameGraph],
+}
+
+pub fn render(page: &Page) -> String {
+    let s = page.summary;
+    let title = format!("innoprof: {} pid {}", s.target.server, s.target.pid);
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                h1 { (title) " " span.badge.(if s.complete { "ok" } else { "partial" }) { (table::end_text(s.end_reason)) } }
+                (about(page))
+                h2 #summary { "Wait probes" }
+                (probe_table(s))
+                (histograms(s))
+                @if let Some(ts) = page.timeseries { (time_series(ts)) }
+                (cpu(s, page.cpu_flamegraphs))
+                (callsites(s))
+                @if !page.probe_flamegraphs.is_empty() {
+                    h2 #waitstacks { "Wait stacks" }
+                    p.note { "Per probe: width is wait time (calls for count-only probes). Click a frame to zoom, Ctrl-F to search." }
+                    (flamegraphs(page.probe_flamegraphs))
+                }
+            }
+        }
+    }
+    .into_string()
+}
+
+fn about(page: &Page) -> Markup {
+    let s = page.summary;
+    let t = &s.target;
+    let time = |ms: u64| {
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    };
+    let m = page.metadata;
+    html! {
+        table.about {
+            @if let Some(m) = m {
+                tr { th { "host" } td { (m.host.hostname) " (kernel " (m.host.kernel) ")" } }
+            }
+            tr { th { "server" } td { (t.server) " — " (t.comm) " pid " (t.pid) } }
+            tr { th { "binary" } td { code { (t.binary) } @if let Some(id) = &t.build_id { " build-id " code { (id) } } } }
+            tr { th { "recorded" } td {
+                (time(u64::try_from(s.started_unix_ms).unwrap_or(0))) " for " (format!("{:.1}", s.duration_s)) " s"
+                @if let Some(m) = m { " (until " (time(m.ended_unix_ms)) ")" }
+            } }
+            @if let Some(m) = m {
+                tr { th { "command" } td { code { (m.command_line.join(" ")) } } }
+                tr { th { "overhead (estimate)" } td {
+                    (units::ns(m.overhead.total_ns)) " of server CPU in probe hits, "
+                    (format!("{:.2}", m.overhead.pct_of_one_cpu)) " % of one CPU"
+                    @if !m.overhead.calibrated { span.note { " — " (m.overhead.method) } }
+                } }
+                tr { th { "lost" } td {
+                    (m.dropped.stack_lost_calls) " probe hits without a stack; "
+                    (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
+                } }
+            }
+        }
+    }
+}
+
+fn probe_table(s: &Summary) -> Markup {
+    let attached: Vec<_> = s
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached)
+        .collect();
+    let t = |v: Option<u64>| v.map(units::ns).unwrap_or_else(|| "-".into());
+    html! {
+        @if attached.is_empty() {
+            p { "No wait probe attached." }
+        } @else {
+            table.data {
+                thead { tr { th { "probe" } th { "symbol" } th.n { "calls" } th.n { "calls/s" } th.n { "total wait" } th.n { "avg" } th.n { "p50 <=" } th.n { "p99 <=" } th.n { "max" } th.n { "sampled" } } }
+                tbody {
+                    @for p in &attached {
+                        @let timed = p.wait_ns_avg.is_some();
+                        tr {
+                            td { (p.name) }
+                            td title=(p.symbols.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join("\n")) {
+                                @match p.symbols.as_slice() {
+                                    [one] => { code { (table::short(&one.name)) } }
+                                    [first, rest @ ..] => { code { (table::short(&first.name)) } " (+" (rest.len()) ")" }
+                                    [] => { "-" }
+                                }
+                            }
+                            td.n { (p.calls) }
+                            td.n { (units::count(p.calls_per_sec)) }
+                            td.n { @if timed { (units::ns(p.wait_ns_total)) } @else { "-" } }
+                            td.n { (t(p.wait_ns_avg)) }
+                            td.n { (t(p.wait_ns_p50)) }
+                            td.n { (t(p.wait_ns_p99)) }
+                            td.n { @if timed { (units::ns(p.wait_ns_max)) } @else { "-" } }
+                            td.n { (format!("{:.0} %", p.sampling_ratio() * 100.0)) }
+                        }
+                    }
+                }
+            }
+        }
+        @let missing: Vec<_> = s.probes.iter().filter(|p| p.status != ProbeStatus::Attached).collect();
+        @if !missing.is_empty() {
+            details {
+                summary { (missing.len()) " probes not attached" }
+                ul { @for p in &missing { li { b { (p.name) } " — " (p.reason.as_deref().unwrap_or("")) } } }
+            }
+        }
+    }
+}
+
+fn histograms(s: &Summary) -> Markup {
+    let timed: Vec<_> = s
+        .probes
+        .iter()
+        .filter(|p| {
+            p.status == ProbeStatus::Attached && p.measure == Measure::Latency && p.calls > 0
+        })
+        .collect();
+    html! {
+        @if !timed.is_empty() {
+            h2 #histograms { "Latency histograms" }
+            div.grid {
+                @for p in &timed {
+                    figure {
+                        figcaption { b { (p.name) } " — " (p.calls) " calls, p99 <= " (p.wait_ns_p99.map(units::ns).unwrap_or_default()) }
+                        (charts::histogram(&p.histogram))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn time_series(ts: &TimeSeries) -> Markup {
+    let secs = ts.interval_s();
+    let wait = ts.probe_lines(|p| p.wait_ns as f64);
+    let rate = ts.probe_lines(|p| p.calls as f64 / secs);
+    let with_sites: Vec<&str> = ts
+        .probes()
+        .into_iter()
+        .filter(|p| {
+            ts.points
+                .iter()
+                .any(|x| x.probe == *p && x.callsite.is_some())
+        })
+        .collect();
+    html! {
+        h2 #timeseries { "Over time (" (ts.interval_ms) " ms intervals)" }
+        @if wait.iter().any(|l| l.points.iter().any(|p| p.1 > 0.0)) {
+            h3 { "Wait time per interval, by probe" }
+            (charts::lines(&wait, "wait time", |v| units::ns(v as u64)))
+        }
+        h3 { "Calls per second, by probe" }
+        (charts::lines(&rate, "calls/s", units::count))
+        @for probe in with_sites {
+            h3 { "Wait time per interval by call site: " (probe) }
+            (charts::lines(&ts.callsite_lines(probe), "wait time", |v| units::ns(v as u64)))
+        }
+    }
+}
+
+fn callsites(s: &Summary) -> Markup {
+    let rows = table::top_callsites(s, CALLSITE_ROWS);
+    let t = |timed: bool, v: u64| if timed { units::ns(v) } else { "-".to_string() };
+    html! {
+        @if !rows.is_empty() {
+            h2 #callsites { "Top call sites" }
+            table.data {
+                thead { tr { th { "probe" } th { "call site" } th.n { "calls" } th.n { "total wait" } th.n { "avg" } th.n { "max" } } }
+                tbody {
+                    @for (probe, c, timed) in &rows {
+                        tr {
+                            td { (probe) }
+                            td title=(c.file.as_deref().unwrap_or("")) { code { (c.site) } }
+                            td.n { (c.calls) }
+                            td.n { (t(*timed, c.wait_ns_total)) }
+                            td.n { (t(*timed, c.wait_ns_total / c.calls.max(1))) }
+                            td.n { (t(*timed, c.wait_ns_max)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn flamegraphs(list: &[FlameGraph]) -> Markup {
+    html! {
+        @for f in list {
+            @let (doc, height) = flame::srcdoc(&f.svg);
+            h3 { (f.title) }
+            iframe.flamegraph title=(f.title) sandbox="allow-scripts allow-modals" style={"height:" (height + 4) "px"} srcdoc=(doc) {}
+        }
+    }
+}
+
+fn cpu(s: &Summary, flames: &[FlameGraph]) -> Markup {
+    let Some(cpu) = &s.cpu else {
+        return html! {};
+    };
+    let on = &cpu.oncpu;
+    html! {
+        h2 #cpu { "Where the server burns CPU" }
+        p {
+            (on.samples) " samples (" (on.event) " at " (on.frequency_hz) " Hz on " (on.cpus) " CPUs); the server ran "
+            (format!("{:.1}", on.target_cpu_pct)) " % of the sampled CPU time. Incomplete stacks: "
+            (on.lost.unwind_stopped) " user walks stopped, " (on.lost.kernel_stack) " kernel, " (on.lost.truncated) " truncated."
+        }
+        @if !flames.is_empty() {
+            p.note { "Flame graphs: width is the share of samples (on-CPU) or of time blocked (off-CPU). Click a frame to zoom, Ctrl-F to search." }
+            (flamegraphs(flames))
+        }
+        @if on.top.total > 0 {
+            h3 { "Top symbols (on-CPU, like opreport -l)" }
+            (top_table(&on.top))
+        }
+        @if let Some(off) = &cpu.offcpu {
+            h3 { "Where its threads block (off-CPU)" }
+            p { (off.blocks) " blocks >= " (units::ns(off.min_block_ns)) ", " (units::ns(off.blocked_ns_total)) " blocked in all." }
+            (top_table(&off.top))
+        }
+    }
+}
+
+fn top_table(top: &TopSymbols) -> Markup {
+    html! {
+        @if top.total > 0 {
+            table.data.top {
+                thead { tr { th.n { (top.unit) } th.n { "self %" } th.n { "total %" } th { "module" } th { "symbol" } } }
+                tbody {
+                    @for r in top.rows.iter().take(TOP_SYMBOL_ROWS) {
+                        tr {
+                            td.n { (r.samples) }
+                            td.n { (format!("{:.2}", r.self_pct)) }
+                            td.n { (format!("{:.2}", r.total_pct)) }
+                            td { (r.module) }
+                            td.sym { code { (r.symbol) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+const CSS: &str = "
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 20px 28px; color: #222; background: #fff; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1px solid #ddd; } h3 { font-size: 15px; }
+code { font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 12px; }
+table { border-collapse: collapse; font-size: 13px; }
+table.data th, table.data td { border: 1px solid #ddd; padding: 3px 7px; }
+table.data thead th { background: #f3f5f8; }
+table.about th { text-align: left; padding: 2px 14px 2px 0; color: #555; font-weight: 600; vertical-align: top; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.sym { max-width: 760px; overflow-wrap: anywhere; }
+.badge { font-size: 13px; padding: 2px 8px; border-radius: 10px; vertical-align: middle; }
+.badge.ok { background: #dff3e3; color: #1d6b32; } .badge.partial { background: #fde2e1; color: #9b1c17; }
+.note { color: #666; font-size: 12px; }
+.grid { display: flex; flex-wrap: wrap; gap: 8px 18px; }
+figure { margin: 0; } figcaption { font-size: 12px; }
+svg.chart text { font-size: 10px; fill: #444; } svg.chart text.axis { fill: #777; }
+iframe.flamegraph { width: 1220px; max-width: 100%; border: 1px solid #ddd; display: block; }
+";
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,92 @@
+//! Reads `timeseries.json` (written by `record --interval`) for the page's
+//! line charts. The file's contract: `t_ms` is the end of an interval in ms
+//! since the start; `calls`/`wait_ns` are deltas within it; `callsite` null
+//! is the probe's total.
+
+use serde::Deserialize;
+
+pub const FILE: &str = "timeseries.json";
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TimeSeries {
+    pub interval_ms: u64,
+    pub started_unix_ms: u64,
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Point {
+    pub t_ms: u64,
+    pub probe: String,
+    pub callsite: Option<String>,
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+
+/// One line of a chart: (x = seconds since the start, y) points.
+pub struct Line {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+impl TimeSeries {
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// Probes in order of first appearance.
+    pub fn probes(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for p in &self.points {
+            if !out.contains(&p.probe.as_str()) {
+                out.push(&p.probe);
+            }
+        }
+        out
+    }
+
+    /// Per probe total (callsite null): `y(point)` per interval.
+    pub fn probe_lines(&self, y: impl Fn(&Point) -> f64) -> Vec<Line> {
+        self.probes()
+            .into_iter()
+            .map(|probe| Line {
+                name: probe.to_string(),
+                points: self
+                    .points
+                    .iter()
+                    .filter(|p| p.probe == probe && p.callsite.is_none())
+                    .map(|p| (p.t_ms as f64 / 1000.0, y(p)))
+                    .collect(),
+            })
+            .filter(|l| !l.points.is_empty())
+            .collect()
+    }
+
+    /// One probe's call sites: wait per interval, per site.
+    pub fn callsite_lines(&self, probe: &str) -> Vec<Line> {
+        let mut sites: Vec<&str> = Vec::new();
+        for p in self.points.iter().filter(|p| p.probe == probe) {
+            if let Some(s) = p.callsite.as_deref() {
+                if !sites.contains(&s) {
+                    sites.push(s);
+                }
+            }
+        }
+        sites
+            .into_iter()
+            .map(|site| Line {
+                name: site.to_string(),
+                points: self
+                    .points
+                    .iter()
+                    .filter(|p| p.probe == probe && p.callsite.as_deref() == Some(site))
+                    .map(|p| (p.t_ms as f64 / 1000.0, p.wait_ns as f64))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    pub fn interval_s(&self) -> f64 {
+        self.interval_ms.max(1) as f64 / 1000.0
+    }
+}

@@ -1,0 +1,601 @@
+//! The incident bundle written by `record`: the directory and its tarball,
+//! metadata, histogram files, `innoprof report DIR`, pprof files read by
+//! the real `go tool pprof`, and report.html rendered by a real headless
+//! Chromium.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use innoprof::report::model::Summary;
+use innoprof_e2e::*;
+
+const A: u64 = 1000;
+const B: u64 = 500;
+const SLEEPS: u64 = 3;
+const SLEEP_MS: u64 = 20;
+const ENTERS: u64 = 7;
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn tarball_of(out: &Path) -> PathBuf {
+    out.with_file_name(format!(
+        "{}.tar.gz",
+        out.file_name().unwrap().to_str().unwrap()
+    ))
+}
+
+/// The bundle directory and its tarball agree byte for byte, nothing is
+/// world-readable, no temporary directory is left beside them.
+fn assert_bundle_complete(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    let name = out.file_name().unwrap().to_str().unwrap();
+    assert_eq!(mode(out), 0o750, "bundle directory mode");
+    let mut files = BTreeMap::new();
+    for e in std::fs::read_dir(out).unwrap() {
+        let e = e.unwrap();
+        assert!(e.file_type().unwrap().is_file(), "{:?}", e.path());
+        assert_eq!(mode(&e.path()), 0o640, "{:?}", e.path());
+        files.insert(
+            e.file_name().into_string().unwrap(),
+            std::fs::read(e.path()).unwrap(),
+        );
+    }
+    let tarball = tarball_of(out);
+    assert_eq!(mode(&tarball), 0o640, "tarball mode");
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(
+        std::fs::File::open(&tarball).unwrap(),
+    ));
+    let mut in_tar = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().to_str().unwrap().to_string();
+        if path == format!("{name}/") {
+            assert_eq!(entry.header().mode().unwrap(), 0o750);
+            continue;
+        }
+        let file = path
+            .strip_prefix(&format!("{name}/"))
+            .unwrap_or_else(|| panic!("{path} outside {name}/"))
+            .to_string();
+        assert_eq!(entry.header().mode().unwrap(), 0o640, "{path}");
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).unwrap();
+        in_tar.insert(file, bytes);
+    }
+    assert_eq!(
+        in_tar.keys().collect::<Vec<_>>(),
+        files.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        in_tar == files,
+        "tarball contents differ from the directory"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(out.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("innoprof-tmp") || n.ends_with("tmp~"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    for f in [
+        "summary.json",
+        "summary.txt",
+        "metadata.json",
+        "histograms.json",
+        "histograms.csv",
+        "report.html",
+    ] {
+        assert!(files.contains_key(f), "{f} missing: {:?}", files.keys());
+    }
+    files
+}
+
+/// `innoprof report DIR` rebuilds the same summary.txt and report.html from
+/// summary.json and the other files; summary.json round-trips through the
+/// Summary model unchanged.
+fn assert_report_rerenders(out: &Path) {
+    let json = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    let parsed: Summary = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        serde_json::to_value(&parsed).unwrap(),
+        serde_json::from_str::<serde_json::Value>(&json).unwrap(),
+        "summary.json round-trips"
+    );
+    let txt = std::fs::read(out.join("summary.txt")).unwrap();
+    let html = std::fs::read(out.join("report.html")).unwrap();
+    std::fs::remove_file(out.join("summary.txt")).unwrap();
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let r = run_innoprof(&["report", out.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&std::fs::read(out.join("summary.txt")).unwrap()),
+        String::from_utf8_lossy(&txt)
+    );
+    assert!(
+        std::fs::read(out.join("report.html")).unwrap() == html,
+        "report.html differs after `innoprof report`"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&txt)
+    );
+    assert_eq!(mode(&out.join("report.html")), 0o640);
+}
+
+fn go() -> String {
+    for go in ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"] {
+        if Command::new(go)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return go.to_string();
+        }
+    }
+    panic!("no Go toolchain: scripts/setup.sh installs golang-go");
+}
+
+/// `go tool pprof -top` of a profile: (function, flat) rows, names as stored.
+fn pprof_top(file: &Path, sample_index: &str) -> Vec<(String, i64)> {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Command::new(go())
+        .args([
+            "tool",
+            "pprof",
+            "-symbolize=none",
+            "-top",
+            "-nodecount=1000000",
+            "-nodefraction=0",
+            "-edgefraction=0",
+            &format!("-sample_index={sample_index}"),
+        ])
+        .arg(file)
+        .current_dir(cwd.path())
+        .env("GOTOOLCHAIN", "local")
+        .env("HOME", cwd.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "pprof failed: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(String, i64)> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let flat = cols[0]
+                .parse()
+                .unwrap_or_else(|_| panic!("flat value in {l:?}"));
+            (cols[5..].join(" "), flat)
+        })
+        .collect();
+    assert!(!rows.is_empty(), "{text}");
+    rows
+}
+
+/// Leaf frame totals of folded stacks (what pprof calls flat).
+fn folded_leaves(texts: &[&str]) -> HashMap<String, i64> {
+    let mut out = HashMap::new();
+    for text in texts {
+        for l in text.lines() {
+            let (stack, n) = l.rsplit_once(' ').unwrap();
+            let leaf = stack.rsplit(';').next().unwrap();
+            *out.entry(leaf.to_string()).or_default() += n.parse::<i64>().unwrap();
+        }
+    }
+    out
+}
+
+/// pprof's top functions are the folded stacks' top leaves, same values.
+fn assert_pprof_matches_folded(file: &Path, sample_index: &str, folded: &[&str]) {
+    let top = pprof_top(file, sample_index);
+    let leaves = folded_leaves(folded);
+    let mut expected: Vec<i64> = leaves.values().copied().collect();
+    expected.sort_unstable_by(|a, b| b.cmp(a));
+    let n = expected.len().min(10);
+    let got: Vec<i64> = top.iter().take(n).map(|r| r.1).collect();
+    assert_eq!(got, expected[..n], "{file:?}: top flats\n{top:#?}");
+    for (name, flat) in top.iter().take(n) {
+        assert_eq!(leaves.get(name), Some(flat), "{file:?}: {name}");
+    }
+}
+
+#[test]
+fn fixture_bundle_metadata_histograms_pprof_and_replace() {
+    let _k = kernel_lock();
+    let bin = fixture_binary(true);
+    let mut fx = Fixture::spawn(&bin, [A, B, SLEEPS, SLEEP_MS, ENTERS]);
+    let pid = fx.pid.to_string();
+    let args = [
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--probe",
+        "fixture_counted",
+        "--probe",
+        "fixture_sleep",
+        "--probe",
+        "PolicyMutex<*>::enter",
+    ];
+    let mut rec = Recording::start(&args);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, _, rec) = rec.finish();
+    assert_eq!(code, Some(0), "stderr: {}", rec.stderr());
+    assert!(
+        rec.stderr().contains("report.html"),
+        "names the page: {}",
+        rec.stderr()
+    );
+    let files = assert_bundle_complete(&rec.out);
+    let s = rec.summary();
+
+    // metadata.json
+    let m: serde_json::Value = serde_json::from_slice(&files["metadata.json"]).unwrap();
+    let proc = |p: &str| std::fs::read_to_string(p).unwrap().trim().to_string();
+    assert_eq!(m["host"]["hostname"], proc("/proc/sys/kernel/hostname"));
+    assert_eq!(m["host"]["kernel"], proc("/proc/sys/kernel/osrelease"));
+    assert_eq!(m["pid"].as_u64(), Some(fx.pid as u64));
+    assert_eq!(m["binary"]["path"], s["target"]["binary"]);
+    assert_eq!(m["binary"]["build_id"], s["target"]["build_id"]);
+    assert!(m["binary"]["build_id"].as_str().unwrap().len() >= 16);
+    assert_eq!(m["server"]["family"], "unknown");
+    let cmd: Vec<&str> = m["command_line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(cmd[1], "record");
+    assert_eq!(&cmd[2..2 + args.len()], &args[..]);
+    let (start, end) = (
+        m["started_unix_ms"].as_u64().unwrap(),
+        m["ended_unix_ms"].as_u64().unwrap(),
+    );
+    assert!((2_900..4_000).contains(&(end - start)), "{start}..{end}");
+    assert_eq!(
+        (m["complete"].as_bool(), &m["end_reason"]),
+        (Some(true), &"duration".into())
+    );
+    assert_eq!(
+        m["probes"]["attached"],
+        serde_json::json!(["fixture_counted", "fixture_sleep", "PolicyMutex<*>::enter"])
+    );
+    assert_eq!(m["probes"]["unresolved"], serde_json::json!([]));
+    assert!(m["probes"]["sampled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["sampling_ratio"] == 1.0));
+    // Overhead: hits x the documented per-hit cost of each symbol's entry.
+    let mut expected_ns = 0;
+    for p in s["probes"].as_array().unwrap() {
+        for sym in p["symbols"].as_array().unwrap() {
+            let entry = if ["push", "nop"].contains(&sym["entry"].as_str().unwrap()) {
+                1_000
+            } else {
+                15_000
+            };
+            expected_ns += sym["calls"].as_u64().unwrap() * (entry + 700);
+        }
+    }
+    assert!(expected_ns >= (A + B) * 1_700);
+    assert_eq!(m["overhead"]["total_ns"].as_u64(), Some(expected_ns));
+    assert_eq!(m["dropped"]["stack_lost_calls"].as_u64(), Some(0));
+    let listed: Vec<&str> = m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert_eq!(listed, files.keys().map(String::as_str).collect::<Vec<_>>());
+
+    // histograms.csv: every 20 ms sleep in [2^24, 2^25) ns; all calls counted.
+    let csv = String::from_utf8(files["histograms.csv"].clone()).unwrap();
+    assert_eq!(csv.lines().next(), Some("probe,low_ns,high_ns,count"));
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let sleep_rows: Vec<_> = rows.iter().filter(|r| r[0] == "fixture_sleep").collect();
+    assert_eq!(
+        sleep_rows,
+        [&vec!["fixture_sleep", "16777216", "33554432", "3"]]
+    );
+    let total = |probe: &str| -> u64 {
+        rows.iter()
+            .filter(|r| r[0] == probe)
+            .map(|r| r[3].parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(total("fixture_counted"), A + B);
+    assert_eq!(total("PolicyMutex<*>::enter"), ENTERS);
+    let hj: serde_json::Value = serde_json::from_slice(&files["histograms.json"]).unwrap();
+    for h in hj["probes"].as_array().unwrap() {
+        let p = probe(&s, h["probe"].as_str().unwrap());
+        assert_eq!(h["buckets"], p["histogram"]);
+        assert_eq!(h["calls"], p["calls"]);
+    }
+
+    // waits.pb.gz through the real pprof: exact call counts per leaf.
+    let folded: Vec<String> = ["fixture_counted", "fixture_sleep", "PolicyMutex_____enter"]
+        .iter()
+        .map(|p| rec.file(&format!("{p}.count.folded")))
+        .collect();
+    let folded: Vec<&str> = folded.iter().map(String::as_str).collect();
+    assert_pprof_matches_folded(&rec.out.join("waits.pb.gz"), "calls", &folded);
+    let top = pprof_top(&rec.out.join("waits.pb.gz"), "calls");
+    assert_eq!(top[0], ("fixture_counted".to_string(), (A + B) as i64));
+
+    assert_report_rerenders(&rec.out);
+
+    // A second recording into the same directory replaces the first
+    // (its files gone, not mixed in).
+    let out = rec.out.clone();
+    let second = Command::new(innoprof())
+        .args(["record", "--pid", &pid, "--force", "--duration", "1s"])
+        .args(["--probe", "fixture_sleep", "--no-stacks", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let files = assert_bundle_complete(&out);
+    assert!(
+        !files.contains_key("fixture_counted.count.folded"),
+        "{:?}",
+        files.keys()
+    );
+    let m: serde_json::Value = serde_json::from_slice(&files["metadata.json"]).unwrap();
+    assert_eq!(
+        m["probes"]["attached"],
+        serde_json::json!(["fixture_sleep"])
+    );
+
+    // A directory holding anything else is refused before attaching.
+    let foreign = tempfile::tempdir().unwrap();
+    std::fs::write(foreign.path().join("notes.txt"), "mine").unwrap();
+    let refused = run_innoprof(&[
+        "record",
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "1s",
+        "--probe",
+        "fixture_sleep",
+        "--out",
+        foreign.path().to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not an innoprof recording") && !err.contains("attached"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(foreign.path().join("notes.txt")).unwrap(),
+        "mine"
+    );
+    fx.exit();
+}
+
+/// Every `http://`/`https://` in the page is an SVG, XLink or XHTML
+/// namespace name in an `xmlns` attribute (a name, never fetched); quotes
+/// may be escaped inside an iframe's srcdoc. Nothing else may name a URL.
+fn assert_no_external_urls(html: &str) {
+    const NAMESPACES: [&str; 3] = [
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xlink",
+        "http://www.w3.org/1999/xhtml",
+    ];
+    let lower = html.to_ascii_lowercase();
+    let mut at = 0;
+    while let Some(i) = lower[at..].find("http").map(|i| i + at) {
+        at = i + 4;
+        let rest = &lower[i..];
+        if !(rest.starts_with("http://") || rest.starts_with("https://")) {
+            continue;
+        }
+        let before = &html[..i];
+        let quoted = ["=\"", "=&quot;"]
+            .iter()
+            .find(|q| before.ends_with(*q))
+            .map(|q| &before[..before.len() - q.len()]);
+        let attr_ok = quoted.is_some_and(|b| {
+            let attr = b.rsplit(|c: char| c.is_whitespace()).next().unwrap_or("");
+            attr == "xmlns" || attr.starts_with("xmlns:")
+        });
+        let ns = NAMESPACES.iter().find(|n| html[i..].starts_with(*n));
+        let closed = ns.is_some_and(|n| {
+            let after = &html[i + n.len()..];
+            after.starts_with('"') || after.starts_with("&quot;")
+        });
+        assert!(
+            attr_ok && closed,
+            "URL in report.html: …{}…",
+            &html[i.saturating_sub(60)..(i + 80).min(html.len())]
+        );
+    }
+    for fetcher in ["<link", "@import", " src=", "url(http", "url(//"] {
+        assert!(!lower.contains(fetcher), "report.html contains {fetcher}");
+    }
+}
+
+fn chromium(args: &[&str], url: &str) -> std::process::Output {
+    let profile = tempfile::tempdir().unwrap();
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1400,3000",
+            // Let every flame graph's frame load and run its script first.
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium (scripts/setup.sh installs Debian's chromium)")
+}
+
+/// RGB pixels of a PNG (8-bit RGB or RGBA, as Chromium writes).
+fn pixels(png_path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
+    let decoder = png::Decoder::new(std::fs::File::open(png_path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let step = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        other => panic!("unexpected PNG colour type {other:?}"),
+    };
+    assert_eq!(info.bit_depth, png::BitDepth::Eight);
+    let px = buf[..info.buffer_size()]
+        .chunks(step)
+        .map(|c| [c[0], c[1], c[2]])
+        .collect();
+    (info.width, info.height, px)
+}
+
+#[test]
+fn mariadb_bundle_pprof_report_and_browser() {
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &[]);
+    let load = server.sysbench_load("oltp_read_write", 4, 12);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let pid = server.pid.to_string();
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "6s", "--probes", "default"]);
+    rec.wait_attached();
+    let (code, _, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    let report = load.join().unwrap();
+    assert!(
+        sysbench_number(&report, "transactions:") > 100.0,
+        "{report}"
+    );
+    let files = assert_bundle_complete(&rec.out);
+    let s = rec.summary();
+    assert_eq!(s["target"]["server_version"], "10.2.11");
+    let m: serde_json::Value = serde_json::from_slice(&files["metadata.json"]).unwrap();
+    assert_eq!(m["server"]["family"], "mariadb");
+    assert_eq!(m["server_version"], "10.2.11");
+    assert!(m["overhead"]["total_ns"].as_u64().unwrap() > 0);
+
+    // The Summary model round-trips a real recording.
+    assert_report_rerenders(&rec.out);
+
+    // cpu.pb.gz and waits.pb.gz through the real pprof.
+    let oncpu = rec.file("oncpu.folded");
+    assert_pprof_matches_folded(&rec.out.join("cpu.pb.gz"), "samples", &[&oncpu]);
+    let waits: Vec<String> = s["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["stacks"]["folded_by_count"].as_str())
+        .map(|f| rec.file(f))
+        .collect();
+    assert!(
+        !waits.is_empty(),
+        "default probes caught no wait under sysbench"
+    );
+    let waits: Vec<&str> = waits.iter().map(String::as_str).collect();
+    assert_pprof_matches_folded(&rec.out.join("waits.pb.gz"), "calls", &waits);
+
+    // report.html: self-contained, charts and flame graphs, rendered.
+    let html = String::from_utf8(files["report.html"].clone()).unwrap();
+    assert_no_external_urls(&html);
+    let timed = s["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["status"] == "attached" && p["measure"] == "latency" && p["calls"].as_u64() > Some(0)
+        })
+        .count();
+    assert!(timed > 0);
+    let url = format!("file://{}", rec.out.join("report.html").display());
+    let dom = chromium(&["--dump-dom"], &url);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert_eq!(
+        dom.matches("<svg class=\"chart histogram\"").count(),
+        timed,
+        "one histogram per timed probe"
+    );
+    assert!(dom.contains("<rect"), "histogram bars");
+    let iframes: Vec<&str> = dom.split("<iframe class=\"flamegraph\"").skip(1).collect();
+    assert!(
+        iframes[0].contains("on-CPU") && iframes[0].contains("srcdoc=\"&lt;!DOCTYPE html&gt;"),
+        "on-CPU flame graph first"
+    );
+    assert!(dom.contains("Top symbols") && dom.contains("Top call sites"));
+
+    let artefacts = repo_root().join("target/test-artefacts");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    let shot = artefacts.join("report-mariadb-10.2.11.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&[&format!("--screenshot={}", shot.display())], &url);
+    assert!(
+        shot.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (w, h, px) = pixels(&shot);
+    assert_eq!((w, h), (1400, 3000));
+    let non_white = px.iter().filter(|p| p.iter().any(|&c| c < 240)).count();
+    // Histogram bars (charts::BAR_COLOUR #4e79a7) and flame-graph frames
+    // (inferno's hot palette: red to yellow, little blue).
+    let bars = px
+        .iter()
+        .filter(|p| {
+            p.iter()
+                .zip([0x4e, 0x79, 0xa7])
+                .all(|(a, b)| a.abs_diff(b) <= 8)
+        })
+        .count();
+    let flames = px
+        .iter()
+        .filter(|p| p[0] >= 200 && p[1] <= 235 && p[2] <= 60)
+        .count();
+    eprintln!(
+        "screenshot {shot:?}: {non_white} non-white, {bars} bar, {flames} flame pixels of {}",
+        px.len()
+    );
+    assert!(
+        non_white > px.len() / 20,
+        "page looks blank: {non_white} non-white pixels"
+    );
+    assert!(bars > 1_000, "histogram bars not drawn: {bars}");
+    assert!(flames > 10_000, "flame graph not drawn: {flames}");
+}
+
+#[test]
+fn report_of_a_directory_without_a_recording_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_innoprof(&["report", dir.path().to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("holds no innoprof recording (no summary.json)") && err.lines().count() == 1,
+        "{err}"
+    );
+}
