@@ -276,20 +276,27 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
         .unwrap()
         .iter()
         .all(|p| p["sampling_ratio"] == 1.0));
-    // Overhead: hits x the documented per-hit cost of each symbol's entry.
-    let mut expected_ns = 0;
+    // Overhead: hits x the per-call cost calibrated at start, by each
+    // symbol's entry instruction and the probe's measure.
+    let cost = &s["overhead"]["hit_cost"];
+    let mut expected_ns = 0.0;
     for p in s["probes"].as_array().unwrap() {
+        let timed = p["measure"] == "latency";
         for sym in p["symbols"].as_array().unwrap() {
-            let entry = if ["push", "nop"].contains(&sym["entry"].as_str().unwrap()) {
-                1_000
-            } else {
-                15_000
+            let emulated = ["push", "nop"].contains(&sym["entry"].as_str().unwrap());
+            let key = match (timed, emulated) {
+                (true, true) => "latency_emulated_ns",
+                (true, false) => "latency_stepped_ns",
+                (false, true) => "count_emulated_ns",
+                (false, false) => "count_stepped_ns",
             };
-            expected_ns += sym["calls"].as_u64().unwrap() * (entry + 700);
+            expected_ns += sym["calls"].as_f64().unwrap() * cost[key].as_f64().unwrap();
         }
     }
-    assert!(expected_ns >= (A + B) * 1_700);
-    assert_eq!(m["overhead"]["total_ns"].as_u64(), Some(expected_ns));
+    assert!(expected_ns > 0.0);
+    assert_eq!(m["overhead"]["calibrated"], true);
+    let total = m["overhead"]["total_ns"].as_f64().unwrap();
+    assert!((total - expected_ns).abs() <= 3.0, "{total} vs {expected_ns}");
     assert_eq!(m["dropped"]["stack_lost_calls"].as_u64(), Some(0));
     let listed: Vec<&str> = m["files"]
         .as_array()
