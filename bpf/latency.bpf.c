@@ -52,6 +52,16 @@ struct {
 	__type(value, struct site_val);
 } site_stats SEC(".maps");
 
+/* Per slot: 1 while the overhead governor has it on. Detaching a uprobe
+ * takes ~100 ms and is serialised in the kernel; this flag switches a slot
+ * off at once, so counts match the time it was on exactly. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} enabled SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_MAX);
@@ -70,6 +80,14 @@ static __always_inline void count_drop(__u32 reason)
 static __always_inline bool is_target(__u64 pid_tgid)
 {
 	return target_tgid == 0 || (pid_tgid >> 32) == target_tgid;
+}
+
+static __always_inline bool slot_enabled(__u64 slot)
+{
+	__u32 key = (__u32)slot;
+	__u32 *on = bpf_map_lookup_elem(&enabled, &key);
+
+	return on && *on;
 }
 
 static __always_inline __u32 log2_slot(__u64 v)
@@ -222,7 +240,7 @@ int lat_enter(struct pt_regs *ctx)
 	struct start_key key;
 	struct start_val val;
 
-	if (!is_target(pid_tgid))
+	if (!is_target(pid_tgid) || !slot_enabled(COOKIE_SLOT(cookie)))
 		return 0;
 	key.pid_tgid = pid_tgid;
 	key.slot = COOKIE_SLOT(cookie);
@@ -274,7 +292,7 @@ int count_hit(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct callsite site;
 
-	if (!is_target(pid_tgid))
+	if (!is_target(pid_tgid) || !slot_enabled(COOKIE_SLOT(cookie)))
 		return 0;
 	site = read_site(ctx, cookie);
 	add_stats(COOKIE_SLOT(cookie), 0, false);

@@ -15,6 +15,7 @@ packages=(
     linux-perf                              # perf: the CPU tests compare with `perf record`
     prometheus                              # a real Prometheus scrapes `innoprof serve` in the tests
     chromium                                # headless browser: the report.html test renders the page
+    bpftrace                                # scripts/bench.py compares against it
 )
 
 missing=()

@@ -33,15 +33,22 @@ pub struct GovernorConfig {
     pub min_period: Duration,
     pub max_period: Duration,
     pub min_on: Duration,
+    /// The budget holds over any window this long: spending above it (a
+    /// load that starts while hot probes are fully on) is paid back within
+    /// the window, and older history is forgotten.
+    pub window: Duration,
 }
 
 impl Default for GovernorConfig {
     fn default() -> Self {
         Self {
             budget_pct: DEFAULT_BUDGET_PCT,
-            min_period: Duration::from_secs(1),
+            // Re-planned four times a second: a load that starts while the
+            // hot probes are fully on is caught within 250 ms.
+            min_period: Duration::from_millis(250),
             max_period: Duration::from_secs(10),
             min_on: Duration::from_millis(200),
+            window: Duration::from_secs(10),
         }
     }
 }
@@ -142,6 +149,8 @@ pub struct Governor {
     probes: Vec<ProbeState>,
     /// Core-seconds spent in probe hits so far (observed × per-call cost).
     spent: f64,
+    /// (time, `spent` then) at each period end within the last `window`.
+    history: std::collections::VecDeque<(Instant, f64)>,
     started: Instant,
     period_start: Instant,
     period_len: Duration,
@@ -184,6 +193,7 @@ impl Governor {
             cfg,
             probes,
             spent: 0.0,
+            history: std::collections::VecDeque::from([(now, 0.0)]),
             started: now,
             period_start: now,
             period_len: FIRST_PERIOD.min(cfg.min_period),
@@ -231,12 +241,23 @@ impl Governor {
         let budget = self.cfg.budget_pct / 100.0;
         // Probes unaffordable at the minimum duty (ratio 0) go for good.
         let allocation = allocate(&costs, budget, MIN_RATIO);
-        // The budget holds over the whole recording: what was overspent
-        // (the all-on first period) is paid back by running leaner, and
-        // what was underspent is not saved up for a burst.
-        let elapsed = now.saturating_duration_since(self.started).as_secs_f64();
+        // The budget holds over the last `window`: what was overspent (the
+        // all-on first period, a load that just started) is paid back by
+        // running leaner, and what was underspent is not saved for a burst.
+        while self
+            .history
+            .get(1)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.cfg.window)
+        {
+            self.history.pop_front();
+        }
+        let (since, spent_then) = self.history[0];
+        let span = now.saturating_duration_since(since).as_secs_f64();
         let next = self.cfg.min_period.as_secs_f64();
-        let allowed = ((budget * (elapsed + next) - self.spent) / next).clamp(0.0, budget);
+        let allowed =
+            ((budget * (span + next) - (self.spent - spent_then)) / next).clamp(0.0, budget);
+        self.history.push_back((now, self.spent));
+        let elapsed = now.saturating_duration_since(self.started).as_secs_f64();
         let duties: Vec<Duty> = allocation
             .iter()
             .zip(&costs)
@@ -257,6 +278,15 @@ impl Governor {
             .map(|d| if let Duty::On(r) = d { *r } else { 1.0 })
             .collect();
         self.period_len = self.cfg.period_for(&ratios);
+        if std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some() {
+            eprintln!(
+                "governor: t={elapsed:.2}s spent={:.4} allowed={allowed:.4} period={:?} costs={:?} ratios={:?}",
+                self.spent,
+                self.period_len,
+                costs.iter().map(|c| (c * 1e4).round() / 1e4).collect::<Vec<_>>(),
+                ratios.iter().map(|c| (c * 1e3).round() / 1e3).collect::<Vec<_>>()
+            );
+        }
         for (p, duty) in self.probes.iter_mut().zip(duties) {
             if p.detached_for_good {
                 continue;
@@ -378,6 +408,16 @@ pub fn allocate(costs: &[f64], budget: f64, min_ratio: f64) -> Vec<f64> {
 mod tests {
     use super::*;
 
+    /// Round numbers for the arithmetic below: re-planned every second,
+    /// the budget held over the whole (short) recording.
+    fn per_second() -> GovernorConfig {
+        GovernorConfig {
+            min_period: Duration::from_secs(1),
+            window: Duration::from_secs(60),
+            ..GovernorConfig::default()
+        }
+    }
+
     #[test]
     fn cheap_probes_stay_on_and_the_rest_share_what_is_left() {
         // Budget 1% of a core; costs in fractions of a core.
@@ -413,8 +453,8 @@ mod tests {
     #[test]
     fn period_stretches_so_the_smallest_duty_gets_its_window() {
         let cfg = GovernorConfig::default();
-        assert_eq!(cfg.period_for(&[1.0, 1.0]), Duration::from_secs(1));
-        assert_eq!(cfg.period_for(&[1.0, 0.5]), Duration::from_secs(1));
+        assert_eq!(cfg.period_for(&[1.0, 1.0]), Duration::from_millis(250));
+        assert_eq!(cfg.period_for(&[1.0, 0.5]), Duration::from_millis(400));
         assert_eq!(cfg.period_for(&[0.05, 0.5]), Duration::from_secs(4));
         assert_eq!(cfg.period_for(&[0.001]), Duration::from_secs(10));
     }
@@ -425,7 +465,7 @@ mod tests {
         let ms = Duration::from_millis;
         // One probe at 1000 ns per call, 1% of a core to spend.
         let mut g = Governor::new(
-            GovernorConfig::default(),
+            per_second(),
             vec![GovernedProbe {
                 slots: vec![(0, 1000.0)],
             }],
@@ -480,7 +520,7 @@ mod tests {
             slots: vec![(0, 1000.0), (1, 1000.0)],
         }];
         let before = HashMap::from([(0, 700_000), (1, 300_000)]);
-        let mut g = Governor::new(GovernorConfig::default(), slots, &before, t0);
+        let mut g = Governor::new(per_second(), slots, &before, t0);
         // 200 new calls in 50 ms: 0.4% of a core, affordable: stays on.
         let a = g.tick(t0 + FIRST_PERIOD, || {
             HashMap::from([(0, 700_100), (1, 300_100)])
@@ -493,10 +533,48 @@ mod tests {
     }
 
     #[test]
+    fn overspending_is_forgotten_after_the_window() {
+        let t0 = Instant::now();
+        let cfg = GovernorConfig {
+            min_period: Duration::from_secs(1),
+            window: Duration::from_secs(3),
+            ..GovernorConfig::default()
+        };
+        let mut g = Governor::new(
+            cfg,
+            vec![GovernedProbe {
+                slots: vec![(0, 1000.0)],
+            }],
+            &HashMap::new(),
+            t0,
+        );
+        // 50 ms at 20% of a core: 0.01 core-s, a second's budget; paused.
+        let a = g.tick(t0 + FIRST_PERIOD, || HashMap::from([(0, 10_000)]));
+        assert_eq!(a.suspend, vec![0]);
+        let s = Duration::from_secs;
+        // Nothing more is spent while paused; the debt ages out of the
+        // 3 s window and the probe comes back at its affordable duty (5%).
+        let mut back = None;
+        for i in 1..6 {
+            let a = g.tick(t0 + FIRST_PERIOD + s(i), || HashMap::from([(0, 10_000)]));
+            if a.resume == vec![0] {
+                back = Some(i);
+                break;
+            }
+        }
+        assert!(back.is_some_and(|i| i <= 3), "back after {back:?} s");
+        assert!(
+            (g.probes[0].ratio - 0.05).abs() < 1e-9,
+            "{}",
+            g.probes[0].ratio
+        );
+    }
+
+    #[test]
     fn deep_debt_pauses_but_does_not_detach() {
         let t0 = Instant::now();
         let mut g = Governor::new(
-            GovernorConfig::default(),
+            per_second(),
             vec![GovernedProbe {
                 slots: vec![(0, 1000.0)],
             }],
@@ -511,7 +589,7 @@ mod tests {
         // A probe at 20% of a core is affordable (5% duty) but the debt of
         // 0.01 core-s pauses it first.
         let mut g = Governor::new(
-            GovernorConfig::default(),
+            per_second(),
             vec![GovernedProbe {
                 slots: vec![(0, 1000.0)],
             }],

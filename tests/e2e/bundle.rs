@@ -296,7 +296,10 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
     assert!(expected_ns > 0.0);
     assert_eq!(m["overhead"]["calibrated"], true);
     let total = m["overhead"]["total_ns"].as_f64().unwrap();
-    assert!((total - expected_ns).abs() <= 3.0, "{total} vs {expected_ns}");
+    assert!(
+        (total - expected_ns).abs() <= 3.0,
+        "{total} vs {expected_ns}"
+    );
     assert_eq!(m["dropped"]["stack_lost_calls"].as_u64(), Some(0));
     let listed: Vec<&str> = m["files"]
         .as_array()
