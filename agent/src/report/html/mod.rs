@@ -61,7 +61,10 @@ pub fn render(page: &Page) -> String {
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts)) }
                 (cpu(s, page.cpu_flamegraphs))
+                (latches(s))
                 (callsites(s))
+                h2 #overhead { "Overhead" }
+                pre { (super::overhead::render(s)) }
                 @if !page.probe_flamegraphs.is_empty() {
                     h2 #waitstacks { "Wait stacks" }
                     p.note { "Per probe: width is wait time (calls for count-only probes). Click a frame to zoom, Ctrl-F to search." }
@@ -213,16 +216,44 @@ fn callsites(s: &Summary) -> Markup {
         @if !rows.is_empty() {
             h2 #callsites { "Top call sites" }
             table.data {
-                thead { tr { th { "probe" } th { "call site" } th.n { "calls" } th.n { "total wait" } th.n { "avg" } th.n { "max" } } }
+                thead { tr { th { "probe" } th { "latch" } th { "call site" } th.n { "calls" } th.n { "total wait" } th.n { "avg" } th.n { "max" } } }
                 tbody {
                     @for (probe, c, timed) in &rows {
                         tr {
                             td { (probe) }
+                            td { (c.latch.as_deref().unwrap_or("")) }
                             td title=(c.file.as_deref().unwrap_or("")) { code { (c.site) } }
                             td.n { (c.calls) }
                             td.n { (t(*timed, c.wait_ns_total)) }
                             td.n { (t(*timed, c.wait_ns_total / c.calls.max(1))) }
                             td.n { (t(*timed, c.wait_ns_max)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Per named latch (`dict_sys_mutex`), for probes that name the latch.
+fn latches(s: &Summary) -> Markup {
+    let t = |timed: bool, v: u64| if timed { units::ns(v) } else { "-".to_string() };
+    html! {
+        @if s.probes.iter().any(|p| !p.latches.is_empty()) {
+            h2 #latches { "Latches" }
+            table.data {
+                thead { tr { th { "probe" } th { "latch" } th.n { "calls" } th.n { "total wait" } th.n { "avg" } th.n { "max" } } }
+                tbody {
+                    @for p in &s.probes {
+                        @for l in p.latches.iter().take(CALLSITE_ROWS) {
+                            tr {
+                                td { (p.name) }
+                                td { code { (l.latch) } }
+                                td.n { (l.calls) }
+                                td.n { (t(p.wait_ns_avg.is_some(), l.wait_ns_total)) }
+                                td.n { (t(p.wait_ns_avg.is_some(), l.wait_ns_total / l.calls.max(1))) }
+                                td.n { (t(p.wait_ns_avg.is_some(), l.wait_ns_max)) }
+                            }
                         }
                     }
                 }
