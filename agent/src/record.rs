@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOptions};
+use crate::attach::{
+    AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions,
+};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
@@ -62,6 +64,8 @@ pub struct RecordOptions {
     pub capture_stacks: bool,
     /// CPU profiling alongside the probes; `None` with `--no-cpu`.
     pub cpu: Option<CpuOptions>,
+    /// BPF map capacities (hidden `--max-stacks`/`--max-callsites`).
+    pub limits: MapLimits,
 }
 
 /// Everything decided before touching the kernel.
@@ -73,6 +77,7 @@ pub struct Plan {
     pub catalog_file: Option<String>,
     pub probes: Vec<PlannedProbe>,
     pub cpu: Option<CpuOptions>,
+    pub limits: MapLimits,
 }
 
 impl Plan {
@@ -111,6 +116,7 @@ impl Plan {
             catalog_file,
             probes,
             cpu: opts.cpu.clone(),
+            limits: opts.limits,
         })
     }
 }
@@ -131,6 +137,7 @@ impl Recorder {
         let opts = SessionOptions {
             pid: plan.target.pid,
             capture_stacks,
+            limits: plan.limits,
         };
         // Plan::build let an all-unresolved set through only for a CPU profile.
         let any_symbol = plan.probes.iter().any(|p| !p.resolution.symbols.is_empty());
@@ -448,14 +455,21 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// Writes every file it can, the summary first (it matters most when
+    /// the disk is nearly full); returns the first failure.
     pub fn write(&self, dir: &Path) -> Result<(), OutputError> {
-        report::prepare_dir(dir)?;
-        for (name, text) in &self.folded {
-            report::write_file(&dir.join(name), text.as_bytes())?;
-        }
-        let table = report::table::render(&self.summary);
-        report::write_file(&dir.join("summary.txt"), table.as_bytes())?;
+        report::check_dir_still_there(dir)?;
         let json = serde_json::to_vec_pretty(&self.summary).expect("summary serialises");
-        report::write_file(&dir.join("summary.json"), &json)
+        let table = report::table::render(&self.summary);
+        let files = [("summary.json", json.as_slice()), ("summary.txt", table.as_bytes())]
+            .into_iter()
+            .chain(self.folded.iter().map(|(n, t)| (n.as_str(), t.as_bytes())));
+        let mut first_error = None;
+        for (name, bytes) in files {
+            if let Err(e) = report::write_file(&dir.join(name), bytes) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }

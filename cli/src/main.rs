@@ -2,6 +2,7 @@
 
 mod cpu_args;
 mod diff;
+mod limit_args;
 mod probe_args;
 mod probes;
 mod top;
@@ -20,6 +21,9 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit status when the target exited during the recording (partial output written).
 pub(crate) const EXIT_TARGET_EXITED: u8 = 3;
+/// Exit status when the results could not be written (disk full, output
+/// directory removed); probes are detached and the table went to stdout.
+pub(crate) const EXIT_OUTPUT_FAILED: u8 = 4;
 
 #[derive(Parser)]
 #[command(
@@ -68,6 +72,8 @@ struct RecordArgs {
     no_cpu: bool,
     #[command(flatten)]
     cpu: cpu_args::CpuArgs,
+    #[command(flatten)]
+    limits: limit_args::LimitArgs,
 }
 
 fn main() -> ExitCode {
@@ -101,6 +107,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         debuginfo: args.probe.debug_search(),
         capture_stacks: !args.no_stacks,
         cpu: (!args.no_cpu).then(|| args.cpu.options()),
+        limits: args.limits.limits(),
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -179,8 +186,13 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     }
 
     let recording = recorder.finish(end)?;
-    recording.write(&args.out)?;
+    // The table goes to stdout first: if the files cannot be written, the
+    // numbers are still on the terminal.
     print!("{}", table::render(&recording.summary));
+    if let Err(e) = recording.write(&args.out) {
+        eprintln!("innoprof: error: {e}");
+        return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
+    }
     eprintln!("innoprof: wrote {}", args.out.display());
     Ok(if end == EndReason::TargetExited {
         ExitCode::from(EXIT_TARGET_EXITED)

@@ -392,15 +392,7 @@ impl Server {
         threads: u32,
         secs: u32,
     ) -> std::thread::JoinHandle<String> {
-        if !self.prepared.replace(true) {
-            let prep = self.sysbench(&["prepare", test]).output().unwrap();
-            assert!(
-                prep.status.success(),
-                "sysbench prepare: {}{}",
-                String::from_utf8_lossy(&prep.stdout),
-                String::from_utf8_lossy(&prep.stderr)
-            );
-        }
+        self.ensure_prepared(test);
         let mut cmd = self.sysbench(&[
             "run",
             test,
@@ -413,6 +405,116 @@ impl Server {
                 + &String::from_utf8_lossy(&out.stderr)
         })
     }
+}
+
+impl Server {
+    /// Creates the sysbench tables on first use.
+    fn ensure_prepared(&self, test: &str) {
+        if !self.prepared.replace(true) {
+            let prep = self.sysbench(&["prepare", test]).output().unwrap();
+            assert!(
+                prep.status.success(),
+                "sysbench prepare: {}{}",
+                String::from_utf8_lossy(&prep.stdout),
+                String::from_utf8_lossy(&prep.stderr)
+            );
+        }
+    }
+
+    /// sysbench with no time limit, reporting every second, until
+    /// [`OpenLoad::stop`]: for a load that must cover a scenario of unknown
+    /// length.
+    pub fn sysbench_open_ended(&self, test: &str, threads: u32, extra: &[&str]) -> OpenLoad {
+        self.ensure_prepared(test);
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let child = self
+            .sysbench(&[
+                "run",
+                test,
+                &format!("--threads={threads}"),
+                "--time=0",
+                "--report-interval=1",
+            ])
+            .args(extra)
+            .stdout(log.reopen().unwrap())
+            .stderr(Stdio::from(log.reopen().unwrap()))
+            .spawn()
+            .unwrap();
+        OpenLoad { child, log }
+    }
+}
+
+/// A sysbench run without a time limit (see [`Server::sysbench_open_ended`]).
+pub struct OpenLoad {
+    child: Child,
+    log: tempfile::NamedTempFile,
+}
+
+/// What sysbench's per-second reports added up to.
+#[derive(Debug)]
+pub struct LoadReport {
+    /// sysbench exited on its own (a fatal SQL error ends the run).
+    pub exited_early: Option<std::process::ExitStatus>,
+    pub seconds: u64,
+    pub transactions: f64,
+    /// `err/s` summed: errors sysbench ignored and retried (by default
+    /// deadlocks, lock wait timeouts and 1020; `--mysql-ignore-errors`
+    /// sets the list); any other error is fatal and ends the run.
+    pub ignored_errors: f64,
+    pub reconnects: f64,
+    /// `FATAL` lines: a query failed with an error sysbench does not ignore.
+    pub error_lines: Vec<String>,
+    pub log: String,
+}
+
+impl OpenLoad {
+    pub fn stop(mut self) -> LoadReport {
+        let exited_early = self.child.try_wait().unwrap();
+        if exited_early.is_none() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+        let log = std::fs::read_to_string(self.log.path()).unwrap();
+        let field = |line: &str, name: &str| -> Option<f64> {
+            let rest = line.split(name).nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        };
+        let mut report = LoadReport {
+            exited_early,
+            seconds: 0,
+            transactions: 0.0,
+            ignored_errors: 0.0,
+            reconnects: 0.0,
+            error_lines: log
+                .lines()
+                .filter(|l| l.contains("FATAL"))
+                .map(String::from)
+                .collect(),
+            log: String::new(),
+        };
+        for line in log.lines().filter(|l| l.starts_with('[') && l.contains("tps:")) {
+            report.seconds += 1;
+            report.transactions += field(line, "tps:").unwrap_or(0.0);
+            report.ignored_errors += field(line, "err/s:").expect("err/s in sysbench report");
+            report.reconnects += field(line, "reconn/s:").expect("reconn/s in sysbench report");
+        }
+        report.log = log;
+        report
+    }
+}
+
+/// Lines of the tracefs `uprobe_events` file (uprobes created through
+/// tracefs). innoprof's uprobes are perf events and never appear there;
+/// this proves none leaked into that interface either.
+pub fn tracefs_uprobe_events() -> Vec<String> {
+    ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .expect("tracefs uprobe_events (mount tracefs on /sys/kernel/tracing)")
+        .lines()
+        .map(String::from)
+        .collect()
 }
 
 impl Drop for Server {
@@ -432,4 +534,50 @@ pub fn sysbench_number(report: &str, label: &str) -> f64 {
         .and_then(|l| l.split_whitespace().nth(label.split_whitespace().count()))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no `{label}` in sysbench output:\n{report}"))
+}
+
+/// Writes a one-probe catalog (`probe_toml` is the body of its
+/// `[[probe]]`) that applies to any binary given with `--catalog`.
+pub fn write_catalog(dir: &Path, probe_toml: &str) -> PathBuf {
+    let catalog = dir.join("fixture.toml");
+    std::fs::write(
+        &catalog,
+        format!("[server]\nfamily = 'unknown'\nmin_version = '0.0'\nmax_version = '0.0'\n[[probe]]\n{probe_toml}"),
+    )
+    .unwrap();
+    catalog
+}
+
+/// Records one probe defined in a throw-away catalog (see [`write_catalog`])
+/// while the fixture makes its calls; `extra` goes to `innoprof record`.
+pub fn record_catalog_probe(
+    extra: &[&str],
+    probe_toml: &str,
+    pie: bool,
+    counts: [u64; 5],
+) -> (String, Recording) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = write_catalog(dir.path(), probe_toml);
+    let name = probe_toml.split('\'').nth(1).unwrap();
+    let mut fx = Fixture::spawn(&fixture_binary(pie), counts);
+    let pid = fx.pid.to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        name,
+    ];
+    args.extend_from_slice(extra);
+    let mut rec = Recording::start(&args);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, stdout, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    (stdout, rec)
 }
