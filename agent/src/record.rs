@@ -90,6 +90,7 @@ impl Plan {
         attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
         let set = ProbeSet::resolve(&image, &server, &opts.probes)?;
+        set.check_breadth()?;
         if set.probes.is_empty() && opts.cpu.is_none() {
             return Err(RecordError::NoProbes);
         }

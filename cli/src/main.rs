@@ -3,6 +3,7 @@
 mod cpu_args;
 mod diff;
 mod limit_args;
+mod parse;
 mod probe_args;
 mod probes;
 mod top;
@@ -54,7 +55,7 @@ struct RecordArgs {
     #[arg(long)]
     pid: u32,
     /// How long to record (e.g. 30s, 2m, 500ms).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse::recording_duration)]
     duration: Duration,
     /// Output directory (created if missing).
     #[arg(long)]
@@ -65,10 +66,10 @@ struct RecordArgs {
     #[arg(long)]
     force: bool,
     /// Do not capture stacks (cheaper; counts and latency only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "max_stacks")]
     no_stacks: bool,
     /// Do not profile CPU (on-CPU sampling is on by default; `--probes none` records CPU only).
-    #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min"])]
+    #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min", "freq"])]
     no_cpu: bool,
     #[command(flatten)]
     cpu: cpu_args::CpuArgs,

@@ -10,7 +10,7 @@ pub mod top_symbols;
 pub mod units;
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub use model::Summary;
@@ -43,7 +43,12 @@ pub fn prepare_dir(dir: &Path) -> Result<(), OutputError> {
         source,
     };
     refuse_symlink(dir)?;
-    std::fs::create_dir_all(dir).map_err(err)?;
+    // Created 0750 like the files' 0640: a profile names code paths.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(dir)
+        .map_err(err)?;
     let probe = dir.join(".innoprof-write-check");
     write_file(&probe, b"").map_err(|e| match e {
         OutputError::Write { source, .. } => err(source),
