@@ -52,7 +52,11 @@ impl<'a> CallsiteNamer<'a> {
         });
         let name = from_mem.or_else(|| {
             (!self.image.position_independent)
-                .then(|| self.image.read_only_bytes_at(ptr, MAX_PATH).and_then(c_string))
+                .then(|| {
+                    self.image
+                        .read_only_bytes_at(ptr, MAX_PATH)
+                        .and_then(c_string)
+                })
                 .flatten()
         });
         self.files.insert(ptr, name.clone());
@@ -140,8 +144,7 @@ mod tests {
             }),
             format!("{heap_ptr:#x}:7")
         );
-        // SAFETY: only the address is taken.
-        let data_ptr = unsafe { std::ptr::addr_of!(WRITABLE) } as u64;
+        let data_ptr = std::ptr::addr_of!(WRITABLE) as u64;
         assert_eq!(namer.file(data_ptr), None);
         assert!(!namer.readable.is_empty());
         assert!(namer.readable.iter().all(|(s, e)| s < e));

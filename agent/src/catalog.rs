@@ -240,9 +240,9 @@ impl CatalogFile {
             if hits.is_empty() {
                 return Err(CatalogError::UnknownProbe {
                     name: want.into(),
-                    suggestion: self.closest_name(want).map_or(String::new(), |n| {
-                        format!(", did you mean `{n}`?")
-                    }),
+                    suggestion: self
+                        .closest_name(want)
+                        .map_or(String::new(), |n| format!(", did you mean `{n}`?")),
                     file: self.file.clone(),
                     known: self
                         .probes
@@ -272,7 +272,12 @@ impl CatalogFile {
         }
         self.probes
             .iter()
-            .map(|p| (strsim::normalized_damerau_levenshtein(wanted, &p.name), &p.name))
+            .map(|p| {
+                (
+                    strsim::normalized_damerau_levenshtein(wanted, &p.name),
+                    &p.name,
+                )
+            })
             .filter(|(score, _)| *score >= 0.7)
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, name)| name.as_str())
@@ -383,7 +388,10 @@ impl Catalog {
             });
         }
         let text = String::from_utf8(bytes).map_err(|e| {
-            read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
+            read_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.utf8_error(),
+            ))
         })?;
         Ok(Self {
             files: vec![CatalogFile::parse(&path.display().to_string(), &text)?],
@@ -505,18 +513,26 @@ mod tests {
             format!("{head}[[probe]]\nname='a'\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n{body}")
         };
         assert!(bad(&probe("surprise = true\n")).contains("unknown field `surprise`"));
-        assert!(bad(&format!("{head}[[probe]]\nname=['a']\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n"))
-            .contains("malformed"));
-        assert!(bad(&format!("{head}[[probe]]\nname='a'\nsymbols='fil_flush'\nmeasure='count'\ncost='rare'\n"))
-            .contains("malformed"));
+        assert!(bad(&format!(
+            "{head}[[probe]]\nname=['a']\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n"
+        ))
+        .contains("malformed"));
+        assert!(bad(&format!(
+            "{head}[[probe]]\nname='a'\nsymbols='fil_flush'\nmeasure='count'\ncost='rare'\n"
+        ))
+        .contains("malformed"));
         for (f, l) in [(0, 1), (7, 2), (2, 2), (255, 1)] {
             assert!(
-                bad(&probe(&format!("callsite = {{ file_arg = {f}, line_arg = {l} }}\n")))
-                    .contains("positions 1..=6"),
+                bad(&probe(&format!(
+                    "callsite = {{ file_arg = {f}, line_arg = {l} }}\n"
+                )))
+                .contains("positions 1..=6"),
                 "{f} {l}"
             );
         }
-        assert!(bad(&probe("callsite = { file_arg = 99999, line_arg = 1 }\n")).contains("malformed"));
+        assert!(
+            bad(&probe("callsite = { file_arg = 99999, line_arg = 1 }\n")).contains("malformed")
+        );
         assert!(bad(&probe("callsite = { file_arg = -1, line_arg = 1 }\n")).contains("malformed"));
         let deep = format!("{head}x = {}{}\n", "[".repeat(5000), "]".repeat(5000));
         assert!(bad(&deep).contains("malformed"));
@@ -537,10 +553,17 @@ mod tests {
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; MAX_CATALOG_BYTES as usize + 1]).unwrap();
         let err = Catalog::from_path(&big).unwrap_err().to_string();
-        assert!(err.contains("too large") && err.contains("big.toml"), "{err}");
-        let err = Catalog::from_path(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(
+            err.contains("too large") && err.contains("big.toml"),
+            "{err}"
+        );
+        let err = Catalog::from_path(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("too large"), "{err}");
-        let err = Catalog::from_path(&dir.path().join("absent.toml")).unwrap_err().to_string();
+        let err = Catalog::from_path(&dir.path().join("absent.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cannot read catalog"), "{err}");
     }
 
@@ -551,7 +574,10 @@ mod tests {
             .unwrap()
             .clone();
         let err = f.select("innodb.rwlock.s_wiat").unwrap_err().to_string();
-        assert!(err.contains("did you mean `innodb.rwlock.s_wait`?"), "{err}");
+        assert!(
+            err.contains("did you mean `innodb.rwlock.s_wait`?"),
+            "{err}"
+        );
         let err = f.select("redo.flush").unwrap_err().to_string();
         assert!(err.contains("did you mean `innodb.redo.flush`?"), "{err}");
         let err = f.select("zzzz").unwrap_err().to_string();

@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::attach::{
-    AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions,
-};
+use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
@@ -462,9 +460,12 @@ impl Recording {
         report::check_dir_still_there(dir)?;
         let json = serde_json::to_vec_pretty(&self.summary).expect("summary serialises");
         let table = report::table::render(&self.summary);
-        let files = [("summary.json", json.as_slice()), ("summary.txt", table.as_bytes())]
-            .into_iter()
-            .chain(self.folded.iter().map(|(n, t)| (n.as_str(), t.as_bytes())));
+        let files = [
+            ("summary.json", json.as_slice()),
+            ("summary.txt", table.as_bytes()),
+        ]
+        .into_iter()
+        .chain(self.folded.iter().map(|(n, t)| (n.as_str(), t.as_bytes())));
         let mut first_error = None;
         for (name, bytes) in files {
             if let Err(e) = report::write_file(&dir.join(name), bytes) {

@@ -30,9 +30,15 @@ mod tests {
     fn accepts_usual_durations_and_refuses_the_rest() {
         assert_eq!(recording_duration("300ms"), Ok(Duration::from_millis(300)));
         assert_eq!(recording_duration("1m 30s"), Ok(Duration::from_secs(90)));
-        assert!(recording_duration("0s").unwrap_err().contains("more than zero"));
-        assert!(recording_duration("31days").unwrap_err().contains("30 days"));
-        assert!(recording_duration("soon").unwrap_err().contains("expected e.g."));
+        assert!(recording_duration("0s")
+            .unwrap_err()
+            .contains("more than zero"));
+        assert!(recording_duration("31days")
+            .unwrap_err()
+            .contains("30 days"));
+        assert!(recording_duration("soon")
+            .unwrap_err()
+            .contains("expected e.g."));
         assert!(recording_duration("99999999999999999999999y").is_err());
         assert!(recording_duration("").is_err());
     }

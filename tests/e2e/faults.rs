@@ -39,7 +39,13 @@ fn error_line(stderr: &str) -> String {
 fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, String, String) {
     let mut fx = Fixture::spawn(&fixture_binary(false), [A, B, 0, 0, 0]);
     let child = Command::new(innoprof())
-        .args(["record", "--pid", &fx.pid.to_string(), "--force", "--no-cpu"])
+        .args([
+            "record",
+            "--pid",
+            &fx.pid.to_string(),
+            "--force",
+            "--no-cpu",
+        ])
         .args(["--duration", "3s", "--probe", "fixture_counted", "--out"])
         .arg(out)
         .stdout(std::process::Stdio::piped())
@@ -183,7 +189,10 @@ fn two_instances_on_one_target_both_count_exactly() {
         assert_eq!(code, Some(0), "{}", rec.stderr());
         let s = rec.summary();
         assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(A + B));
-        assert_eq!(probe(&s, "PolicyMutex<*>::enter")["calls"].as_u64(), Some(3));
+        assert_eq!(
+            probe(&s, "PolicyMutex<*>::enter")["calls"].as_u64(),
+            Some(3)
+        );
         let folded = rec.file("fixture_counted.count.folded");
         assert!(
             folded.contains(&format!(";main;caller_a;fixture_counted {A}"))

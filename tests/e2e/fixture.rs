@@ -264,7 +264,8 @@ fn callsite_arguments_name_the_caller_line() {
         + 1;
     let site = format!("fixture.cc:{line}");
     // enter(this, n_spins, n_delay, file, line): file is argument 4, line 5.
-    let (stdout, rec) = record_catalog_probe(&[], 
+    let (stdout, rec) = record_catalog_probe(
+        &[],
         "name = 'fixture.mutex.enter'\nsymbols = ['PolicyMutex<*>::enter']\n\
          measure = 'latency'\ncost = 'rare'\ncallsite = { file_arg = 4, line_arg = 5 }\n",
         false,

@@ -75,7 +75,12 @@ fn soak(name: &str) {
     let check = server.sql(&format!("CHECK TABLE {}", TABLES.join(", ")));
     let counts: Vec<String> = TABLES
         .iter()
-        .map(|t| server.sql(&format!("select count(*) from {t}")).trim().to_string())
+        .map(|t| {
+            server
+                .sql(&format!("select count(*) from {t}"))
+                .trim()
+                .to_string()
+        })
         .collect();
     println!(
         "soak {name}: {complete}/{wanted} cycles of --probes all ({links_attached} symbols attached in all), \
@@ -106,10 +111,7 @@ fn soak(name: &str) {
     assert!(left_behind.is_empty(), "left behind: {left_behind:?}");
     assert!(uprobe_events.is_empty(), "{uprobe_events:?}");
     assert_eq!(server.sql("select 1").trim(), "1", "server still answers");
-    let statuses: Vec<&str> = check
-        .lines()
-        .filter(|l| l.contains("\tstatus\t"))
-        .collect();
+    let statuses: Vec<&str> = check.lines().filter(|l| l.contains("\tstatus\t")).collect();
     assert_eq!(statuses.len(), TABLES.len(), "{check}");
     assert!(statuses.iter().all(|l| l.ends_with("\tOK")), "{check}");
     // oltp_read_write deletes a row and inserts it back in one transaction.

@@ -493,7 +493,10 @@ impl OpenLoad {
                 .collect(),
             log: String::new(),
         };
-        for line in log.lines().filter(|l| l.starts_with('[') && l.contains("tps:")) {
+        for line in log
+            .lines()
+            .filter(|l| l.starts_with('[') && l.contains("tps:"))
+        {
             report.seconds += 1;
             report.transactions += field(line, "tps:").unwrap_or(0.0);
             report.ignored_errors += field(line, "err/s:").expect("err/s in sysbench report");
@@ -508,13 +511,16 @@ impl OpenLoad {
 /// tracefs). innoprof's uprobes are perf events and never appear there;
 /// this proves none leaked into that interface either.
 pub fn tracefs_uprobe_events() -> Vec<String> {
-    ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .expect("tracefs uprobe_events (mount tracefs on /sys/kernel/tracing)")
-        .lines()
-        .map(String::from)
-        .collect()
+    [
+        "/sys/kernel/tracing/uprobe_events",
+        "/sys/kernel/debug/tracing/uprobe_events",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .expect("tracefs uprobe_events (mount tracefs on /sys/kernel/tracing)")
+    .lines()
+    .map(String::from)
+    .collect()
 }
 
 impl Drop for Server {
@@ -580,4 +586,23 @@ pub fn record_catalog_probe(
     fx.exit();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     (stdout, rec)
+}
+
+/// Runs innoprof and expects a refusal: exit status 1, exactly one
+/// `innoprof: error` line, containing every needle.
+pub fn fails_with(args: &[&str], needles: &[&str]) {
+    let out = run_innoprof(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{args:?}: expected `{n}` in: {stderr}");
+    }
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("innoprof: error"))
+            .count(),
+        1,
+        "{stderr}"
+    );
 }

@@ -104,7 +104,13 @@ pub fn render(summary: &Summary) -> String {
 /// What the BPF maps could not hold, or nothing when all was recorded.
 fn drops_line(d: &crate::collect::Drops) -> String {
     let lost_stacks = d.stack_collisions + d.stack_errors + d.stack_key_map_full;
-    if lost_stacks + d.inflight_map_full + d.stats_map_full + d.callsite_map_full + d.returns_without_entry == 0 {
+    if lost_stacks
+        + d.inflight_map_full
+        + d.stats_map_full
+        + d.callsite_map_full
+        + d.returns_without_entry
+        == 0
+    {
         return String::new();
     }
     format!(

@@ -227,9 +227,9 @@ impl ElfImage {
 
     /// Whether a virtual address lies in an executable loadable segment.
     pub fn is_code(&self, address: u64) -> bool {
-        self.segments
-            .iter()
-            .any(|s| s.executable && address >= s.vaddr && address - s.vaddr < s.filesz.min(s.memsz))
+        self.segments.iter().any(|s| {
+            s.executable && address >= s.vaddr && address - s.vaddr < s.filesz.min(s.memsz)
+        })
     }
 
     /// NUL-terminated printable strings in the read-only data sections.

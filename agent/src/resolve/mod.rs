@@ -231,7 +231,11 @@ impl<'a> Resolver<'a> {
             .data_objects
             .get_or_insert_with(|| self.image.data_object_names())
             .iter()
-            .find(|n| compiled.iter().any(|p| p.may_match(n) && p.matches(n, &DemangledName::of(n))))
+            .find(|n| {
+                compiled
+                    .iter()
+                    .any(|p| p.may_match(n) && p.matches(n, &DemangledName::of(n)))
+            })
         {
             Some(Unresolved::DataObject(name.clone()))
         } else if !self.image.has_symtab {
