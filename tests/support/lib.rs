@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: the innoprof binary, the C++ fixture,
 //! real servers (via scripts/servers.sh), sysbench, and kernel-side checks.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -313,16 +314,68 @@ fn links_of(names: &[&str]) -> Vec<String> {
 }
 
 /// Waits (up to 5 s: program release is deferred in the kernel) until no
-/// innoprof program or link remains; returns what is left.
+/// innoprof program or link remains that no live process holds; returns
+/// what is left. Called once the innoprof under test has exited, so what a
+/// live process still holds belongs to another innoprof (another
+/// checkout's test or a manual run on this shared machine), not to a leak:
+/// a leaked program or link is one nothing holds any more.
 pub fn leftovers_after_exit() -> (Vec<String>, Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (p, l) = (loaded_innoprof_programs(), links_of(&PROGRAM_NAMES));
+        let (held_progs, held_links) = bpf_ids_held_by_live_processes();
+        let id_of = |item: &str| -> Option<u64> {
+            match item.split_once('#') {
+                Some((_, id)) => id.parse().ok(),
+                None => serde_json::from_str::<serde_json::Value>(item).ok()?["id"].as_u64(),
+            }
+        };
+        let unheld = |items: Vec<String>, held: &HashSet<u64>| -> Vec<String> {
+            items
+                .into_iter()
+                .filter(|i| id_of(i).is_none_or(|id| !held.contains(&id)))
+                .collect()
+        };
+        let (p, l) = (
+            unheld(loaded_innoprof_programs(), &held_progs),
+            unheld(links_of(&PROGRAM_NAMES), &held_links),
+        );
         if (p.is_empty() && l.is_empty()) || Instant::now() > deadline {
             return (p, l);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// (program ids, link ids) of the BPF descriptors live processes hold,
+/// from /proc/*/fdinfo.
+fn bpf_ids_held_by_live_processes() -> (HashSet<u64>, HashSet<u64>) {
+    let (mut progs, mut links) = (HashSet::new(), HashSet::new());
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return (progs, links);
+    };
+    for proc_dir in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(proc_dir.path().join("fdinfo")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(info) = std::fs::read_to_string(fd.path()) else {
+                continue;
+            };
+            for line in info.lines() {
+                let (set, value) = if let Some(v) = line.strip_prefix("prog_id:") {
+                    (&mut progs, v)
+                } else if let Some(v) = line.strip_prefix("link_id:") {
+                    (&mut links, v)
+                } else {
+                    continue;
+                };
+                if let Ok(id) = value.trim().parse() {
+                    set.insert(id);
+                }
+            }
+        }
+    }
+    (progs, links)
 }
 
 /// A real server started by scripts/servers.sh in a private temp dir.
