@@ -38,6 +38,7 @@ fn error_line(stderr: &str) -> String {
 /// the probes are attached, before the fixture makes its calls.
 fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, String, String) {
     let mut fx = Fixture::spawn(&fixture_binary(false), [A, B, 0, 0, 0]);
+    let stderr_file = tempfile::NamedTempFile::new().unwrap();
     let child = Command::new(innoprof())
         .args([
             "record",
@@ -49,13 +50,17 @@ fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, Strin
         .args(["--duration", "3s", "--probe", "fixture_counted", "--out"])
         .arg(out)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(stderr_file.reopen().unwrap())
         .spawn()
         .unwrap();
-    // Attached once the uprobe links exist.
+    let stderr = || std::fs::read_to_string(stderr_file.path()).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while innoprof_links().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "never attached");
+    while !stderr().contains("recording for") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never attached: {}",
+            stderr()
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     during();
@@ -65,7 +70,7 @@ fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, Strin
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
+        stderr(),
     )
 }
 

@@ -266,7 +266,12 @@ impl<'a> Resolver<'a> {
             }
         };
         for site in sites {
-            let Some(file_offset) = self.image.file_offset(site.address) else {
+            // DWARF from a mismatched or hostile debug file can point anywhere.
+            let Some(file_offset) = self
+                .image
+                .file_offset(site.address)
+                .filter(|_| self.image.is_code(site.address))
+            else {
                 continue;
             };
             let entry = EntryInsn::decode(self.image.bytes_at(site.address, 16).unwrap_or(&[]));
