@@ -84,7 +84,7 @@ fn soak(name: &str) {
         .collect();
     println!(
         "soak {name}: {complete}/{wanted} cycles of --probes all ({links_attached} symbols attached in all), \
-         {:.0} s; sysbench {} s, {:.0} transactions, {} errors ({} deadlocks retried), {} reconnects; \
+         {:.0} s; sysbench {} s, {:.0} transactions, {} errors ({:.0} deadlocks retried), {:.0} reconnects; \
          left behind: {} BPF programs/links, {} tracefs uprobe events",
         soak_s,
         report.seconds,
