@@ -122,6 +122,18 @@ impl Reaper {
 pub struct SessionOptions {
     pub pid: u32,
     pub capture_stacks: bool,
+    pub limits: MapLimits,
+}
+
+/// Capacities of the BPF maps that can fill up during a recording; `None`
+/// keeps the size compiled into `bpf/latency.bpf.c`. Whatever does not fit
+/// is counted in the `drops` map and reported, never silently lost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MapLimits {
+    /// Distinct stacks (`stacks`) and (probe, stack, call site) counters (`stack_counts`).
+    pub stacks: Option<u32>,
+    /// (probe, call site) counters (`site_stats`).
+    pub callsites: Option<u32>,
 }
 
 impl Session {
@@ -133,10 +145,19 @@ impl Session {
         opts: &SessionOptions,
     ) -> Result<Self, AttachError> {
         let stacks: u8 = opts.capture_stacks.into();
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global("target_tgid", &opts.pid, true)
-            .override_global("capture_stacks", &stacks, true)
-            .load(LATENCY_OBJ)?;
+            .override_global("capture_stacks", &stacks, true);
+        if let Some(n) = opts.limits.stacks {
+            loader
+                .map_max_entries("stacks", n)
+                .map_max_entries("stack_counts", n);
+        }
+        if let Some(n) = opts.limits.callsites {
+            loader.map_max_entries("site_stats", n);
+        }
+        let mut ebpf = loader.load(LATENCY_OBJ)?;
         for name in [ENTER, RETURN, COUNT] {
             program(&mut ebpf, name)?
                 .load()

@@ -66,6 +66,7 @@ pub struct Written {
 /// earlier innoprof bundle (which the new one replaces). Also clears
 /// temporary directories left by an innoprof that was killed.
 pub fn prepare(out: &Path) -> Result<(), OutputError> {
+    report::refuse_symlink(out)?;
     let (parent, name) = split(out)?;
     let err = |source| OutputError::NotWritable {
         path: out.into(),
@@ -84,7 +85,11 @@ pub fn prepare(out: &Path) -> Result<(), OutputError> {
     }
     let tmp = temp_dir(&parent, &name);
     make_dir(&tmp).map_err(err)?;
-    std::fs::remove_dir(&tmp).map_err(err)
+    std::fs::remove_dir(&tmp).map_err(err)?;
+    // OUT itself exists (empty) from now on: refused if it is a link,
+    // proven writable, and a directory removed during the recording is
+    // noticed instead of silently recreated.
+    report::prepare_dir(out)
 }
 
 /// Writes the whole bundle of `recording` to `out` and `out.tar.gz`.
@@ -284,7 +289,7 @@ fn install(
     let (parent, name) = split(out)?;
     let werr = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| OutputError::Write { path, source }
+        move |source| report::write_error(&path, source)
     };
     let tmp = temp_dir(&parent, &name);
     if tmp.exists() {
@@ -492,7 +497,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let out = root.path().join("incident");
         prepare(&out).unwrap();
-        assert!(!out.exists(), "nothing is created before the end");
+        assert!(
+            listing(&out).is_empty(),
+            "only the empty directory before the end"
+        );
         let w = write(&recording(), &out, &["innoprof".into()]).unwrap();
         assert_eq!(w.tarball, root.path().join("incident.tar.gz"));
         let files = listing(&out);
@@ -535,7 +543,6 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let out = root.path().join("live");
         prepare(&out).unwrap();
-        std::fs::create_dir(&out).unwrap();
         std::fs::write(out.join(SUMMARY_TXT), "partial").unwrap();
         write(&recording(), &out, &[]).unwrap();
         assert_ne!(

@@ -130,6 +130,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let opts = SessionOptions {
         pid: std::process::id(),
         capture_stacks,
+        limits: Default::default(),
     };
     type Calib = unsafe extern "C" fn(u64) -> u64;
     let variants: [(&'static str, Measure, Calib, Calib); 4] = [

@@ -2,6 +2,11 @@
 //! pointer and `__LINE__`; the string is read here, once per pointer, from
 //! the target's memory (or from the binary when the target is gone and
 //! its addresses are the file's own, i.e. not position independent).
+//!
+//! Only the server binary's own read-only mappings are ever read, and never
+//! past their end: a `__FILE__` literal lives there, while query text and
+//! row data live in writable memory (heap, stacks, buffer pool). A pointer
+//! anywhere else is labelled by its address, not followed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
@@ -14,6 +19,8 @@ const MAX_PATH: usize = 512;
 
 pub struct CallsiteNamer<'a> {
     mem: Option<std::fs::File>,
+    /// The binary's non-writable mappings in the target: [start, end).
+    readable: Vec<(u64, u64)>,
     image: &'a ElfImage,
     files: HashMap<u64, Option<String>>,
 }
@@ -23,6 +30,7 @@ impl<'a> CallsiteNamer<'a> {
         let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
         Self {
             mem,
+            readable: binary_read_only_mappings(pid),
             image,
             files: HashMap::new(),
         }
@@ -34,13 +42,21 @@ impl<'a> CallsiteNamer<'a> {
             return f.clone();
         }
         let from_mem = self.mem.as_ref().and_then(|m| {
-            let mut buf = vec![0u8; MAX_PATH];
+            let &(_, end) = self
+                .readable
+                .iter()
+                .find(|(start, end)| (*start..*end).contains(&ptr))?;
+            let mut buf = vec![0u8; MAX_PATH.min((end - ptr) as usize)];
             let n = m.read_at(&mut buf, ptr).ok()?;
             c_string(&buf[..n])
         });
         let name = from_mem.or_else(|| {
             (!self.image.position_independent)
-                .then(|| self.image.bytes_at(ptr, MAX_PATH).and_then(c_string))
+                .then(|| {
+                    self.image
+                        .read_only_bytes_at(ptr, MAX_PATH)
+                        .and_then(c_string)
+                })
                 .flatten()
         });
         self.files.insert(ptr, name.clone());
@@ -88,6 +104,32 @@ impl LabelCache {
     }
 }
 
+/// Address ranges where `/proc/PID/maps` shows the process's own
+/// executable mapped without write permission.
+fn binary_read_only_mappings(pid: u32) -> Vec<(u64, u64)> {
+    let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+        return Vec::new();
+    };
+    let exe = exe.to_string_lossy();
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_string();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let path = f.skip(3).collect::<Vec<_>>().join(" ");
+            if path != exe || perms.as_bytes().get(1) != Some(&b'-') {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// A NUL-terminated, printable string at the start of `bytes`.
 fn c_string(bytes: &[u8]) -> Option<String> {
     let end = bytes.iter().position(|b| *b == 0)?;
@@ -123,6 +165,30 @@ mod tests {
             }),
             "0x8:1"
         );
+    }
+
+    /// Query text and rows live in writable memory: a "file" pointer into
+    /// the heap or into writable data is labelled by address, never read.
+    #[test]
+    fn never_reads_outside_the_binarys_read_only_mappings() {
+        static mut WRITABLE: [u8; 16] = *b"/secret/data.cc\0";
+        let heap = b"/query/text.cc\0".to_vec();
+        let image = ElfImage::open(&std::env::current_exe().unwrap()).unwrap();
+        let mut namer = CallsiteNamer::new(std::process::id(), &image);
+        let heap_ptr = heap.as_ptr() as u64;
+        assert_eq!(namer.file(heap_ptr), None);
+        assert_eq!(
+            namer.label(Callsite {
+                file: heap_ptr,
+                line: 7,
+                latch: 0,
+            }),
+            format!("{heap_ptr:#x}:7")
+        );
+        let data_ptr = std::ptr::addr_of!(WRITABLE) as u64;
+        assert_eq!(namer.file(data_ptr), None);
+        assert!(!namer.readable.is_empty());
+        assert!(namer.readable.iter().all(|(s, e)| s < e));
     }
 
     #[test]

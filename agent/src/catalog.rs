@@ -2,6 +2,7 @@
 //! (`innodb.mutex.wait`, …) and the symbol patterns that implement them.
 //! The files live in `probes/` and are embedded at build time.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -23,11 +24,21 @@ pub enum CatalogError {
     },
     #[error("catalog {file} is invalid: {reason}")]
     Invalid { file: String, reason: String },
-    #[error("unknown probe `{name}`; this catalog ({file}) has: {known}")]
+    #[error("unknown probe `{name}`{suggestion}; this catalog ({file}) has: {known}")]
     UnknownProbe {
         name: String,
+        /// ", did you mean `…`?" when a known name is close.
+        suggestion: String,
         file: String,
         known: String,
+    },
+    #[error("catalog {path} is larger than {max} bytes, too large for a catalog file")]
+    TooLarge { path: PathBuf, max: u64 },
+    #[error("pattern `{pattern}` ({origin}) is too broad: {reason}")]
+    TooBroad {
+        pattern: String,
+        origin: String,
+        reason: String,
     },
     #[error(
         "no catalog covers {server}; name functions with --probe PATTERN or supply --catalog FILE"
@@ -195,15 +206,11 @@ impl CatalogFile {
             if !names.insert(&p.name) {
                 return invalid(format!("probe `{}` is defined twice", p.name));
             }
-            if p.symbols.is_empty()
-                || p.symbols
-                    .iter()
-                    .any(|s| s.trim().is_empty() || s.trim() == "*")
-            {
-                return invalid(format!(
-                    "probe `{}` needs specific symbol patterns (not empty, not `*`)",
-                    p.name
-                ));
+            if p.symbols.is_empty() {
+                return invalid(format!("probe `{}` has no symbol patterns", p.name));
+            }
+            for pattern in &p.symbols {
+                check_pattern(pattern, &format!("probe `{}` in {}", p.name, self.file))?;
             }
             if let Some(c) = p.callsite {
                 let ok = |a: u8| (1..=6).contains(&a);
@@ -260,6 +267,9 @@ impl CatalogFile {
             if hits.is_empty() {
                 return Err(CatalogError::UnknownProbe {
                     name: want.into(),
+                    suggestion: self
+                        .closest_name(want)
+                        .map_or(String::new(), |n| format!(", did you mean `{n}`?")),
                     file: self.file.clone(),
                     known: self
                         .probes
@@ -278,6 +288,62 @@ impl CatalogFile {
         Ok(out)
     }
 }
+
+impl CatalogFile {
+    /// The probe name closest to a mistyped one, if any is close enough.
+    fn closest_name(&self, wanted: &str) -> Option<&str> {
+        // `redo.flush` for `innodb.redo.flush`: the family prefix left out.
+        let suffix = format!(".{wanted}");
+        if let Some(p) = self.probes.iter().find(|p| p.name.ends_with(&suffix)) {
+            return Some(&p.name);
+        }
+        self.probes
+            .iter()
+            .map(|p| {
+                (
+                    strsim::normalized_damerau_levenshtein(wanted, &p.name),
+                    &p.name,
+                )
+            })
+            .filter(|(score, _)| *score >= 0.7)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, name)| name.as_str())
+    }
+}
+
+/// Literal characters a symbol pattern needs at least: fewer, and it could
+/// match a large part of a server's functions (`*`, `?*`, `*a*`).
+const MIN_LITERAL_CHARS: usize = 3;
+/// Longest symbol pattern accepted (C++ signatures are long, not this long).
+const MAX_PATTERN_LEN: usize = 1024;
+
+/// Refuses patterns that would match almost everything. Used for catalog
+/// entries and for ad-hoc `--probe` patterns alike.
+pub fn check_pattern(pattern: &str, origin: &str) -> Result<(), CatalogError> {
+    let too_broad = |reason: String| {
+        Err(CatalogError::TooBroad {
+            pattern: pattern.chars().take(80).collect(),
+            origin: origin.into(),
+            reason,
+        })
+    };
+    let literal = pattern
+        .chars()
+        .filter(|c| !matches!(c, '*' | '?') && !c.is_whitespace())
+        .count();
+    if literal < MIN_LITERAL_CHARS {
+        return too_broad(format!(
+            "name at least {MIN_LITERAL_CHARS} characters of the function (e.g. `fil_flush`, `PolicyMutex<*>::enter`)"
+        ));
+    }
+    if pattern.len() > MAX_PATTERN_LEN {
+        return too_broad(format!("longer than {MAX_PATTERN_LEN} characters"));
+    }
+    Ok(())
+}
+
+/// Largest catalog file read: the built-in ones are ~10 KB.
+pub const MAX_CATALOG_BYTES: u64 = 1 << 20;
 
 const BUILTIN: &[(&str, &str)] = &[
     (
@@ -332,9 +398,27 @@ impl Catalog {
 
     /// A user catalog replaces the built-in one entirely.
     pub fn from_path(path: &Path) -> Result<Self, CatalogError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+        let read_err = |source| CatalogError::Read {
             path: path.into(),
             source,
+        };
+        // Read through a bounded reader: the size in the metadata says
+        // nothing for a FIFO or a device (`--catalog /dev/zero`).
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CATALOG_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(read_err)?;
+        if bytes.len() as u64 > MAX_CATALOG_BYTES {
+            return Err(CatalogError::TooLarge {
+                path: path.into(),
+                max: MAX_CATALOG_BYTES,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.utf8_error(),
+            ))
         })?;
         Ok(Self {
             files: vec![CatalogFile::parse(&path.display().to_string(), &text)?],
@@ -426,21 +510,146 @@ mod tests {
         let bad = |t: &str| CatalogFile::parse("x.toml", t).unwrap_err().to_string();
         assert!(bad("not toml [").contains("malformed"));
         let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
-        assert!(bad(&format!(
-            "{head}[[probe]]\nname='a'\nsymbols=['*']\nmeasure='count'\ncost='rare'\n"
-        ))
-        .contains("specific"));
+        for everything in ["*", "?*", "*a*", " * "] {
+            assert!(bad(&format!(
+                "{head}[[probe]]\nname='a'\nsymbols=['{everything}']\nmeasure='count'\ncost='rare'\n"
+            ))
+            .contains("too broad"));
+        }
         assert!(bad(&format!(
             "{head}[[probe]]\nname='a'\nsymbols=['f']\nmeasure='sometimes'\ncost='rare'\n"
         ))
         .contains("malformed"));
-        let twice =
-            format!("{head}[[probe]]\nname='a'\nsymbols=['f']\nmeasure='count'\ncost='rare'\n");
+        let twice = format!(
+            "{head}[[probe]]\nname='a'\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n"
+        );
         assert!(bad(&format!("{twice}{}", &twice[head.len()..])).contains("twice"));
         assert!(
             bad("probe=[]\n[server]\nfamily='mysql'\nmin_version='five'\nmax_version='5.6'\n")
                 .contains("MAJOR.MINOR")
         );
+    }
+
+    /// Hostile catalogs: wrong types, unknown keys, absurd argument
+    /// numbers, deep nesting, huge values. Each is a typed error, no panic.
+    #[test]
+    fn hostile_catalogs_are_refused() {
+        let bad = |t: &str| CatalogFile::parse("x.toml", t).unwrap_err().to_string();
+        let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
+        let probe = |body: &str| {
+            format!("{head}[[probe]]\nname='a'\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n{body}")
+        };
+        assert!(bad(&probe("surprise = true\n")).contains("unknown field `surprise`"));
+        assert!(bad(&format!(
+            "{head}[[probe]]\nname=['a']\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n"
+        ))
+        .contains("malformed"));
+        assert!(bad(&format!(
+            "{head}[[probe]]\nname='a'\nsymbols='fil_flush'\nmeasure='count'\ncost='rare'\n"
+        ))
+        .contains("malformed"));
+        for (f, l) in [(0, 1), (7, 2), (2, 2), (255, 1)] {
+            assert!(
+                bad(&probe(&format!(
+                    "callsite = {{ file_arg = {f}, line_arg = {l} }}\n"
+                )))
+                .contains("positions 1..=6"),
+                "{f} {l}"
+            );
+        }
+        assert!(
+            bad(&probe("callsite = { file_arg = 99999, line_arg = 1 }\n")).contains("malformed")
+        );
+        assert!(bad(&probe("callsite = { file_arg = -1, line_arg = 1 }\n")).contains("malformed"));
+        let deep = format!("{head}x = {}{}\n", "[".repeat(5000), "]".repeat(5000));
+        assert!(bad(&deep).contains("malformed"));
+        let long_name = format!(
+            "{head}[[probe]]\nname='a'\nsymbols=['{}']\nmeasure='count'\ncost='rare'\n",
+            "f".repeat(100_000)
+        );
+        assert!(bad(&long_name).contains("too broad"));
+        assert!(bad(&format!("{head}[[probe]]\nname='{}'\n", "\u{202e}")).contains("malformed"));
+        assert!(bad(&format!("{head}probe = []\n[[probe]]\n")).contains("malformed"));
+    }
+
+    /// A catalog file is read through a bounded reader: a huge file or a
+    /// device that never ends is refused by size, not read into memory.
+    #[test]
+    fn huge_catalog_files_are_refused_by_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_CATALOG_BYTES as usize + 1]).unwrap();
+        let err = Catalog::from_path(&big).unwrap_err().to_string();
+        assert!(
+            err.contains("too large") && err.contains("big.toml"),
+            "{err}"
+        );
+        let err = Catalog::from_path(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("too large"), "{err}");
+        let err = Catalog::from_path(&dir.path().join("absent.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read catalog"), "{err}");
+    }
+
+    #[test]
+    fn unknown_probe_names_get_a_suggestion() {
+        let f = Catalog::builtin()
+            .for_server(&server(Family::Mariadb, "10.2.11"))
+            .unwrap()
+            .clone();
+        let err = f.select("innodb.rwlock.s_wiat").unwrap_err().to_string();
+        assert!(
+            err.contains("did you mean `innodb.rwlock.s_wait`?"),
+            "{err}"
+        );
+        let err = f.select("redo.flush").unwrap_err().to_string();
+        assert!(err.contains("did you mean `innodb.redo.flush`?"), "{err}");
+        let err = f.select("zzzz").unwrap_err().to_string();
+        assert!(!err.contains("did you mean"), "{err}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any text: a catalog or a typed error, never a panic.
+        #[test]
+        fn parser_never_panics_on_any_text(text in "\\PC{0,400}") {
+            let _ = CatalogFile::parse("fuzz.toml", &text);
+        }
+
+        /// Catalog-shaped text with arbitrary values in every field.
+        #[test]
+        fn parser_never_panics_on_catalog_shaped_text(
+            family in "[a-z]{0,8}",
+            lo in "[0-9.]{0,6}",
+            name in "\\PC{0,20}",
+            symbol in "\\PC{0,30}",
+            measure in "[a-z]{0,9}",
+            file_arg in proptest::num::i64::ANY,
+            line_arg in 0u8..=255,
+            extra in "[a-z_]{0,8} = [0-9]{1,3}",
+        ) {
+            let text = format!(
+                "[server]\nfamily = '{family}'\nmin_version = '{lo}'\nmax_version = '{lo}'\n\
+                 [[probe]]\nname = {name:?}\nsymbols = [{symbol:?}]\nmeasure = '{measure}'\n\
+                 cost = 'rare'\ncallsite = {{ file_arg = {file_arg}, line_arg = {line_arg} }}\n{extra}\n"
+            );
+            if let Ok(c) = CatalogFile::parse("fuzz.toml", &text) {
+                let site = c.probes[0].callsite.unwrap();
+                proptest::prop_assert!((1..=6).contains(&site.file_arg));
+                proptest::prop_assert!(c.probes[0].symbols[0].chars().filter(|c| c.is_alphanumeric()).count() >= 1);
+            }
+        }
+
+        /// Any selection string: probes or a typed error.
+        #[test]
+        fn selection_never_panics(selection in "\\PC{0,60}") {
+            let f = Catalog::builtin().files[0].clone();
+            let _ = f.select(&selection);
+        }
     }
 
     /// The logical probe names shared by every catalog file (a probe absent

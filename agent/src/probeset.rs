@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::attach::{LatchPlan, PlannedProbe};
-use crate::catalog::{Catalog, CatalogError, LatchSpec, ProbeSpec};
+use crate::catalog::{check_pattern, Catalog, CatalogError, LatchSpec, ProbeSpec};
 use crate::resolve::latch::find_latch_layout;
 use crate::resolve::{ElfImage, Resolution, Resolver};
 use crate::server::ServerInfo;
@@ -26,6 +26,10 @@ impl ProbeRequest {
         self.selection.is_some() || !self.ad_hoc.is_empty()
     }
 }
+
+/// Most symbols one probe may attach to (the built-in catalogs need at
+/// most a handful: MySQL 5.6's out-of-line copies of `pfs_mutex_enter_func`).
+pub const MAX_SYMBOLS_PER_PROBE: usize = 200;
 
 #[derive(Debug, Clone)]
 pub struct ProbeSet {
@@ -61,7 +65,10 @@ impl ProbeSet {
             catalog_file = Some(file.file.clone());
             specs.extend(file.select(&selection)?);
         }
-        specs.extend(request.ad_hoc.iter().map(|p| ProbeSpec::ad_hoc(p)));
+        for pattern in &request.ad_hoc {
+            check_pattern(pattern, "--probe")?;
+            specs.push(ProbeSpec::ad_hoc(pattern));
+        }
 
         let mut resolver = Resolver::new(image);
         let probes = specs
@@ -88,6 +95,27 @@ impl ProbeSet {
             catalog_file,
             probes,
         })
+    }
+
+    /// Refuses a probe whose patterns matched more functions than any real
+    /// probe needs: each uprobe costs the server on every hit, and the
+    /// kernel takes ~0.1 s to remove each one.
+    pub fn check_breadth(&self) -> Result<(), CatalogError> {
+        match self
+            .probes
+            .iter()
+            .find(|p| p.resolution.symbols.len() > MAX_SYMBOLS_PER_PROBE)
+        {
+            Some(p) => Err(CatalogError::TooBroad {
+                pattern: p.spec.symbols.join(", "),
+                origin: format!("probe `{}`", p.spec.name),
+                reason: format!(
+                    "it matches {} functions, more than {MAX_SYMBOLS_PER_PROBE}; narrow it",
+                    p.resolution.symbols.len()
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     pub fn any_resolved(&self) -> bool {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::attach::{AttachError, AttachOutcome, PlannedProbe, Session, SessionOptions};
+use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::bundle::{self, BundleError, Written};
 use crate::calibrate::{calibrate, CalibrateError, HitCost};
@@ -69,6 +69,8 @@ pub struct RecordOptions {
     pub cpu: Option<CpuOptions>,
     /// Overhead budget for probe hits; `None`: no governor.
     pub governor: Option<GovernorConfig>,
+    /// BPF map capacities (hidden `--max-stacks`/`--max-callsites`).
+    pub limits: MapLimits,
 }
 
 /// Everything decided before touching the kernel.
@@ -83,6 +85,7 @@ pub struct Plan {
     pub governor: Option<GovernorConfig>,
     /// The per-hit cost calibration, running while the plan is made.
     calibration: Option<std::thread::JoinHandle<Result<HitCost, CalibrateError>>>,
+    pub limits: MapLimits,
 }
 
 impl Plan {
@@ -98,6 +101,7 @@ impl Plan {
         attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
         let set = ProbeSet::resolve(&image, &server, &opts.probes)?;
+        set.check_breadth()?;
         if set.probes.is_empty() && opts.cpu.is_none() {
             return Err(RecordError::NoProbes);
         }
@@ -126,6 +130,7 @@ impl Plan {
             cpu: opts.cpu.clone(),
             governor: opts.governor,
             calibration,
+            limits: opts.limits,
         })
     }
 }
@@ -167,6 +172,7 @@ impl Recorder {
         let opts = SessionOptions {
             pid: plan.target.pid,
             capture_stacks,
+            limits: plan.limits,
         };
         // Plan::build let an all-unresolved set through only for a CPU profile.
         let any_symbol = plan.probes.iter().any(|p| !p.resolution.symbols.is_empty());
@@ -733,8 +739,10 @@ pub struct Recording {
 
 impl Recording {
     /// Writes the incident bundle: `out/` and `out.tar.gz` (see [`bundle`]).
-    /// `command_line` is innoprof's argv, kept in metadata.json.
+    /// `command_line` is innoprof's argv, kept in metadata.json. A `out`
+    /// removed during the recording is not recreated behind the user's back.
     pub fn write(&self, out: &Path, command_line: &[String]) -> Result<Written, BundleError> {
+        report::check_dir_still_there(out)?;
         bundle::write(self, out, command_line)
     }
 }

@@ -386,11 +386,12 @@ mod tests {
         let ip = innoprof_symbolize_probe_target as *const () as u64;
         let mut s = StackSymbolizer::new(ProcessMaps::read(std::process::id()).unwrap());
         let frames = s.frames(&[ip], true);
+        // Optimised builds may inline black_box into it: an extra
+        // `[inlined]` frame below the function, which is still named.
         assert!(
             frames
-                .last()
-                .unwrap()
-                .contains("innoprof_symbolize_probe_target"),
+                .iter()
+                .any(|f| f == "innoprof_symbolize_probe_target"),
             "{frames:?}"
         );
         assert_eq!(s.frames(&[1], true), vec!["[unknown]".to_string()]);

@@ -2,6 +2,8 @@
 
 mod cpu_args;
 mod diff;
+mod limit_args;
+mod parse;
 mod probe_args;
 mod probes;
 mod report;
@@ -25,6 +27,9 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit status when the target exited during the recording (partial output written).
 pub(crate) const EXIT_TARGET_EXITED: u8 = 3;
+/// Exit status when the results could not be written (disk full, output
+/// directory removed); probes are detached and the table went to stdout.
+pub(crate) const EXIT_OUTPUT_FAILED: u8 = 4;
 
 #[derive(Parser)]
 #[command(
@@ -71,7 +76,7 @@ struct RecordArgs {
     #[arg(long)]
     pid: u32,
     /// How long to record (e.g. 30s, 2m, 500ms).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse::recording_duration)]
     duration: Duration,
     /// Output directory, written whole at the end with OUT.tar.gz beside it
     /// (must be absent, empty, or an earlier recording, which is replaced).
@@ -83,10 +88,10 @@ struct RecordArgs {
     #[arg(long)]
     force: bool,
     /// Do not capture stacks (cheaper; counts and latency only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "max_stacks")]
     no_stacks: bool,
     /// Do not profile CPU (on-CPU sampling is on by default; `--probes none` records CPU only).
-    #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min"])]
+    #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min", "freq"])]
     no_cpu: bool,
     /// CPU that probe hits may cost the server, in % of one core (e.g. 1, 0.5, 5), or `off`.
     /// Probes that would cost more are duty-cycled (attached part of each second) and their
@@ -98,6 +103,8 @@ struct RecordArgs {
     /// Also write calls and wait time per interval of this length (e.g. 1s) to timeseries.json/.csv.
     #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
     interval: Option<Duration>,
+    #[command(flatten)]
+    limits: limit_args::LimitArgs,
 }
 
 /// Intervals shorter than 100 ms would be mostly read jitter.
@@ -197,6 +204,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             budget_pct,
             ..GovernorConfig::default()
         }),
+        limits: args.limits.limits(),
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -283,11 +291,19 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         recording.folded.extend(series.files());
         recording.summary.timeseries = Some(series.note());
     }
+    // The table goes to stdout first: if the files cannot be written, the
+    // numbers are still on the terminal.
+    print!("{}", table::render(&recording.summary));
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let written = recording.write(&args.out, &argv)?;
-    print!("{}", table::render(&recording.summary));
+    let written = match recording.write(&args.out, &argv) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("innoprof: error: {e}");
+            return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
+        }
+    };
     eprintln!(
         "innoprof: wrote {} and {}; open {}",
         written.dir.display(),

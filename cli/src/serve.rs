@@ -74,6 +74,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         // estimates would not. `serve` keeps to the probes it is given
         // (the default set is cheap); `record` is the governed one.
         governor: None,
+        limits: Default::default(),
     };
     let plan = Plan::build(&opts)?;
     // Bound before attaching: a busy port fails with nothing attached.

@@ -4,26 +4,6 @@ use std::process::{Command, Stdio};
 
 use innoprof_e2e::*;
 
-/// Runs innoprof, expects exit status 1 with one error line naming every
-/// needle; returns its stderr.
-fn fails_with(args: &[&str], needles: &[&str]) -> String {
-    let out = run_innoprof(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    for n in needles {
-        assert!(stderr.contains(n), "{args:?}: expected `{n}` in: {stderr}");
-    }
-    assert_eq!(
-        stderr
-            .lines()
-            .filter(|l| l.starts_with("innoprof: error"))
-            .count(),
-        1,
-        "{stderr}"
-    );
-    stderr.into_owned()
-}
-
 fn sleeper() -> std::process::Child {
     Command::new("sleep")
         .arg("60")

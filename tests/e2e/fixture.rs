@@ -222,6 +222,7 @@ fn target_exit_is_reported_with_partial_results() {
 fn inline_sites_count_exactly() {
     let _k = kernel_lock();
     let (_, rec) = record_catalog_probe(
+        &[],
         "name = 'fixture.inlined'\nsymbols = ['fixture_inlined_step']\n\
          measure = 'count'\ncost = 'rare'\ninline = true\n",
         true,
@@ -264,6 +265,7 @@ fn callsite_arguments_name_the_caller_line() {
     let site = format!("fixture.cc:{line}");
     // enter(this, n_spins, n_delay, file, line): file is argument 4, line 5.
     let (stdout, rec) = record_catalog_probe(
+        &[],
         "name = 'fixture.mutex.enter'\nsymbols = ['PolicyMutex<*>::enter']\n\
          measure = 'latency'\ncost = 'rare'\ncallsite = { file_arg = 4, line_arg = 5 }\n",
         false,
@@ -294,31 +296,4 @@ fn callsite_arguments_name_the_caller_line() {
         )),
         "{folded}"
     );
-}
-
-/// Records one probe defined in a throw-away catalog (`probe_toml` is the
-/// body of its `[[probe]]`) while the fixture makes its calls.
-fn record_catalog_probe(probe_toml: &str, pie: bool, counts: [u64; 5]) -> (String, Recording) {
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = fixture_catalog(dir.path(), &[probe_toml]);
-    let name = probe_toml.split('\'').nth(1).unwrap();
-    let mut fx = Fixture::spawn(&fixture_binary(pie), counts);
-    let pid = fx.pid.to_string();
-    let mut rec = Recording::start(&[
-        "--pid",
-        &pid,
-        "--force",
-        "--duration",
-        "3s",
-        "--catalog",
-        catalog.to_str().unwrap(),
-        "--probes",
-        name,
-    ]);
-    rec.wait_attached();
-    fx.run_calls();
-    let (code, stdout, rec) = rec.finish();
-    fx.exit();
-    assert_eq!(code, Some(0), "{}", rec.stderr());
-    (stdout, rec)
 }

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: the innoprof binary, the C++ fixture,
 //! real servers (via scripts/servers.sh), sysbench, and kernel-side checks.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -367,16 +368,68 @@ fn links_of(names: &[&str]) -> Vec<String> {
 }
 
 /// Waits (up to 5 s: program release is deferred in the kernel) until no
-/// innoprof program or link remains; returns what is left.
+/// innoprof program or link remains that no live process holds; returns
+/// what is left. Called once the innoprof under test has exited, so what a
+/// live process still holds belongs to another innoprof (another
+/// checkout's test or a manual run on this shared machine), not to a leak:
+/// a leaked program or link is one nothing holds any more.
 pub fn leftovers_after_exit() -> (Vec<String>, Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (p, l) = (loaded_innoprof_programs(), links_of(&PROGRAM_NAMES));
+        let (held_progs, held_links) = bpf_ids_held_by_live_processes();
+        let id_of = |item: &str| -> Option<u64> {
+            match item.split_once('#') {
+                Some((_, id)) => id.parse().ok(),
+                None => serde_json::from_str::<serde_json::Value>(item).ok()?["id"].as_u64(),
+            }
+        };
+        let unheld = |items: Vec<String>, held: &HashSet<u64>| -> Vec<String> {
+            items
+                .into_iter()
+                .filter(|i| id_of(i).is_none_or(|id| !held.contains(&id)))
+                .collect()
+        };
+        let (p, l) = (
+            unheld(loaded_innoprof_programs(), &held_progs),
+            unheld(links_of(&PROGRAM_NAMES), &held_links),
+        );
         if (p.is_empty() && l.is_empty()) || Instant::now() > deadline {
             return (p, l);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// (program ids, link ids) of the BPF descriptors live processes hold,
+/// from /proc/*/fdinfo.
+fn bpf_ids_held_by_live_processes() -> (HashSet<u64>, HashSet<u64>) {
+    let (mut progs, mut links) = (HashSet::new(), HashSet::new());
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return (progs, links);
+    };
+    for proc_dir in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(proc_dir.path().join("fdinfo")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(info) = std::fs::read_to_string(fd.path()) else {
+                continue;
+            };
+            for line in info.lines() {
+                let (set, value) = if let Some(v) = line.strip_prefix("prog_id:") {
+                    (&mut progs, v)
+                } else if let Some(v) = line.strip_prefix("link_id:") {
+                    (&mut links, v)
+                } else {
+                    continue;
+                };
+                if let Ok(id) = value.trim().parse() {
+                    set.insert(id);
+                }
+            }
+        }
+    }
+    (progs, links)
 }
 
 /// A real server started by scripts/servers.sh in a private temp dir.
@@ -472,6 +525,109 @@ impl Server {
                 + &String::from_utf8_lossy(&out.stderr)
         })
     }
+}
+
+impl Server {
+    /// sysbench with no time limit, reporting every second, until
+    /// [`OpenLoad::stop`]: for a load that must cover a scenario of unknown
+    /// length.
+    pub fn sysbench_open_ended(&self, test: &str, threads: u32, extra: &[&str]) -> OpenLoad {
+        self.prepare(test);
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let child = self
+            .sysbench(&[
+                "run",
+                test,
+                &format!("--threads={threads}"),
+                "--time=0",
+                "--report-interval=1",
+            ])
+            .args(extra)
+            .stdout(log.reopen().unwrap())
+            .stderr(Stdio::from(log.reopen().unwrap()))
+            .spawn()
+            .unwrap();
+        OpenLoad { child, log }
+    }
+}
+
+/// A sysbench run without a time limit (see [`Server::sysbench_open_ended`]).
+pub struct OpenLoad {
+    child: Child,
+    log: tempfile::NamedTempFile,
+}
+
+/// What sysbench's per-second reports added up to.
+#[derive(Debug)]
+pub struct LoadReport {
+    /// sysbench exited on its own (a fatal SQL error ends the run).
+    pub exited_early: Option<std::process::ExitStatus>,
+    pub seconds: u64,
+    pub transactions: f64,
+    /// `err/s` summed: errors sysbench ignored and retried (by default
+    /// deadlocks, lock wait timeouts and 1020; `--mysql-ignore-errors`
+    /// sets the list); any other error is fatal and ends the run.
+    pub ignored_errors: f64,
+    pub reconnects: f64,
+    /// `FATAL` lines: a query failed with an error sysbench does not ignore.
+    pub error_lines: Vec<String>,
+    pub log: String,
+}
+
+impl OpenLoad {
+    pub fn stop(mut self) -> LoadReport {
+        let exited_early = self.child.try_wait().unwrap();
+        if exited_early.is_none() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+        let log = std::fs::read_to_string(self.log.path()).unwrap();
+        let field = |line: &str, name: &str| -> Option<f64> {
+            let rest = line.split(name).nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        };
+        let mut report = LoadReport {
+            exited_early,
+            seconds: 0,
+            transactions: 0.0,
+            ignored_errors: 0.0,
+            reconnects: 0.0,
+            error_lines: log
+                .lines()
+                .filter(|l| l.contains("FATAL"))
+                .map(String::from)
+                .collect(),
+            log: String::new(),
+        };
+        for line in log
+            .lines()
+            .filter(|l| l.starts_with('[') && l.contains("tps:"))
+        {
+            report.seconds += 1;
+            report.transactions += field(line, "tps:").unwrap_or(0.0);
+            report.ignored_errors += field(line, "err/s:").expect("err/s in sysbench report");
+            report.reconnects += field(line, "reconn/s:").expect("reconn/s in sysbench report");
+        }
+        report.log = log;
+        report
+    }
+}
+
+/// Lines of the tracefs `uprobe_events` file (uprobes created through
+/// tracefs). innoprof's uprobes are perf events and never appear there;
+/// this proves none leaked into that interface either.
+pub fn tracefs_uprobe_events() -> Vec<String> {
+    [
+        "/sys/kernel/tracing/uprobe_events",
+        "/sys/kernel/debug/tracing/uprobe_events",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .expect("tracefs uprobe_events (mount tracefs on /sys/kernel/tracing)")
+    .lines()
+    .map(String::from)
+    .collect()
 }
 
 impl Drop for Server {
@@ -651,4 +807,58 @@ pub fn metric_samples(text: &str) -> Vec<MetricSample> {
             }
         })
         .collect()
+}
+
+/// Records one probe defined in a throw-away catalog (see [`fixture_catalog`])
+/// while the fixture makes its calls; `extra` goes to `innoprof record`.
+pub fn record_catalog_probe(
+    extra: &[&str],
+    probe_toml: &str,
+    pie: bool,
+    counts: [u64; 5],
+) -> (String, Recording) {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = fixture_catalog(dir.path(), &[probe_toml]);
+    let name = probe_toml.split('\'').nth(1).unwrap();
+    let mut fx = Fixture::spawn(&fixture_binary(pie), counts);
+    let pid = fx.pid.to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        name,
+    ];
+    args.extend_from_slice(extra);
+    let mut rec = Recording::start(&args);
+    rec.wait_attached();
+    fx.run_calls();
+    let (code, stdout, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    (stdout, rec)
+}
+
+/// Runs innoprof and expects a refusal: exit status 1, exactly one
+/// `innoprof: error` line, containing every needle; returns its stderr.
+pub fn fails_with(args: &[&str], needles: &[&str]) -> String {
+    let out = run_innoprof(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{args:?}: expected `{n}` in: {stderr}");
+    }
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("innoprof: error"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    stderr.into_owned()
 }

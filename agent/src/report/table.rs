@@ -93,14 +93,7 @@ pub fn render(summary: &Summary) -> String {
             p.reason.as_deref().unwrap_or("")
         ));
     }
-    let d = &summary.drops;
-    let lost = d.stack_collisions + d.stack_errors + d.stack_key_map_full;
-    if lost > 0 || d.inflight_map_full > 0 || d.stats_map_full > 0 {
-        out.push_str(&format!(
-            "dropped: {} stacks ({} collisions, {} errors, {} key-map full), {} in-flight entries, {} stats\n",
-            lost, d.stack_collisions, d.stack_errors, d.stack_key_map_full, d.inflight_map_full, d.stats_map_full
-        ));
-    }
+    out.push_str(&drops_line(&summary.drops));
     out.push_str(&super::overhead::render(summary));
     if let Some(cpu) = &summary.cpu {
         out.push_str(&super::cpu_table::render(cpu));
@@ -122,6 +115,33 @@ pub(crate) fn end_text(end: super::model::EndReason) -> &'static str {
         super::model::EndReason::Interrupted => "interrupted (partial)",
         super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
     }
+}
+
+/// What the BPF maps could not hold, or nothing when all was recorded.
+fn drops_line(d: &crate::collect::Drops) -> String {
+    let lost_stacks = d.stack_collisions + d.stack_errors + d.stack_key_map_full;
+    if lost_stacks
+        + d.inflight_map_full
+        + d.stats_map_full
+        + d.callsite_map_full
+        + d.returns_without_entry
+        == 0
+    {
+        return String::new();
+    }
+    format!(
+        "dropped: {} stacks ({} collisions, {} errors, {} stack-count map full), {} call sites (call-site map full), \
+         {} in-flight entries (map full), {} returns without entry, {} stats (map full); \
+         folded stacks and call sites undercount by these\n",
+        lost_stacks,
+        d.stack_collisions,
+        d.stack_errors,
+        d.stack_key_map_full,
+        d.callsite_map_full,
+        d.inflight_map_full,
+        d.returns_without_entry,
+        d.stats_map_full
+    )
 }
 
 const TOP_CALLSITES: usize = 10;

@@ -67,6 +67,10 @@ struct LoadSegment {
     memsz: u64,
     file_offset: u64,
     filesz: u64,
+    /// PF_W: holds data the program changes (never read for names).
+    writable: bool,
+    /// PF_X: code; the only place a probe may go.
+    executable: bool,
 }
 
 #[derive(Debug)]
@@ -98,11 +102,17 @@ impl ElfImage {
             .segments()
             .map(|s| {
                 let (file_offset, filesz) = s.file_range();
+                let flags = match s.flags() {
+                    object::SegmentFlags::Elf { p_flags } => p_flags,
+                    _ => 0,
+                };
                 LoadSegment {
                     vaddr: s.address(),
                     memsz: s.size(),
                     file_offset,
                     filesz,
+                    writable: flags & object::elf::PF_W != 0,
+                    executable: flags & object::elf::PF_X != 0,
                 }
             })
             .collect();
@@ -186,6 +196,40 @@ impl ElfImage {
         let off = self.file_offset(address)? as usize;
         let end = off.checked_add(len)?.min(self.data.len());
         self.data.get(off..end)
+    }
+
+    /// Up to `len` bytes at a virtual address inside a loadable segment
+    /// that is not writable (code or read-only data), cut at the segment's
+    /// end: call-site names are string literals, and nothing the program
+    /// writes (query text, rows) is ever read.
+    pub fn read_only_bytes_at(&self, address: u64, len: usize) -> Option<&[u8]> {
+        let seg = self.segments.iter().find(|s| {
+            !s.writable && address >= s.vaddr && address - s.vaddr < s.filesz.min(s.memsz)
+        })?;
+        let in_segment = (seg.vaddr + seg.filesz.min(seg.memsz) - address) as usize;
+        let off = (address - seg.vaddr + seg.file_offset) as usize;
+        self.data.get(off..off.checked_add(len.min(in_segment))?)
+    }
+
+    /// Names of the defined data objects (variables): only to explain why
+    /// a pattern that names one finds no function. Parsed on demand, as it
+    /// is needed only on that error path.
+    pub fn data_object_names(&self) -> Vec<String> {
+        let Ok(file) = object::File::parse(&*self.data) else {
+            return Vec::new();
+        };
+        file.symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Data && !s.is_undefined())
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .collect()
+    }
+
+    /// Whether a virtual address lies in an executable loadable segment.
+    pub fn is_code(&self, address: u64) -> bool {
+        self.segments.iter().any(|s| {
+            s.executable && address >= s.vaddr && address - s.vaddr < s.filesz.min(s.memsz)
+        })
     }
 
     /// NUL-terminated printable strings in the read-only data sections.

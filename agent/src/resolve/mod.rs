@@ -52,6 +52,9 @@ pub enum SkipReason {
     Alias,
     /// Outside every loadable segment of the file.
     NotInFile,
+    /// In a loadable segment that is not executable: a probe there would
+    /// patch data, so it is refused whatever the symbol table says.
+    NotCode,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -63,6 +66,9 @@ impl std::fmt::Display for SkipReason {
             }
             SkipReason::Alias => "alias of an attached symbol",
             SkipReason::NotInFile => "address outside the file's loadable segments",
+            SkipReason::NotCode => {
+                "address outside the file's executable segments (not code); refused"
+            }
         })
     }
 }
@@ -80,11 +86,25 @@ pub enum Unresolved {
     OnlyFragments,
     /// Inline sites were asked for, and the binary has no DWARF to find them.
     InlineNeedsDebugInfo,
+    /// Every match lies outside the binary's executable segments.
+    NotCode,
+    /// The pattern names a variable (this one), not a function.
+    DataObject(String),
 }
 
 impl std::fmt::Display for Unresolved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Unresolved::DataObject(name) = self {
+            return write!(
+                f,
+                "`{name}` is a data object (a variable), not a function: probes attach only to code"
+            );
+        }
         f.write_str(match self {
+            Unresolved::DataObject(_) => unreachable!("written above"),
+            Unresolved::NotCode => {
+                "the matching symbols are not in an executable segment of the binary; probes attach only to code"
+            }
             Unresolved::StrippedBinary => {
                 "binary is stripped (no .symtab) and the symbol is not exported in .dynsym; install the server's debug symbols"
             }
@@ -122,6 +142,8 @@ impl Resolution {
 pub struct Resolver<'a> {
     image: &'a ElfImage,
     demangled: HashMap<usize, DemangledName>,
+    /// Data object names, read once, on the first pattern that finds nothing.
+    data_objects: Option<Vec<String>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -129,6 +151,7 @@ impl<'a> Resolver<'a> {
         Self {
             image,
             demangled: HashMap::new(),
+            data_objects: None,
         }
     }
 
@@ -176,6 +199,10 @@ impl<'a> Resolver<'a> {
                 skipped.push(skip(SkipReason::NotInFile));
                 continue;
             };
+            if !self.image.is_code(sym.address) {
+                skipped.push(skip(SkipReason::NotCode));
+                continue;
+            }
             if !addresses.insert(sym.address) {
                 skipped.push(skip(SkipReason::Alias));
                 continue;
@@ -197,8 +224,21 @@ impl<'a> Resolver<'a> {
         skipped.sort_by_key(|s| s.address);
         let unresolved = if !symbols.is_empty() {
             None
+        } else if !skipped.is_empty() && skipped.iter().all(|s| s.reason == SkipReason::NotCode) {
+            Some(Unresolved::NotCode)
         } else if !skipped.is_empty() {
             Some(Unresolved::OnlyFragments)
+        } else if let Some(name) = self
+            .data_objects
+            .get_or_insert_with(|| self.image.data_object_names())
+            .iter()
+            .find(|n| {
+                compiled
+                    .iter()
+                    .any(|p| p.may_match(n) && p.matches(n, &DemangledName::of(n)))
+            })
+        {
+            Some(Unresolved::DataObject(name.clone()))
         } else if !self.image.has_symtab {
             Some(Unresolved::StrippedBinary)
         } else {
@@ -227,7 +267,12 @@ impl<'a> Resolver<'a> {
             }
         };
         for site in sites {
-            let Some(file_offset) = self.image.file_offset(site.address) else {
+            // DWARF from a mismatched or hostile debug file can point anywhere.
+            let Some(file_offset) = self
+                .image
+                .file_offset(site.address)
+                .filter(|_| self.image.is_code(site.address))
+            else {
                 continue;
             };
             let entry = EntryInsn::decode(self.image.bytes_at(site.address, 16).unwrap_or(&[]));

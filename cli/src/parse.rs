@@ -1,0 +1,66 @@
+//! Value parsers for command-line options: typed, bounded, never panicking.
+
+use std::time::Duration;
+
+/// Longest recording accepted; longer is surely a typo (`30d` for `30s`).
+const MAX_RECORDING: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// `--duration`: humantime syntax (`500ms`, `30s`, `2m`, `1h 30m`), more
+/// than zero and at most 30 days.
+pub fn recording_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (expected e.g. 500ms, 30s, 2m)"))?;
+    if d.is_zero() {
+        return Err("must be more than zero (e.g. 30s)".into());
+    }
+    if d > MAX_RECORDING {
+        return Err(format!(
+            "{} is longer than the 30 days allowed",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_usual_durations_and_refuses_the_rest() {
+        assert_eq!(recording_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(recording_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert!(recording_duration("0s")
+            .unwrap_err()
+            .contains("more than zero"));
+        assert!(recording_duration("31days")
+            .unwrap_err()
+            .contains("30 days"));
+        assert!(recording_duration("soon")
+            .unwrap_err()
+            .contains("expected e.g."));
+        assert!(recording_duration("99999999999999999999999y").is_err());
+        assert!(recording_duration("").is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Arbitrary text: a bounded duration or an error, never a panic.
+        #[test]
+        fn never_panics_and_stays_in_bounds(text in "\\PC{0,40}") {
+            if let Ok(d) = recording_duration(&text) {
+                proptest::prop_assert!(!d.is_zero() && d <= MAX_RECORDING);
+            }
+        }
+
+        /// Number-and-unit shaped text, including huge numbers.
+        #[test]
+        fn never_panics_on_numbers_with_units(
+            n in proptest::num::u64::ANY,
+            unit in "(ns|us|ms|s|m|h|d|w|M|y|)",
+        ) {
+            let _ = recording_duration(&format!("{n}{unit}"));
+        }
+    }
+}

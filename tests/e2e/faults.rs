@@ -1,0 +1,266 @@
+//! Faults during a recording: innoprof or mysqld killed, the output disk
+//! full or the output directory removed, two innoprof at once. Probes are
+//! always gone afterwards, the server keeps serving, and what was collected
+//! is written or at least printed.
+
+use std::path::Path;
+use std::process::Command;
+
+use innoprof_e2e::*;
+
+const A: u64 = 400;
+const B: u64 = 100;
+
+fn assert_nothing_left_behind(when: &str) {
+    let (progs, links) = leftovers_after_exit();
+    assert!(
+        progs.is_empty() && links.is_empty(),
+        "{when}: left behind: {progs:?} {links:?}"
+    );
+    let events: Vec<String> = tracefs_uprobe_events()
+        .into_iter()
+        .filter(|l| l.contains("mysqld") || l.contains("fixture") || l.contains("innoprof"))
+        .collect();
+    assert!(events.is_empty(), "{when}: {events:?}");
+}
+
+/// The one `innoprof: error` line of stderr.
+fn error_line(stderr: &str) -> String {
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("innoprof: error"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    errors[0].to_string()
+}
+
+/// A fixture recording of `fixture_counted` into `out`; `during` runs once
+/// the probes are attached, before the fixture makes its calls.
+fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, String, String) {
+    let mut fx = Fixture::spawn(&fixture_binary(false), [A, B, 0, 0, 0]);
+    let stderr_file = tempfile::NamedTempFile::new().unwrap();
+    let child = Command::new(innoprof())
+        .args([
+            "record",
+            "--pid",
+            &fx.pid.to_string(),
+            "--force",
+            "--no-cpu",
+        ])
+        .args(["--duration", "3s", "--probe", "fixture_counted", "--out"])
+        .arg(out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr_file.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let stderr = || std::fs::read_to_string(stderr_file.path()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !stderr().contains("recording for") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never attached: {}",
+            stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    during();
+    fx.run_calls();
+    let output = child.wait_with_output().unwrap();
+    fx.exit();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr(),
+    )
+}
+
+/// The table on stdout shows `fixture_counted` with exactly `calls`.
+fn assert_table_has_calls(stdout: &str, calls: u64) {
+    assert!(
+        stdout.lines().any(|l| l.contains("fixture_counted")
+            && l.split('|').any(|cell| cell.trim() == calls.to_string())),
+        "{stdout}"
+    );
+}
+
+/// A 16 KiB tmpfs, unmounted (and its mount point removed) on drop.
+struct TinyFs {
+    dir: tempfile::TempDir,
+}
+
+impl TinyFs {
+    fn mount() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount tmpfs");
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file until the file system says it is full.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = [0u8; 1024];
+        loop {
+            if let Err(e) = f.write_all(&chunk).and_then(|()| f.sync_all()) {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// The output file system fills up during the recording: a one-line error
+/// that says so, exit status 4, the table still on stdout with the exact
+/// counts, no temporary file left, probes detached.
+#[test]
+fn output_disk_full_during_recording() {
+    let _k = kernel_lock();
+    let fs = TinyFs::mount();
+    let out = fs.path().join("out");
+    let (code, stdout, stderr) = record_fixture_into(&out, || fs.fill());
+    assert_eq!(code, Some(4), "{stderr}");
+    let line = error_line(&stderr);
+    assert!(
+        line.contains("No space left on device") && line.contains("output file system is full"),
+        "{line}"
+    );
+    assert_table_has_calls(&stdout, A + B);
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with("tmp~"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_nothing_left_behind("disk full");
+}
+
+/// The output directory is removed during the recording: innoprof does not
+/// recreate it behind the user's back; it says so and exits 4.
+#[test]
+fn output_dir_removed_during_recording() {
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) =
+        record_fixture_into(&out, || std::fs::remove_dir_all(&out).unwrap());
+    assert_eq!(code, Some(4), "{stderr}");
+    let line = error_line(&stderr);
+    assert!(line.contains("disappeared during the recording"), "{line}");
+    assert!(!out.exists());
+    assert_table_has_calls(&stdout, A + B);
+    assert_nothing_left_behind("dir removed");
+}
+
+/// Two innoprof on the same process at once: each has its own maps and
+/// cookies, so both count every call exactly.
+#[test]
+fn two_instances_on_one_target_both_count_exactly() {
+    let _k = kernel_lock();
+    let mut fx = Fixture::spawn(&fixture_binary(true), [A, B, 0, 0, 3]);
+    let pid = fx.pid.to_string();
+    let args = [
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "4s",
+        "--probe",
+        "fixture_counted",
+        "--probe",
+        "PolicyMutex<*>::enter",
+    ];
+    let mut first = Recording::start(&args);
+    let mut second = Recording::start(&args);
+    first.wait_attached();
+    second.wait_attached();
+    fx.run_calls();
+    for rec in [first, second] {
+        let (code, _, rec) = rec.finish();
+        assert_eq!(code, Some(0), "{}", rec.stderr());
+        let s = rec.summary();
+        assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(A + B));
+        assert_eq!(
+            probe(&s, "PolicyMutex<*>::enter")["calls"].as_u64(),
+            Some(3)
+        );
+        let folded = rec.file("fixture_counted.count.folded");
+        assert!(
+            folded.contains(&format!(";main;caller_a;fixture_counted {A}"))
+                && folded.contains(&format!(";main;caller_b;fixture_counted {B}")),
+            "{folded}"
+        );
+    }
+    fx.exit();
+    assert_nothing_left_behind("two instances");
+}
+
+/// MySQL 5.6.24 under sysbench: kill -9 of innoprof leaves no probe and the
+/// server serves on; then kill -9 of mysqld during a recording: innoprof
+/// writes what it had, marked incomplete, and exits 3.
+#[test]
+fn mysql_5_6_24_kill9_of_innoprof_then_of_mysqld() {
+    let _k = kernel_lock();
+    let server = Server::start("mysql-5.6.24", &[]);
+    let pid = server.pid.to_string();
+
+    let load = server.sysbench_load("oltp_read_write", 2, 10);
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "10m", "--probes", "all"]);
+    rec.wait_attached();
+    let attached = innoprof_links().len();
+    assert!(attached >= 20, "all probes attached: {attached}");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    rec.signal(libc::SIGKILL);
+    let (code, _, _rec) = rec.finish();
+    assert_eq!(code, None, "killed");
+    assert_nothing_left_behind("kill -9 of innoprof");
+    let report = load.join().unwrap();
+    assert_eq!(
+        sysbench_number(&report, "ignored errors:"),
+        0.0,
+        "sysbench unharmed: {report}"
+    );
+    assert_eq!(server.sql("select 1").trim(), "1");
+
+    let load = server.sysbench_open_ended("oltp_read_write", 2, &[]);
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "10m"]);
+    rec.wait_attached();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // SAFETY: killing the server this test started.
+    unsafe { libc::kill(server.pid as i32, libc::SIGKILL) };
+    let (code, stdout, rec) = rec.finish();
+    let _ = load.stop();
+    assert_eq!(code, Some(3), "{}", rec.stderr());
+    assert!(
+        rec.stderr().contains("exited during the recording"),
+        "{}",
+        rec.stderr()
+    );
+    let s = rec.summary();
+    assert_eq!(s["complete"], false);
+    assert_eq!(s["end_reason"], "target_exited");
+    let calls: u64 = s["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["calls"].as_u64().unwrap())
+        .sum();
+    assert!(calls > 100, "what was collected is kept: {calls}");
+    assert!(s["cpu"]["oncpu"]["samples"].as_u64().unwrap() > 0);
+    assert!(stdout.contains("calls/s"));
+    assert_nothing_left_behind("kill -9 of mysqld");
+}
