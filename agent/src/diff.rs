@@ -339,7 +339,9 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
             }
         })
         .collect();
-    // Most grown first; probes that never fired before lead.
+    // Most grown first; probes that never fired before lead. Equal ratios
+    // (above all several "new" probes) go by the incident's rate: the probe
+    // firing 100k times a second is the story, not the one firing twice.
     out.sort_by(|x, y| {
         let key = |p: &ProbeDelta| {
             p.calls_ratio.unwrap_or(if p.incident_calls_per_sec > 0.0 {
@@ -348,7 +350,10 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
                 0.0
             })
         };
-        key(y).total_cmp(&key(x)).then_with(|| x.name.cmp(&y.name))
+        key(y)
+            .total_cmp(&key(x))
+            .then(y.incident_calls_per_sec.total_cmp(&x.incident_calls_per_sec))
+            .then_with(|| x.name.cmp(&y.name))
     });
     out
 }
@@ -445,6 +450,20 @@ mod tests {
             "{text}"
         );
         assert!(out.join("diff.json").exists());
+    }
+
+    #[test]
+    fn new_probes_rank_by_incident_rate() {
+        let probes = |calls: [u64; 2]| {
+            serde_json::json!({"duration_s": 1.0, "probes": [
+                {"name": "a.rare", "status": "attached", "calls": calls[0], "wait_ns_total": 0},
+                {"name": "b.hot", "status": "attached", "calls": calls[1], "wait_ns_total": 0},
+            ]})
+        };
+        let d = probe_deltas(&probes([0, 0]), &probes([3, 90_000]));
+        let names: Vec<&str> = d.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["b.hot", "a.rare"], "{d:?}");
+        assert_eq!(d[0].calls_ratio, None);
     }
 
     #[test]

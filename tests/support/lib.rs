@@ -85,6 +85,16 @@ impl Recording {
     pub fn start(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
+        Self::start_in(args, &out, dir)
+    }
+
+    /// Like `start`, writing the recording to `out` (kept after the test).
+    pub fn start_to(args: &[&str], out: &Path) -> Self {
+        Self::start_in(args, out, tempfile::tempdir().unwrap())
+    }
+
+    fn start_in(args: &[&str], out: &Path, dir: tempfile::TempDir) -> Self {
+        let out = out.to_path_buf();
         let stderr_path = dir.path().join("stderr.txt");
         let child = Command::new(innoprof())
             .arg("record")
@@ -378,6 +388,34 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A global status counter, e.g. `Innodb_rows_updated`.
+    pub fn status(&self, name: &str) -> u64 {
+        let out = self.sql(&format!("SHOW GLOBAL STATUS LIKE '{name}'"));
+        out.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no status {name}: {out:?}"))
+    }
+
+    /// The SQL client reading `script` on its stdin, in the background, in
+    /// its own process group: `Background` kills client and all on drop.
+    pub fn sql_background(&self, script: &str) -> Background {
+        let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
+        cmd.args(["client"])
+            .arg(self.dir.path())
+            .args(["-N", "--silent"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null());
+        let mut bg = Background::spawn(cmd);
+        let mut stdin = bg.child.stdin.take().unwrap();
+        let script = script.to_string();
+        // A writer thread: the client may stop reading (killed) at any time.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(script.as_bytes());
+        });
+        bg
+    }
+
     pub fn sysbench(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(repo_root().join("scripts/sysbench.sh"));
         cmd.arg(self.dir.path()).args(args);
@@ -412,6 +450,40 @@ impl Server {
             String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr)
         })
+    }
+}
+
+/// A load generator (sysbench, a SQL session) running in its own process
+/// group, killed with everything it started when dropped.
+pub struct Background {
+    pub child: Child,
+}
+
+impl Background {
+    pub fn spawn(mut cmd: Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        let child = cmd.process_group(0).spawn().unwrap();
+        Self { child }
+    }
+
+    /// Waits for it to exit by itself; returns its stdout.
+    pub fn wait_output(mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut o, &mut out);
+        }
+        let _ = self.child.wait();
+        out
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on the process group we created.
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        }
+        let _ = self.child.wait();
     }
 }
 
