@@ -352,7 +352,10 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
         };
         key(y)
             .total_cmp(&key(x))
-            .then(y.incident_calls_per_sec.total_cmp(&x.incident_calls_per_sec))
+            .then(
+                y.incident_calls_per_sec
+                    .total_cmp(&x.incident_calls_per_sec),
+            )
             .then_with(|| x.name.cmp(&y.name))
     });
     out

@@ -8,7 +8,7 @@
 //! `INNOPROF_LONG=1` runs each load phase three times longer.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use innoprof_e2e::*;
@@ -90,15 +90,36 @@ fn probe_calls(summary: &serde_json::Value, name: &str) -> u64 {
     probe(summary, name)["calls"].as_u64().unwrap()
 }
 
-/// Share of all on-CPU samples with `function` anywhere on the stack, in %.
-fn cpu_total_pct(summary: &serde_json::Value, function: &str) -> f64 {
-    summary["cpu"]["oncpu"]["top"]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["symbol"].as_str().unwrap().starts_with(function))
-        .map(|r| r["total_pct"].as_f64().unwrap())
-        .fold(0.0, f64::max)
+/// Share of a recording's on-CPU samples with a frame of `function`
+/// anywhere on the stack (inlined or not), in %, from `oncpu.folded`.
+fn cpu_total_pct(recording: &Path, function: &str) -> f64 {
+    let folded = std::fs::read_to_string(recording.join("oncpu.folded")).unwrap();
+    let (mut all, mut with) = (0u64, 0u64);
+    for line in folded.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        all += n;
+        if stack.split(';').any(|f| f.starts_with(function)) {
+            with += n;
+        }
+    }
+    100.0 * with as f64 / all.max(1) as f64
+}
+
+/// Calls in a count-folded file whose stack has every one of `frames`
+/// (as frame-name prefixes).
+fn calls_under(folded: &Path, frames: &[&str]) -> u64 {
+    std::fs::read_to_string(folded)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(stack, _)| {
+            frames
+                .iter()
+                .all(|want| stack.split(';').any(|f| f.starts_with(want)))
+        })
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
 }
 
 /// Runs `innoprof diff`, returns diff.json and prints diff.txt's head.
@@ -112,7 +133,10 @@ fn diff(baseline: &Path, incident: &Path, out: &Path, lines: usize) -> serde_jso
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
-    println!("{}", text.lines().take(lines).collect::<Vec<_>>().join("\n"));
+    println!(
+        "{}",
+        text.lines().take(lines).collect::<Vec<_>>().join("\n")
+    );
     read_json(&out.join("diff.json"))
 }
 
@@ -124,7 +148,6 @@ fn diff(baseline: &Path, incident: &Path, out: &Path, lines: usize) -> serde_jso
 struct RowVersionsPhase {
     probes: serde_json::Value,
     rows_updated: u64,
-    cpu: serde_json::Value,
 }
 
 const UNDO_PROBES: &str = "default,innodb.undo.prev_version,innodb.row_vers.consistent_read";
@@ -133,7 +156,12 @@ const UNDO_PROBES: &str = "default,innodb.undo.prev_version,innodb.row_vers.cons
 /// that row ten times a second, in a snapshot held open (`incident`) or in
 /// autocommit statements (baseline). Records CPU only (as `operf` would),
 /// then the undo probes.
-fn row_versions_phase(server: &Server, dir: &ScenarioDir, phase: &str, incident: bool) -> RowVersionsPhase {
+fn row_versions_phase(
+    server: &Server,
+    dir: &ScenarioDir,
+    phase: &str,
+    incident: bool,
+) -> RowVersionsPhase {
     let mut sysbench = server.sysbench(&[
         "run",
         "oltp_update_index",
@@ -154,7 +182,7 @@ fn row_versions_phase(server: &Server, dir: &ScenarioDir, phase: &str, incident:
     let reader = server.sql_background(&format!("USE sbtest;\n{reader}"));
     // Let the history build up (incident) and the load settle.
     std::thread::sleep(Duration::from_secs(2));
-    let (cpu, _) = record_with_counter(
+    record_with_counter(
         server,
         &["--probes", "none", "--freq", "499"],
         &dir.join(&format!("{phase}-cpu")),
@@ -170,31 +198,49 @@ fn row_versions_phase(server: &Server, dir: &ScenarioDir, phase: &str, incident:
     );
     drop(reader);
     drop(load);
-    assert!(rows_updated > 100, "{phase}: sysbench updated {rows_updated} rows");
+    assert!(
+        rows_updated > 100,
+        "{phase}: sysbench updated {rows_updated} rows"
+    );
     RowVersionsPhase {
         probes,
         rows_updated,
-        cpu,
     }
 }
 
 fn many_row_versions(server_name: &str) {
     let _k = kernel_lock();
     let dir = ScenarioDir::new("s1", server_name);
-    // Redo flushes at every commit would make this a disk benchmark.
-    let server = Server::start(server_name, &["--innodb-flush-log-at-trx-commit=2"]);
+    // Redo and binlog flushes at every commit (MySQL 8.0 logs binlog by
+    // default) would make this a benchmark of the VM's disk.
+    let server = Server::start(
+        server_name,
+        &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
+    );
     let prep = server
-        .sysbench(&["prepare", "oltp_update_index", "--tables=1", "--table-size=1"])
+        .sysbench(&[
+            "prepare",
+            "oltp_update_index",
+            "--tables=1",
+            "--table-size=1",
+        ])
         .output()
         .unwrap();
-    assert!(prep.status.success(), "{}", String::from_utf8_lossy(&prep.stderr));
+    assert!(
+        prep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prep.stderr)
+    );
 
     let base = row_versions_phase(&server, &dir, "baseline", false);
     let inc = row_versions_phase(&server, &dir, "incident", true);
 
     // S1: undo version builds per updated row.
     let undo = "innodb.undo.prev_version";
-    let (b_calls, i_calls) = (probe_calls(&base.probes, undo), probe_calls(&inc.probes, undo));
+    let (b_calls, i_calls) = (
+        probe_calls(&base.probes, undo),
+        probe_calls(&inc.probes, undo),
+    );
     // A baseline with no call at all counts as one, so the factor is finite.
     let b_per_row = b_calls.max(1) as f64 / base.rows_updated as f64;
     let i_per_row = i_calls as f64 / inc.rows_updated as f64;
@@ -210,40 +256,66 @@ fn many_row_versions(server_name: &str) {
         "undo version builds per updated row grew only x{factor:.1} ({b_per_row} -> {i_per_row})"
     );
 
-    // Its stacks reach the consistent-read path of the SELECT in the snapshot.
-    let folded = std::fs::read_to_string(dir.join("incident").join(format!("{undo}.count.folded"))).unwrap();
-    let mut read_path = 0u64;
-    for line in folded.lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
-        if stack.contains("row_vers_build_for_consistent_read") && stack.contains(";row_search") {
-            read_path += n.parse::<u64>().unwrap();
-        }
-    }
-    println!("S1 {server_name}: {read_path} of {i_calls} calls under row_search*;row_vers_build_for_consistent_read");
+    // Its stacks reach the consistent-read path of the SELECT in the
+    // snapshot. Purge walks versions too (MySQL 5.6, MariaDB 11.4: checking
+    // old versions of secondary-index records), in both recordings.
+    let read_path = ["row_search", "row_vers_build_for_consistent_read"];
+    let folded = |phase: &str| dir.join(phase).join(format!("{undo}.count.folded"));
+    let (b_read, i_read) = (
+        calls_under(&folded("baseline"), &read_path),
+        calls_under(&folded("incident"), &read_path),
+    );
+    let read_factor = (i_read as f64 / inc.rows_updated as f64)
+        / (b_read.max(1) as f64 / base.rows_updated as f64);
+    println!(
+        "S1 {server_name}: under row_search*;row_vers_build_for_consistent_read: {b_read} -> {i_read} of {i_calls} calls (x{read_factor:.0} per row updated)"
+    );
     assert!(
-        read_path * 2 > i_calls,
-        "only {read_path} of {i_calls} version builds come from the consistent-read path:\n{folded}"
+        i_read * 4 > i_calls && read_factor > 20.0,
+        "consistent-read version builds: {b_read} -> {i_read} of {i_calls}"
     );
 
     // `innodb diff` puts it first among the wait probes that changed.
-    let d = diff(&dir.join("baseline"), &dir.join("incident"), &dir.join("diff"), 8);
+    let d = diff(
+        &dir.join("baseline"),
+        &dir.join("incident"),
+        &dir.join("diff"),
+        8,
+    );
     assert_eq!(d["probes"][0]["name"], undo, "{}", d["probes"]);
 
     // S6: the oprofile-style CPU table of the same pair, no probes attached.
-    let cpu_diff = diff(&dir.join("baseline-cpu"), &dir.join("incident-cpu"), &dir.join("diff-cpu"), 16);
+    let cpu_diff = diff(
+        &dir.join("baseline-cpu"),
+        &dir.join("incident-cpu"),
+        &dir.join("diff-cpu"),
+        16,
+    );
     // The consistent read's version walk is new; trx_undo_prev_version_build
     // also runs in the baseline on MySQL 5.6 (purge checks old versions of
     // secondary-index records: ~3 % of samples), so it must climb, 2x or more.
     let mut shares = Vec::new();
-    for f in ["row_vers_build_for_consistent_read", "trx_undo_prev_version_build"] {
-        let (b, i) = (cpu_total_pct(&base.cpu, f), cpu_total_pct(&inc.cpu, f));
+    for f in [
+        "row_vers_build_for_consistent_read",
+        "trx_undo_prev_version_build",
+    ] {
+        let (b, i) = (
+            cpu_total_pct(&dir.join("baseline-cpu"), f),
+            cpu_total_pct(&dir.join("incident-cpu"), f),
+        );
         println!("S6 {server_name}: {f} on-CPU total {b:.2} % -> {i:.2} %");
         shares.push((f, b, i));
     }
     let (f, b, i) = shares[0];
-    assert!(b < 1.0 && i > 3.0, "{f}: {b:.2} % -> {i:.2} % of on-CPU samples");
+    assert!(
+        b < 1.0 && i > 3.0,
+        "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
+    );
     let (f, b, i) = shares[1];
-    assert!(i > 3.0 && i > 2.0 * b, "{f}: {b:.2} % -> {i:.2} % of on-CPU samples");
+    assert!(
+        i > 3.0 && i > 2.0 * b,
+        "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
+    );
     let climbed: Vec<&str> = cpu_diff["profiles"][0]["symbols"]
         .as_array()
         .unwrap()
@@ -252,7 +324,9 @@ fn many_row_versions(server_name: &str) {
         .map(|s| s["symbol"].as_str().unwrap())
         .collect();
     assert!(
-        climbed.iter().any(|s| s.starts_with("trx_undo_") || s.starts_with("row_vers_")),
+        climbed
+            .iter()
+            .any(|s| s.starts_with("trx_undo_") || s.starts_with("row_vers_")),
         "no undo function among the largest CPU changes: {climbed:?}"
     );
 }
@@ -289,12 +363,29 @@ const S2_ROWS_PER_INSERT: u64 = 20;
 
 /// Records while `insert_rows.lua` inserts a fixed number of rows into
 /// `table`; returns the summary and the rows the table gained.
-fn insert_rows(server: &Server, dir: &ScenarioDir, table: &str, probes: &str) -> (serde_json::Value, u64) {
-    let before: u64 = server.sql(&format!("SELECT COUNT(*) FROM sbtest.{table}")).trim().parse().unwrap();
+fn insert_rows(
+    server: &Server,
+    dir: &ScenarioDir,
+    table: &str,
+    probes: &str,
+) -> (serde_json::Value, u64) {
+    let before: u64 = server
+        .sql(&format!("SELECT COUNT(*) FROM sbtest.{table}"))
+        .trim()
+        .parse()
+        .unwrap();
     let pid = server.pid.to_string();
     // Long enough for any load here; ended by SIGINT once the load is done.
     let mut rec = Recording::start_to(
-        &["--pid", &pid, "--duration", "120s", "--probes", probes, "--no-cpu"],
+        &[
+            "--pid",
+            &pid,
+            "--duration",
+            "120s",
+            "--probes",
+            probes,
+            "--no-cpu",
+        ],
         &dir.join(table),
     );
     rec.wait_attached();
@@ -311,11 +402,19 @@ fn insert_rows(server: &Server, dir: &ScenarioDir, table: &str, probes: &str) ->
         ])
         .output()
         .unwrap();
-    assert!(load.status.success(), "{}", String::from_utf8_lossy(&load.stderr));
+    assert!(
+        load.status.success(),
+        "{}",
+        String::from_utf8_lossy(&load.stderr)
+    );
     rec.signal(libc::SIGINT);
     let (code, _stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
-    let after: u64 = server.sql(&format!("SELECT COUNT(*) FROM sbtest.{table}")).trim().parse().unwrap();
+    let after: u64 = server
+        .sql(&format!("SELECT COUNT(*) FROM sbtest.{table}"))
+        .trim()
+        .parse()
+        .unwrap();
     (rec.summary(), after - before)
 }
 
@@ -337,7 +436,8 @@ fn dict_sys_row_id_waits(summary: &serde_json::Value, dir: &Path) -> u64 {
                 .sum::<u64>();
         }
         if p["name"] == "innodb.sync.wait_event" {
-            let folded = std::fs::read_to_string(dir.join("innodb.sync.wait_event.count.folded")).unwrap_or_default();
+            let folded = std::fs::read_to_string(dir.join("innodb.sync.wait_event.count.folded"))
+                .unwrap_or_default();
             waits += folded
                 .lines()
                 .filter(|l| l.contains("dict_sys_get_new_row_id"))
@@ -373,7 +473,10 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
          allocated, {nopk_waits} dict_sys mutex waits; with one {pk_rows} rows, {pk_ids} row ids, \
          {pk_waits} waits"
     );
-    for line in std::fs::read_to_string(dir.join("t_nopk").join("summary.txt")).unwrap().lines() {
+    for line in std::fs::read_to_string(dir.join("t_nopk").join("summary.txt"))
+        .unwrap()
+        .lines()
+    {
         if line.contains("row_id") || line.contains("dict0boot") || line.starts_with("| probe") {
             println!("{line}");
         }
@@ -381,14 +484,26 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
     // Every row of a table without a usable primary key takes one row id,
     // while the recording watches; the server's own tables all have keys,
     // so nothing else allocates one (exactness was seen in every run).
-    assert_eq!(nopk_rows, S2_EVENTS * S2_ROWS_PER_INSERT * if secs(1) > 1 { 10 } else { 1 });
-    assert_eq!(nopk_ids, nopk_rows, "one row id per row inserted without a primary key");
+    assert_eq!(
+        nopk_rows,
+        S2_EVENTS * S2_ROWS_PER_INSERT * if secs(1) > 1 { 10 } else { 1 }
+    );
+    assert_eq!(
+        nopk_ids, nopk_rows,
+        "one row id per row inserted without a primary key"
+    );
     assert_eq!(pk_rows, nopk_rows);
     assert_eq!(pk_ids, 0, "no row id is allocated with a primary key");
-    assert_eq!(pk_waits, 0, "dict_sys row-id waits without row-id allocations");
+    assert_eq!(
+        pk_waits, 0,
+        "dict_sys row-id waits without row-id allocations"
+    );
     if waits_visible {
         // 8 connections on 2 CPUs: 11-20 contended entries per 10,000 rows seen.
-        assert!(nopk_waits > 0, "no dict_sys mutex wait while allocating {nopk_ids} row ids");
+        assert!(
+            nopk_waits > 0,
+            "no dict_sys mutex wait while allocating {nopk_ids} row ids"
+        );
     }
 }
 
@@ -403,4 +518,301 @@ fn s2_tables_without_primary_key_mariadb_10_2_11() {
     // only a wait that reaches the OS (sync_array_wait_event) is visible,
     // and none did in any run here (8 connections, 2 CPUs).
     tables_without_primary_key("mariadb-10.2.11", "innodb.sync.wait_event", false);
+}
+
+// ---------------------------------------------------------------------------
+// S5: redo log write latency, apart from data-file I/O (seed 004)
+// ---------------------------------------------------------------------------
+
+/// cgroup v1 blkio limits of the root group: every writer is under it,
+/// the kernel's writeback and ext4 journal threads included.
+const BLKIO_WRITE_IOPS: &str = "/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device";
+
+/// An ext4 filesystem on a loop device backed by a file in RAM (/dev/shm):
+/// fsync costs microseconds and does not vary with the VM's disk, so the
+/// only change between two recordings is the one the test makes. Its writes
+/// can be limited to N per second, which turns it into a slow disk (each
+/// write waits ~1/N s for its turn). Undone on drop, also when a test fails.
+struct RamDisk {
+    image: PathBuf,
+    device: String,
+    /// `major:minor`
+    dev_id: String,
+    mount: PathBuf,
+}
+
+impl RamDisk {
+    fn create(name: &str) -> Self {
+        let tag = format!("innoprof-{name}-{}", std::process::id());
+        let image = Path::new("/dev/shm").join(format!("{tag}.img"));
+        let mount = std::env::temp_dir().join(&tag);
+        std::fs::create_dir_all(&mount).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(512 << 20)
+            .unwrap();
+        let out = run("losetup", &["--find", "--show", image.to_str().unwrap()]);
+        let device = out.trim().to_string();
+        // From here on, Drop undoes whatever was set up.
+        let mut disk = Self {
+            image,
+            device,
+            dev_id: String::new(),
+            mount,
+        };
+        run("mkfs.ext4", &["-q", &disk.device]);
+        run("mount", &[&disk.device, disk.mount.to_str().unwrap()]);
+        let rdev = run("stat", &["-L", "-c", "%t:%T", &disk.device]);
+        let (major, minor) = rdev.trim().split_once(':').unwrap();
+        disk.dev_id = format!(
+            "{}:{}",
+            u32::from_str_radix(major, 16).unwrap(),
+            u32::from_str_radix(minor, 16).unwrap()
+        );
+        disk
+    }
+
+    fn path(&self) -> &Path {
+        &self.mount
+    }
+
+    /// Limits writes to `iops` a second (0 lifts the limit).
+    fn throttle_writes(&self, iops: u32) {
+        std::fs::write(BLKIO_WRITE_IOPS, format!("{} {iops}", self.dev_id)).unwrap_or_else(|e| {
+            panic!("{BLKIO_WRITE_IOPS}: {e} (needs root and cgroup v1 blkio with throttling)")
+        });
+    }
+}
+
+impl Drop for RamDisk {
+    fn drop(&mut self) {
+        if !self.dev_id.is_empty() {
+            let _ = std::fs::write(BLKIO_WRITE_IOPS, format!("{} 0", self.dev_id));
+        }
+        let mount = self.mount.to_str().unwrap();
+        let unmounted = (0..20).any(|_| {
+            let ok = Command::new("umount")
+                .arg(mount)
+                .status()
+                .is_ok_and(|s| s.success())
+                || !is_mounted(&self.mount);
+            if !ok {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            ok
+        });
+        if !unmounted {
+            let _ = Command::new("umount").args(["-l", mount]).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        let _ = std::fs::remove_file(&self.image);
+        let _ = std::fs::remove_dir(&self.mount);
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == path.to_str())
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// (calls, mean ns) of `innodb.file.flush` split by stack: redo fsyncs
+/// (a `log_*` frame of the redo writer) and the others (data files).
+/// The fsync function is shared by both; only the stack tells them apart.
+fn file_flush_by_kind(dir: &Path) -> [(u64, f64); 2] {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let (by_wait, by_count) = (
+        read("innodb.file.flush.folded"),
+        read("innodb.file.flush.count.folded"),
+    );
+    let mut sums = [(0u64, 0u64); 2];
+    for (text, is_wait) in [(&by_wait, true), (&by_count, false)] {
+        for line in text.lines() {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            let n: u64 = n.parse().unwrap();
+            let redo = stack.split(';').any(|f| f.starts_with("log_"));
+            let s = &mut sums[usize::from(!redo)];
+            if is_wait {
+                s.1 += n;
+            } else {
+                s.0 += n;
+            }
+        }
+    }
+    sums.map(|(calls, ns)| {
+        (
+            calls,
+            if calls > 0 {
+                ns as f64 / calls as f64
+            } else {
+                0.0
+            },
+        )
+    })
+}
+
+/// Share of a probe's calls that took at least `ns`, from its histogram.
+fn share_at_least(summary: &serde_json::Value, name: &str, ns: u64) -> f64 {
+    let hist = probe(summary, name)["histogram"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let all: u64 = hist.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    let slow: u64 = hist
+        .iter()
+        .filter(|b| b["low_ns"].as_u64().unwrap() >= ns)
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    slow as f64 / all.max(1) as f64
+}
+
+/// Injected: 100 writes a second on the redo disk, 10 ms a write.
+const REDO_IOPS: u32 = 100;
+const SLOW_NS: u64 = 8_000_000;
+
+fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
+    let _k = kernel_lock();
+    let dir = ScenarioDir::new("s5", server_name);
+    // Declared before the server: dropped (unmounted) after it stops.
+    let data_disk = RamDisk::create("data");
+    let redo_disk = RamDisk::create("redo");
+    let log_dir = format!("--innodb-log-group-home-dir={}", redo_disk.path().display());
+    let server = Server::start_under(
+        server_name,
+        data_disk.path(),
+        &[&log_dir, "--innodb-flush-log-at-trx-commit=1"],
+    );
+    let prep = server
+        .sysbench(&["prepare", "oltp_write_only"])
+        .output()
+        .unwrap();
+    assert!(
+        prep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prep.stderr)
+    );
+    let mut sysbench = server.sysbench(&["run", "oltp_write_only", "--threads=1", "--time=300"]);
+    sysbench.stdout(Stdio::null()).stderr(Stdio::null());
+    let _load = Background::spawn(sysbench);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let probes = [
+        "--probes",
+        "innodb.redo.*,innodb.file.*,sql.commit",
+        "--no-cpu",
+    ];
+    let (base, base_commits) = record_with_counter(
+        &server,
+        &probes,
+        &dir.join("baseline"),
+        secs(5),
+        "Com_commit",
+    );
+    redo_disk.throttle_writes(REDO_IOPS);
+    std::thread::sleep(Duration::from_secs(1));
+    let (slow, slow_commits) = record_with_counter(
+        &server,
+        &probes,
+        &dir.join("slow-redo"),
+        secs(5),
+        "Com_commit",
+    );
+    redo_disk.throttle_writes(0);
+
+    for (phase, s, commits) in [
+        ("baseline", &base, base_commits),
+        ("slow redo", &slow, slow_commits),
+    ] {
+        println!("S5 {server_name} {phase}: {commits} commits");
+        let text = std::fs::read_to_string(
+            dir.join(if phase == "baseline" {
+                "baseline"
+            } else {
+                "slow-redo"
+            })
+            .join("summary.txt"),
+        )
+        .unwrap();
+        for line in text
+            .lines()
+            .filter(|l| {
+                l.starts_with("| probe ")
+                    || l.contains("innodb.redo")
+                    || l.contains("innodb.file")
+                    || l.contains("sql.commit")
+            })
+            .take(8)
+        {
+            println!("{line}");
+        }
+        let _ = s;
+    }
+    let [(b_redo_n, b_redo), (b_data_n, b_data)] = file_flush_by_kind(&dir.join("baseline"));
+    let [(s_redo_n, s_redo), (s_data_n, s_data)] = file_flush_by_kind(&dir.join("slow-redo"));
+    println!(
+        "S5 {server_name}: redo fsync mean {:.3} ms ({b_redo_n} calls) -> {:.3} ms ({s_redo_n}); \
+         data-file fsync mean {:.3} ms ({b_data_n}) -> {:.3} ms ({s_data_n})",
+        b_redo / 1e6,
+        s_redo / 1e6,
+        b_data / 1e6,
+        s_data / 1e6
+    );
+    assert!(
+        b_redo_n > 50 && s_redo_n > 10,
+        "too few redo fsyncs: {b_redo_n}, {s_redo_n}"
+    );
+    assert!(
+        s_redo > 10.0 * b_redo && s_redo >= REDO_IOPS_NS as f64 / 2.0,
+        "redo fsync mean {b_redo} ns -> {s_redo} ns"
+    );
+    // The data files live on the unthrottled disk: their fsyncs (if the
+    // page cleaner flushed any) did not move with the redo log's.
+    if b_data_n > 0 && s_data_n > 0 {
+        assert!(
+            s_data < (3.0 * b_data).max(2e6),
+            "data-file fsync {b_data} ns -> {s_data} ns"
+        );
+    }
+    if let Some(p) = redo_flush_probe {
+        let (b, s) = (
+            share_at_least(&base, p, SLOW_NS),
+            share_at_least(&slow, p, SLOW_NS),
+        );
+        println!(
+            "S5 {server_name}: {p} calls taking >= 8 ms: {:.1} % -> {:.1} %",
+            b * 100.0,
+            s * 100.0
+        );
+        assert!(b < 0.02 && s > 0.2, "{p}: share >= 8 ms {b:.3} -> {s:.3}");
+    }
+    drop(server);
+}
+
+/// One write at REDO_IOPS a second waits this long for its turn.
+const REDO_IOPS_NS: u64 = 1_000_000_000 / REDO_IOPS as u64;
+
+/// MariaDB 10.2 has a redo-only fsync function (innodb.redo.flush).
+#[test]
+fn s5_redo_log_latency_mariadb_10_2_11() {
+    redo_log_latency("mariadb-10.2.11", Some("innodb.redo.flush"));
+}
+
+/// MySQL 5.6 fsyncs the redo log through fil_flush, as the data files.
+#[test]
+fn s5_redo_log_latency_mysql_5_6_24() {
+    redo_log_latency("mysql-5.6.24", None);
 }

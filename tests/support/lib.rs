@@ -345,9 +345,15 @@ pub struct Server {
 
 impl Server {
     pub fn start(name: &str, extra: &[&str]) -> Self {
+        Self::start_under(name, &std::env::temp_dir(), extra)
+    }
+
+    /// Like `start`, with the server's directory (datadir, socket) under
+    /// `parent`, e.g. on a filesystem of the test's own.
+    pub fn start_under(name: &str, parent: &Path, extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("innoprof-srv-")
-            .tempdir()
+            .tempdir_in(parent)
             .unwrap();
         let out = Command::new(repo_root().join("scripts/servers.sh"))
             .args(["start", name])
