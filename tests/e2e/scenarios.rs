@@ -152,10 +152,16 @@ struct RowVersionsPhase {
 
 const UNDO_PROBES: &str = "default,innodb.undo.prev_version,innodb.row_vers.consistent_read";
 
-/// sysbench `oltp_update_index` on a 1-row table, and a reader selecting
+/// sysbench `oltp_update_non_index` on a 1-row table, and a reader selecting
 /// that row ten times a second, in a snapshot held open (`incident`) or in
 /// autocommit statements (baseline). Records CPU only (as `operf` would),
 /// then the undo probes.
+///
+/// The seed used update_index; with a secondary index on the updated
+/// column, purge also walks the hot row's versions (checking whether old
+/// secondary-index entries may go): 2.5 to 47 calls per updated row in
+/// baselines on MySQL 5.6, MariaDB 11.4 and MySQL 8.0, varying 10x between
+/// runs, which drowns the walk the seed is about: the snapshot's SELECT.
 fn row_versions_phase(
     server: &Server,
     dir: &ScenarioDir,
@@ -164,7 +170,7 @@ fn row_versions_phase(
 ) -> RowVersionsPhase {
     let mut sysbench = server.sysbench(&[
         "run",
-        "oltp_update_index",
+        "oltp_update_non_index",
         "--tables=1",
         "--table-size=1",
         "--threads=2",
@@ -217,20 +223,12 @@ fn many_row_versions(server_name: &str) {
         server_name,
         &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
     );
-    let prep = server
-        .sysbench(&[
-            "prepare",
-            "oltp_update_index",
-            "--tables=1",
-            "--table-size=1",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        prep.status.success(),
-        "{}",
-        String::from_utf8_lossy(&prep.stderr)
-    );
+    server.sysbench_ok(&[
+        "prepare",
+        "oltp_update_non_index",
+        "--tables=1",
+        "--table-size=1",
+    ]);
 
     let base = row_versions_phase(&server, &dir, "baseline", false);
     let inc = row_versions_phase(&server, &dir, "incident", true);
@@ -251,14 +249,15 @@ fn many_row_versions(server_name: &str) {
          (open snapshot): x{factor:.0}",
         base.rows_updated, inc.rows_updated
     );
+    // Measured x120,000 (MySQL 8.0.15) to x18,000,000 (MariaDB 11.4.5).
     assert!(
-        factor > 20.0,
+        factor > 1000.0,
         "undo version builds per updated row grew only x{factor:.1} ({b_per_row} -> {i_per_row})"
     );
 
     // Its stacks reach the consistent-read path of the SELECT in the
-    // snapshot. Purge walks versions too (MySQL 5.6, MariaDB 11.4: checking
-    // old versions of secondary-index records), in both recordings.
+    // snapshot (all of them here; purge would walk versions too if the
+    // updated column were indexed).
     let read_path = ["row_search", "row_vers_build_for_consistent_read"];
     let folded = |phase: &str| dir.join(phase).join(format!("{undo}.count.folded"));
     let (b_read, i_read) = (
@@ -271,7 +270,7 @@ fn many_row_versions(server_name: &str) {
         "S1 {server_name}: under row_search*;row_vers_build_for_consistent_read: {b_read} -> {i_read} of {i_calls} calls (x{read_factor:.0} per row updated)"
     );
     assert!(
-        i_read * 4 > i_calls && read_factor > 20.0,
+        i_read * 4 > i_calls && read_factor > 1000.0,
         "consistent-read version builds: {b_read} -> {i_read} of {i_calls}"
     );
 
@@ -291,10 +290,8 @@ fn many_row_versions(server_name: &str) {
         &dir.join("diff-cpu"),
         16,
     );
-    // The consistent read's version walk is new; trx_undo_prev_version_build
-    // also runs in the baseline on MySQL 5.6 (purge checks old versions of
-    // secondary-index records: ~3 % of samples), so it must climb, 2x or more.
-    let mut shares = Vec::new();
+    // Sampled, no probe attached: the version walk's functions were absent
+    // from the baseline and take 14-26 % of the incident's samples.
     for f in [
         "row_vers_build_for_consistent_read",
         "trx_undo_prev_version_build",
@@ -304,18 +301,11 @@ fn many_row_versions(server_name: &str) {
             cpu_total_pct(&dir.join("incident-cpu"), f),
         );
         println!("S6 {server_name}: {f} on-CPU total {b:.2} % -> {i:.2} %");
-        shares.push((f, b, i));
+        assert!(
+            b < 1.0 && i > 5.0,
+            "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
+        );
     }
-    let (f, b, i) = shares[0];
-    assert!(
-        b < 1.0 && i > 3.0,
-        "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
-    );
-    let (f, b, i) = shares[1];
-    assert!(
-        i > 3.0 && i > 2.0 * b,
-        "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
-    );
     let climbed: Vec<&str> = cpu_diff["profiles"][0]["symbols"]
         .as_array()
         .unwrap()
@@ -357,8 +347,11 @@ fn s1_s6_many_row_versions_mysql_8_0_15() {
 // S2: INSERTs into a table without a primary key (seed 000)
 // ---------------------------------------------------------------------------
 
-/// Rows inserted in one S2 run: 8 connections, multi-row INSERTs.
-const S2_EVENTS: u64 = 1000;
+/// One S2 run: 8 connections, 1,000 multi-row INSERTs (3,000 with
+/// `INNOPROF_LONG=1`) of 20 rows.
+fn s2_events() -> u64 {
+    secs(1) * 1000
+}
 const S2_ROWS_PER_INSERT: u64 = 20;
 
 /// Records while `insert_rows.lua` inserts a fixed number of rows into
@@ -390,23 +383,15 @@ fn insert_rows(
     );
     rec.wait_attached();
     let script = repo_root().join("tests/fixture/insert_rows.lua");
-    let load = server
-        .sysbench(&[
-            "run",
-            script.to_str().unwrap(),
-            &format!("--table={table}"),
-            &format!("--rows-per-insert={S2_ROWS_PER_INSERT}"),
-            "--threads=8",
-            "--time=0",
-            &format!("--events={}", S2_EVENTS * if secs(1) > 1 { 10 } else { 1 }),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        load.status.success(),
-        "{}",
-        String::from_utf8_lossy(&load.stderr)
-    );
+    server.sysbench_ok(&[
+        "run",
+        script.to_str().unwrap(),
+        &format!("--table={table}"),
+        &format!("--rows-per-insert={S2_ROWS_PER_INSERT}"),
+        "--threads=8",
+        "--time=0",
+        &format!("--events={}", s2_events()),
+    ]);
     rec.signal(libc::SIGINT);
     let (code, _stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
@@ -484,10 +469,7 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
     // Every row of a table without a usable primary key takes one row id,
     // while the recording watches; the server's own tables all have keys,
     // so nothing else allocates one (exactness was seen in every run).
-    assert_eq!(
-        nopk_rows,
-        S2_EVENTS * S2_ROWS_PER_INSERT * if secs(1) > 1 { 10 } else { 1 }
-    );
+    assert_eq!(nopk_rows, s2_events() * S2_ROWS_PER_INSERT);
     assert_eq!(
         nopk_ids, nopk_rows,
         "one row id per row inserted without a primary key"
@@ -696,15 +678,7 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
         data_disk.path(),
         &[&log_dir, "--innodb-flush-log-at-trx-commit=1"],
     );
-    let prep = server
-        .sysbench(&["prepare", "oltp_write_only"])
-        .output()
-        .unwrap();
-    assert!(
-        prep.status.success(),
-        "{}",
-        String::from_utf8_lossy(&prep.stderr)
-    );
+    server.sysbench_ok(&["prepare", "oltp_write_only"]);
     let mut sysbench = server.sysbench(&["run", "oltp_write_only", "--threads=1", "--time=300"]);
     sysbench.stdout(Stdio::null()).stderr(Stdio::null());
     let _load = Background::spawn(sysbench);

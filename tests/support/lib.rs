@@ -428,6 +428,18 @@ impl Server {
         cmd
     }
 
+    /// Runs sysbench to the end; panics with its output if it fails.
+    pub fn sysbench_ok(&self, args: &[&str]) -> String {
+        let out = self.sysbench(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "sysbench {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// sysbench in the background for `secs` (tables prepared on first
     /// use); join to get its report.
     pub fn sysbench_load(
