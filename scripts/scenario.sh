@@ -46,5 +46,5 @@ name="${test}_${server//[.-]/_}"
 # Only this test's lines, not cargo's or the servers' progress.
 INNOPROF_SCENARIO_OUT="$out" cargo test -q -p innoprof-e2e --test scenarios -- \
     --exact "$name" --nocapture 2>&1 \
-    | grep -vE '^(servers\.sh|sysbench\.sh|running [0-9]|test result|\.+|)$'
+    | grep -vE '^(servers\.sh|sysbench\.sh|running [0-9]|test result|test .* running for)|^\.*$'
 echo "scenario: recordings in $out/${test%%_*}-$server/" >&2
