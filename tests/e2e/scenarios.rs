@@ -695,33 +695,20 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
     );
     redo_disk.throttle_writes(0);
 
-    for (phase, s, commits) in [
-        ("baseline", &base, base_commits),
-        ("slow redo", &slow, slow_commits),
+    for (phase, recording, commits) in [
+        ("baseline", "baseline", base_commits),
+        ("slow redo", "slow-redo", slow_commits),
     ] {
         println!("S5 {server_name} {phase}: {commits} commits");
-        let text = std::fs::read_to_string(
-            dir.join(if phase == "baseline" {
-                "baseline"
-            } else {
-                "slow-redo"
-            })
-            .join("summary.txt"),
-        )
-        .unwrap();
+        let text = std::fs::read_to_string(dir.join(recording).join("summary.txt")).unwrap();
+        let wanted = ["| probe ", "| innodb.redo", "| innodb.file", "| sql.commit"];
         for line in text
             .lines()
-            .filter(|l| {
-                l.starts_with("| probe ")
-                    || l.contains("innodb.redo")
-                    || l.contains("innodb.file")
-                    || l.contains("sql.commit")
-            })
-            .take(8)
+            .filter(|l| wanted.iter().any(|w| l.starts_with(w)))
+            .take(6)
         {
             println!("{line}");
         }
-        let _ = s;
     }
     let [(b_redo_n, b_redo), (b_data_n, b_data)] = file_flush_by_kind(&dir.join("baseline"));
     let [(s_redo_n, s_redo), (s_data_n, s_data)] = file_flush_by_kind(&dir.join("slow-redo"));
