@@ -335,10 +335,10 @@ fn s1_s6_many_row_versions_mysql_8_0_15() {
 // S2: INSERTs into a table without a primary key (seed 000)
 // ---------------------------------------------------------------------------
 
-/// One S2 run: 8 connections, 1,000 multi-row INSERTs (3,000 with
+/// One S2 run: 16 connections, 3,000 multi-row INSERTs (9,000 with
 /// `INNOPROF_LONG=1`) of 20 rows.
 fn s2_events() -> u64 {
-    secs(1) * 1000
+    secs(1) * 3000
 }
 const S2_ROWS_PER_INSERT: u64 = 20;
 
@@ -376,7 +376,7 @@ fn insert_rows(
         script.to_str().unwrap(),
         &format!("--table={table}"),
         &format!("--rows-per-insert={S2_ROWS_PER_INSERT}"),
-        "--threads=8",
+        "--threads=16",
         "--time=0",
         &format!("--events={}", s2_events()),
     ]);
@@ -469,7 +469,8 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
         "dict_sys row-id waits without row-id allocations"
     );
     if waits_visible {
-        // 8 connections on 2 CPUs: 11-20 contended entries per 10,000 rows seen.
+        // 8-16 connections on 2 CPUs: 1-20 contended entries per 20,000 rows
+        // seen, hence 60,000 rows.
         assert!(
             nopk_waits > 0,
             "no dict_sys mutex wait while allocating {nopk_ids} row ids"
@@ -486,7 +487,7 @@ fn s2_tables_without_primary_key_mysql_5_6_24() {
 fn s2_tables_without_primary_key_mariadb_10_2_11() {
     // The dict_sys mutex_enter, spin included, is inlined into row_ins_step:
     // only a wait that reaches the OS (sync_array_wait_event) is visible,
-    // and none did in any run here (8 connections, 2 CPUs).
+    // and none did in any run here (8-16 connections, 2 CPUs).
     tables_without_primary_key("mariadb-10.2.11", "innodb.sync.wait_event", false);
 }
 
