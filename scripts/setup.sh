@@ -11,7 +11,8 @@ packages=(
     mariadb-server-core                     # Debian's stripped mariadbd: the no-symbols test case
     binutils                                # objcopy/strip: split debug-info tests
     libaio1 libnuma1 libncurses6 unzip      # runtime libraries of the fetched servers
-    util-linux procps                       # setpriv (unprivileged test), ps
+    util-linux procps                       # setpriv (unprivileged test), ps; losetup, mount (S5 scenario)
+    e2fsprogs                               # mkfs.ext4: the S5 scenario's RAM-backed disks
     linux-perf                              # perf: the CPU tests compare with `perf record`
     prometheus                              # a real Prometheus scrapes `innoprof serve` in the tests
     chromium                                # headless browser: the report.html test renders the page

@@ -296,7 +296,7 @@ fn symbol_deltas(before: &TopSymbols, after: &TopSymbols, by_total: bool) -> Vec
 
 fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<ProbeDelta> {
     let rates = |s: &serde_json::Value| -> Vec<(String, f64, f64)> {
-        let secs = s["duration_s"].as_f64().filter(|d| *d > 0.0).unwrap_or(1.0);
+        let secs = duration_s(s);
         s["probes"]
             .as_array()
             .map(|ps| {
@@ -339,18 +339,28 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
             }
         })
         .collect();
-    // Most grown first; probes that never fired before lead.
+    // Most grown first. A probe that never fired in the baseline counts as
+    // having fired once in it: one call of a rare path (0 -> 1) must not
+    // outrank a path that went from 2 calls to 1.5 million.
+    let floor = 1.0 / duration_s(before);
     out.sort_by(|x, y| {
-        let key = |p: &ProbeDelta| {
-            p.calls_ratio.unwrap_or(if p.incident_calls_per_sec > 0.0 {
-                f64::INFINITY
-            } else {
-                0.0
-            })
-        };
-        key(y).total_cmp(&key(x)).then_with(|| x.name.cmp(&y.name))
+        let key = |p: &ProbeDelta| p.incident_calls_per_sec / p.baseline_calls_per_sec.max(floor);
+        key(y)
+            .total_cmp(&key(x))
+            .then(
+                y.incident_calls_per_sec
+                    .total_cmp(&x.incident_calls_per_sec),
+            )
+            .then_with(|| x.name.cmp(&y.name))
     });
     out
+}
+
+fn duration_s(summary: &serde_json::Value) -> f64 {
+    summary["duration_s"]
+        .as_f64()
+        .filter(|d| *d > 0.0)
+        .unwrap_or(1.0)
 }
 
 fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
@@ -445,6 +455,21 @@ mod tests {
             "{text}"
         );
         assert!(out.join("diff.json").exists());
+    }
+
+    #[test]
+    fn a_path_that_grew_a_million_times_outranks_one_new_call() {
+        let probes = |calls: [u64; 3]| {
+            serde_json::json!({"duration_s": 4.0, "probes": [
+                {"name": "a.rare", "status": "attached", "calls": calls[0], "wait_ns_total": 0},
+                {"name": "b.walk", "status": "attached", "calls": calls[1], "wait_ns_total": 0},
+                {"name": "c.new", "status": "attached", "calls": calls[2], "wait_ns_total": 0},
+            ]})
+        };
+        let d = probe_deltas(&probes([0, 2, 0]), &probes([1, 1_500_000, 40]));
+        let names: Vec<&str> = d.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["b.walk", "c.new", "a.rare"], "{d:?}");
+        assert_eq!((d[1].calls_ratio, d[2].calls_ratio), (None, None));
     }
 
     #[test]

@@ -131,6 +131,16 @@ impl Recording {
     pub fn start(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
+        Self::start_in(args, &out, dir)
+    }
+
+    /// Like `start`, writing the recording to `out` (kept after the test).
+    pub fn start_to(args: &[&str], out: &Path) -> Self {
+        Self::start_in(args, out, tempfile::tempdir().unwrap())
+    }
+
+    fn start_in(args: &[&str], out: &Path, dir: tempfile::TempDir) -> Self {
+        let out = out.to_path_buf();
         let stderr_path = dir.path().join("stderr.txt");
         let governor: &[&str] = if args.contains(&"--max-overhead") {
             &[]
@@ -442,9 +452,15 @@ pub struct Server {
 
 impl Server {
     pub fn start(name: &str, extra: &[&str]) -> Self {
+        Self::start_under(name, &std::env::temp_dir(), extra)
+    }
+
+    /// Like `start`, with the server's directory (datadir, socket) under
+    /// `parent`, e.g. on a filesystem of the test's own.
+    pub fn start_under(name: &str, parent: &Path, extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("innoprof-srv-")
-            .tempdir()
+            .tempdir_in(parent)
             .unwrap();
         let out = Command::new(repo_root().join("scripts/servers.sh"))
             .args(["start", name])
@@ -485,10 +501,50 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A global status counter, e.g. `Innodb_rows_updated`.
+    pub fn status(&self, name: &str) -> u64 {
+        let out = self.sql(&format!("SHOW GLOBAL STATUS LIKE '{name}'"));
+        out.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no status {name}: {out:?}"))
+    }
+
+    /// The SQL client reading `script` on its stdin, in the background, in
+    /// its own process group: `Background` kills client and all on drop.
+    pub fn sql_background(&self, script: &str) -> Background {
+        let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
+        cmd.args(["client"])
+            .arg(self.dir.path())
+            .args(["-N", "--silent"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null());
+        let mut bg = Background::spawn(cmd);
+        let mut stdin = bg.child.stdin.take().unwrap();
+        let script = script.to_string();
+        // A writer thread: the client may stop reading (killed) at any time.
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(script.as_bytes());
+        });
+        bg
+    }
+
     pub fn sysbench(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(repo_root().join("scripts/sysbench.sh"));
         cmd.arg(self.dir.path()).args(args);
         cmd
+    }
+
+    /// Runs sysbench to the end; panics with its output if it fails.
+    pub fn sysbench_ok(&self, args: &[&str]) -> String {
+        let out = self.sysbench(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "sysbench {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Creates and fills the sysbench tables, once per server.
@@ -628,6 +684,40 @@ pub fn tracefs_uprobe_events() -> Vec<String> {
     .lines()
     .map(String::from)
     .collect()
+}
+
+/// A load generator (sysbench, a SQL session) running in its own process
+/// group, killed with everything it started when dropped.
+pub struct Background {
+    pub child: Child,
+}
+
+impl Background {
+    pub fn spawn(mut cmd: Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        let child = cmd.process_group(0).spawn().unwrap();
+        Self { child }
+    }
+
+    /// Waits for it to exit by itself; returns its stdout.
+    pub fn wait_output(mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut o, &mut out);
+        }
+        let _ = self.child.wait();
+        out
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on the process group we created.
+            unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        }
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Server {
