@@ -164,9 +164,12 @@ impl Session {
                 .map_err(|source| AttachError::Program { name, source })?;
         }
 
-        let scope = UProbeScope::OneProcess(
-            NonZeroU32::new(opts.pid).expect("pid checked non-zero by Target"),
-        );
+        // Every process mapping the binary gets the breakpoint; the BPF
+        // programs keep only the target's hits (`target_tgid`). A uprobe
+        // scoped to the PID missed every hit in threads MySQL 5.6.24 created
+        // per connection with thread_cache_size=0 (0 of 20,000 row ids; S2).
+        let _ = NonZeroU32::new(opts.pid).expect("pid checked non-zero by Target");
+        let scope = UProbeScope::AllProcesses;
         let mut session = Self {
             ebpf,
             slots: Vec::new(),

@@ -426,7 +426,15 @@ fn dict_sys_row_id_waits(summary: &serde_json::Value, dir: &Path) -> u64 {
 fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visible: bool) {
     let _k = kernel_lock();
     let dir = ScenarioDir::new("s2", server_name);
-    let server = Server::start(server_name, &["--innodb-flush-log-at-trx-commit=2"]);
+    // No thread cache: every connection is a new thread, which a uprobe
+    // scoped to the server's PID once missed entirely (see attach.rs).
+    let server = Server::start(
+        server_name,
+        &[
+            "--innodb-flush-log-at-trx-commit=2",
+            "--thread-cache-size=0",
+        ],
+    );
     server.sql(
         "CREATE TABLE sbtest.t_nopk (k INT NOT NULL, c CHAR(60) NOT NULL) ENGINE=InnoDB; \
          CREATE TABLE sbtest.t_pk (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
