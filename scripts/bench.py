@@ -238,7 +238,7 @@ def markdown(rows, meta):
            "CPU/txn ratio | probe cost (innoprof's estimate, % of a core) | agent CPU % of a core | agent RSS MB |",
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        est = "-" if r.get("probes_pct_of_core") is None else f"{r['probes_pct_of_core']:.2f}"
+        est = "-" if r.get("probes_pct_of_core") is None else f"{abs(r['probes_pct_of_core']):.2f}"
         out.append(f"| {r['server']} | {r['workload']} | {r['config']} | {r['tps']:.0f} | "
                    f"{r.get('tps_ratio', 1):.3f} | {r['p95_ms']:.2f} | {r.get('p95_ms_ratio', 1):.3f} | "
                    f"{r['server_cpu_us_per_txn']:.0f} | {r.get('server_cpu_us_per_txn_ratio', 1):.3f} | {est} | "
