@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The seed incidents (PRODUCT.md S1, S2, S5, S6) as runnable demos:
+# The seed incidents (PRODUCT.md S1-S6) as runnable demos:
 #
-#   scripts/scenario.sh s1|s2|s5|s6 [SERVER] [OUT]
+#   scripts/scenario.sh s1|s2|s3|s5|s6 [SERVER] [OUT]
+#   (S4, the overhead comparison, is scripts/bench.py)
 #
 # s1/s6  hot row + long REPEATABLE READ snapshot (seed 003): undo version
 #        builds per updated row, their stacks, `innoprof diff`, and the
 #        oprofile-style CPU table before/after
 # s2     INSERTs into a table without a primary key (seed 000): row-id
 #        allocations vs rows inserted, dict_sys mutex waits
+# s3     mutex waits over time (seed 000): a 1 s time series while sysbench
+#        goes from 2 to 16 threads (MariaDB 10.2.11 only)
 # s5     redo log fsync latency apart from data-file fsyncs (seed 004): the
 #        redo log on a RAM-backed disk, then throttled to 100 writes/s
 #
@@ -21,9 +24,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { echo "usage: $0 s1|s2|s5|s6 [SERVER] [OUT]" >&2; exit 2; }
+usage() { echo "usage: $0 s1|s2|s3|s5|s6 [SERVER] [OUT]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 scenario=$1 server=${2:-mariadb-10.2.11} out=${3:-innoprof-scenarios}
+if [ "$scenario" = s3 ]; then
+    [ "$server" = mariadb-10.2.11 ] || { echo "$0: s3 runs on mariadb-10.2.11" >&2; exit 2; }
+    scripts/setup.sh
+    scripts/servers.sh fetch "$server" >/dev/null
+    exec cargo test -q -p innoprof-e2e --test timeseries -- \
+        --exact s3_mutex_waits_follow_load_change --nocapture
+fi
 case "$scenario" in
     s1|s6) test=s1_s6_many_row_versions ;;
     s2) test=s2_tables_without_primary_key ;;

@@ -284,6 +284,16 @@ fn s3_mutex_waits_follow_load_change() {
         "S3 {name} wait ns per 1 s interval: 2 threads {low_waits:?}, 16 threads {high_waits:?}; curve {:?}",
         curve(&points, name, "wait_ns")
     );
+    // What a DBA would read: the wait curve, second by second.
+    for (end, w) in curve(&points, name, "wait_ns") {
+        let t = started + end;
+        let phase = if t <= high_start { "2 threads" } else { "16 threads" };
+        eprintln!(
+            "S3   t={:>5.1}s  {name} wait {:>8.1} ms  ({phase})",
+            end as f64 / 1000.0,
+            w as f64 / 1e6
+        );
+    }
     assert!(
         low_waits.len() >= 2 && high_waits.len() >= 2,
         "{low_waits:?} {high_waits:?}"
