@@ -13,7 +13,8 @@ cargo build --workspace --all-targets
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --all-targets 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: one failing test binary must not hide the others.
+cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || status=$?
 # One closing line over all test binaries.
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -46,6 +46,9 @@ fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, Strin
             &fx.pid.to_string(),
             "--force",
             "--no-cpu",
+            // Exact counts are checked: no duty-cycling.
+            "--max-overhead",
+            "off",
         ])
         .args(["--duration", "3s", "--probe", "fixture_counted", "--out"])
         .arg(out)

@@ -287,7 +287,11 @@ fn s3_mutex_waits_follow_load_change() {
     // What a DBA would read: the wait curve, second by second.
     for (end, w) in curve(&points, name, "wait_ns") {
         let t = started + end;
-        let phase = if t <= high_start { "2 threads" } else { "16 threads" };
+        let phase = if t <= high_start {
+            "2 threads"
+        } else {
+            "16 threads"
+        };
         eprintln!(
             "S3   t={:>5.1}s  {name} wait {:>8.1} ms  ({phase})",
             end as f64 / 1000.0,
