@@ -355,8 +355,10 @@ impl Session {
                     name: ENTER,
                     source,
                 })?;
-            self.set_enabled(&[i], true);
         }
+        // Each attach takes tens of ms: switch them all on together at the
+        // end, when the governor starts their on-time.
+        self.set_enabled(slots, true);
         Ok(())
     }
 

@@ -176,7 +176,11 @@ fn mariadb_all_probes_under_the_default_budget() {
         .filter_map(|p| p["sampling"]["projected_full_pct_of_core"].as_f64())
         .sum();
     eprintln!("all probes: spent {spent:.2}% of a core; fully on ~{full:.1}%");
-    assert!(spent < full / 3.0, "spent {spent}% vs {full}% fully on");
+    // 1% of a core over any 10 s window, the window starting idle: an 8 s
+    // recording may spend up to (10 + 8) × 1% / 8 = 2.25%, plus the hits
+    // while the probes were being attached. Fully on, these probes cost
+    // 40–55% of a core in quiet runs here.
+    assert!(spent < 3.5, "spent {spent}% of a core on a 1% budget");
     assert!(o["agent_cpu_pct_of_core"].as_f64().unwrap() > 0.0);
     assert!(o["agent_max_rss_kb"].as_u64().unwrap() > 1000);
     let text = rec.file("summary.txt");
