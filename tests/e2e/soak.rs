@@ -7,15 +7,15 @@ use std::time::Instant;
 
 use innoprof_e2e::*;
 
-/// Cycles per server. Each `--probes all` cycle costs ~6 s, most of it the
-/// kernel removing the uprobes (~0.1 s per uprobe, serialised in the kernel
-/// on 6.18); 25 per server keeps both servers within ~5 minutes.
-/// `INNOPROF_SOAK_CYCLES` runs a longer soak by hand.
+/// Cycles per server. Each `--probes all` cycle costs ~3-6 s, most of it
+/// the kernel removing the uprobes (~0.1 s per uprobe, serialised in the
+/// kernel on 6.18); 50 per server takes ~10 minutes for both servers.
+/// `INNOPROF_SOAK_CYCLES` runs a longer (or shorter) soak by hand.
 fn cycles() -> usize {
     std::env::var("INNOPROF_SOAK_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(25)
+        .unwrap_or(50)
 }
 
 const TABLES: [&str; 2] = ["sbtest.sbtest1", "sbtest.sbtest2"];
