@@ -295,7 +295,11 @@ fn many_row_versions(server_name: &str) {
         16,
     );
     // Sampled, no probe attached: the version walk's functions were absent
-    // from the baseline and take 14-26 % of the incident's samples.
+    // from the baseline and take 14-26 % of the incident's samples on 5.6,
+    // 10.2 and 11.4. MySQL 8.0's dedicated log threads spin (log_writer,
+    // ut_delay: 35-50 % of all samples on a busy 2-core host), which
+    // dilutes the walk to 3.8-5.2 % there; the climb from nothing is the
+    // signal, so the floor is 2 %.
     for f in [
         "row_vers_build_for_consistent_read",
         "trx_undo_prev_version_build",
@@ -303,7 +307,7 @@ fn many_row_versions(server_name: &str) {
         let (b, i) = diff_shares(&dir.join("diff-cpu").join("diff.oncpu.folded"), f);
         println!("S6 {server_name}: {f} on-CPU total {b:.2} % -> {i:.2} %");
         assert!(
-            b < 1.0 && i > 5.0,
+            b < 1.0 && i > 2.0,
             "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
         );
     }
