@@ -18,7 +18,9 @@
  * 1-based register argument holding the caller's `const char *file` and
  * `unsigned line` (0: the probe has no call-site arguments); bits 40-43
  * the argument pointing to the latch object, 44-55 the latch id's offset
- * in it, 56-59 its size in bytes (0: no latch id).
+ * in it, 56-59 its size in bytes (0: no latch id); bit 60 set when the
+ * slot's `created_at` entry says where the latch object keeps its
+ * creation site (rw-locks and MySQL 5.6 mutexes carry no latch id).
  */
 #define COOKIE_SLOT(c) ((c) & 0xffffffffULL)
 #define COOKIE_FILE_ARG(c) (((c) >> 32) & 0xf)
@@ -26,6 +28,21 @@
 #define COOKIE_LATCH_ARG(c) (((c) >> 40) & 0xf)
 #define COOKIE_LATCH_OFF(c) (((c) >> 44) & 0xfff)
 #define COOKIE_LATCH_SIZE(c) (((c) >> 56) & 0xf)
+#define COOKIE_CREATED(c) (((c) >> 60) & 0x1)
+
+/* Where the latch object an argument points to keeps the __FILE__ pointer
+ * and __LINE__ of its creation (`rw_lock_t::cfile_name`, `cline`): the
+ * line may be a bitfield, read as `line_size` bytes at `line_off`, shifted
+ * right by `line_shift` and cut to `line_bits` (0: all bits). */
+struct created_field {
+	__u32 file_off;
+	__u32 line_off;
+	__u8 arg;
+	__u8 line_size;
+	__u8 line_shift;
+	__u8 line_bits;
+	__u32 pad;
+};
 
 struct slot_stats {
 	__u64 calls;
@@ -35,12 +52,16 @@ struct slot_stats {
 };
 
 /* A call site: the caller's __FILE__ pointer (a string in the target's
- * memory, read by userspace) and __LINE__, and the latch id + 1 read from
- * the object the function was called on. Zero when not captured. */
+ * memory, read by userspace) and __LINE__, the latch id + 1 read from the
+ * object the function was called on, and that object's creation site
+ * (__FILE__ pointer and __LINE__). Zero when not captured. */
 struct callsite {
 	__u64 file;
 	__u32 line;
 	__u32 latch;
+	__u64 created_file;
+	__u32 created_line;
+	__u32 pad;
 };
 
 struct stack_key {

@@ -62,6 +62,15 @@ struct {
 	__type(value, __u32);
 } enabled SEC(".maps");
 
+/* Per slot with COOKIE_CREATED: where its latch object keeps its
+ * creation site (the cookie has no room for two more offsets). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct created_field);
+} created_at SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_MAX);
@@ -140,7 +149,43 @@ static __always_inline __u32 read_latch(struct pt_regs *ctx, __u64 cookie)
 	return id < 0xffffffffULL ? (__u32)id + 1 : 0;
 }
 
-/* Only the pointer is kept: the string is read once, by userspace. */
+/* The creation site stored in the latch object: two small reads of it,
+ * the __FILE__ pointer and the line, never anything it points to. */
+static __always_inline void read_created(struct pt_regs *ctx, __u64 cookie,
+					 struct callsite *site)
+{
+	__u32 slot = (__u32)COOKIE_SLOT(cookie);
+	struct created_field *f;
+	__u64 obj, line = 0;
+
+	if (!COOKIE_CREATED(cookie))
+		return;
+	f = bpf_map_lookup_elem(&created_at, &slot);
+	if (!f || !f->arg)
+		return;
+	obj = reg_arg(ctx, f->arg);
+	if (!obj || bpf_probe_read_user(&site->created_file, sizeof(site->created_file),
+					(void *)(obj + f->file_off)))
+		return;
+	if (f->line_size == 8) {
+		if (bpf_probe_read_user(&line, 8, (void *)(obj + f->line_off)))
+			return;
+	} else if (f->line_size == 4) {
+		if (bpf_probe_read_user(&line, 4, (void *)(obj + f->line_off)))
+			return;
+	} else if (f->line_size == 2) {
+		if (bpf_probe_read_user(&line, 2, (void *)(obj + f->line_off)))
+			return;
+	} else {
+		return;
+	}
+	line >>= f->line_shift & 63;
+	if (f->line_bits && f->line_bits < 64)
+		line &= (1ULL << f->line_bits) - 1;
+	site->created_line = (__u32)line;
+}
+
+/* Only the pointers are kept: strings are read once, by userspace. */
 static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cookie)
 {
 	struct callsite site = {};
@@ -150,6 +195,7 @@ static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cook
 		site.line = (__u32)reg_arg(ctx, COOKIE_LINE_ARG(cookie));
 	}
 	site.latch = read_latch(ctx, cookie);
+	read_created(ctx, cookie, &site);
 	return site;
 }
 
@@ -158,7 +204,7 @@ static __always_inline void add_site(__u64 slot, struct callsite site, __u64 wai
 	struct site_key key = { .slot = slot, .site = site };
 	struct site_val *val;
 
-	if (!site.file && !site.latch)
+	if (!site.file && !site.latch && !site.created_file)
 		return;
 	val = bpf_map_lookup_elem(&site_stats, &key);
 	if (!val) {

@@ -193,21 +193,36 @@ impl Session {
                     .callsite
                     .filter(|_| symbol.clone.is_none())
                     .map(|c| (c.file_arg, c.line_arg));
-                let latch = planned
+                // Where the latch id or creation site is, for this symbol.
+                let latch_plan = planned
                     .spec
                     .latch
                     .as_ref()
                     .zip(planned.latch.as_ref())
-                    .filter(|_| symbol.clone.is_none())
-                    .and_then(|(spec, plan)| {
-                        let field = plan.layout.fields.get(&symbol.address)?;
-                        Some(crate::bpf_abi::LatchArg {
-                            arg: spec.arg,
-                            offset: field.offset,
-                            size: field.size,
-                        })
-                    });
-                let cookie = crate::bpf_abi::cookie(session.slots.len() as u32, site_args, latch);
+                    .filter(|_| symbol.clone.is_none());
+                let latch = latch_plan.and_then(|(spec, plan)| {
+                    let field = plan.layout.fields.get(&symbol.address)?;
+                    Some(crate::bpf_abi::LatchArg {
+                        arg: spec.arg,
+                        offset: field.offset,
+                        size: field.size,
+                    })
+                });
+                let created = latch_plan.and_then(|(spec, plan)| {
+                    let f = plan.layout.created.get(&symbol.address)?;
+                    Some(crate::bpf_abi::CreatedField {
+                        file_off: f.file_offset,
+                        line_off: f.line_offset,
+                        arg: spec.arg,
+                        line_size: f.line_size,
+                        line_shift: f.line_shift,
+                        line_bits: f.line_bits,
+                        pad: 0,
+                    })
+                });
+                let index = session.slots.len();
+                let created = created.is_some_and(|f| session.set_created(index, f));
+                let cookie = crate::bpf_abi::cookie(index as u32, site_args, latch, created);
                 // Inline code has no return of its own: count only.
                 let measure = if symbol.table == SymbolTable::DwarfInline {
                     Measure::Count
@@ -220,7 +235,6 @@ impl Session {
                     measure,
                     cookie,
                 };
-                let index = session.slots.len();
                 // On before the links go in, so no hit of a fresh link is lost.
                 session.set_enabled(&[index], true);
                 match session.attach_slot(index, &slot) {
@@ -310,6 +324,19 @@ impl Session {
             }
             None => drop(off),
         }
+    }
+
+    /// Tells the probes of `slot` where its latch's creation site is;
+    /// false if the map refused (then the cookie does not ask for it).
+    fn set_created(&mut self, slot: usize, field: crate::bpf_abi::CreatedField) -> bool {
+        let Some(map) = self.ebpf.map_mut("created_at") else {
+            return false;
+        };
+        let Ok(mut fields) = aya::maps::Array::<_, crate::bpf_abi::CreatedField>::try_from(map)
+        else {
+            return false;
+        };
+        fields.set(slot as u32, field, 0).is_ok()
     }
 
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).

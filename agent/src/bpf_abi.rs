@@ -23,13 +23,17 @@ impl Default for SlotStats {
 }
 
 /// The caller's `__FILE__` pointer (in the target's memory) and
-/// `__LINE__`, and the latch id + 1 (0: not read).
+/// `__LINE__`, the latch id + 1 (0: not read), and the latch object's
+/// creation site (`__FILE__` pointer and `__LINE__`; 0: not read).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Callsite {
     pub file: u64,
     pub line: u32,
     pub latch: u32,
+    pub created_file: u64,
+    pub created_line: u32,
+    pub pad: u32,
 }
 
 impl Callsite {
@@ -37,6 +41,24 @@ impl Callsite {
     pub fn latch_id(&self) -> Option<u64> {
         self.latch.checked_sub(1).map(u64::from)
     }
+
+    /// The latch's creation site, if the probe read one.
+    pub fn created(&self) -> Option<(u64, u32)> {
+        (self.created_file != 0).then_some((self.created_file, self.created_line))
+    }
+}
+
+/// Where a slot's latch object keeps its creation site (`created_at` map).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CreatedField {
+    pub file_off: u32,
+    pub line_off: u32,
+    pub arg: u8,
+    pub line_size: u8,
+    pub line_shift: u8,
+    pub line_bits: u8,
+    pub pad: u32,
 }
 
 /// Where a probe reads the latch id: `*(argument + offset)`, `size` bytes.
@@ -83,11 +105,18 @@ unsafe impl aya::Pod for StackKey {}
 unsafe impl aya::Pod for StackVal {}
 unsafe impl aya::Pod for SiteKey {}
 unsafe impl aya::Pod for SiteVal {}
+unsafe impl aya::Pod for CreatedField {}
 
 /// The attach cookie: slot id, where the call-site arguments are, and
 /// where the latch id is (`COOKIE_*` in innoprof.h). A latch offset that
-/// does not fit the cookie's 12 bits is not read.
-pub fn cookie(slot: u32, callsite_args: Option<(u8, u8)>, latch: Option<LatchArg>) -> u64 {
+/// does not fit the cookie's 12 bits is not read. `created`: the slot has
+/// a `created_at` entry.
+pub fn cookie(
+    slot: u32,
+    callsite_args: Option<(u8, u8)>,
+    latch: Option<LatchArg>,
+    created: bool,
+) -> u64 {
     let (file, line) = callsite_args.unwrap_or((0, 0));
     let latch = latch.filter(|l| l.offset < 4096 && matches!(l.size, 1 | 2 | 4 | 8));
     let (l_arg, l_off, l_size) = latch.map_or((0, 0, 0), |l| (l.arg, l.offset, l.size));
@@ -97,6 +126,7 @@ pub fn cookie(slot: u32, callsite_args: Option<(u8, u8)>, latch: Option<LatchArg
         | (u64::from(l_arg & 0xf) << 40)
         | (u64::from(l_off) << 44)
         | (u64::from(l_size & 0xf) << 56)
+        | (u64::from(created) << 60)
 }
 
 /// Indexes of the `drops` per-CPU array (`enum drop_reason`).
@@ -130,24 +160,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn layouts_match_the_c_structs() {
+        // innoprof.h: callsite is 32 bytes, created_field 16, no padding.
+        assert_eq!(std::mem::size_of::<Callsite>(), 32);
+        assert_eq!(std::mem::size_of::<CreatedField>(), 16);
+        assert_eq!(std::mem::size_of::<SiteKey>(), 40);
+        assert_eq!(std::mem::size_of::<StackKey>(), 48);
+    }
+
+    #[test]
     fn cookie_fields_do_not_overlap() {
         let latch = LatchArg {
             arg: 1,
             offset: 4095,
             size: 4,
         };
-        let c = cookie(0xffff_ffff, Some((4, 5)), Some(latch));
+        let c = cookie(0xffff_ffff, Some((4, 5)), Some(latch), true);
         assert_eq!(c & 0xffff_ffff, 0xffff_ffff);
         assert_eq!((c >> 32) & 0xf, 4);
         assert_eq!((c >> 36) & 0xf, 5);
         assert_eq!((c >> 40) & 0xf, 1);
         assert_eq!((c >> 44) & 0xfff, 4095);
         assert_eq!((c >> 56) & 0xf, 4);
+        assert_eq!(c >> 60, 1);
         // An offset the cookie cannot carry disables the latch read.
         let far = LatchArg {
             offset: 4096,
             ..latch
         };
-        assert_eq!(cookie(7, None, Some(far)), 7);
+        assert_eq!(cookie(7, None, Some(far), false), 7);
     }
 }

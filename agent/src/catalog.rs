@@ -95,15 +95,35 @@ pub struct ProbeSpec {
 /// `latch = { arg = 1, id_type = "latch_id_t", strip_prefix = "LATCH_ID_", suffix = "_mutex" }`:
 /// argument 1 (`this`) points to an object holding a `latch_id_t`
 /// somewhere in its members; `LATCH_ID_DICT_SYS` is shown as `dict_sys_mutex`.
+///
+/// `latch = { arg = 1, created_file = "cfile_name", created_line = "cline" }`:
+/// the object keeps the `__FILE__`/`__LINE__` of its creation in those
+/// members (rw-locks, MySQL 5.6 mutexes: no latch id in release builds);
+/// the latch is named by that site and the function holding it, as SHOW
+/// ENGINE INNODB STATUS names a latch ("created in file dict0dict.cc line 1107").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LatchSpec {
     pub arg: u8,
+    #[serde(default)]
     pub id_type: String,
     #[serde(default)]
     pub strip_prefix: String,
     #[serde(default)]
     pub suffix: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_line: Option<String>,
+}
+
+impl LatchSpec {
+    /// The member names holding the creation site, when both are given.
+    pub fn created_members(&self) -> Option<(&str, &str)> {
+        self.created_file
+            .as_deref()
+            .zip(self.created_line.as_deref())
+    }
 }
 
 /// 1-based positions in the machine-level argument list (for a member
@@ -222,9 +242,15 @@ impl CatalogFile {
                 }
             }
             if let Some(l) = &p.latch {
-                if !(1..=6).contains(&l.arg) || l.id_type.trim().is_empty() {
+                let blank = |m: &Option<String>| m.as_deref().is_none_or(|m| m.trim().is_empty());
+                let created = !blank(&l.created_file) && !blank(&l.created_line);
+                if !(1..=6).contains(&l.arg)
+                    || (l.id_type.trim().is_empty() && !created)
+                    || (blank(&l.created_file) != blank(&l.created_line))
+                {
                     return invalid(format!(
-                        "probe `{}`: latch needs arg in 1..=6 and a non-empty id_type",
+                        "probe `{}`: latch needs arg in 1..=6 and a non-empty id_type, \
+                         or both created_file and created_line",
                         p.name
                     ));
                 }

@@ -110,6 +110,8 @@ impl Counters {
 /// (attached symbols) are its.
 #[derive(Debug, Clone)]
 pub struct LiveProbe {
+    /// Its index in the plan (and in `Recorder::attached_seconds`).
+    pub probe: usize,
     pub name: String,
     pub measure: Measure,
     /// The catalog says where its caller's `file`/`line` are.

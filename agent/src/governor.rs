@@ -334,6 +334,20 @@ impl Governor {
         }
     }
 
+    /// Seconds each probe has been switched on so far, for live readers
+    /// (a duty-cycled probe's calls over this is its rate while on).
+    pub fn attached_seconds(&self, now: Instant) -> Vec<f64> {
+        self.probes
+            .iter()
+            .map(|p| {
+                let current = p
+                    .attached_since
+                    .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+                (p.attached_total + current).as_secs_f64()
+            })
+            .collect()
+    }
+
     /// Detaches nothing; closes the books at the end of the recording.
     pub fn finish(&mut self, now: Instant) -> Vec<DutyReport> {
         let total = now.saturating_duration_since(self.started).as_secs_f64();

@@ -106,16 +106,27 @@ pub fn render(i: &Inspection) -> String {
                 lines.push(format!("skipped {}: {}", short(&s.name), s.reason));
             }
             if let (Some(spec), Some(plan)) = (&p.spec.latch, &p.latch) {
-                lines.push(match &plan.unavailable {
-                    Some(why) => format!("latch names unavailable: {why}"),
-                    None => format!(
+                if let Some(why) = &plan.unavailable {
+                    lines.push(format!("latch names unavailable: {why}"));
+                }
+                if !plan.layout.fields.is_empty() {
+                    lines.push(format!(
                         "latch named: {} found in {} of {} symbols ({} names)",
                         spec.id_type,
                         plan.layout.fields.len(),
                         r.symbols.len(),
                         plan.layout.names.len()
-                    ),
-                });
+                    ));
+                }
+                if let (false, Some((file, line))) =
+                    (plan.layout.created.is_empty(), spec.created_members())
+                {
+                    lines.push(format!(
+                        "latch named by creation site: {file}/{line} found in {} of {} symbols",
+                        plan.layout.created.len(),
+                        r.symbols.len(),
+                    ));
+                }
             }
             lines.join("\n")
         };

@@ -140,21 +140,39 @@ impl ProbeSet {
     }
 }
 
-/// Locate the latch id in the object each resolved symbol is called on.
+/// Locate the latch id (or creation site) in the object each resolved
+/// symbol is called on.
 fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> LatchPlan {
     let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
-    match find_latch_layout(image.dwarf_data(), &addresses, spec.arg, &spec.id_type) {
-        Ok(layout) if !layout.fields.is_empty() => LatchPlan {
+    let created = spec.created_members();
+    match find_latch_layout(
+        image.dwarf_data(),
+        &addresses,
+        spec.arg,
+        &spec.id_type,
+        created,
+    ) {
+        Ok(layout) if !layout.fields.is_empty() || !layout.created.is_empty() => LatchPlan {
             layout,
             unavailable: None,
         },
-        Ok(layout) => LatchPlan {
-            layout,
-            unavailable: Some(format!(
-                "no `{}` member found in DWARF for argument {}",
-                spec.id_type, spec.arg
-            )),
-        },
+        Ok(layout) => {
+            let mut wanted = Vec::new();
+            if !spec.id_type.is_empty() {
+                wanted.push(format!("a `{}` member", spec.id_type));
+            }
+            if let Some((file, line)) = created {
+                wanted.push(format!("`{file}`/`{line}` members"));
+            }
+            LatchPlan {
+                layout,
+                unavailable: Some(format!(
+                    "no {} found in DWARF for argument {}",
+                    wanted.join(" or "),
+                    spec.arg
+                )),
+            }
+        }
         Err(e) => LatchPlan {
             layout: Default::default(),
             unavailable: Some(e.to_string()),

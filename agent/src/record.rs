@@ -264,6 +264,7 @@ impl Recorder {
             .iter()
             .enumerate()
             .map(|(idx, p)| LiveProbe {
+                probe: idx,
                 name: p.spec.name.clone(),
                 measure: p.spec.measure,
                 has_callsites: p.spec.callsite.is_some(),
@@ -288,6 +289,15 @@ impl Recorder {
     pub fn detach_probes(&mut self) {
         if let Some(session) = self.session.as_mut() {
             session.detach();
+        }
+    }
+
+    /// Seconds each planned probe has been switched on: the governor's
+    /// account, or the time since attaching without one.
+    pub fn attached_seconds(&self) -> Vec<f64> {
+        match &self.governor {
+            Some(g) => g.attached_seconds(Instant::now()),
+            None => vec![self.started.elapsed().as_secs_f64(); self.plan.probes.len()],
         }
     }
 
@@ -447,7 +457,7 @@ impl Recorder {
                     Vec::new()
                 },
                 callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
-                latches: latch_results(&my_slots, &snapshot.sites, &latch_names),
+                latches: latch_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
                 latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
                 stacks,
                 sampling: None,
@@ -595,12 +605,16 @@ impl<'a> LatchNames<'a> {
         }
     }
 
-    fn of(&self, site: &Callsite) -> Option<String> {
-        let id = site.latch_id()?;
-        Some(match self.plan {
-            Some((spec, plan)) => plan.layout.name_of(id, spec),
-            None => format!("latch#{id}"),
-        })
+    /// The latch id's name, else the latch's creation site.
+    fn of(&self, site: &Callsite, namer: &mut CallsiteNamer) -> Option<String> {
+        if let Some(id) = site.latch_id() {
+            return Some(match self.plan {
+                Some((spec, plan)) => plan.layout.name_of(id, spec),
+                None => format!("latch#{id}"),
+            });
+        }
+        let (file, line) = site.created()?;
+        Some(namer.created_label(file, line))
     }
 }
 
@@ -619,7 +633,7 @@ fn callsite_results(
         .filter(|(_, site, _)| site.file != 0)
     {
         let label = namer.label(*site);
-        let latch = latches.of(site);
+        let latch = latches.of(site, namer);
         let entry = by_label
             .entry((latch.clone(), label.clone()))
             .or_insert_with(|| CallsiteResult {
@@ -651,6 +665,7 @@ fn callsite_results(
 fn latch_results(
     slots: &[(u64, &crate::attach::Slot)],
     sites: &[(u64, Callsite, SiteVal)],
+    namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<LatchResult> {
     let mut by_name: HashMap<String, LatchResult> = HashMap::new();
@@ -658,7 +673,7 @@ fn latch_results(
         .iter()
         .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
     {
-        let Some(name) = latches.of(site) else {
+        let Some(name) = latches.of(site, namer) else {
             continue;
         };
         let e = by_name.entry(name.clone()).or_insert_with(|| LatchResult {
@@ -708,7 +723,7 @@ fn fold_stacks(
         if measure == Measure::Latency {
             frames.push(names[&sample.slot].to_string());
         }
-        if let Some(latch) = latches.of(&sample.site) {
+        if let Some(latch) = latches.of(&sample.site, namer) {
             frames.push(format!("[{latch}]"));
         }
         if sample.site.file != 0 {

@@ -318,6 +318,7 @@ mod tests {
 
     fn probe(name: &str, has_callsites: bool) -> LiveProbe {
         LiveProbe {
+            probe: 0,
             name: name.into(),
             measure: Measure::Latency,
             has_callsites,

@@ -148,9 +148,9 @@ fn main() -> ExitCode {
 }
 
 #[derive(Clone, Copy)]
-struct Budget(Option<f64>);
+pub(crate) struct Budget(pub(crate) Option<f64>);
 
-fn parse_budget(s: &str) -> Result<Budget, String> {
+pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
     if s.eq_ignore_ascii_case("off") {
         return Ok(Budget(None));
     }

@@ -23,6 +23,7 @@ use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
+use innoprof::governor::GovernorConfig;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -49,6 +50,11 @@ pub struct ServeArgs {
     /// Profile a process that is not mysqld/mariadbd.
     #[arg(long)]
     pub force: bool,
+    /// CPU that probe hits may cost the server, in % of one core (e.g. 1, 0.5, 5), or `off`.
+    /// Dearer probes are duty-cycled: their counters grow only while on, and
+    /// innoprof_probe_attached_seconds_total says how long that was.
+    #[arg(long, default_value = "1", value_parser = crate::parse_budget)]
+    pub max_overhead: crate::Budget,
 }
 
 struct Live {
@@ -70,10 +76,12 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         debuginfo: args.probe.debug_search(),
         capture_stacks: false,
         cpu: None,
-        // Prometheus counters must only go up: a duty-cycled probe's scaled
-        // estimates would not. `serve` keeps to the probes it is given
-        // (the default set is cheap); `record` is the governed one.
-        governor: None,
+        // Counters stay raw (observed calls only go up); a duty-cycled
+        // probe's rate is recovered from its attached-seconds counter.
+        governor: args.max_overhead.0.map(|budget_pct| GovernorConfig {
+            budget_pct,
+            ..GovernorConfig::default()
+        }),
         limits: Default::default(),
     };
     let plan = Plan::build(&opts)?;
@@ -100,7 +108,10 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     );
     let live: Shared = Rc::new(RefCell::new(Live { recorder, exporter }));
 
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    // Short ticks: the governor switches probes on and off within a second.
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut alive_check = tokio::time::interval(Duration::from_millis(250));
     let code = loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -115,7 +126,8 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             }
             _ = sigint.recv() => break ExitCode::SUCCESS,
             _ = sigterm.recv() => break ExitCode::SUCCESS,
-            _ = tick.tick() => {
+            _ = tick.tick() => live.borrow_mut().recorder.govern(),
+            _ = alive_check.tick() => {
                 if !target.is_alive() {
                     eprintln!("innoprof: pid {} exited; detaching", target.pid);
                     break ExitCode::from(EXIT_TARGET_EXITED);

@@ -2,9 +2,6 @@
 //! fixture whose true call count is known at every moment, and a real
 //! server under sysbench.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-
 use innoprof_e2e::*;
 
 #[test]
@@ -37,39 +34,11 @@ fn calibration_measures_emulated_and_single_stepped_hits() {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
-/// The fixture's running count at `t_ms`, interpolated from its log.
-fn calls_at(log: &[(u64, u64)], t_ms: f64) -> f64 {
-    let i = log.partition_point(|(t, _)| (*t as f64) < t_ms);
-    assert!(i > 0 && i < log.len(), "{t_ms} outside the fixture's log");
-    let ((t0, c0), (t1, c1)) = (log[i - 1], log[i]);
-    c0 as f64 + (c1 - c0) as f64 * (t_ms - t0 as f64) / (t1 - t0).max(1) as f64
-}
-
 #[test]
 fn governor_duty_cycles_a_dear_probe_and_scales_its_count_to_the_truth() {
     let _k = kernel_lock();
-    let mut child = Command::new(paced_binary())
-        .args(["20000", "20"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    let pid = line.trim().strip_prefix("ready ").unwrap().to_string();
-    writeln!(stdin, "go").unwrap();
-    let log = std::thread::spawn(move || {
-        stdout
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|l| {
-                let (t, c) = l.split_once(' ')?;
-                Some((t.parse::<u64>().ok()?, c.parse::<u64>().ok()?))
-            })
-            .collect::<Vec<_>>()
-    });
+    let paced = Paced::start(20000, 20);
+    let pid = paced.pid.to_string();
 
     // ~20k calls/s at a few µs each is several % of a core: far over 0.5%.
     let mut rec = Recording::start(&[
@@ -87,9 +56,7 @@ fn governor_duty_cycles_a_dear_probe_and_scales_its_count_to_the_truth() {
     rec.wait_attached();
     let (code, stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = log.join().unwrap();
+    let log = paced.stop();
 
     let s = rec.summary();
     let p = probe(&s, "paced_hit");
@@ -106,7 +73,7 @@ fn governor_duty_cycles_a_dear_probe_and_scales_its_count_to_the_truth() {
     // The scaled estimate of the calls in the window against the truth.
     let start_ms = s["started_unix_ms"].as_f64().unwrap();
     let end_ms = start_ms + s["duration_s"].as_f64().unwrap() * 1000.0;
-    let truth = calls_at(&log, end_ms) - calls_at(&log, start_ms);
+    let truth = log.calls_at(end_ms) - log.calls_at(start_ms);
     let estimate = p["calls"].as_f64().unwrap() - sampling["calls_before_start"].as_f64().unwrap();
     let error = (estimate - truth).abs() / truth;
     eprintln!(

@@ -404,11 +404,23 @@ fn dict_sys_row_id_waits(summary: &serde_json::Value, dir: &Path) -> u64 {
     let mut waits = 0;
     for p in summary["probes"].as_array().unwrap() {
         if p["name"] == "innodb.mutex.wait" {
-            waits += p["callsites"]
+            let sites: Vec<&serde_json::Value> = p["callsites"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .filter(|c| c["site"].as_str().unwrap().starts_with("dict0boot.ic:"))
+                .collect();
+            // The mutex itself, read from the object: the one dict_init
+            // creates (dict_sys->mutex), not just a caller in dict0boot.ic.
+            for c in &sites {
+                let latch = c["latch"].as_str().unwrap_or_default();
+                assert!(
+                    latch.starts_with("created in dict_init (dict0dict.cc:"),
+                    "{c}"
+                );
+            }
+            waits += sites
+                .iter()
                 .map(|c| c["calls"].as_u64().unwrap())
                 .sum::<u64>();
         }

@@ -145,6 +145,66 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
+/// `serve --max-overhead`: a probe too dear for the budget is duty-cycled;
+/// its counters only grow while it is on, and
+/// `innoprof_probe_attached_seconds_total` says how long that was, so
+/// calls / attached seconds estimates the true rate (checked against the
+/// paced fixture's own count).
+#[test]
+fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
+    let _k = kernel_lock();
+    let paced = Paced::start(20000, 30);
+    let pid = paced.pid.to_string();
+    let mut serve = Serve::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--probe",
+        "paced_hit",
+        "--max-overhead",
+        "0.5",
+    ]);
+    let read = |serve: &Serve| {
+        let samples = metric_samples(&serve.scrape());
+        let at = unix_ms();
+        let p = [("probe", "paced_hit")];
+        (
+            at,
+            value(&samples, "innoprof_probe_calls_total", &p).unwrap(),
+            value(&samples, "innoprof_probe_attached_seconds_total", &p).unwrap(),
+        )
+    };
+    // Past the first window (10 s, which starts with a full budget).
+    std::thread::sleep(Duration::from_secs(11));
+    let (t0, calls0, on0) = read(&serve);
+    std::thread::sleep(Duration::from_secs(8));
+    let (t1, calls1, on1) = read(&serve);
+    let log = {
+        serve.signal(libc::SIGTERM);
+        assert_eq!(serve.wait_exit(), Some(0), "{}", serve.stderr());
+        paced.stop()
+    };
+
+    let wall_s = (t1 - t0) / 1000.0;
+    let on_s = on1 - on0;
+    assert!(calls1 >= calls0 && on1 >= on0, "counters went back");
+    assert!(
+        on_s > 0.02 * wall_s && on_s < 0.5 * wall_s,
+        "attached {on_s:.2} s of {wall_s:.2} s"
+    );
+    let truth = log.calls_at(t1) - log.calls_at(t0);
+    let estimate = (calls1 - calls0) / on_s * wall_s;
+    let error = (estimate - truth).abs() / truth;
+    eprintln!(
+        "serve paced_hit: attached {on_s:.2} of {wall_s:.2} s, {} calls seen, estimate {estimate:.0} vs truth {truth:.0} ({:.1} %)",
+        calls1 - calls0,
+        error * 100.0
+    );
+    assert!(error < 0.25, "estimate {estimate} vs truth {truth}");
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
+
 /// A real Prometheus (Debian's) scrapes `innoprof serve` attached to a real
 /// MariaDB 10.2.11 under sysbench: its query API returns non-zero calls and
 /// histogram buckets, every query of the shipped Grafana dashboard returns

@@ -232,6 +232,87 @@ pub fn paced_binary() -> PathBuf {
     )
 }
 
+/// The paced fixture calling `paced_hit` at a steady rate, logging its
+/// running count (unix ms, calls) so the truth is known at every moment.
+pub struct Paced {
+    pub pid: u32,
+    child: Child,
+    /// Held open: the fixture runs until it is killed.
+    _stdin: std::process::ChildStdin,
+    log: Option<std::thread::JoinHandle<Vec<(u64, u64)>>>,
+}
+
+impl Paced {
+    /// `calls_per_s` for `seconds`, from now on.
+    pub fn start(calls_per_s: u32, seconds: u32) -> Self {
+        use std::io::{BufRead, BufReader, Write};
+        let mut child = Command::new(paced_binary())
+            .args([calls_per_s.to_string(), seconds.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let pid = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+        writeln!(stdin, "go").unwrap();
+        let log = std::thread::spawn(move || {
+            stdout
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| {
+                    let (t, c) = l.split_once(' ')?;
+                    Some((t.parse::<u64>().ok()?, c.parse::<u64>().ok()?))
+                })
+                .collect::<Vec<_>>()
+        });
+        Self {
+            pid,
+            child,
+            _stdin: stdin,
+            log: Some(log),
+        }
+    }
+
+    /// Kills the fixture; its log of (unix ms, running count).
+    pub fn stop(mut self) -> PacedLog {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        PacedLog(self.log.take().unwrap().join().unwrap())
+    }
+}
+
+impl Drop for Paced {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct PacedLog(pub Vec<(u64, u64)>);
+
+impl PacedLog {
+    /// The fixture's running count at `t_ms` (unix), interpolated.
+    pub fn calls_at(&self, t_ms: f64) -> f64 {
+        let log = &self.0;
+        let i = log.partition_point(|(t, _)| (*t as f64) < t_ms);
+        assert!(i > 0 && i < log.len(), "{t_ms} outside the fixture's log");
+        let ((t0, c0), (t1, c1)) = (log[i - 1], log[i]);
+        c0 as f64 + (c1 - c0) as f64 * (t_ms - t0 as f64) / (t1 - t0).max(1) as f64
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1000.0
+}
+
 /// Compiles tests/fixture/SOURCE once per test process. Tests run in
 /// parallel: the lock and the rename keep any of them from seeing a
 /// half-written binary.
@@ -788,14 +869,21 @@ pub struct Serve {
 
 impl Serve {
     /// Starts `innoprof serve ARGS --listen 127.0.0.1:PORT` on a free port
-    /// and waits until it serves.
+    /// and waits until it serves. Like `Recording::start`, the governor is
+    /// off unless the test passes `--max-overhead`: counts stay exact.
     pub fn start(args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let stderr_path = dir.path().join("stderr.txt");
         let port = free_port();
+        let governor: &[&str] = if args.contains(&"--max-overhead") {
+            &[]
+        } else {
+            &["--max-overhead", "off"]
+        };
         let child = Command::new(innoprof())
             .arg("serve")
             .args(args)
+            .args(governor)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .stdout(Stdio::null())

@@ -8,6 +8,10 @@
 //!   `innoprof_callsite_wait_seconds_total{probe,callsite}` for probes whose
 //!   catalog entry gives call sites
 //! - `innoprof_probe_latency_seconds{probe}`: the BPF log2 histogram
+//! - `innoprof_probe_attached_seconds_total{probe}`: how long the probe was
+//!   switched on. The overhead governor duty-cycles dear probes, and their
+//!   counters grow only while on, so `rate(calls) / rate(attached)` is the
+//!   rate of calls while measured: the estimate of the true rate
 //! - `innoprof_dropped_total{reason}`, `innoprof_attached_uprobes`,
 //!   `innoprof_target_info{family,version,pid,binary}`
 //!
@@ -149,6 +153,8 @@ pub struct Exporter {
     limit: usize,
     labels: LabelCache,
     callsites: Vec<CallsiteLabels>,
+    /// Highest attached seconds reported per probe (kept monotonic).
+    attached: Vec<f64>,
 }
 
 impl Exporter {
@@ -159,12 +165,14 @@ impl Exporter {
         opts: ExporterOptions,
     ) -> Self {
         let callsites = probes.iter().map(|_| CallsiteLabels::default()).collect();
+        let probes_len = probes.len();
         Self {
             probes,
             target,
             attached_uprobes,
             limit: opts.callsite_limit,
             labels: LabelCache::default(),
+            attached: vec![0.0; probes_len],
             callsites,
         }
     }
@@ -211,19 +219,29 @@ impl Exporter {
                     .collect()
             })
             .collect();
-        self.encode(&counters, &sites)
+        self.encode(&counters, &sites, &recorder.attached_seconds())
     }
 
-    /// Encodes counters whose call sites are already summed per label.
+    /// Encodes counters whose call sites are already summed per label;
+    /// `attached`: seconds switched on, per planned probe.
     fn encode(
         &mut self,
         counters: &Counters,
         sites: &[BTreeMap<String, Counts>],
+        attached: &[f64],
     ) -> Result<String, ExportError> {
         let mut probes = Vec::with_capacity(self.probes.len());
-        for ((p, labels), now) in self.probes.iter().zip(&mut self.callsites).zip(sites) {
+        for (((p, labels), now), max_on) in self
+            .probes
+            .iter()
+            .zip(&mut self.callsites)
+            .zip(sites)
+            .zip(&mut self.attached)
+        {
             let total = counters.probe_total(&p.slots);
+            *max_on = max_on.max(attached.get(p.probe).copied().unwrap_or(0.0));
             probes.push(ProbeMetrics {
+                attached_s: *max_on,
                 name: p.name.clone(),
                 timed: p.measure == Measure::Latency,
                 calls: total.calls,
@@ -253,6 +271,7 @@ impl Exporter {
 #[derive(Debug)]
 struct ProbeMetrics {
     name: String,
+    attached_s: f64,
     timed: bool,
     calls: u64,
     wait_ns: u64,
@@ -303,6 +322,19 @@ impl Collector for Scrape {
             )?;
             for p in &self.probes {
                 ConstCounter::new(p.calls)
+                    .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_probe_attached",
+                "Time each probe was switched on (the overhead governor duty-cycles dear probes; \
+                 calls / attached time is their rate while measured)",
+                Some(&seconds_unit),
+                MetricType::Counter,
+            )?;
+            for p in &self.probes {
+                ConstCounter::new(p.attached_s)
                     .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
             }
         }
@@ -477,12 +509,14 @@ mod tests {
     fn scrape_text_has_every_family() {
         let probes = vec![
             LiveProbe {
+                probe: 0,
                 name: "innodb.mutex.enter".into(),
                 measure: Measure::Latency,
                 has_callsites: true,
                 slots: vec![0, 1],
             },
             LiveProbe {
+                probe: 1,
                 name: "innodb.dict_sys.row_id".into(),
                 measure: Measure::Count,
                 has_callsites: false,
@@ -514,10 +548,12 @@ mod tests {
             },
         );
         let site_counts = vec![sites(&[("btr0cur.cc:304", 6)]), BTreeMap::new()];
-        let text = e.encode(&c, &site_counts).unwrap();
+        let text = e.encode(&c, &site_counts, &[2.5, 0.25]).unwrap();
         for line in [
             "innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"} 6",
             "innoprof_probe_calls_total{probe=\"innodb.dict_sys.row_id\"} 7",
+            "innoprof_probe_attached_seconds_total{probe=\"innodb.mutex.enter\"} 2.5",
+            "innoprof_probe_attached_seconds_total{probe=\"innodb.dict_sys.row_id\"} 0.25",
             "innoprof_probe_wait_seconds_total{probe=\"innodb.mutex.enter\"} 0.006",
             "innoprof_callsite_calls_total{probe=\"innodb.mutex.enter\",callsite=\"btr0cur.cc:304\"} 6",
             "innoprof_callsite_calls_total{probe=\"innodb.mutex.enter\",callsite=\"other\"} 0",
@@ -531,6 +567,10 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }
+        // Attached time never goes back, whatever a later read says.
+        let again = e.encode(&c, &site_counts, &[1.0, 0.5]).unwrap();
+        assert!(again
+            .contains("innoprof_probe_attached_seconds_total{probe=\"innodb.mutex.enter\"} 2.5\n"));
         // A count-only probe has no wait or latency series.
         assert!(
             !text.contains("innoprof_probe_wait_seconds_total{probe=\"innodb.dict_sys.row_id\"}")

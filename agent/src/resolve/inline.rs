@@ -6,12 +6,11 @@
 
 use std::collections::HashMap;
 
-use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
-use object::{Object, ObjectSection};
+use gimli::{AttributeValue, UnitOffset};
+
+use super::dwarf::Reader;
 
 use super::pattern::{DemangledName, SymbolPattern};
-
-type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InlineError {
@@ -39,22 +38,7 @@ pub fn find_inline_sites(
     elf_data: &[u8],
     patterns: &[SymbolPattern],
 ) -> Result<Vec<InlineSite>, InlineError> {
-    let file = object::File::parse(elf_data)?;
-    if file.section_by_name(".debug_info").is_none() {
-        return Err(InlineError::NoDebugInfo);
-    }
-    let endian = if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'_>, gimli::Error> {
-        let data = file
-            .section_by_name(id.name())
-            .and_then(|s| s.data().ok())
-            .unwrap_or(&[]);
-        Ok(EndianSlice::new(data, endian))
-    })?;
+    let dwarf = super::dwarf::load(elf_data)?.ok_or(InlineError::NoDebugInfo)?;
 
     let mut sites = Vec::new();
     let mut headers = dwarf.units();

@@ -8,10 +8,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
-use object::{Object, ObjectSection};
+use gimli::{AttributeValue, UnitOffset};
 
-type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
+use super::dwarf::Reader;
+
 type Unit<'a> = gimli::Unit<Reader<'a>>;
 
 /// Nesting bound when searching members (the id sits two levels down).
@@ -37,12 +37,27 @@ pub struct LatchField {
     pub size: u8,
 }
 
+/// Where the object keeps its creation site: a `__FILE__` pointer at
+/// `file_offset`, and a line of `line_size` bytes at `line_offset`,
+/// shifted right by `line_shift` and cut to `line_bits` (0: all) when it
+/// is a bitfield (`unsigned cline:13` in `rw_lock_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CreatedField {
+    pub file_offset: u32,
+    pub line_offset: u32,
+    pub line_size: u8,
+    pub line_shift: u8,
+    pub line_bits: u8,
+}
+
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LatchLayout {
     /// Per function entry address found in DWARF.
     pub fields: HashMap<u64, LatchField>,
     /// Enumerator value → name, as the enum spells it.
     pub names: BTreeMap<u64, String>,
+    /// Per function entry address: where the creation site is.
+    pub created: HashMap<u64, CreatedField>,
 }
 
 impl LatchLayout {
@@ -55,32 +70,19 @@ impl LatchLayout {
     }
 }
 
-/// For each function at `addresses`, the offset of the `id_type` member
-/// inside the object its `arg`-th (1-based, `this` included) parameter
-/// points to, and the enum's enumerator names. Functions without DWARF or
-/// without such a member are simply absent from `fields`.
+/// For each function at `addresses`, inside the object its `arg`-th
+/// (1-based, `this` included) parameter points to: the offset of the
+/// `id_type` member and the enum's enumerator names (when `id_type` is not
+/// empty), and where the `created` (file, line) members are (when given).
+/// Functions without DWARF or without such members are simply absent.
 pub fn find_latch_layout(
     elf_data: &[u8],
     addresses: &[u64],
     arg: u8,
     id_type: &str,
+    created: Option<(&str, &str)>,
 ) -> Result<LatchLayout, LatchError> {
-    let file = object::File::parse(elf_data)?;
-    if file.section_by_name(".debug_info").is_none() {
-        return Err(LatchError::NoDebugInfo);
-    }
-    let endian = if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'_>, gimli::Error> {
-        let data = file
-            .section_by_name(id.name())
-            .and_then(|s| s.data().ok())
-            .unwrap_or(&[]);
-        Ok(EndianSlice::new(data, endian))
-    })?;
+    let dwarf = super::dwarf::load(elf_data)?.ok_or(LatchError::NoDebugInfo)?;
 
     let wanted: HashSet<u64> = addresses.iter().copied().collect();
     let mut layout = LatchLayout::default();
@@ -104,7 +106,10 @@ pub fn find_latch_layout(
             let Some(AttributeValue::Addr(low_pc)) = entry.attr_value(gimli::DW_AT_low_pc) else {
                 continue;
             };
-            if !wanted.contains(&low_pc) || layout.fields.contains_key(&low_pc) {
+            if !wanted.contains(&low_pc)
+                || layout.fields.contains_key(&low_pc)
+                || layout.created.contains_key(&low_pc)
+            {
                 continue;
             }
             let Some(param_type) = nth_param_type(&unit, entry.offset(), arg, 0)? else {
@@ -113,10 +118,22 @@ pub fn find_latch_layout(
             let Some(object) = pointee_struct(&unit, param_type)? else {
                 continue;
             };
-            if let Some((field, enum_die)) = find_member(&dwarf, &unit, object, id_type, 0, 0)? {
-                layout.fields.insert(low_pc, field);
-                if layout.names.is_empty() {
-                    layout.names = enumerators(&dwarf, &unit, enum_die)?;
+            if !id_type.is_empty() {
+                if let Some((field, enum_die)) = find_member(&dwarf, &unit, object, id_type, 0, 0)?
+                {
+                    layout.fields.insert(low_pc, field);
+                    if layout.names.is_empty() {
+                        layout.names = enumerators(&dwarf, &unit, enum_die)?;
+                    }
+                }
+            }
+            if let Some((file_member, line_member)) = created {
+                let file = named_member(&dwarf, &unit, object, file_member, 0, 0)?;
+                let line = named_member(&dwarf, &unit, object, line_member, 0, 0)?;
+                if let (Some(file), Some(line)) = (file, line) {
+                    if let Some(field) = created_field(file, line) {
+                        layout.created.insert(low_pc, field);
+                    }
                 }
             }
         }
@@ -232,6 +249,123 @@ fn find_member(
     if depth > MAX_MEMBER_DEPTH {
         return Ok(None);
     }
+    for m in members(dwarf, unit, object, base)? {
+        if let Some((enum_die, size)) = named_enum(dwarf, unit, m.ty, id_type)? {
+            if matches!(size, 1 | 2 | 4 | 8) {
+                return Ok(Some((
+                    LatchField {
+                        offset: m.place.offset,
+                        size: size as u8,
+                    },
+                    enum_die,
+                )));
+            }
+        }
+        if let Some(inner) = struct_type(unit, m.ty)? {
+            if let Some(found) =
+                find_member(dwarf, unit, inner, id_type, m.place.offset, depth + 1)?
+            {
+                return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A member as DWARF places it: byte offset from the outer object's start
+/// (`data_member_location`), the size of its storage, and for a bitfield
+/// its width and position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MemberPlace {
+    offset: u32,
+    byte_size: u64,
+    bit_size: Option<u64>,
+    /// DWARF 2/3 `DW_AT_bit_offset`: from the storage unit's most
+    /// significant bit.
+    bit_offset: Option<u64>,
+    /// DWARF 4+ `DW_AT_data_bit_offset`: from the containing object's start.
+    data_bit_offset: Option<u64>,
+}
+
+/// The (file pointer, line) members turned into what the probe reads.
+fn created_field(file: MemberPlace, line: MemberPlace) -> Option<CreatedField> {
+    if file.byte_size != 8 || file.bit_size.is_some() {
+        return None;
+    }
+    let (line_offset, line_size, line_shift, line_bits) =
+        match (line.bit_size, line.data_bit_offset, line.bit_offset) {
+            (None, _, _) => (line.offset, line.byte_size, 0, 0),
+            // Little-endian x86-64: bit i of the object is bit i%32 of the
+            // 32-bit word at (i/32)*4.
+            (Some(bits), Some(data_bit), _) => {
+                let abs = u64::from(line.offset) * 8 + data_bit;
+                if abs % 32 + bits > 32 {
+                    return None;
+                }
+                (u32::try_from(abs / 32 * 4).ok()?, 4, abs % 32, bits)
+            }
+            (Some(bits), None, Some(from_msb)) => {
+                let storage_bits = line.byte_size * 8;
+                let shift = storage_bits.checked_sub(from_msb + bits)?;
+                (line.offset, line.byte_size, shift, bits)
+            }
+            (Some(_), None, None) => return None,
+        };
+    matches!(line_size, 2 | 4 | 8).then_some(CreatedField {
+        file_offset: file.offset,
+        line_offset,
+        line_size: line_size as u8,
+        line_shift: u8::try_from(line_shift).ok()?,
+        line_bits: u8::try_from(line_bits).ok()?,
+    })
+}
+
+/// Search of a struct's members, then its base classes' and nested
+/// structs', for the one called `name` (own members first, so a nested
+/// struct's namesake never shadows it); where it is, relative to the
+/// outer object.
+fn named_member(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &Unit<'_>,
+    object: UnitOffset,
+    name: &str,
+    base: u32,
+    depth: u8,
+) -> Result<Option<MemberPlace>, gimli::Error> {
+    if depth > MAX_MEMBER_DEPTH {
+        return Ok(None);
+    }
+    let members = members(dwarf, unit, object, base)?;
+    if let Some(m) = members.iter().find(|m| m.name.as_deref() == Some(name)) {
+        return Ok(Some(m.place));
+    }
+    for m in &members {
+        if let Some(inner) = struct_type(unit, m.ty)? {
+            if let Some(found) = named_member(dwarf, unit, inner, name, m.place.offset, depth + 1)?
+            {
+                return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A direct member or base class of a struct.
+struct Member {
+    name: Option<String>,
+    ty: UnitOffset,
+    place: MemberPlace,
+}
+
+/// A struct's members and base classes, in order, placed relative to the
+/// outer object (`base` is where this struct sits in it).
+fn members(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &Unit<'_>,
+    object: UnitOffset,
+    base: u32,
+) -> Result<Vec<Member>, gimli::Error> {
+    let mut out = Vec::new();
     let mut tree = unit.entries_tree(Some(object))?;
     let root = tree.root()?;
     let mut children = root.children();
@@ -243,26 +377,56 @@ fn find_member(
         let Some(AttributeValue::UnitRef(ty)) = e.attr_value(gimli::DW_AT_type) else {
             continue;
         };
-        let Some(offset) = member_offset(unit, e.attr_value(gimli::DW_AT_data_member_location))
-        else {
-            continue;
+        let udata = |a| e.attr_value(a).and_then(|v| v.udata_value());
+        let data_bit_offset = udata(gimli::DW_AT_data_bit_offset);
+        let offset = match member_offset(unit, e.attr_value(gimli::DW_AT_data_member_location)) {
+            Some(o) => base + o,
+            None if data_bit_offset.is_some() => base,
+            None => continue,
         };
-        let offset = base + offset;
-        if let Some((enum_die, size)) = named_enum(dwarf, unit, ty, id_type)? {
-            if matches!(size, 1 | 2 | 4 | 8) {
-                return Ok(Some((
-                    LatchField {
-                        offset,
-                        size: size as u8,
-                    },
-                    enum_die,
-                )));
+        let name = match e.attr_value(gimli::DW_AT_name) {
+            Some(v) => {
+                Some(String::from_utf8_lossy(dwarf.attr_string(unit, v)?.slice()).into_owned())
             }
+            None => None,
+        };
+        let byte_size = match udata(gimli::DW_AT_byte_size) {
+            Some(n) => n,
+            None => type_size(unit, ty)?.unwrap_or(0),
+        };
+        out.push(Member {
+            name,
+            ty,
+            place: MemberPlace {
+                offset,
+                byte_size,
+                bit_size: udata(gimli::DW_AT_bit_size),
+                bit_offset: udata(gimli::DW_AT_bit_offset),
+                data_bit_offset,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The byte size of a type, through typedefs and cv-qualifiers (a pointer
+/// has one of its own).
+fn type_size(unit: &Unit<'_>, ty: UnitOffset) -> Result<Option<u64>, gimli::Error> {
+    let mut cur = ty;
+    for _ in 0..MAX_HOPS {
+        let e = unit.entry(cur)?;
+        if let Some(n) = e
+            .attr_value(gimli::DW_AT_byte_size)
+            .and_then(|v| v.udata_value())
+        {
+            return Ok(Some(n));
         }
-        if let Some(inner) = struct_type(unit, ty)? {
-            if let Some(found) = find_member(dwarf, unit, inner, id_type, offset, depth + 1)? {
-                return Ok(Some(found));
-            }
+        if e.tag() == gimli::DW_TAG_pointer_type {
+            return Ok(Some(u64::from(unit.encoding().address_size)));
+        }
+        match e.attr_value(gimli::DW_AT_type) {
+            Some(AttributeValue::UnitRef(next)) => cur = next,
+            _ => return Ok(None),
         }
     }
     Ok(None)
@@ -389,6 +553,65 @@ pub fn display_name(enumerator: &str, strip_prefix: &str, suffix: &str) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn place(offset: u32, byte_size: u64) -> MemberPlace {
+        MemberPlace {
+            offset,
+            byte_size,
+            bit_size: None,
+            bit_offset: None,
+            data_bit_offset: None,
+        }
+    }
+
+    /// The layouts of the real servers (llvm-dwarfdump of their mysqld).
+    #[test]
+    fn creation_site_fields() {
+        // MariaDB 10.2.11 rw_lock_t: cfile_name at 0x38; `unsigned cline:13`
+        // at 0x50 with DW_AT_bit_offset 19 (from the MSB): the low 13 bits.
+        let cline = MemberPlace {
+            bit_size: Some(13),
+            bit_offset: Some(19),
+            ..place(0x50, 4)
+        };
+        assert_eq!(
+            created_field(place(0x38, 8), cline),
+            Some(CreatedField {
+                file_offset: 0x38,
+                line_offset: 0x50,
+                line_size: 4,
+                line_shift: 0,
+                line_bits: 13
+            })
+        );
+        // MySQL 5.6.24 ib_mutex_t: cfile_name at 0x28, `ulint cline` at 0x30.
+        assert_eq!(
+            created_field(place(0x28, 8), place(0x30, 8)),
+            Some(CreatedField {
+                file_offset: 0x28,
+                line_offset: 0x30,
+                line_size: 8,
+                line_shift: 0,
+                line_bits: 0
+            })
+        );
+        // DWARF 4 spelling of a bitfield 14 bits into the word at 0x70.
+        let dwarf4 = MemberPlace {
+            bit_size: Some(13),
+            data_bit_offset: Some(0x70 * 8 + 14),
+            ..place(0, 4)
+        };
+        let f = created_field(place(0x50, 8), dwarf4).unwrap();
+        assert_eq!((f.line_offset, f.line_shift, f.line_bits), (0x70, 14, 13));
+        // A "file" that is not a pointer, or a line straddling words: not read.
+        assert_eq!(created_field(place(0x50, 4), place(0x30, 8)), None);
+        let straddle = MemberPlace {
+            bit_size: Some(13),
+            data_bit_offset: Some(30),
+            ..place(0, 4)
+        };
+        assert_eq!(created_field(place(0, 8), straddle), None);
+    }
 
     #[test]
     fn display_names() {

@@ -1,10 +1,12 @@
 //! Turning demangled patterns into attachable addresses in one binary.
 
 pub mod debuginfo;
+pub mod dwarf;
 pub mod elf;
 pub mod entry;
 pub mod inline;
 pub mod latch;
+pub mod lines;
 pub mod pattern;
 
 use std::collections::{HashMap, HashSet};
