@@ -498,6 +498,28 @@ mod tests {
     }
 
     #[test]
+    fn latch_specs_name_an_id_type_or_both_creation_members() {
+        let file = |latch: &str| {
+            format!(
+                "[server]\nfamily = \"mysql\"\nmin_version = \"5.6\"\nmax_version = \"5.6\"\n\
+                 [[probe]]\nname = \"x\"\ndescription = \"x\"\nsymbols = [\"fil_flush\"]\n\
+                 measure = \"latency\"\ncost = \"rare\"\nlatch = {latch}\n"
+            )
+        };
+        let ok = |latch: &str| CatalogFile::parse("t.toml", &file(latch)).is_ok();
+        assert!(ok(r#"{ arg = 1, id_type = "latch_id_t" }"#));
+        assert!(ok(r#"{ arg = 1, created_file = "cfile_name", created_line = "cline" }"#));
+        assert!(!ok(r#"{ arg = 1 }"#));
+        assert!(!ok(r#"{ arg = 1, created_file = "cfile_name" }"#));
+        assert!(!ok(r#"{ arg = 1, id_type = "t", created_line = "cline" }"#));
+        assert!(!ok(r#"{ arg = 7, created_file = "a", created_line = "b" }"#));
+        let err = CatalogFile::parse("t.toml", &file(r#"{ arg = 1 }"#))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("created_file and created_line"), "{err}");
+    }
+
+    #[test]
     fn default_set_excludes_hot_paths() {
         let cat = Catalog::builtin();
         for f in &cat.files {
