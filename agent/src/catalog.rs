@@ -508,11 +508,15 @@ mod tests {
         };
         let ok = |latch: &str| CatalogFile::parse("t.toml", &file(latch)).is_ok();
         assert!(ok(r#"{ arg = 1, id_type = "latch_id_t" }"#));
-        assert!(ok(r#"{ arg = 1, created_file = "cfile_name", created_line = "cline" }"#));
+        assert!(ok(
+            r#"{ arg = 1, created_file = "cfile_name", created_line = "cline" }"#
+        ));
         assert!(!ok(r#"{ arg = 1 }"#));
         assert!(!ok(r#"{ arg = 1, created_file = "cfile_name" }"#));
         assert!(!ok(r#"{ arg = 1, id_type = "t", created_line = "cline" }"#));
-        assert!(!ok(r#"{ arg = 7, created_file = "a", created_line = "b" }"#));
+        assert!(!ok(
+            r#"{ arg = 7, created_file = "a", created_line = "b" }"#
+        ));
         let err = CatalogFile::parse("t.toml", &file(r#"{ arg = 1 }"#))
             .unwrap_err()
             .to_string();

@@ -79,27 +79,37 @@ fn assert_real_callsites(s: &serde_json::Value, name: &str) {
     );
 }
 
-/// The probe named the latch of every call from DWARF (no `latch#N`
-/// fallbacks), and the names agree with the source: every mutex taken from
-/// `trx0trx.h` (the trx_mutex_enter macro) is `trx_mutex`.
-fn assert_named_latches(s: &serde_json::Value, name: &str, expected: &[&str]) {
+/// The latch names of a probe, after checking that the names were found
+/// (no `latch_note`) and that every call has one.
+fn every_call_latched<'a>(
+    s: &'a serde_json::Value,
+    name: &str,
+) -> (&'a serde_json::Value, Vec<&'a str>) {
     let p = probe(s, name);
     assert!(p.get("latch_note").is_none(), "{name}: {}", p["latch_note"]);
     let latches = p["latches"].as_array().unwrap();
-    let names: Vec<&str> = latches
-        .iter()
-        .map(|l| l["latch"].as_str().unwrap())
-        .collect();
-    assert!(names.iter().all(|n| !n.starts_with("latch#")), "{names:?}");
-    for e in expected {
-        assert!(names.contains(e), "{name}: no {e} in {names:?}");
-    }
     let total: u64 = latches.iter().map(|l| l["calls"].as_u64().unwrap()).sum();
     assert_eq!(
         total,
         p["calls"].as_u64().unwrap(),
         "{name}: every call has its latch"
     );
+    let names = latches
+        .iter()
+        .map(|l| l["latch"].as_str().unwrap())
+        .collect();
+    (p, names)
+}
+
+/// The probe named the latch of every call from DWARF (no `latch#N`
+/// fallbacks), and the names agree with the source: every mutex taken from
+/// `trx0trx.h` (the trx_mutex_enter macro) is `trx_mutex`.
+fn assert_named_latches(s: &serde_json::Value, name: &str, expected: &[&str]) {
+    let (p, names) = every_call_latched(s, name);
+    assert!(names.iter().all(|n| !n.starts_with("latch#")), "{names:?}");
+    for e in expected {
+        assert!(names.contains(e), "{name}: no {e} in {names:?}");
+    }
     let trx_sites: Vec<&serde_json::Value> = p["callsites"]
         .as_array()
         .unwrap()
@@ -117,13 +127,7 @@ fn assert_named_latches(s: &serde_json::Value, name: &str, expected: &[&str]) {
 /// one (`created in buf_block_init (buf0buf.cc:1471)`); `expected` creators
 /// are among them.
 fn assert_created_latches(s: &serde_json::Value, name: &str, expected: &[&str]) {
-    let p = probe(s, name);
-    assert!(p.get("latch_note").is_none(), "{name}: {}", p["latch_note"]);
-    let latches = p["latches"].as_array().unwrap();
-    let names: Vec<&str> = latches
-        .iter()
-        .map(|l| l["latch"].as_str().unwrap())
-        .collect();
+    let (_, names) = every_call_latched(s, name);
     eprintln!("{name} latches: {names:?}");
     assert!(
         names.iter().all(|n| n.starts_with("created in ")),
@@ -136,12 +140,6 @@ fn assert_created_latches(s: &serde_json::Value, name: &str, expected: &[&str]) 
             "{name}: nothing {prefix}… in {names:?}"
         );
     }
-    let total: u64 = latches.iter().map(|l| l["calls"].as_u64().unwrap()).sum();
-    assert_eq!(
-        total,
-        p["calls"].as_u64().unwrap(),
-        "{name}: every call has its latch"
-    );
 }
 
 fn calls(s: &serde_json::Value, name: &str) -> u64 {
