@@ -8,7 +8,11 @@
 //! report reads): `t_ms` is the end of the interval in milliseconds since
 //! the recording started; `callsite` is null (empty in CSV) for the
 //! probe's total, else one of the probe's 10 busiest call sites over the
-//! whole recording (most wait, then most calls), or "other" for the rest.
+//! whole recording (most wait, then most calls), or "other" for the rest;
+//! `attached_ms` is how long the probe was switched on within the
+//! interval: the whole interval unless the overhead governor duty-cycled
+//! it, whose `calls`/`wait_ns` are then raw (counted only while on), so
+//! `calls * interval / attached_ms` estimates the interval's true calls.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -53,6 +57,8 @@ impl Counts {
 pub struct ProbeCounts {
     pub total: Counts,
     pub sites: BTreeMap<String, Counts>,
+    /// Milliseconds the probe was switched on.
+    pub attached_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -96,7 +102,12 @@ impl IntervalSeries {
         let counters = recorder.read_counters()?;
         let t_ms = recorder.elapsed().as_millis() as u64;
         let mut namer = CallsiteNamer::new(recorder.target().pid, &recorder.plan().image);
-        let now = self.cumulative(&counters, &mut namer);
+        let mut now = self.cumulative(&counters, &mut namer);
+        let attached = recorder.attached_seconds();
+        for (counts, p) in now.iter_mut().zip(&self.probes) {
+            let on_s = attached.get(p.probe).copied().unwrap_or(0.0);
+            counts.attached_ms = (on_s * 1000.0).round() as u64;
+        }
         self.push(t_ms, now);
         Ok(())
     }
@@ -140,6 +151,7 @@ impl IntervalSeries {
                         wait_ns: total.wait_ns_total,
                     },
                     sites,
+                    attached_ms: 0,
                 }
             })
             .collect()
@@ -166,6 +178,7 @@ impl IntervalSeries {
                     })
                     .filter(|(_, d)| *d != Counts::default())
                     .collect(),
+                attached_ms: n.attached_ms.saturating_sub(l.attached_ms),
             })
             .collect();
         self.last = now;
@@ -174,6 +187,7 @@ impl IntervalSeries {
                 prev.t_ms = t_ms;
                 for (p, d) in prev.deltas.iter_mut().zip(deltas) {
                     p.total.add(d.total);
+                    p.attached_ms += d.attached_ms;
                     for (k, v) in d.sites {
                         p.sites.entry(k).or_default().add(v);
                     }
@@ -202,6 +216,7 @@ impl IntervalSeries {
                     callsite,
                     calls: c.calls,
                     wait_ns: c.wait_ns,
+                    attached_ms: d.attached_ms,
                 };
                 points.push(point(None, d.total));
                 for label in &top[i] {
@@ -250,6 +265,8 @@ pub struct Point {
     /// Deltas within the interval.
     pub calls: u64,
     pub wait_ns: u64,
+    /// How long the probe was switched on within the interval.
+    pub attached_ms: u64,
 }
 
 impl TimeSeries {
@@ -263,7 +280,7 @@ impl TimeSeries {
         serde_json::to_vec_pretty(self).expect("time series serialises")
     }
 
-    /// `t_ms,probe,callsite,calls,wait_ns`; the callsite is empty for a
+    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms`; the callsite is empty for a
     /// probe's total. Quoted where a name needs it (ad-hoc probe
     /// patterns can hold commas).
     pub fn to_csv(&self) -> Vec<u8> {
@@ -334,6 +351,7 @@ mod tests {
         vec![ProbeCounts {
             total,
             sites: sites.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            attached_ms: 0,
         }]
     }
 
@@ -354,6 +372,25 @@ mod tests {
         assert_eq!(calls, [(1000, 10, 100), (2000, 5, 0), (3001, 25, 800)]);
         assert_eq!(totals_by_probe(&series)["p"], counts(40, 900));
         assert_eq!(series.intervals(), 3);
+    }
+
+    /// A duty-cycled probe: its attached time per interval is the
+    /// difference of the governor's cumulative account.
+    #[test]
+    fn attached_time_is_per_interval() {
+        let mut s = IntervalSeries::new(vec![probe("p", false)], Duration::from_secs(1), 0);
+        for (t, on) in [(1000, 1000), (2000, 1200), (3000, 1200), (4000, 1450)] {
+            let mut now = cumulative(counts(t / 10, 0), &[]);
+            now[0].attached_ms = on;
+            s.push(t, now);
+        }
+        let on: Vec<u64> = s
+            .into_series()
+            .points
+            .iter()
+            .map(|p| p.attached_ms)
+            .collect();
+        assert_eq!(on, [1000, 200, 0, 250]);
     }
 
     #[test]
@@ -415,6 +452,7 @@ mod tests {
                     callsite: None,
                     calls: 3,
                     wait_ns: 40,
+                    attached_ms: 1000,
                 },
                 Point {
                     t_ms: 1000,
@@ -422,15 +460,16 @@ mod tests {
                     callsite: Some("btr0cur.cc:304".into()),
                     calls: 2,
                     wait_ns: 0,
+                    attached_ms: 250,
                 },
             ],
         };
         let csv = String::from_utf8(series.to_csv()).unwrap();
         assert_eq!(
             csv,
-            "t_ms,probe,callsite,calls,wait_ns\n\
-             1000,innodb.mutex.enter,,3,40\n\
-             1000,\"f(int, long)\",btr0cur.cc:304,2,0\n"
+            "t_ms,probe,callsite,calls,wait_ns,attached_ms\n\
+             1000,innodb.mutex.enter,,3,40,1000\n\
+             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250\n"
         );
         let json: serde_json::Value = serde_json::from_slice(&series.to_json()).unwrap();
         assert_eq!(json["interval_ms"], 1000);

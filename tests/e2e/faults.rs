@@ -221,7 +221,11 @@ fn mysql_5_6_24_kill9_of_innoprof_then_of_mysqld() {
     let server = Server::start("mysql-5.6.24", &[]);
     let pid = server.pid.to_string();
 
-    let load = server.sysbench_load("oltp_read_write", 2, 10);
+    // Two sysbench threads deadlock now and then with no profiler at all
+    // (InnoDB picks a victim, sysbench retries; CI saw one): deadlocks are
+    // retried, any other error (lost connection, lock wait timeout, a
+    // crash) ends sysbench early and fails the test.
+    let load = server.sysbench_open_ended("oltp_read_write", 2, &["--mysql-ignore-errors=1213"]);
     let mut rec = Recording::start(&["--pid", &pid, "--duration", "10m", "--probes", "all"]);
     rec.wait_attached();
     let attached = innoprof_links().len();
@@ -231,12 +235,14 @@ fn mysql_5_6_24_kill9_of_innoprof_then_of_mysqld() {
     let (code, _, _rec) = rec.finish();
     assert_eq!(code, None, "killed");
     assert_nothing_left_behind("kill -9 of innoprof");
-    let report = load.join().unwrap();
-    assert_eq!(
-        sysbench_number(&report, "ignored errors:"),
-        0.0,
-        "sysbench unharmed: {report}"
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let report = load.stop();
+    assert!(
+        report.exited_early.is_none() && report.error_lines.is_empty(),
+        "sysbench unharmed: {}",
+        report.log
     );
+    assert!(report.transactions > 100.0, "{}", report.log);
     assert_eq!(server.sql("select 1").trim(), "1");
 
     let load = server.sysbench_open_ended("oltp_read_write", 2, &[]);

@@ -21,17 +21,21 @@ fn points(rec: &Recording) -> (Value, Vec<Value>) {
     let points = json["points"].as_array().unwrap().clone();
     let csv = rec.file("timeseries.csv");
     let mut lines = csv.lines();
-    assert_eq!(lines.next(), Some("t_ms,probe,callsite,calls,wait_ns"));
+    assert_eq!(
+        lines.next(),
+        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms")
+    );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), points.len(), "same rows in CSV and JSON");
     for (row, p) in rows.iter().zip(&points) {
         let expected = format!(
-            "{},{},{},{},{}",
+            "{},{},{},{},{},{}",
             p["t_ms"],
             p["probe"].as_str().unwrap(),
             p["callsite"].as_str().unwrap_or(""),
             p["calls"],
-            p["wait_ns"]
+            p["wait_ns"],
+            p["attached_ms"]
         );
         assert_eq!(*row, expected);
     }
@@ -134,6 +138,16 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
             u(&p["wait_ns_total"]),
             "{name} wait"
         );
+    }
+    // No governor here: every probe was on for the whole of each interval.
+    let mut previous = 0;
+    for (t, on) in curve(&points, "fixture.sleep", "attached_ms") {
+        let length = t - previous;
+        assert!(
+            on.abs_diff(length) <= 50,
+            "attached {on} ms of an interval of {length} ms"
+        );
+        previous = t;
     }
     let enter = probe(&s, "fixture.mutex.enter");
     let sites = enter["callsites"].as_array().unwrap();
