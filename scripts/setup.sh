@@ -38,3 +38,25 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+
+# Kernel interfaces. A freshly booted machine has sysfs and /proc but may
+# have none of the pseudo file systems below mounted. innoprof itself needs
+# only the BPF syscall, the kernel's BTF and the uprobe PMU in sysfs (it
+# checks them and names what is missing); the tests read tracefs to prove
+# no legacy uprobe leaked, bpftrace (scripts/bench.py) reads tracefs, and
+# bpftool pins into bpffs. Idempotent: mounts only what is not mounted.
+mount_if_missing() { # fstype, its name in `stat -f`, mountpoint
+    local type=$1 statname=$2 dir=$3
+    if [ "$(stat -f -c %T "$dir" 2>/dev/null)" = "$statname" ]; then
+        return
+    fi
+    mkdir -p "$dir"
+    mount -t "$type" "$type" "$dir"
+    echo "setup: mounted $type on $dir" >&2
+}
+mount_if_missing tracefs tracefs /sys/kernel/tracing
+mount_if_missing debugfs debugfs /sys/kernel/debug
+mount_if_missing bpf bpf_fs /sys/fs/bpf
+for need in /sys/kernel/btf/vmlinux /sys/bus/event_source/devices/uprobe/type /sys/kernel/tracing/uprobe_events; do
+    [ -e "$need" ] || { echo "setup: $need is missing: this kernel lacks what innoprof needs (BTF, uprobes, tracefs)" >&2; exit 1; }
+done

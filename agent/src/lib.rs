@@ -24,6 +24,7 @@ pub mod export;
 pub mod governor;
 pub mod histogram;
 pub mod inspect;
+pub mod kernel;
 pub mod privileges;
 pub mod probeset;
 pub mod record;

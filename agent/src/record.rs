@@ -36,6 +36,8 @@ pub enum RecordError {
     #[error(transparent)]
     Privileges(#[from] PrivilegeError),
     #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
+    #[error(transparent)]
     Elf(#[from] ElfError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
@@ -93,6 +95,7 @@ impl Plan {
     /// and resolves every requested probe. Changes nothing anywhere.
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
         privileges::check()?;
+        crate::kernel::check()?;
         // Calibration probes only innoprof itself; it overlaps resolution.
         let stacks = opts.capture_stacks;
         let calibration = Some(std::thread::spawn(move || calibrate(stacks)));

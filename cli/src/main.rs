@@ -168,6 +168,7 @@ pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
 
 fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
     innoprof::privileges::check()?;
+    innoprof::kernel::check()?;
     let cost = innoprof::calibrate::calibrate(!args.no_stacks)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&cost)?);

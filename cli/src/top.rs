@@ -44,6 +44,7 @@ pub async fn run(args: TopArgs) -> Result<ExitCode> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     privileges::check()?;
+    innoprof::kernel::check()?;
     let target = Target::open(args.pid, args.force)?;
     let opts = args.cpu.options();
     let maps = ProcessMaps::read(target.pid).context("reading the target's memory map")?;
