@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
     clang llvm libbpf-dev bpftool          # BPF programs: clang -target bpf, libbpf headers, vmlinux.h
+    libelf-dev zlib1g-dev                  # libbpf-rs builds its bundled libbpf against them
     g++ make pkg-config                     # the C++ test fixture
     sysbench mariadb-client-core            # load and SQL client
     mariadb-server-core                     # Debian's stripped mariadbd: the no-symbols test case

@@ -3,7 +3,7 @@
 pub const HIST_SLOTS: usize = 40;
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SlotStats {
     pub calls: u64,
     pub wait_ns_total: u64,
@@ -26,7 +26,9 @@ impl Default for SlotStats {
 /// `__LINE__`, the latch id + 1 (0: not read), and the latch object's
 /// creation site (`__FILE__` pointer and `__LINE__`; 0: not read).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, bytemuck::Pod, bytemuck::Zeroable,
+)]
 pub struct Callsite {
     pub file: u64,
     pub line: u32,
@@ -50,7 +52,7 @@ impl Callsite {
 
 /// Where a slot's latch object keeps its creation site (`created_at` map).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct CreatedField {
     pub file_off: u32,
     pub line_off: u32,
@@ -70,7 +72,7 @@ pub struct LatchArg {
 }
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct StackKey {
     pub slot: u64,
     pub stack_id: i64,
@@ -78,14 +80,14 @@ pub struct StackKey {
 }
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SiteKey {
     pub slot: u64,
     pub site: Callsite,
 }
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SiteVal {
     pub calls: u64,
     pub wait_ns_total: u64,
@@ -93,19 +95,17 @@ pub struct SiteVal {
 }
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct StackVal {
     pub count: u64,
     pub wait_ns: u64,
 }
 
-// SAFETY: plain-old-data with no padding, mirrored from C.
-unsafe impl aya::Pod for SlotStats {}
-unsafe impl aya::Pod for StackKey {}
-unsafe impl aya::Pod for StackVal {}
-unsafe impl aya::Pod for SiteKey {}
-unsafe impl aya::Pod for SiteVal {}
-unsafe impl aya::Pod for CreatedField {}
+/// A map value or key read back from the kernel's bytes (None when the
+/// size is not the struct's).
+pub fn from_bytes<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
+    bytemuck::try_pod_read_unaligned(bytes).ok()
+}
 
 /// The attach cookie: slot id, where the call-site arguments are, and
 /// where the latch id is (`COOKIE_*` in innoprof.h). A latch offset that
@@ -155,6 +155,17 @@ pub const DROP_REASONS: [DropReason; 7] = [
 pub static LATENCY_OBJ: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency.bpf.o"));
 
+/// Where a `const volatile` global of the latency object lives in its
+/// .rodata section (the loader writes it before load).
+pub fn rodata_offset(name: &str) -> Option<usize> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = object::File::parse(LATENCY_OBJ).ok()?;
+    let rodata = file.section_by_name(".rodata")?.index();
+    file.symbols()
+        .find(|s| s.name() == Ok(name) && s.section_index() == Some(rodata))
+        .map(|s| s.address() as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +177,13 @@ mod tests {
         assert_eq!(std::mem::size_of::<CreatedField>(), 16);
         assert_eq!(std::mem::size_of::<SiteKey>(), 40);
         assert_eq!(std::mem::size_of::<StackKey>(), 48);
+    }
+
+    #[test]
+    fn the_loader_finds_the_configuration_globals() {
+        assert!(rodata_offset("target_tgid").is_some());
+        assert!(rodata_offset("capture_stacks").is_some());
+        assert_eq!(rodata_offset("no_such_global"), None);
     }
 
     #[test]

@@ -2,11 +2,12 @@
 
 use std::collections::HashMap;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap};
-use aya::Ebpf;
+use libbpf_rs::{Map, MapCore, MapFlags, Object};
 use serde::Serialize;
 
-use crate::bpf_abi::{Callsite, SiteKey, SiteVal, SlotStats, StackKey, StackVal, DROP_REASONS};
+use crate::bpf_abi::{
+    from_bytes, Callsite, SiteKey, SiteVal, SlotStats, StackKey, StackVal, DROP_REASONS,
+};
 use crate::catalog::Measure;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,8 +17,11 @@ pub enum CollectError {
     #[error("reading BPF map `{map}`: {source}")]
     Read {
         map: &'static str,
-        source: aya::maps::MapError,
+        #[source]
+        source: libbpf_rs::Error,
     },
+    #[error("BPF map `{0}` returned a value of the wrong size")]
+    Layout(&'static str),
 }
 
 /// What the BPF side could not record, by reason.
@@ -53,19 +57,83 @@ pub struct Snapshot {
 
 /// Calls so far per slot, summed over CPUs: the cheap live read the
 /// overhead governor makes while probes fire.
-pub fn read_slot_calls(ebpf: &Ebpf) -> Result<HashMap<usize, u64>, CollectError> {
-    let map = ebpf.map("stats").ok_or(CollectError::Map("stats"))?;
-    let stats: PerCpuHashMap<&MapData, u64, SlotStats> =
-        PerCpuHashMap::try_from(map).map_err(|_| CollectError::Map("stats"))?;
-    let mut calls = HashMap::new();
-    for item in stats.iter() {
-        let (slot, per_cpu) = item.map_err(|source| CollectError::Read {
-            map: "stats",
-            source,
-        })?;
-        calls.insert(slot as usize, per_cpu.iter().map(|s| s.calls).sum());
+pub fn read_slot_calls(obj: &Object, n_slots: usize) -> Result<HashMap<usize, u64>, CollectError> {
+    Ok(read_slot_stats(obj, n_slots)?
+        .into_iter()
+        .map(|(slot, s)| (slot as usize, s.calls))
+        .collect())
+}
+
+/// Per-slot stats summed over CPUs, for slots `0..n_slots` (slot ids are
+/// dense), in one batched read of the per-CPU array.
+fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStats>, CollectError> {
+    let stats = map(obj, "stats")?;
+    let per_cpu = read_percpu_array(&stats, n_slots).map_err(read_err("stats"))?;
+    let mut slots = HashMap::new();
+    for (slot, values) in per_cpu.into_iter().enumerate() {
+        let mut sum = SlotStats::default();
+        for v in values {
+            let s: SlotStats = from_bytes(&v).ok_or(CollectError::Layout("stats"))?;
+            sum.calls += s.calls;
+            sum.wait_ns_total += s.wait_ns_total;
+            sum.wait_ns_max = sum.wait_ns_max.max(s.wait_ns_max);
+            for (a, b) in sum.hist.iter_mut().zip(s.hist.iter()) {
+                *a += b;
+            }
+        }
+        if sum.calls > 0 {
+            slots.insert(slot as u64, sum);
+        }
     }
-    Ok(calls)
+    Ok(slots)
+}
+
+/// The first `n` entries of a per-CPU array, each as one value per
+/// possible CPU, with BPF_MAP_LOOKUP_BATCH (one syscall instead of `n`:
+/// the governor reads thousands of slots four times a second).
+fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs::Error> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let cpus = libbpf_rs::num_possible_cpus()?;
+    let value_size = map.value_size() as usize;
+    // The kernel lays per-CPU values out 8-byte aligned.
+    let stride = value_size.div_ceil(8) * 8;
+    let mut keys = vec![0u32; n];
+    let mut values = vec![0u8; n * cpus * stride];
+    let mut count = n as u32;
+    let mut out_batch = 0u32;
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: keys and values hold `count` entries of the map's key size
+    // and per-CPU value size; the kernel writes no more.
+    let ret = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+            std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map)),
+            std::ptr::null_mut(),
+            (&mut out_batch as *mut u32).cast(),
+            keys.as_mut_ptr().cast(),
+            values.as_mut_ptr().cast(),
+            &mut count,
+            &opts,
+        )
+    };
+    // ENOENT: the batch reached the end of the array (all of it read).
+    if ret < 0 && -ret != libc::ENOENT {
+        return Err(libbpf_rs::Error::from(std::io::Error::from_raw_os_error(-ret)));
+    }
+    Ok((0..count as usize)
+        .map(|i| {
+            (0..cpus)
+                .map(|c| {
+                    let at = (i * cpus + c) * stride;
+                    values[at..at + value_size].to_vec()
+                })
+                .collect()
+        })
+        .collect())
 }
 
 /// The cumulative counters alone (no stacks): cheap enough to read while
@@ -120,65 +188,67 @@ pub struct LiveProbe {
 }
 
 /// Everything, stacks included: read once, after the probes are detached.
-pub fn read(ebpf: &Ebpf) -> Result<Snapshot, CollectError> {
+pub fn read(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
     let Counters {
         slots,
         sites,
         drops,
-    } = read_counters(ebpf)?;
+    } = read_counters(obj, n_slots)?;
     Ok(Snapshot {
         slots,
-        stacks: read_stacks(ebpf)?,
+        stacks: read_stacks(obj)?,
         sites,
         drops,
     })
 }
 
-fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a aya::maps::Map, CollectError> {
-    ebpf.map(name).ok_or(CollectError::Map(name))
+fn map<'a>(obj: &'a Object, name: &'static str) -> Result<Map<'a>, CollectError> {
+    obj.maps()
+        .find(|m| m.name() == name)
+        .ok_or(CollectError::Map(name))
 }
 
-fn read_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> CollectError {
+fn read_err(map: &'static str) -> impl Fn(libbpf_rs::Error) -> CollectError {
     move |source| CollectError::Read { map, source }
 }
 
+/// Every (key, value) of a hash map, decoded.
+fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
+    obj: &Object,
+    name: &'static str,
+) -> Result<Vec<(K, V)>, CollectError> {
+    let m = map(obj, name)?;
+    let mut out = Vec::new();
+    for key in m.keys() {
+        // A key deleted between the walk and the lookup is simply gone.
+        let Some(val) = m.lookup(&key, MapFlags::ANY).map_err(read_err(name))? else {
+            continue;
+        };
+        let k = from_bytes(&key).ok_or(CollectError::Layout(name))?;
+        let v = from_bytes(&val).ok_or(CollectError::Layout(name))?;
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
 /// Per-slot stats, call sites and drop counts; no stacks.
-pub fn read_counters(ebpf: &Ebpf) -> Result<Counters, CollectError> {
-    let map = |name| map(ebpf, name);
-    let stats: PerCpuHashMap<&MapData, u64, SlotStats> =
-        PerCpuHashMap::try_from(map("stats")?).map_err(|_| CollectError::Map("stats"))?;
-    let mut slots = HashMap::new();
-    for item in stats.iter() {
-        let (slot, per_cpu) = item.map_err(read_err("stats"))?;
-        let mut sum = SlotStats::default();
-        for s in per_cpu.iter() {
-            sum.calls += s.calls;
-            sum.wait_ns_total += s.wait_ns_total;
-            sum.wait_ns_max = sum.wait_ns_max.max(s.wait_ns_max);
-            for (a, b) in sum.hist.iter_mut().zip(s.hist.iter()) {
-                *a += b;
-            }
-        }
-        slots.insert(slot, sum);
-    }
+pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
+    let slots = read_slot_stats(obj, n_slots)?;
+    let sites = read_hash::<SiteKey, SiteVal>(obj, "site_stats")?
+        .into_iter()
+        .map(|(k, v)| (k.slot, k.site, v))
+        .collect();
 
-    let site_map: BpfHashMap<&MapData, SiteKey, SiteVal> =
-        BpfHashMap::try_from(map("site_stats")?).map_err(|_| CollectError::Map("site_stats"))?;
-    let mut sites = Vec::new();
-    for item in site_map.iter() {
-        let (key, val) = item.map_err(read_err("site_stats"))?;
-        sites.push((key.slot, key.site, val));
-    }
-
-    let drops_map: PerCpuArray<&MapData, u64> =
-        PerCpuArray::try_from(map("drops")?).map_err(|_| CollectError::Map("drops"))?;
+    let drops_map = map(obj, "drops")?;
     let mut totals = [0u64; DROP_REASONS.len()];
     for reason in DROP_REASONS {
         let idx = reason as u32;
         totals[idx as usize] = drops_map
-            .get(&idx, 0)
+            .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
             .map_err(read_err("drops"))?
+            .unwrap_or_default()
             .iter()
+            .filter_map(|v| from_bytes::<u64>(v))
             .sum();
     }
     let drops = Drops {
@@ -197,21 +267,23 @@ pub fn read_counters(ebpf: &Ebpf) -> Result<Counters, CollectError> {
     })
 }
 
-fn read_stacks(ebpf: &Ebpf) -> Result<Vec<StackSample>, CollectError> {
-    let map = |name| map(ebpf, name);
-    let traces: StackTraceMap<&MapData> =
-        StackTraceMap::try_from(map("stacks")?).map_err(|_| CollectError::Map("stacks"))?;
-    let counts: BpfHashMap<&MapData, StackKey, StackVal> =
-        BpfHashMap::try_from(map("stack_counts")?)
-            .map_err(|_| CollectError::Map("stack_counts"))?;
+fn read_stacks(obj: &Object) -> Result<Vec<StackSample>, CollectError> {
+    let traces = map(obj, "stacks")?;
     let mut stacks = Vec::new();
-    for item in counts.iter() {
-        let (key, val) = item.map_err(read_err("stack_counts"))?;
+    for (key, val) in read_hash::<StackKey, StackVal>(obj, "stack_counts")? {
         let ips = if key.stack_id >= 0 {
             // A stack id can be gone if its bucket was reused; treat as lost.
             traces
-                .get(&(key.stack_id as u32), 0)
-                .map(|t| t.frames().iter().map(|f| f.ip).collect())
+                .lookup(&(key.stack_id as u32).to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .map(|bytes| {
+                    bytes
+                        .chunks_exact(8)
+                        .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                        .take_while(|&ip| ip != 0)
+                        .collect()
+                })
                 .unwrap_or_default()
         } else {
             Vec::new()

@@ -198,11 +198,11 @@ impl Recorder {
         let started = Instant::now();
         let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
             let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
-            for (i, slot) in s.slots.iter().enumerate() {
+            for (i, slot) in s.slots.iter().enumerate().filter(|(_, s)| s.attached) {
                 let cost = hit_cost.per_call_ns(slot.measure, slot.symbol.entry);
                 probes[slot.probe].slots.push((i, cost));
             }
-            let so_far = collect::read_slot_calls(s.ebpf()).unwrap_or_default();
+            let so_far = s.read_slot_calls().unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
         });
         Ok(Self {
@@ -231,7 +231,7 @@ impl Recorder {
             return;
         };
         let actions = g.tick(Instant::now(), || {
-            collect::read_slot_calls(session.ebpf()).unwrap_or_default()
+            session.read_slot_calls().unwrap_or_default()
         });
         session.suspend(&actions.suspend);
         if !actions.resume.is_empty() {
@@ -254,6 +254,11 @@ impl Recorder {
         self.session.as_ref().map_or(0, Session::attached_links)
     }
 
+    /// How the probes were attached and what it cost (None: no uprobes).
+    pub fn attach_info(&self) -> Option<&crate::attach::AttachInfo> {
+        self.session.as_ref().map(|s| &s.info)
+    }
+
     /// The CPU profiler's perf events and tracepoint links (0 without one).
     pub fn cpu_links(&self) -> usize {
         self.cpu.as_ref().map_or(0, CpuProfiler::attached_links)
@@ -272,7 +277,7 @@ impl Recorder {
                 measure: p.spec.measure,
                 has_callsites: p.spec.callsite.is_some(),
                 slots: (0..slots.len() as u64)
-                    .filter(|&i| slots[i as usize].probe == idx)
+                    .filter(|&i| slots[i as usize].probe == idx && slots[i as usize].attached)
                     .collect(),
             })
             .filter(|p| !p.slots.is_empty())
@@ -282,7 +287,7 @@ impl Recorder {
     /// The counters as they stand, read while the probes stay attached.
     pub fn read_counters(&self) -> Result<Counters, CollectError> {
         match &self.session {
-            Some(session) => collect::read_counters(session.ebpf()),
+            Some(session) => session.read_counters(),
             None => Ok(Counters::default()),
         }
     }
@@ -323,7 +328,7 @@ impl Recorder {
             session.detach();
         }
         let snapshot = match &self.session {
-            Some(session) => collect::read(session.ebpf()),
+            Some(session) => session.read_all(),
             None => Ok(collect::Snapshot::default()),
         };
         let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
@@ -353,7 +358,7 @@ impl Recorder {
             let my_slots: Vec<(u64, &crate::attach::Slot)> = slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.probe == idx)
+                .filter(|(_, s)| s.probe == idx && s.attached)
                 .map(|(i, s)| (i as u64, s))
                 .collect();
 
@@ -482,6 +487,7 @@ impl Recorder {
             agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
             agent_max_rss_kb: own_max_rss_kb(),
             governor_errors: self.governor_errors.clone(),
+            attach: self.session.as_ref().map(|s| s.info.clone()),
         };
 
         let t = &plan.target;

@@ -233,9 +233,22 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         ),
         None => String::new(),
     };
+    let probes = match recorder.attach_info() {
+        Some(a) => format!(
+            "{} probe points ({} {} links, {:.0} ms{})",
+            a.points,
+            a.links,
+            a.mode,
+            a.attach_ms,
+            a.fallback_reason
+                .as_deref()
+                .map(|r| format!("; {r}"))
+                .unwrap_or_default()
+        ),
+        None => "no uprobes".to_string(),
+    };
     eprintln!(
-        "innoprof: attached {} uprobes{cpu} to {} (pid {}, {}); recording for {}",
-        recorder.attached_links(),
+        "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
         target.exe.display(),
         target.pid,
         recorder.plan().server,

@@ -169,8 +169,12 @@ fn sigkill_leaves_no_probe_attached() {
         "fixture_counted",
     ]);
     rec.wait_attached();
-    // One entry + one return uprobe, each a perf-event BPF link.
-    assert_eq!(innoprof_links().len(), 2, "links while recording");
+    // One entry + one return link (uprobe_multi: one per program).
+    assert_eq!(
+        innoprof_links_held_by(rec.child.id()).len(),
+        2,
+        "links while recording"
+    );
     assert!(!loaded_innoprof_programs().is_empty());
     rec.signal(libc::SIGKILL);
     let (code, _, _rec) = rec.finish();

@@ -440,6 +440,19 @@ pub fn innoprof_links() -> Vec<String> {
     links_of(&UPROBE_PROGRAMS)
 }
 
+/// BPF links running an innoprof uprobe program that process `pid` holds
+/// (other innoprof runs on this machine hold their own).
+pub fn innoprof_links_held_by(pid: u32) -> Vec<String> {
+    let (_, held) = bpf_ids_held_by(std::iter::once(std::path::PathBuf::from(format!("/proc/{pid}"))));
+    links_of(&UPROBE_PROGRAMS)
+        .into_iter()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["id"].as_u64())
+                .is_some_and(|id| held.contains(&id))
+        })
+        .collect()
+}
+
 /// BPF links of the CPU profiler: one perf event per CPU, one tracepoint.
 pub fn cpu_profiler_links() -> Vec<String> {
     links_of(&CPU_PROGRAMS)
@@ -494,12 +507,19 @@ pub fn leftovers_after_exit() -> (Vec<String>, Vec<String>) {
 /// (program ids, link ids) of the BPF descriptors live processes hold,
 /// from /proc/*/fdinfo.
 fn bpf_ids_held_by_live_processes() -> (HashSet<u64>, HashSet<u64>) {
-    let (mut progs, mut links) = (HashSet::new(), HashSet::new());
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return (progs, links);
+        return (HashSet::new(), HashSet::new());
     };
-    for proc_dir in procs.flatten() {
-        let Ok(fds) = std::fs::read_dir(proc_dir.path().join("fdinfo")) else {
+    bpf_ids_held_by(procs.flatten().map(|d| d.path()))
+}
+
+/// (program ids, link ids) held by the processes at these /proc/PID paths.
+fn bpf_ids_held_by(
+    proc_dirs: impl Iterator<Item = std::path::PathBuf>,
+) -> (HashSet<u64>, HashSet<u64>) {
+    let (mut progs, mut links) = (HashSet::new(), HashSet::new());
+    for proc_dir in proc_dirs {
+        let Ok(fds) = std::fs::read_dir(proc_dir.join("fdinfo")) else {
             continue;
         };
         for fd in fds.flatten() {

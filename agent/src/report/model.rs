@@ -52,6 +52,10 @@ pub struct OverheadSummary {
     /// Re-attaches the kernel refused while duty-cycling.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub governor_errors: Vec<String>,
+    /// How the uprobes were attached (links, mode) and what attaching and
+    /// detaching took; None with no uprobes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach: Option<crate::attach::AttachInfo>,
 }
 
 /// A probe the governor did not keep attached the whole time.
