@@ -76,7 +76,7 @@ __attribute__((noinline)) void hitcost_loop(void) {
       w1 = ns(CLOCK_MONOTONIC);
     } while (w1 - w0 < 2e8);
     double c1 = ns(CLOCK_THREAD_CPUTIME_ID);
-    printf("%ld %.1f %.1f\n", calls, c1 - c0, w1 - w0);
+    printf("%ld %.1f %.1f %.9f\n", calls, c1 - c0, w1 - w0, w1 / 1e9);
     fflush(stdout);
   }
 }
@@ -116,27 +116,32 @@ class Loop:
 
     def _read(self):
         for line in self.proc.stdout:
-            calls, cpu, wall = line.split()
+            calls, cpu, wall, end = line.split()
+            # (start, end) on CLOCK_MONOTONIC, Python's time.monotonic().
+            end = float(end)
             with self.cond:
-                self.reports.append((time.monotonic(), float(cpu) / int(calls), float(wall) / int(calls)))
+                self.reports.append((end - float(wall) / 1e9, end, float(cpu) / int(calls),
+                                     float(wall) / int(calls)))
                 self.cond.notify_all()
 
-    def collect(self, settle, seconds):
-        """Reports that start after `settle` s from now and end within
-        `seconds` s after that."""
+    def collect(self, settle, seconds, at_least=3):
+        """Reports that start `settle` s from now or later and end within
+        `seconds` s after that (longer if fewer than `at_least` fit: a
+        starved loop reports late)."""
         t0 = time.monotonic() + settle
         t1 = t0 + seconds
         with self.cond:
-            while not self.reports or self.reports[-1][0] < t1:
+            while True:
+                inside = [r for r in self.reports if r[0] >= t0]
+                if inside and inside[-1][1] >= t1 and len(inside) >= at_least:
+                    break
                 if self.proc.poll() is not None:
                     raise RuntimeError("the calling loop exited")
                 self.cond.wait(1.0)
-            # A report covers ~0.2 s before its arrival.
-            rs = [r for r in self.reports if r[0] - 0.25 >= t0 and r[0] <= t1]
-        if not rs:
-            raise RuntimeError("no report in the phase; lengthen --phase")
-        return {"reports": len(rs), "cpu_ns_per_call": statistics.median(r[1] for r in rs),
-                "wall_ns_per_call": statistics.median(r[2] for r in rs)}
+        end = max(t1, inside[at_least - 1][1])
+        rs = [r for r in inside if r[1] <= end]
+        return {"reports": len(rs), "cpu_ns_per_call": statistics.median(r[2] for r in rs),
+                "wall_ns_per_call": statistics.median(r[3] for r in rs)}
 
     def stop(self):
         self.proc.kill()
@@ -152,6 +157,7 @@ class Tool:
         path = self.out if ready_in_stdout else self.err
         while ready not in open(path).read():
             if self.proc.poll() is not None or time.monotonic() - t > 120:
+                self.stop()
                 raise RuntimeError(f"{argv[0]} did not start: {open(self.err).read()[-1000:]}")
             time.sleep(0.02)
         self.start_s = time.monotonic() - t
@@ -189,6 +195,8 @@ def main():
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build --release first")
     ap.add_argument("--out", default="hitcost-out")
     args = ap.parse_args()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     configs = args.configs.split(",")
     for c in configs:
         if c not in ("bpftrace", "innoprof-nostacks", "innoprof"):
@@ -221,6 +229,7 @@ def main():
                                                    check=True, capture_output=True, text=True).stdout)
 
     loop = Loop(binary, args.depth)
+    tool = None
     phases = []
     t_start = time.time()
     try:
@@ -241,8 +250,9 @@ def main():
                                 + (["--no-stacks"] if c == "innoprof-nostacks" else []),
                                 "recording for", False, work, f"innoprof{n}")
                 m = loop.collect(args.settle, args.phase)
-                m["stop_s"] = tool.stop()
                 m["start_s"] = tool.start_s
+                m["stop_s"] = tool.stop()
+                out_path, tool = tool.out, None
                 if c != "bpftrace":
                     with open(os.path.join(rec, "summary.json")) as f:
                         s = json.load(f)
@@ -250,7 +260,7 @@ def main():
                     m["innoprof_overhead"] = s.get("overhead")
                     shutil.rmtree(rec, ignore_errors=True)
                 else:
-                    m["bpftrace_hist_lines"] = sum(1 for l in open(tool.out) if l.startswith("["))
+                    m["bpftrace_hist_lines"] = sum(1 for l in open(out_path) if l.startswith("["))
                 phases.append(dict(m, config=c, round=rnd))
                 phases.append(dict(loop.collect(args.settle, args.phase), config="baseline", round=None))
                 b0, t, b1 = phases[-3], phases[-2], phases[-1]
@@ -260,6 +270,8 @@ def main():
                     f"({t['cpu_ns_per_call']:.0f} ns/call; baselines {b0['cpu_ns_per_call']:.1f}, "
                     f"{b1['cpu_ns_per_call']:.1f})")
     finally:
+        if tool is not None:
+            tool.stop()
         loop.stop()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -298,16 +310,19 @@ def main():
     print(f"per-hit cost of a timed probe on a push-prologue function ({first}), {args.depth} frames deep; "
           f"{args.rounds} rounds, {args.phase:g} s phases after a {args.settle:g} s skip; thread CPU ns per call "
           f"minus the mean of the neighbouring unprobed phases; medians with 95 % bootstrap intervals")
-    print("config\tphases\tns per hit (CPU) [95% CI]\tns per hit (wall) [95% CI]\tratio to bpftrace [95% CI]\t"
-          "start s\tstop s")
+    cells = [["config", "phases", "ns per hit, CPU [95% CI]", "ns per hit, wall [95% CI]",
+              "ratio to bpftrace [95% CI]", "start s", "stop s"]]
     for r in rows:
         rat = ratios.get(r["config"])
         rs = "-" if not rat or rat["median"] is None else (
             f"{rat['median']:.2f} [{'-' if rat['lo'] is None else format(rat['lo'], '.2f')}, "
             f"{'-' if rat['hi'] is None else format(rat['hi'], '.2f')}]")
-        print(f"{r['config']}\t{r['phases']}\t{f(r['hit_ns'])} [{f(r['hit_ns_lo'])}, {f(r['hit_ns_hi'])}]\t"
-              f"{f(r['hit_wall_ns'])} [{f(r['hit_wall_ns_lo'])}, {f(r['hit_wall_ns_hi'])}]\t{rs}\t"
-              f"{r['start_s']:.2f}\t{r['stop_s']:.2f}")
+        cells.append([r["config"], str(r["phases"]), f"{f(r['hit_ns'])} [{f(r['hit_ns_lo'])}, {f(r['hit_ns_hi'])}]",
+                      f"{f(r['hit_wall_ns'])} [{f(r['hit_wall_ns_lo'])}, {f(r['hit_wall_ns_hi'])}]", rs,
+                      f"{r['start_s']:.2f}", f"{r['stop_s']:.2f}"])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
+    for c in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
     print(f"innoprof calibrate (its own measurement, timed push entry): {calibrate.get('latency_emulated_ns', float('nan')):.0f} ns "
           f"with stacks, {calibrate_nostacks.get('latency_emulated_ns', float('nan')):.0f} ns without")
     log(f"{time.time() - t_start:.0f} s; wrote {args.out}/hitcost.json")
