@@ -1,70 +1,141 @@
 #!/usr/bin/env python3
-"""Overhead benchmark: sysbench throughput, p95 latency and the server's CPU
-time per transaction, with and without innoprof, measured side by side.
+"""Overhead benchmark, interleaved at run time on ONE running server.
 
-Configurations run interleaved (A B C … A B C …) on one server, and each
-figure is the median over the repetitions, reported as a ratio to `none`.
-Server CPU per transaction (utime+stime of mysqld from /proc over the run,
-divided by transactions) charges probe cost to the server directly and is far
-less noisy than throughput on these VMs.
+One sysbench run (2 threads, `--report-interval=1`) runs without a break per
+(server, workload); while it runs, phases are switched on a schedule:
 
-  none      no profiler
-  default   innoprof record --probes default --no-cpu (contended/rare paths)
-  all       innoprof record --probes all --no-cpu, under the overhead governor
-            (default budget: 1% of one core)
-  cpu99     innoprof record --probes none (on-CPU sampling at 99 Hz only)
-  pfs       performance_schema with every wait instrument and consumer timed
-            (MariaDB is started with performance_schema=ON, as MySQL 5.6 is by
-            default, so that this configuration exists there too)
-  bpftrace  bpftrace timing the same symbols as `all` (entry + return, a log2
-            histogram per symbol, no stacks), ungoverned; skipped if bpftrace
-            is not installed
+  baseline  nothing (performance_schema as the server started: its defaults)
+  default   innoprof record --probes default --no-cpu   (governor at its 1 % default)
+  all       innoprof record --probes all --no-cpu        (under the governor)
+  all-off   innoprof record --probes all --no-cpu --max-overhead off (ungoverned)
+  shipped   innoprof record                              (default probes + 99 Hz CPU sampling)
+  cpu99     innoprof record --probes none                (99 Hz CPU sampling only)
+  pfs       performance_schema all-timed: every instrument ENABLED='YES', TIMED='YES' and
+            every consumer enabled, by UPDATE on setup_instruments / setup_consumers (as
+            seed 001 did); switched off by restoring the server's own rows. MariaDB is
+            started with performance_schema=ON (MySQL 5.6 has it ON by default).
+  bpftrace  bpftrace timing the symbols `--probes all` resolves to (uprobe + uretprobe,
+            a log2 histogram per symbol, no stacks, no governor)
 
-Writes bench.md (table of medians and ratios), bench.json (every run) and
-bench.svg (server CPU per transaction relative to `none`) into --out.
+The schedule is B T B T B … : every treatment phase T sits between two baseline
+phases and is compared with their mean. Treatments go in rounds, one phase of
+each configuration per round, in a random order per round (--seed). A phase is
+switched on (innoprof: until it prints `recording for`, i.e. every probe is
+attached; bpftrace: until its BEGIN probe fires, after every probe attached),
+then the first --settle seconds of sysbench reports are skipped, then --phase
+one-second reports are measured; it is switched off (SIGINT, and waited for
+until the process has exited, bundle written; pfs: rows restored) before the
+next baseline phase starts its own --settle skip.
+
+Per phase, from the per-second sysbench reports and /proc/PID/stat of the
+server read as each report arrives (so both cover the same seconds):
+throughput (transactions/s) and server CPU per transaction (utime+stime ÷
+transactions). Per configuration: the median over its pairs of (treatment ÷
+mean of neighbouring baselines), with a 95 % percentile bootstrap interval, for
+both. Also the measured change of server CPU in % of one core
+((CPU/txn treatment − CPU/txn baseline) × txn/s of the treatment), next to
+innoprof's own estimate of what its probe hits cost the server
+(summary.json `overhead.probes_pct_of_core`) and the agent's CPU (from /proc
+over the measured seconds, and summary.json's own figure); and how long the
+switch took: innoprof/bpftrace started → every probe attached (`start`), the
+first link of the BPF programs that hold the server's probes → every probe
+attached (`attach`, from polling the agent's fd table and fdinfo every 20 ms,
+so innoprof's calibration on its own functions is not counted), SIGINT → no
+uprobe perf event or BPF link fd left (`detach`), SIGINT → exited (`stop`,
+includes writing the bundle).
+
+Writes bench.json (every phase, every pair, the summary) and bench.svg into
+--out and prints a plain table on stdout.
 
 Usage: scripts/bench.py [--servers mysql-5.6.24,mariadb-10.2.11]
                         [--workloads oltp_read_only,oltp_read_write]
-                        [--reps 3] [--seconds 20] [--threads 2] [--configs ...] [--out DIR]
+                        [--configs default,all,pfs] [--pairs 20] [--phase 6] [--settle 2]
+                        [--threads 2] [--seed N] [--out bench-out] [--innoprof PATH]
 """
 
 import argparse
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVERS = os.path.join(ROOT, "scripts", "servers.sh")
 SYSBENCH = os.path.join(ROOT, "scripts", "sysbench.sh")
-INNOPROF = os.path.join(ROOT, "target", "release", "innoprof")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 INNOPROF_ARGS = {
     "default": ["--probes", "default", "--no-cpu"],
     "all": ["--probes", "all", "--no-cpu"],
-    "cpu99": ["--probes", "none", "--freq", "99"],
+    "all-off": ["--probes", "all", "--no-cpu", "--max-overhead", "off"],
+    "shipped": [],
+    "cpu99": ["--probes", "none"],
 }
+ALL_CONFIGS = list(INNOPROF_ARGS) + ["pfs", "bpftrace"]
+# Targets of issue 12 item 10, reported against (never asserted).
+TARGETS = {"default": (0.995, 1.01), "shipped": (0.995, 1.01), "all": (0.99, None)}
+
+REPORT = re.compile(r"^\[ *(\d+)s \] thds: \d+ tps: ([\d.]+) .*lat \(ms,95%\): ([\d.]+) err/s: ([\d.]+)")
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
 def cpu_seconds(pid):
-    """utime+stime of a process, in seconds."""
+    """utime+stime of a whole process (all threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def peak_rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+def link_fds(pid):
+    """Uprobe perf events and BPF links a process holds (what attaching
+    creates and detaching closes); None once the process is gone."""
+    n = 0
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                t = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if t in ("anon_inode:[perf_event]", "anon_inode:bpf_link"):
+                n += 1
+    except OSError:
+        return None
+    return n
+
+
+def link_progs(pid):
+    """What the process's links are attached with: the BPF program id of each
+    BPF link (from /proc/PID/fdinfo), "perf_event" for plain perf events;
+    None once the process is gone."""
+    progs = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if t == "anon_inode:[perf_event]":
+                progs.add("perf_event")
+            elif t == "anon_inode:bpf_link":
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    for line in f:
+                        if line.startswith("prog_id:"):
+                            progs.add(int(line.split()[1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return progs
 
 
 def sql(dirname, statement):
@@ -73,292 +144,562 @@ def sql(dirname, statement):
     return out.stdout.strip()
 
 
+def quote(s):
+    return "'" + s.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 class PerfSchema:
-    """Turns every wait instrument and consumer on (timed), and restores
-    the server's own settings afterwards."""
+    """performance_schema all-timed on, and back to the server's own rows."""
 
     def __init__(self, dirname):
         self.dir = dirname
         self.available = sql(dirname, "SELECT @@performance_schema") == "1"
         if self.available:
-            self.instruments = sql(self.dir, "SELECT NAME, ENABLED, TIMED FROM performance_schema.setup_instruments "
-                                             "WHERE NAME LIKE 'wait/%'")
-            self.consumers = sql(self.dir, "SELECT NAME, ENABLED FROM performance_schema.setup_consumers")
+            self.instruments = [l.split("\t") for l in sql(
+                dirname, "SELECT NAME, ENABLED, TIMED FROM performance_schema.setup_instruments").splitlines()]
+            self.consumers = [l.split("\t") for l in sql(
+                dirname, "SELECT NAME, ENABLED FROM performance_schema.setup_consumers").splitlines()]
 
     def enable(self):
-        sql(self.dir, "UPDATE performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES' "
-                      "WHERE NAME LIKE 'wait/%'; "
-                      "UPDATE performance_schema.setup_consumers SET ENABLED='YES' "
-                      "WHERE NAME LIKE 'events_waits%' OR NAME LIKE '%instrumentation'")
+        sql(self.dir, "UPDATE performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES'; "
+                      "UPDATE performance_schema.setup_consumers SET ENABLED='YES'")
 
     def restore(self):
-        stmts = []
-        for line in self.instruments.splitlines():
-            name, enabled, timed = line.split("\t")
-            stmts.append(f"UPDATE performance_schema.setup_instruments SET ENABLED='{enabled}', "
-                         f"TIMED='{timed}' WHERE NAME='{name}'")
-        for line in self.consumers.splitlines():
-            name, enabled = line.split("\t")
-            stmts.append(f"UPDATE performance_schema.setup_consumers SET ENABLED='{enabled}' WHERE NAME='{name}'")
-        for i in range(0, len(stmts), 200):
-            sql(self.dir, "; ".join(stmts[i:i + 200]))
+        groups = {}
+        for name, enabled, timed in self.instruments:
+            groups.setdefault((enabled, timed), []).append(name)
+        stmts = [f"UPDATE performance_schema.setup_instruments SET ENABLED={quote(e)}, TIMED={quote(t)} "
+                 f"WHERE NAME IN ({','.join(quote(n) for n in names)})" for (e, t), names in groups.items()]
+        cgroups = {}
+        for name, enabled in self.consumers:
+            cgroups.setdefault(enabled, []).append(name)
+        stmts += [f"UPDATE performance_schema.setup_consumers SET ENABLED={quote(e)} "
+                  f"WHERE NAME IN ({','.join(quote(n) for n in names)})" for e, names in cgroups.items()]
+        sql(self.dir, "; ".join(stmts))
 
 
-def parse_sysbench(text):
-    tps = p95 = txns = None
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("transactions:"):
-            txns = int(line.split()[1])
-            tps = float(line.split("(")[1].split()[0])
-        elif line.startswith("95th percentile:"):
-            p95 = float(line.split()[2])
-    if tps is None or p95 is None:
-        raise RuntimeError("unexpected sysbench output:\n" + text)
-    return txns, tps, p95
+class Sysbench:
+    """A continuous sysbench run; each per-second report is stored with the
+    server's CPU time read the moment it arrived."""
+
+    def __init__(self, dirname, workload, threads, server_pid):
+        self.server_pid = server_pid
+        self.samples = []  # (monotonic time, report second, tps, p95 ms, err/s, server CPU s)
+        self.cond = threading.Condition()
+        self.proc = subprocess.Popen(
+            [SYSBENCH, dirname, "run", workload, f"--threads={threads}", "--time=0",
+             "--report-interval=1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.tail = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            m = REPORT.match(line)
+            if not m:
+                self.tail = (self.tail + [line])[-20:]
+                continue
+            try:
+                cpu = cpu_seconds(self.server_pid)
+            except OSError:
+                cpu = None
+            with self.cond:
+                self.samples.append((now, int(m.group(1)), float(m.group(2)), float(m.group(3)),
+                                     float(m.group(4)), cpu))
+                self.cond.notify_all()
+
+    def wait_for(self, n, timeout):
+        """Waits until n reports are stored; the index of the last."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while len(self.samples) < n:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise RuntimeError("sysbench stopped reporting:\n" + "".join(self.tail))
+                self.cond.wait(min(left, 1.0))
+        return n - 1
+
+    def count(self):
+        with self.cond:
+            return len(self.samples)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
-def bpftrace_script(server_pid):
-    """bpftrace timing every symbol `innoprof --probes all` attaches
-    (entry/return pairs keyed by thread, a histogram per symbol)."""
-    out = subprocess.run([INNOPROF, "probes", "--pid", str(server_pid), "--probes", "all", "--json"],
+def measure(sb, settle, seconds):
+    """Skips `settle` reports, then measures `seconds` reports. The report
+    arriving first after the skip is the base: CPU is read as each report
+    arrives, so the next `seconds` reports and the CPU difference cover the
+    same seconds."""
+    base = sb.wait_for(sb.count() + settle + 1, 60 + settle)
+    last = sb.wait_for(base + 1 + seconds, 60 + seconds)
+    s = sb.samples
+    window = s[base + 1:last + 1]
+    txns = sum(r[2] for r in window)  # tps over 1 s each
+    cpu = s[last][5] - s[base][5]
+    wall = s[last][0] - s[base][0]
+    return {"first_report_s": window[0][1], "last_report_s": window[-1][1], "seconds": len(window),
+            "tps": txns / len(window), "p95_ms_median": statistics.median(r[3] for r in window),
+            "err_per_s": sum(r[4] for r in window) / len(window),
+            "server_cpu_pct_of_core": cpu / wall * 100,
+            "server_cpu_us_per_txn": cpu * 1e6 / max(txns, 1), "wall_s": wall,
+            "t0": s[base][0], "t1": s[last][0]}
+
+
+class Agent:
+    """An innoprof or bpftrace process switched on and off around a phase."""
+
+    def __init__(self, argv, ready_text, workdir, name):
+        self.workdir = workdir
+        self.err_path = os.path.join(workdir, f"{name}.err")
+        self.out_path = os.path.join(workdir, f"{name}.out")
+        self.t_launch = time.monotonic()
+        self.t_ready = None
+        self.proc = subprocess.Popen(argv, stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"))
+        self.first_seen = {}  # program id (or "perf_event") -> when first seen on a link
+        deadline = self.t_launch + 600
+        ready_file = self.out_path if ready_text == "innoprof-bench-ready" else self.err_path
+        try:
+            self._wait_ready(argv, ready_text, ready_file, deadline)
+        except BaseException:  # Ctrl-C while it attaches: detach before unwinding
+            self.stop()
+            raise
+        self.t_ready = time.monotonic()
+        # The links left at `recording for` are the ones on the server;
+        # innoprof's calibration probed its own functions with programs of
+        # its own first, and those links are gone by now.
+        final = link_progs(self.proc.pid) or set()
+        seen = [self.first_seen[p] for p in final if p in self.first_seen]
+        self.t_first_link = min(seen) if seen else self.t_ready
+
+    def _wait_ready(self, argv, ready_text, ready_file, deadline):
+        while True:
+            progs = link_progs(self.proc.pid) or set()
+            now = time.monotonic()
+            for p in progs:
+                self.first_seen.setdefault(p, now)
+            if ready_text in open(ready_file).read():
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[0]} did not start: " + open(self.err_path).read()[-2000:])
+            time.sleep(0.02)
+
+    def cpu(self):
+        try:
+            return cpu_seconds(self.proc.pid)
+        except OSError:
+            return None
+
+    def stop(self):
+        t_int = time.monotonic()
+        self.proc.send_signal(signal.SIGINT)
+        t_detached = None
+        deadline = t_int + 900
+        while self.proc.poll() is None:
+            if t_detached is None and not link_fds(self.proc.pid):
+                t_detached = time.monotonic()
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                break
+            time.sleep(0.02)
+        t_exit = time.monotonic()
+        if self.t_ready is None:
+            return {}
+        return {"start_s": self.t_ready - self.t_launch, "attach_s": self.t_ready - self.t_first_link,
+                "detach_s": (t_detached or t_exit) - t_int, "stop_s": t_exit - t_int,
+                "exit_code": self.proc.returncode}
+
+
+def bpftrace_script(innoprof, server_pid):
+    """bpftrace timing every symbol `innoprof --probes all` attaches."""
+    out = subprocess.run([innoprof, "probes", "--pid", str(server_pid), "--probes", "all", "--json"],
                          check=True, capture_output=True, text=True)
     binary = os.readlink(f"/proc/{server_pid}/exe")
-    lines = []
+    lines = ['BEGIN { printf("innoprof-bench-ready\\n"); }']
     n = 0
+    seen = set()
     for p in json.loads(out.stdout)["probes"]:
-        for sym in p["resolution"]["symbols"]:
+        for sym in p.get("resolution", {}).get("symbols", []):
             # Inline sites have no symbol of their own; clones' dotted names
             # are not valid bpftrace probe names.
-            if sym["table"] == "dwarf_inline" or "." in sym["raw"]:
+            if sym.get("table") == "dwarf_inline" or "." in sym["raw"] or sym["raw"] in seen:
                 continue
-            probe = f"uprobe:{binary}:{sym['raw']}"
-            ret = f"uretprobe:{binary}:{sym['raw']}"
-            lines.append(f"{probe} {{ @start{n}[tid] = nsecs; }}")
-            lines.append(f"{ret} /@start{n}[tid]/ {{ @lat{n} = hist(nsecs - @start{n}[tid]); "
-                         f"delete(@start{n}[tid]); }}")
+            seen.add(sym["raw"])
+            lines.append(f"uprobe:{binary}:{sym['raw']} {{ @start{n}[tid] = nsecs; }}")
+            lines.append(f"uretprobe:{binary}:{sym['raw']} /@start{n}[tid]/ "
+                         f"{{ @lat{n} = hist(nsecs - @start{n}[tid]); delete(@start{n}[tid]); }}")
             n += 1
     return "\n".join(lines) + "\n", n
 
 
-def start_bpftrace(server_pid, workdir):
-    script, n = bpftrace_script(server_pid)
-    path = os.path.join(workdir, "all.bt")
-    with open(path, "w") as f:
-        f.write(script)
-    errlog = open(os.path.join(workdir, "bpftrace.err"), "w+")
-    proc = subprocess.Popen(["bpftrace", "-p", str(server_pid), path], stdout=errlog, stderr=errlog)
-    deadline = time.time() + 300
-    while "Attaching" not in open(errlog.name).read():
-        if proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError("bpftrace did not start: " + open(errlog.name).read())
-        time.sleep(0.2)
-    # "Attaching N probes..." comes before the attach completes.
-    time.sleep(3)
-    return proc, n
+class Switch:
+    """Turns one configuration on and off on a running server."""
 
+    def __init__(self, innoprof, server_pid, dirname, pfs, workdir):
+        self.innoprof = innoprof
+        self.pid = server_pid
+        self.dir = dirname
+        self.pfs = pfs
+        self.workdir = workdir
+        self.n = 0
+        self.bt_path = None
 
-def run_one(dirname, server_pid, workload, config, args, pfs):
-    agent = None
-    agent_out = tempfile.mkdtemp(prefix="innoprof-bench-")
-    probes_pct = None
-    if config == "pfs":
-        pfs.enable()
-    if config == "bpftrace":
-        agent, _ = start_bpftrace(server_pid, agent_out)
-    if config in INNOPROF_ARGS:
-        errlog = open(os.path.join(agent_out, "stderr"), "w+")
-        agent = subprocess.Popen([INNOPROF, "record", "--pid", str(server_pid), "--duration", "1h",
-                                  "--out", os.path.join(agent_out, "rec")] + INNOPROF_ARGS[config],
-                                 stdout=subprocess.DEVNULL, stderr=errlog)
-        deadline = time.time() + 120
-        while "recording for" not in open(errlog.name).read():
-            if agent.poll() is not None or time.time() > deadline:
-                raise RuntimeError("innoprof did not start: " + open(errlog.name).read())
-            time.sleep(0.1)
-    try:
-        agent_cpu0 = cpu_seconds(agent.pid) if agent else 0.0
-        server_cpu0 = cpu_seconds(server_pid)
-        t0 = time.time()
-        bench = subprocess.run([SYSBENCH, dirname, "run", workload, f"--threads={args.threads}",
-                                f"--time={args.seconds}"], capture_output=True, text=True, check=True)
-        wall = time.time() - t0
-        server_cpu = cpu_seconds(server_pid) - server_cpu0
-        agent_cpu = (cpu_seconds(agent.pid) - agent_cpu0) if agent else 0.0
-        agent_rss = peak_rss_mb(agent.pid) if agent else 0.0
-    finally:
-        if agent:
-            agent.send_signal(signal.SIGINT)
-            agent.wait(timeout=300)
-        if config in INNOPROF_ARGS:
-            try:
-                with open(os.path.join(agent_out, "rec", "summary.json")) as f:
-                    probes_pct = json.load(f)["overhead"]["probes_pct_of_core"]
-            except (OSError, KeyError, ValueError):
-                pass
+    def on(self, config):
+        self.n += 1
         if config == "pfs":
-            pfs.restore()
-        shutil.rmtree(agent_out, ignore_errors=True)
-    txns, tps, p95 = parse_sysbench(bench.stdout)
-    return {
-        "config": config, "workload": workload, "tps": tps, "p95_ms": p95, "transactions": txns,
-        "server_cpu_us_per_txn": server_cpu * 1e6 / max(txns, 1),
-        "agent_cpu_pct_of_core": agent_cpu * 100 / wall, "agent_peak_rss_mb": agent_rss,
-        # innoprof's own account of what probe hits cost (calibrated per-hit cost x hits).
-        "probes_pct_of_core": probes_pct,
-    }
+            t = time.monotonic()
+            self.pfs.enable()
+            return {"kind": "pfs", "start_s": time.monotonic() - t}
+        if config == "bpftrace":
+            if self.bt_path is None:
+                script, n = bpftrace_script(self.innoprof, self.pid)
+                self.bt_path = os.path.join(self.workdir, "all.bt")
+                with open(self.bt_path, "w") as f:
+                    f.write(script)
+                log(f"bpftrace times {n} symbols")
+            # BEGIN fires after bpftrace attached every probe: the ready mark.
+            agent = Agent(["bpftrace", "-p", str(self.pid), self.bt_path], "innoprof-bench-ready",
+                          self.workdir, f"bt{self.n}")
+            return {"kind": "agent", "agent": agent}
+        rec = os.path.join(self.workdir, f"rec{self.n}")
+        agent = Agent([self.innoprof, "record", "--pid", str(self.pid), "--duration", "24h", "--out", rec]
+                      + INNOPROF_ARGS[config], "recording for", self.workdir, f"innoprof{self.n}")
+        return {"kind": "agent", "agent": agent, "rec": rec}
+
+    def off(self, config, state):
+        if state["kind"] == "pfs":
+            t = time.monotonic()
+            self.pfs.restore()
+            return {"start_s": state["start_s"], "stop_s": time.monotonic() - t}
+        agent = state["agent"]
+        out = agent.stop()
+        if "rec" in state:
+            try:
+                with open(os.path.join(state["rec"], "summary.json")) as f:
+                    s = json.load(f)
+                ov = s.get("overhead", {})
+                out["innoprof_probes_pct_of_core"] = ov.get("probes_pct_of_core")
+                out["innoprof_agent_cpu_pct_of_core"] = ov.get("agent_cpu_pct_of_core")
+                out["innoprof_agent_max_rss_kb"] = ov.get("agent_max_rss_kb")
+                out["innoprof_duration_s"] = s.get("duration_s")
+                out["probes_attached"] = sum(1 for p in s.get("probes", []) if p.get("symbols"))
+                out["probes_sampled"] = sum(1 for p in s.get("probes", []) if p.get("sampling"))
+            except (OSError, ValueError) as e:
+                out["summary_error"] = str(e)
+                log(f"{config}: no summary.json: {e}; stderr: {open(agent.err_path).read()[-500:]}")
+            shutil.rmtree(state["rec"], ignore_errors=True)
+            for suffix in (".tar.gz",):
+                try:
+                    os.remove(state["rec"] + suffix)
+                except OSError:
+                    pass
+        return out
 
 
-def summarise(runs, configs, workloads, server):
+def schedule(configs, pairs, rng):
+    order = []
+    for _ in range(pairs):
+        r = list(configs)
+        rng.shuffle(r)
+        order += r
+    return order
+
+
+def bench_combo(server, server_pid, dirname, workload, configs, args, rng, innoprof, pfs, workdir):
+    log(f"{server} {workload}: preparing")
+    subprocess.run([SYSBENCH, dirname, "prepare", workload], check=True, capture_output=True)
+    sb = Sysbench(dirname, workload, args.threads, server_pid)
+    sw = Switch(innoprof, server_pid, dirname, pfs, workdir)
+    phases = []
+    state = None
+    try:
+        sb.wait_for(args.warmup, args.warmup + 60)  # buffer pool warm, threads connected
+        order = schedule(configs, args.pairs, rng)
+        phases.append(dict(measure(sb, args.settle, args.phase), config="baseline", index=0))
+        for i, c in enumerate(order):
+            state, current = sw.on(c), c
+            agent = state.get("agent")
+            a0 = agent.cpu() if agent else None
+            m = measure(sb, args.settle, args.phase)
+            a1 = agent.cpu() if agent else None
+            sw_info = sw.off(c, state)
+            state = None
+            m.update(config=c, index=2 * i + 1, switch=sw_info)
+            if a0 is not None and a1 is not None:
+                m["agent_cpu_pct_of_core"] = (a1 - a0) / m["wall_s"] * 100
+            phases.append(m)
+            phases.append(dict(measure(sb, args.settle, args.phase), config="baseline", index=2 * i + 2))
+            b0, t, b1 = phases[-3], phases[-2], phases[-1]
+            log(f"{server} {workload} {i + 1}/{len(order)} {c}: {t['tps']:.0f} tps "
+                f"(baselines {b0['tps']:.0f}, {b1['tps']:.0f}), {t['server_cpu_us_per_txn']:.0f} us CPU/txn "
+                f"(baselines {b0['server_cpu_us_per_txn']:.0f}, {b1['server_cpu_us_per_txn']:.0f})"
+                + (f", innoprof's estimate {sw_info['innoprof_probes_pct_of_core']:.2f} % of a core"
+                   if sw_info.get("innoprof_probes_pct_of_core") is not None else "")
+                + (f", start {sw_info['start_s']:.2f} s, stop {sw_info['stop_s']:.2f} s"))
+    finally:
+        if state is not None:  # interrupted mid-phase: detach, or restore performance_schema
+            try:
+                sw.off(current, state)
+            except Exception as e:  # noqa: BLE001 - best effort on the way out
+                log(f"switching {current} off failed: {e}")
+        sb.stop()
+        subprocess.run([SYSBENCH, dirname, "cleanup", workload], capture_output=True)
+    for p in phases:
+        p.update(server=server, workload=workload)
+    return phases
+
+
+def pairs_of(phases):
+    """Each treatment phase against the mean of its neighbouring baselines."""
+    out = []
+    for i, t in enumerate(phases):
+        if t["config"] == "baseline":
+            continue
+        b0, b1 = phases[i - 1], phases[i + 1]
+        assert b0["config"] == b1["config"] == "baseline"
+        base_tps = (b0["tps"] + b1["tps"]) / 2
+        base_cpu = (b0["server_cpu_us_per_txn"] + b1["server_cpu_us_per_txn"]) / 2
+        sw = t.get("switch", {})
+        out.append({
+            "server": t["server"], "workload": t["workload"], "config": t["config"], "index": t["index"],
+            "tps": t["tps"], "baseline_tps": base_tps, "tps_ratio": t["tps"] / base_tps,
+            "cpu_us_per_txn": t["server_cpu_us_per_txn"], "baseline_cpu_us_per_txn": base_cpu,
+            "cpu_per_txn_ratio": t["server_cpu_us_per_txn"] / base_cpu,
+            # What the treatment cost the server in % of one core, at the
+            # treatment's own rate.
+            "measured_cost_pct_of_core": (t["server_cpu_us_per_txn"] - base_cpu) * 1e-6 * t["tps"] * 100,
+            "innoprof_probes_pct_of_core": sw.get("innoprof_probes_pct_of_core"),
+            "innoprof_agent_cpu_pct_of_core": sw.get("innoprof_agent_cpu_pct_of_core"),
+            "agent_cpu_pct_of_core": t.get("agent_cpu_pct_of_core"),
+            "probes_sampled": sw.get("probes_sampled"), "probes_attached": sw.get("probes_attached"),
+            "start_s": sw.get("start_s"), "attach_s": sw.get("attach_s"),
+            "detach_s": sw.get("detach_s"), "stop_s": sw.get("stop_s"),
+        })
+    return out
+
+
+def bootstrap_median(xs, rng, n=10000):
+    """Median and a 95 % percentile bootstrap interval."""
+    if not xs:
+        return None, None, None
+    med = statistics.median(xs)
+    if len(xs) < 2:
+        return med, None, None
+    boots = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return med, boots[int(0.025 * n)], boots[int(0.975 * n) - 1]
+
+
+def summarise(pairs, rng):
     rows = []
-    for w in workloads:
-        mine = [r for r in runs if r["workload"] == w]
-        base = [r for r in mine if r["config"] == "none"]
-        med = lambda rs, k: statistics.median(r[k] for r in rs)
-        for c in configs:
-            rs = [r for r in mine if r["config"] == c]
-            if not rs:
-                continue
-            row = {"server": server, "workload": w, "config": c, "reps": len(rs)}
-            for k in ("tps", "p95_ms", "server_cpu_us_per_txn", "agent_cpu_pct_of_core", "agent_peak_rss_mb"):
-                row[k] = med(rs, k)
-            est = [r["probes_pct_of_core"] for r in rs if r.get("probes_pct_of_core") is not None]
-            row["probes_pct_of_core"] = statistics.median(est) if est else None
-            if base:
-                for k in ("tps", "p95_ms", "server_cpu_us_per_txn"):
-                    row[k + "_ratio"] = row[k] / med(base, k)
-            rows.append(row)
+    keys = []
+    for p in pairs:
+        k = (p["server"], p["workload"], p["config"])
+        if k not in keys:
+            keys.append(k)
+    # Grouped by server and workload (in the order run), configurations in a fixed order.
+    groups = list(dict.fromkeys(k[:2] for k in keys))
+    keys.sort(key=lambda k: (groups.index(k[:2]), ALL_CONFIGS.index(k[2])))
+    for server, workload, config in keys:
+        ps = [p for p in pairs if (p["server"], p["workload"], p["config"]) == (server, workload, config)]
+        row = {"server": server, "workload": workload, "config": config, "pairs": len(ps),
+               "tps": statistics.median(p["tps"] for p in ps),
+               "baseline_tps": statistics.median(p["baseline_tps"] for p in ps),
+               "cpu_us_per_txn": statistics.median(p["cpu_us_per_txn"] for p in ps),
+               "baseline_cpu_us_per_txn": statistics.median(p["baseline_cpu_us_per_txn"] for p in ps)}
+        for k in ("tps_ratio", "cpu_per_txn_ratio", "measured_cost_pct_of_core"):
+            row[k], row[k + "_lo"], row[k + "_hi"] = bootstrap_median([p[k] for p in ps], rng)
+        for k in ("innoprof_probes_pct_of_core", "innoprof_agent_cpu_pct_of_core", "agent_cpu_pct_of_core",
+                  "probes_sampled", "probes_attached", "start_s", "attach_s", "detach_s", "stop_s"):
+            xs = [p[k] for p in ps if p.get(k) is not None]
+            row[k] = statistics.median(xs) if xs else None
+        # Item 9: innoprof's estimate against the measured change, per pair
+        # (estimate ÷ measured), median and interval.
+        est = [p["innoprof_probes_pct_of_core"] / p["measured_cost_pct_of_core"] for p in ps
+               if p.get("innoprof_probes_pct_of_core") is not None and p["measured_cost_pct_of_core"] > 0]
+        if row["innoprof_probes_pct_of_core"] is not None and row["measured_cost_pct_of_core"] > 0:
+            row["estimate_over_measured"] = row["innoprof_probes_pct_of_core"] / row["measured_cost_pct_of_core"]
+        else:
+            row["estimate_over_measured"] = None
+        row["estimate_over_measured_pairs_with_positive_cost"] = len(est)
+        t = TARGETS.get(config)
+        notes = []
+        if t and row["tps_ratio_lo"] is not None:
+            # Judged by the intervals: met when the whole interval is on the
+            # right side, not met when it is wholly on the wrong side.
+            tps_lo, tps_hi = row["tps_ratio_lo"], row["tps_ratio_hi"]
+            cpu_lo, cpu_hi = row["cpu_per_txn_ratio_lo"], row["cpu_per_txn_ratio_hi"]
+            if row["pairs"] < 10:
+                verdict = "too few pairs to judge (< 10)"
+            elif tps_lo >= t[0] and (t[1] is None or cpu_hi <= t[1]):
+                verdict = "met"
+            elif tps_hi < t[0] or (t[1] is not None and cpu_lo > t[1]):
+                verdict = "NOT met"
+            else:
+                verdict = "undecided (the interval spans it)"
+            notes.append(f"tps>={t[0]}" + (f", cpu<={t[1]}" if t[1] else "") + ": " + verdict)
+        if not row["probes_attached"]:  # CPU sampling only: no probe estimate to check
+            row["estimate_over_measured"] = None
+        if row["estimate_over_measured"] is not None:
+            # Item 9: the estimate within 30 % of the measured change.
+            ok = abs(row["estimate_over_measured"] - 1) <= 0.3
+            notes.append("estimate within 30 %: " + ("yes" if ok else "no"))
+        elif row["innoprof_probes_pct_of_core"] is not None and row["probes_attached"]:
+            notes.append("estimate within 30 %: no (measured change <= 0)")
+        row["target"] = "; ".join(notes) if notes else "-"
+        rows.append(row)
     return rows
 
 
-def markdown(rows, meta):
-    out = [f"{meta['threads']} sysbench threads, {meta['seconds']} s per run, {meta['reps']} interleaved "
-           f"repetitions, medians; ratios against `none` on the same server", "",
-           "| server | workload | config | tps | tps ratio | p95 ms | p95 ratio | server CPU µs/txn | "
-           "CPU/txn ratio | probe cost (innoprof's estimate, % of a core) | agent CPU % of a core | agent RSS MB |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def fmt(v, spec, none="-"):
+    return none if v is None else format(v, spec)
+
+
+def table(rows, meta):
+    head = ["server", "workload", "config", "pairs", "tps", "tps ratio [95% CI]", "CPU/txn us",
+            "CPU/txn ratio [95% CI]", "measured cost %core [95% CI]", "innoprof est %core",
+            "est/measured", "agent %core (window/summary)", "sampled", "start s", "attach s", "detach s",
+            "stop s", "targets (tps/cpu by the 95 % intervals; estimate by the medians)"]
+    out = [f"{meta['threads']} sysbench threads, one continuous run per server and workload; "
+           f"{meta['pairs']} pairs per configuration, phases of {meta['phase']} one-second reports after "
+           f"skipping {meta['settle']} s after each switch; ratios against the mean of the neighbouring "
+           f"baseline phases; medians with 95 % bootstrap intervals", ""]
+    cells = [head]
     for r in rows:
-        est = "-" if r.get("probes_pct_of_core") is None else f"{abs(r['probes_pct_of_core']):.2f}"
-        out.append(f"| {r['server']} | {r['workload']} | {r['config']} | {r['tps']:.0f} | "
-                   f"{r.get('tps_ratio', 1):.3f} | {r['p95_ms']:.2f} | {r.get('p95_ms_ratio', 1):.3f} | "
-                   f"{r['server_cpu_us_per_txn']:.0f} | {r.get('server_cpu_us_per_txn_ratio', 1):.3f} | {est} | "
-                   f"{r['agent_cpu_pct_of_core']:.2f} | {r['agent_peak_rss_mb']:.0f} |")
+        ci = lambda k, s: (f"{fmt(r[k], s)} [{fmt(r[k + '_lo'], s)}, {fmt(r[k + '_hi'], s)}]")
+        agent = (f"{fmt(r['agent_cpu_pct_of_core'], '.2f')}/{fmt(r['innoprof_agent_cpu_pct_of_core'], '.2f')}")
+        cells.append([
+            r["server"], r["workload"], r["config"], str(r["pairs"]), f"{r['tps']:.0f}",
+            ci("tps_ratio", ".3f"), f"{r['cpu_us_per_txn']:.0f}", ci("cpu_per_txn_ratio", ".3f"),
+            ci("measured_cost_pct_of_core", ".2f"), fmt(r["innoprof_probes_pct_of_core"], ".2f"),
+            fmt(r["estimate_over_measured"], ".2f"), agent, fmt(r["probes_sampled"], ".0f"),
+            fmt(r["start_s"], ".2f"), fmt(r["attach_s"], ".2f"), fmt(r["detach_s"], ".2f"),
+            fmt(r["stop_s"], ".2f"), r.get("target", "-")])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for c in cells:
+        out.append("  ".join(v.ljust(w) for v, w in zip(c, widths)).rstrip())
     return "\n".join(out) + "\n"
 
 
 def svg_plot(rows):
-    """Grouped bars: server CPU per transaction relative to `none`, one
-    group per (server, workload), one bar per configuration."""
-    groups = []
+    """Throughput and CPU/txn ratios with their intervals, one row per
+    (server, workload, configuration)."""
+    h_row, top, left, width = 18, 40, 330, 300
+    height = top + len(rows) * h_row + 40
+    lo, hi = 0.5, 1.5
     for r in rows:
-        key = (r["server"], r["workload"])
-        if key not in groups:
-            groups.append(key)
-    configs = []
-    for r in rows:
-        if r["config"] not in configs:
-            configs.append(r["config"])
-    colours = ["#999999", "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2"]
-    bar, gap, top, left, height = 18, 30, 40, 60, 260
-    width = left + len(groups) * (len(configs) * bar + gap) + 160
-    vmax = max([r.get("server_cpu_us_per_txn_ratio", 1) for r in rows] + [1.2])
-    y = lambda v: top + height - v / vmax * height
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + 70}" '
+        for k in ("tps_ratio", "cpu_per_txn_ratio"):
+            for v in (r[k], r[k + "_lo"], r[k + "_hi"]):
+                if v is not None:
+                    lo, hi = min(lo, v), max(hi, v)
+    x = lambda v, col: left + col * (width + 40) + (v - lo) / (hi - lo) * width
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + 2 * (width + 40)}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
-           f'<text x="{left}" y="20" font-size="13">server CPU per transaction, relative to no profiler '
-           f'(median of interleaved runs)</text>']
-    for v in [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]:
-        if v <= vmax:
-            out.append(f'<line x1="{left}" x2="{width - 150}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-                       f'stroke="{"#333" if v == 1.0 else "#ddd"}"/>'
-                       f'<text x="{left - 30}" y="{y(v) + 4:.1f}">{v:.1f}x</text>')
-    for gi, (server, workload) in enumerate(groups):
-        x0 = left + gi * (len(configs) * bar + gap)
-        for ci, c in enumerate(configs):
-            r = next((r for r in rows if (r["server"], r["workload"], r["config"]) == (server, workload, c)), None)
-            if r is None:
-                continue
-            v = r.get("server_cpu_us_per_txn_ratio", 1)
-            out.append(f'<rect x="{x0 + ci * bar}" y="{y(v):.1f}" width="{bar - 2}" height="{y(0) - y(v):.1f}" '
-                       f'fill="{colours[ci % len(colours)]}"><title>{c}: {v:.3f}</title></rect>')
-        out.append(f'<text x="{x0}" y="{top + height + 15}">{server}</text>'
-                   f'<text x="{x0}" y="{top + height + 30}">{workload}</text>')
-    for ci, c in enumerate(configs):
-        ly = top + 10 + ci * 16
-        out.append(f'<rect x="{width - 140}" y="{ly}" width="12" height="12" fill="{colours[ci % len(colours)]}"/>'
-                   f'<text x="{width - 122}" y="{ly + 10}">{c}</text>')
+           f'<text x="{left}" y="15" font-size="12">throughput ratio (median, 95 % CI)</text>',
+           f'<text x="{left + width + 40}" y="15" font-size="12">server CPU/txn ratio (median, 95 % CI)</text>']
+    for col in (0, 1):
+        for v in [i / 4 for i in range(int(lo * 4), int(hi * 4) + 2)]:
+            if lo <= v <= hi:
+                out.append(f'<line x1="{x(v, col):.1f}" x2="{x(v, col):.1f}" y1="{top - 10}" '
+                           f'y2="{height - 30}" stroke="{"#333" if v == 1.0 else "#ddd"}"/>'
+                           f'<text x="{x(v, col) - 8:.1f}" y="{height - 15}">{v:g}</text>')
+    for i, r in enumerate(rows):
+        y = top + i * h_row
+        out.append(f'<text x="5" y="{y + 4}">{r["server"]} {r["workload"]} {r["config"]}</text>')
+        for col, k in enumerate(("tps_ratio", "cpu_per_txn_ratio")):
+            if r[k + "_lo"] is not None:
+                out.append(f'<line x1="{x(r[k + "_lo"], col):.1f}" x2="{x(r[k + "_hi"], col):.1f}" '
+                           f'y1="{y}" y2="{y}" stroke="#4e79a7" stroke-width="2"/>')
+            out.append(f'<circle cx="{x(r[k], col):.1f}" cy="{y}" r="3" fill="#e15759">'
+                       f'<title>{r[k]:.3f}</title></circle>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
-def bench_server(server, configs, workloads, args):
+def bench_server(server, configs, workloads, args, rng, innoprof):
     dirname = tempfile.mkdtemp(prefix="innoprof-bench-srv-")
-    # performance_schema ON where it is not by default (MariaDB), with its
-    # default instruments, so the pfs configuration can be measured there.
+    workdir = tempfile.mkdtemp(prefix="innoprof-bench-")
     extra = ["--performance-schema=ON"] if server.startswith("mariadb") else []
     server_pid = int(subprocess.run([SERVERS, "start", server, dirname] + extra, check=True,
                                     capture_output=True, text=True).stdout.strip())
-    runs = []
     configs = list(configs)
+    phases = []
     try:
         pfs = PerfSchema(dirname)
         if "pfs" in configs and not pfs.available:
-            print(f"bench: performance_schema is OFF on {server}; skipping pfs", file=sys.stderr)
+            log(f"performance_schema is OFF on {server}; skipping pfs")
             configs.remove("pfs")
-        if "bpftrace" in configs and shutil.which("bpftrace") is None:
-            print("bench: bpftrace is not installed; skipping it", file=sys.stderr)
-            configs.remove("bpftrace")
         for w in workloads:
-            subprocess.run([SYSBENCH, dirname, "prepare", w], check=True, capture_output=True)
-            # Warm the buffer pool once so the first configuration is not penalised.
-            subprocess.run([SYSBENCH, dirname, "run", w, "--time=5"], check=True, capture_output=True)
-            for rep in range(args.reps):
-                order = configs if rep % 2 == 0 else list(reversed(configs))
-                for c in order:
-                    r = run_one(dirname, server_pid, w, c, args, pfs)
-                    r["rep"] = rep
-                    r["server"] = server
-                    runs.append(r)
-                    print(f"bench: {server} {w} rep {rep} {c}: {r['tps']:.0f} tps, p95 {r['p95_ms']:.2f} ms, "
-                          f"{r['server_cpu_us_per_txn']:.0f} µs CPU/txn", file=sys.stderr)
-            subprocess.run([SYSBENCH, dirname, "cleanup", w], check=True, capture_output=True)
+            phases += bench_combo(server, server_pid, dirname, w, configs, args, rng, innoprof, pfs, workdir)
     finally:
         subprocess.run([SERVERS, "stop", dirname], capture_output=True)
         shutil.rmtree(dirname, ignore_errors=True)
-    return runs, summarise(runs, configs, workloads, server)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return phases
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servers", default="mysql-5.6.24,mariadb-10.2.11")
     ap.add_argument("--workloads", default="oltp_read_only,oltp_read_write")
-    ap.add_argument("--configs", default="none,default,all,cpu99,pfs,bpftrace")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--configs", default="default,all,pfs",
+                    help=f"treatments, from {','.join(ALL_CONFIGS)} (default: %(default)s)")
+    ap.add_argument("--pairs", type=int, default=20, help="treatment phases per configuration (default 20)")
+    ap.add_argument("--phase", type=int, default=6, help="measured one-second reports per phase (default 6)")
+    ap.add_argument("--settle", type=int, default=2,
+                    help="reports skipped after each switch, for attach/detach to pass (default 2)")
+    ap.add_argument("--warmup", type=int, default=10, help="reports before the first phase (default 10)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=None, help="order of the treatments (default: random, printed)")
+    ap.add_argument("--innoprof", default=os.path.join(ROOT, "target", "release", "innoprof"))
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build --release first")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args()
+    # Ctrl-C and SIGTERM unwind through the `finally`s (probes detached,
+    # performance_schema restored, server stopped), also when started from a
+    # shell that ignores SIGINT in background jobs.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     configs = args.configs.split(",")
+    for c in configs:
+        if c not in ALL_CONFIGS:
+            ap.error(f"unknown configuration '{c}' (expected one of {', '.join(ALL_CONFIGS)})")
+    if "bpftrace" in configs and shutil.which("bpftrace") is None:
+        ap.error("bpftrace is not installed; drop it from --configs or apt-get install bpftrace")
+    if args.pairs < 1 or args.phase < 1 or args.settle < 0:
+        ap.error("--pairs and --phase must be >= 1, --settle >= 0")
     workloads = args.workloads.split(",")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    log(f"seed {seed}")
+    rng = random.Random(seed)
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "innoprof-cli"], cwd=ROOT, check=True)
-    runs, rows = [], []
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "innoprof-cli"], cwd=ROOT, check=True)
+    t0 = time.time()
+    phases = []
     for server in args.servers.split(","):
-        r, s = bench_server(server, configs, workloads, args)
-        runs += r
-        rows += s
-
-    meta = {"servers": args.servers, "threads": args.threads, "seconds": args.seconds, "reps": args.reps,
-            "configs": configs, "workloads": workloads}
+        phases += bench_server(server, configs, workloads, args, rng, args.innoprof)
+    pairs = pairs_of(phases)
+    rows = summarise(pairs, random.Random(seed))
+    meta = {"servers": args.servers, "workloads": workloads, "configs": configs, "threads": args.threads,
+            "pairs": args.pairs, "phase": args.phase, "settle": args.settle, "warmup": args.warmup,
+            "seed": seed, "innoprof": args.innoprof, "wall_s": time.time() - t0,
+            "kernel": os.uname().release,
+            "innoprof_args": {c: INNOPROF_ARGS[c] for c in configs if c in INNOPROF_ARGS}}
     os.makedirs(args.out, exist_ok=True)
-    table = markdown(rows, meta)
-    with open(os.path.join(args.out, "bench.md"), "w") as f:
-        f.write(table)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump({"meta": meta, "summary": rows, "runs": runs}, f, indent=2)
+        json.dump({"meta": meta, "summary": rows, "pairs": pairs, "phases": phases}, f, indent=1)
     with open(os.path.join(args.out, "bench.svg"), "w") as f:
         f.write(svg_plot(rows))
-    print(table)
+    print(table(rows, meta), end="")
+    log(f"{time.time() - t0:.0f} s; wrote {args.out}/bench.json and {args.out}/bench.svg")
 
 
 if __name__ == "__main__":
