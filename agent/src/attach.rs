@@ -921,3 +921,47 @@ pub fn slots_by_probe(slots: &[Slot]) -> BTreeMap<usize, Vec<usize>> {
     }
     by
 }
+
+/// What attaching a probe set would take, from costs measured on a 2-core
+/// VM (kernel 6.18, MariaDB 11.4.5): 6,664 points in 56 uprobe_multi links
+/// attached in 28 ms and detached in 260 ms (52 points: 10 ms and 90–125
+/// ms); the same 52 points as perf-event links took 100 ms and 4.2 s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttachEstimate {
+    pub multi: bool,
+    pub attach: Duration,
+    pub detach: Duration,
+}
+
+impl AttachEstimate {
+    /// For `points` symbols in `probes` probes (timed probes count twice).
+    pub fn for_points(points: usize, probes: usize) -> Self {
+        let multi = !matches!(choose_mode().0, Mode::Perf);
+        let (points, probes) = (2 * points as u64, 2 * probes as u64);
+        if multi {
+            Self {
+                multi,
+                attach: Duration::from_micros(10 * points + 500 * probes),
+                detach: Duration::from_micros(100_000 + 25 * points),
+            }
+        } else {
+            Self {
+                multi,
+                attach: Duration::from_millis(2 * points),
+                detach: Duration::from_millis(80 * points),
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AttachEstimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "attaching would take ~{:.1} s and detaching ~{:.1} s with {} links",
+            self.attach.as_secs_f64(),
+            self.detach.as_secs_f64(),
+            if self.multi { "uprobe_multi" } else { "perf-event" }
+        )
+    }
+}

@@ -2,6 +2,9 @@
 
 pub const HIST_SLOTS: usize = 40;
 
+/// Slot ids the maps have room for (`MAX_SLOTS` in innoprof.h).
+pub const MAX_SLOTS: usize = 4096;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SlotStats {

@@ -10,7 +10,7 @@ use crate::resolve::latch::find_latch_layout;
 use crate::resolve::{ElfImage, Resolution, Resolver};
 use crate::server::ServerInfo;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ProbeRequest {
     /// `default`, `all`, `none`, or names/globs; `None`: `default`, unless
     /// only ad-hoc probes were given.
@@ -18,6 +18,19 @@ pub struct ProbeRequest {
     pub ad_hoc: Vec<String>,
     /// Replaces the built-in catalog.
     pub catalog: Option<PathBuf>,
+    /// Most symbols the whole set may attach to (`--max-probe-points`).
+    pub max_points: usize,
+}
+
+impl Default for ProbeRequest {
+    fn default() -> Self {
+        Self {
+            selection: None,
+            ad_hoc: Vec::new(),
+            catalog: None,
+            max_points: DEFAULT_MAX_POINTS,
+        }
+    }
 }
 
 impl ProbeRequest {
@@ -27,9 +40,12 @@ impl ProbeRequest {
     }
 }
 
-/// Most symbols one probe may attach to (the built-in catalogs need at
-/// most a handful: MySQL 5.6's out-of-line copies of `pfs_mutex_enter_func`).
-pub const MAX_SYMBOLS_PER_PROBE: usize = 200;
+/// Most probe points (attached symbols) a set may have unless raised with
+/// `--max-probe-points` (the built-in catalogs' `all` needs ~50). Attaching
+/// is cheap with uprobe_multi links (3,000 points in ~0.1 s here), but every
+/// point is a breakpoint in the server: a pattern that matches thousands of
+/// functions is more likely a mistake than a plan.
+pub const DEFAULT_MAX_POINTS: usize = 1000;
 
 #[derive(Debug, Clone)]
 pub struct ProbeSet {
@@ -97,25 +113,28 @@ impl ProbeSet {
         })
     }
 
-    /// Refuses a probe whose patterns matched more functions than any real
-    /// probe needs: each uprobe costs the server on every hit, and the
-    /// kernel takes ~0.1 s to remove each one.
-    pub fn check_breadth(&self) -> Result<(), CatalogError> {
-        match self
+    /// Refuses a set with more probe points than `max_points`, saying
+    /// which probe is broadest and how long attaching would take.
+    pub fn check_breadth(&self, max_points: usize) -> Result<(), CatalogError> {
+        let points: usize = self.probes.iter().map(|p| p.resolution.symbols.len()).sum();
+        if points <= max_points {
+            return Ok(());
+        }
+        let widest = self
             .probes
             .iter()
-            .find(|p| p.resolution.symbols.len() > MAX_SYMBOLS_PER_PROBE)
-        {
-            Some(p) => Err(CatalogError::TooBroad {
-                pattern: p.spec.symbols.join(", "),
-                origin: format!("probe `{}`", p.spec.name),
-                reason: format!(
-                    "it matches {} functions, more than {MAX_SYMBOLS_PER_PROBE}; narrow it",
-                    p.resolution.symbols.len()
-                ),
-            }),
-            None => Ok(()),
-        }
+            .max_by_key(|p| p.resolution.symbols.len())
+            .expect("points > 0");
+        let estimate = crate::attach::AttachEstimate::for_points(points, self.probes.len());
+        Err(CatalogError::TooBroad {
+            pattern: widest.spec.symbols.join(", "),
+            origin: format!("probe `{}`", widest.spec.name),
+            reason: format!(
+                "the set has {points} probe points, more than {max_points} ({} has {}; {estimate}); narrow it or raise --max-probe-points",
+                widest.spec.name,
+                widest.resolution.symbols.len()
+            ),
+        })
     }
 
     pub fn any_resolved(&self) -> bool {

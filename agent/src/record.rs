@@ -104,7 +104,7 @@ impl Plan {
         attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
         let set = ProbeSet::resolve(&image, &server, &opts.probes)?;
-        set.check_breadth()?;
+        set.check_breadth(opts.probes.max_points)?;
         if set.probes.is_empty() && opts.cpu.is_none() {
             return Err(RecordError::NoProbes);
         }

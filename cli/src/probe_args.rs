@@ -23,6 +23,11 @@ pub struct ProbeArgs {
     /// Where to look for debug files by build-id and .gnu_debuglink (repeatable).
     #[arg(long, value_name = "DIR", default_value = "/usr/lib/debug")]
     pub debug_dir: Vec<PathBuf>,
+    /// Most probe points (attached symbols) the set may have; a broader set is refused with
+    /// its estimated attach and detach time. At most 4096.
+    #[arg(long, value_name = "N", default_value_t = innoprof::probeset::DEFAULT_MAX_POINTS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=innoprof::bpf_abi::MAX_SLOTS as i64))]
+    pub max_probe_points: u32,
 }
 
 impl ProbeArgs {
@@ -31,6 +36,7 @@ impl ProbeArgs {
             selection: self.probes.clone(),
             ad_hoc: self.ad_hoc.clone(),
             catalog: self.catalog.clone(),
+            max_points: self.max_probe_points as usize,
         }
     }
 

@@ -128,7 +128,7 @@ fn patterns_that_match_everything_are_refused() {
             "--out",
             out.to_str().unwrap(),
         ],
-        &["too broad", "more than 200; narrow it"],
+        &["too broad", "probe points, more than 1000", "attaching would take", "--max-probe-points"],
     );
     assert!(!out.exists());
 }
