@@ -257,6 +257,13 @@ pub struct RunStats {
     pub count: ProgramRuns,
 }
 
+impl RunStats {
+    /// Nanoseconds all three programs have run so far.
+    pub fn total_run_ns(&self) -> u64 {
+        self.enter.run_ns + self.ret.run_ns + self.count.run_ns
+    }
+}
+
 impl Session {
     /// Loads the programs and attaches every resolved symbol of every probe.
     /// Individual symbol failures are recorded; it fails only if nothing attaches.

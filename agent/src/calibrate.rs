@@ -106,6 +106,13 @@ pub struct HitCost {
     pub count_stepped_ns: f64,
     /// Whether stacks were captured while measuring (they cost more).
     pub with_stacks: bool,
+    /// Of the per-call costs, what the BPF programs themselves took (the
+    /// kernel's run-time statistics): timed (entry + return) and count-only.
+    /// The rest is the trap, which does not depend on the programs.
+    #[serde(default)]
+    pub bpf_latency_ns: f64,
+    #[serde(default)]
+    pub bpf_count_ns: f64,
 }
 
 impl HitCost {
@@ -117,6 +124,15 @@ impl HitCost {
             (Measure::Count, true) => self.count_emulated_ns,
             (Measure::Count, false) => self.count_stepped_ns,
         }
+    }
+
+    /// The trap alone: the per-call cost less the BPF programs' run time.
+    pub fn trap_ns(&self, measure: Measure, entry: EntryInsn) -> f64 {
+        let bpf = match measure {
+            Measure::Latency => self.bpf_latency_ns,
+            Measure::Count => self.bpf_count_ns,
+        };
+        (self.per_call_ns(measure, entry) - bpf).max(0.0)
     }
 }
 
@@ -169,12 +185,18 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         .collect::<Result<Vec<_>, CalibrateError>>()?;
     let session = Session::attach(&exe, &plan, &opts)?;
     let mut costs = [0.0; 4];
-    for (cost, (_, _, probed, bare)) in costs.iter_mut().zip(variants) {
+    // BPF run time per probed call, per variant, from the kernel's stats.
+    let mut bpf = [0.0; 4];
+    for ((cost, bpf), (_, _, probed, bare)) in costs.iter_mut().zip(&mut bpf).zip(variants) {
+        let before = session.run_stats();
         let mut deltas: Vec<f64> = (0..ROUNDS)
             .map(|_| (run(probed) - run(bare)).max(0.0))
             .collect();
+        let after = session.run_stats();
         deltas.sort_by(f64::total_cmp);
         *cost = deltas[ROUNDS / 2];
+        let run_ns = after.total_run_ns().saturating_sub(before.total_run_ns());
+        *bpf = run_ns as f64 / (ROUNDS as f64 * CALLS as f64);
     }
     // Detaching waits on the kernel; nobody needs to wait for it.
     std::thread::spawn(move || drop(session));
@@ -184,6 +206,8 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         count_emulated_ns: costs[2],
         count_stepped_ns: costs[3],
         with_stacks: capture_stacks,
+        bpf_latency_ns: (bpf[0] + bpf[1]) / 2.0,
+        bpf_count_ns: (bpf[2] + bpf[3]) / 2.0,
     })
 }
 

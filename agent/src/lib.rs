@@ -18,6 +18,7 @@ pub mod calibrate;
 pub mod callsite;
 pub mod catalog;
 pub mod collect;
+pub mod cost;
 pub mod cpu;
 pub mod diff;
 pub mod export;

@@ -151,6 +151,10 @@ pub struct Recorder {
     /// Why the calibrated cost is a fallback, if it is.
     calibration_note: Option<String>,
     governor: Option<Governor>,
+    /// Per-call cost: calibrated trap + the programs' run time in the target.
+    cost: Option<crate::cost::LiveCost>,
+    /// When `cost` last re-read the kernel's run statistics.
+    cost_observed: Instant,
     /// Resumes the kernel refused (the probe then stays off).
     governor_errors: Vec<String>,
     agent_cpu_at_start: Duration,
@@ -196,6 +200,9 @@ impl Recorder {
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let started = Instant::now();
+        let cost = session
+            .as_ref()
+            .map(|s| crate::cost::LiveCost::new(hit_cost, s.run_stats()));
         let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
             let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
             for (i, slot) in s.slots.iter().enumerate().filter(|(_, s)| s.attached) {
@@ -215,6 +222,8 @@ impl Recorder {
             hit_cost,
             calibration_note,
             governor,
+            cost,
+            cost_observed: started,
             governor_errors: Vec::new(),
             agent_cpu_at_start,
         })
@@ -227,6 +236,13 @@ impl Recorder {
 
     /// Lets the overhead governor duty-cycle probes; call every 10–20 ms.
     pub fn govern(&mut self) {
+        // The programs' cost in the target, re-read once a second.
+        if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
+            if self.cost_observed.elapsed() >= Duration::from_secs(1) {
+                cost.observe(session.run_stats());
+                self.cost_observed = Instant::now();
+            }
+        }
         let (Some(g), Some(session)) = (self.governor.as_mut(), self.session.as_mut()) else {
             return;
         };
@@ -342,6 +358,12 @@ impl Recorder {
         }
 
         let plan = &self.plan;
+        let run_stats = self.session.as_ref().map(Session::run_stats).unwrap_or_default();
+        let cost_of = |slot: &crate::attach::Slot| match &self.cost {
+            Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, run_stats),
+            None => self.hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
+        };
+        let mut trap_ns = 0.0;
         let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         let mut symbolizer = StackSymbolizer::new(self.maps.clone());
         let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
@@ -370,8 +392,8 @@ impl Recorder {
             let mut spent_ns = 0.0;
             for (slot_id, slot) in &my_slots {
                 let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
-                spent_ns +=
-                    st.calls as f64 * self.hit_cost.per_call_ns(slot.measure, slot.symbol.entry);
+                spent_ns += st.calls as f64 * cost_of(slot);
+                trap_ns += st.calls as f64 * self.hit_cost.trap_ns(slot.measure, slot.symbol.entry);
                 calls += st.calls;
                 wait_total += st.wait_ns_total;
                 wait_max = wait_max.max(st.wait_ns_max);
@@ -488,6 +510,10 @@ impl Recorder {
             agent_max_rss_kb: own_max_rss_kb(),
             governor_errors: self.governor_errors.clone(),
             attach: self.session.as_ref().map(|s| s.info.clone()),
+            bpf_pct_of_core: self.cost.as_ref().map(|c| {
+                c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
+            }),
+            trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
         };
 
         let t = &plan.target;
@@ -536,6 +562,8 @@ const FALLBACK_HIT_COST: HitCost = HitCost {
     count_emulated_ns: 1_000.0,
     count_stepped_ns: 15_000.0,
     with_stacks: true,
+    bpf_latency_ns: 300.0,
+    bpf_count_ns: 150.0,
 };
 
 /// A duty-cycled probe saw only part of the calls: scale its counts and

@@ -1,0 +1,162 @@
+//! What probe hits cost the server, measured in the target while recording.
+//!
+//! A hit costs a trap (the breakpoint, the kernel's uprobe handling, the
+//! return trampoline of a timed probe) plus the BPF programs' run. The
+//! programs' run time in the target is what the kernel's run-time
+//! statistics report (run count and nanoseconds per program, switched on by
+//! the session): it includes the stack walks through the server's 30–60
+//! frames, contention on the shared maps and cache misses that a shallow
+//! calibration function in innoprof does not see. The trap is the calibrated
+//! per-call cost less the programs' own run time during calibration.
+//!
+//! So the cost of one call at a slot is `trap(measure, entry)` (calibrated)
+//! plus the programs' average run time in the target (live), re-estimated
+//! from the kernel's figures over the last second or more.
+
+use crate::attach::{ProgramRuns, RunStats};
+use crate::calibrate::HitCost;
+use crate::catalog::Measure;
+use crate::resolve::EntryInsn;
+
+/// Fewer runs than this in a window say too little: keep the last average.
+const MIN_RUNS: u64 = 200;
+
+/// Average BPF run time per program run, in ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProgramAverages {
+    pub enter: Option<f64>,
+    pub ret: Option<f64>,
+    pub count: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveCost {
+    hit: HitCost,
+    /// The programs' statistics when the recording started.
+    start: RunStats,
+    /// At the last re-estimate.
+    last: RunStats,
+    recent: ProgramAverages,
+}
+
+impl LiveCost {
+    pub fn new(hit: HitCost, start: RunStats) -> Self {
+        Self {
+            hit,
+            start,
+            last: start,
+            recent: ProgramAverages::default(),
+        }
+    }
+
+    /// Re-estimates the programs' run time from the kernel's figures since
+    /// the last call (where enough runs happened).
+    pub fn observe(&mut self, now: RunStats) {
+        let avg = |new: ProgramRuns, old: ProgramRuns, keep: Option<f64>| {
+            let runs = new.runs.saturating_sub(old.runs);
+            if runs >= MIN_RUNS {
+                Some(new.run_ns.saturating_sub(old.run_ns) as f64 / runs as f64)
+            } else {
+                keep
+            }
+        };
+        let r = self.recent;
+        self.recent = ProgramAverages {
+            enter: avg(now.enter, self.last.enter, r.enter),
+            ret: avg(now.ret, self.last.ret, r.ret),
+            count: avg(now.count, self.last.count, r.count),
+        };
+        self.last = now;
+    }
+
+    /// The current estimate of one call's cost at a slot, in ns.
+    pub fn per_call_ns(&self, measure: Measure, entry: EntryInsn) -> f64 {
+        self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &self.recent)
+    }
+
+    /// The programs' run time per call, from `avg` or else calibration.
+    fn bpf_ns(&self, measure: Measure, avg: &ProgramAverages) -> f64 {
+        match measure {
+            Measure::Latency => match (avg.enter, avg.ret) {
+                (Some(e), Some(r)) => e + r,
+                _ => self.hit.bpf_latency_ns,
+            },
+            Measure::Count => avg.count.unwrap_or(self.hit.bpf_count_ns),
+        }
+    }
+
+    /// Per-call cost over the whole recording up to `now` (the programs'
+    /// average since the start).
+    pub fn per_call_ns_overall(&self, measure: Measure, entry: EntryInsn, now: RunStats) -> f64 {
+        let avg = |new: ProgramRuns, old: ProgramRuns| {
+            let runs = new.runs.saturating_sub(old.runs);
+            (runs > 0).then(|| new.run_ns.saturating_sub(old.run_ns) as f64 / runs as f64)
+        };
+        let overall = ProgramAverages {
+            enter: avg(now.enter, self.start.enter),
+            ret: avg(now.ret, self.start.ret),
+            count: avg(now.count, self.start.count),
+        };
+        self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &overall)
+    }
+
+    /// Nanoseconds the programs ran in the target since the start.
+    pub fn bpf_run_ns_since_start(&self, now: RunStats) -> u64 {
+        now.total_run_ns().saturating_sub(self.start.total_run_ns())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit() -> HitCost {
+        HitCost {
+            latency_emulated_ns: 1800.0,
+            latency_stepped_ns: 12000.0,
+            count_emulated_ns: 900.0,
+            count_stepped_ns: 9000.0,
+            with_stacks: true,
+            bpf_latency_ns: 300.0,
+            bpf_count_ns: 150.0,
+        }
+    }
+
+    fn runs(enter: (u64, u64), ret: (u64, u64), count: (u64, u64)) -> RunStats {
+        let p = |(runs, run_ns)| ProgramRuns { runs, run_ns };
+        RunStats {
+            enter: p(enter),
+            ret: p(ret),
+            count: p(count),
+        }
+    }
+
+    #[test]
+    fn calibration_until_the_target_says_otherwise() {
+        let c = LiveCost::new(hit(), RunStats::default());
+        // Trap 1500 + calibrated BPF 300.
+        assert_eq!(c.per_call_ns(Measure::Latency, EntryInsn::Push), 1800.0);
+        assert_eq!(c.per_call_ns(Measure::Count, EntryInsn::Other), 9000.0);
+    }
+
+    #[test]
+    fn the_targets_program_time_replaces_the_calibrated_one() {
+        let mut c = LiveCost::new(hit(), RunStats::default());
+        // In the server: 1,000 entries at 400 ns, returns at 1,100 ns
+        // (deep stacks): a timed call costs trap 1500 + 1500.
+        c.observe(runs((1000, 400_000), (1000, 1_100_000), (0, 0)));
+        assert_eq!(c.per_call_ns(Measure::Latency, EntryInsn::Push), 3000.0);
+        // Too few runs in the next window: the estimate stays.
+        c.observe(runs((1010, 500_000), (1010, 1_200_000), (0, 0)));
+        assert_eq!(c.per_call_ns(Measure::Latency, EntryInsn::Push), 3000.0);
+        // Count-only: nothing seen yet, calibration holds.
+        assert_eq!(c.per_call_ns(Measure::Count, EntryInsn::Push), 900.0);
+        let now = runs((2000, 600_000), (2000, 1_400_000), (0, 0));
+        assert_eq!(c.bpf_run_ns_since_start(now), 2_000_000);
+        // Overall: 300 + 700 ns per call on average.
+        assert_eq!(
+            c.per_call_ns_overall(Measure::Latency, EntryInsn::Push, now),
+            2500.0
+        );
+    }
+}
