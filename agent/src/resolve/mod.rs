@@ -8,6 +8,7 @@ pub mod inline;
 pub mod latch;
 pub mod lines;
 pub mod pattern;
+pub mod placement;
 
 use std::collections::{HashMap, HashSet};
 
