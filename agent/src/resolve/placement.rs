@@ -320,7 +320,9 @@ pub fn place(code: &FunctionCode, reads: ArgReads) -> Placement {
 
     let len = first.len() as u64;
     let Some((body_start, body)) = code.function else {
-        return refuse("the function's extent is unknown, so branches into it cannot be checked".into());
+        return refuse(
+            "the function's extent is unknown, so branches into it cannot be checked".into(),
+        );
     };
     let probe = code.address + len;
     if probe >= body_start + body.len() as u64 {
@@ -430,7 +432,10 @@ mod tests {
             (&[0x8e, 0xd0], KernelRefusal::LoadsSs),
             (&[0xc5, 0xfa, 0x6f, 0x07], KernelRefusal::VexOpcode(0x6f)),
             (&[0xc5, 0xf9, 0xef, 0xc0], KernelRefusal::VexOpcode(0xef)),
-            (&[0xc4, 0xe1, 0x7a, 0x6f, 0x07], KernelRefusal::VexOpcode(0x6f)),
+            (
+                &[0xc4, 0xe1, 0x7a, 0x6f, 0x07],
+                KernelRefusal::VexOpcode(0x6f),
+            ),
             (
                 &[0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x07],
                 KernelRefusal::VexOpcode(0x6f),
@@ -485,7 +490,10 @@ mod tests {
             "moved past `lock cmpxchg` (+5 bytes): the kernel refuses the lock prefix"
         );
         // Reading argument 1 (%rdi) is fine: cmpxchg writes %rax and memory.
-        assert!(matches!(place_in(&body, ArgReads::of([1, 2])), Placement::Moved(_)));
+        assert!(matches!(
+            place_in(&body, ArgReads::of([1, 2])),
+            Placement::Moved(_)
+        ));
     }
 
     #[test]
@@ -502,7 +510,10 @@ mod tests {
             panic!("moved")
         };
         assert!(why.contains("`lock inc`"), "{why}");
-        assert!(why.contains("the branch at 0x1005 jumps to 0x1003"), "{why}");
+        assert!(
+            why.contains("the branch at 0x1005 jumps to 0x1003"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -516,7 +527,10 @@ mod tests {
         // A jump back to the entry itself is fine: it passes the probe again,
         // as it would pass one on the entry.
         let to_entry = [0xf0, 0xff, 0x07, 0x90, 0xeb, 0xfa, 0xc3];
-        assert!(matches!(place_in(&to_entry, ArgReads::NONE), Placement::Moved(_)));
+        assert!(matches!(
+            place_in(&to_entry, ArgReads::NONE),
+            Placement::Moved(_)
+        ));
     }
 
     #[test]
@@ -533,8 +547,14 @@ mod tests {
     fn overwritten_argument_refuses_only_when_read() {
         // lock xadd %esi,(%rdi): writes %esi (argument 2); push %rbp; ret
         let body = [0xf0, 0x0f, 0xc1, 0x37, 0x55, 0xc3];
-        assert!(matches!(place_in(&body, ArgReads::NONE), Placement::Moved(_)));
-        assert!(matches!(place_in(&body, ArgReads::of([1])), Placement::Moved(_)));
+        assert!(matches!(
+            place_in(&body, ArgReads::NONE),
+            Placement::Moved(_)
+        ));
+        assert!(matches!(
+            place_in(&body, ArgReads::of([1])),
+            Placement::Moved(_)
+        ));
         let Placement::Refused(why) = place_in(&body, ArgReads::of([2])) else {
             panic!("moved")
         };
@@ -551,7 +571,10 @@ mod tests {
         ));
         // A tail call through the GOT is not a jump into the function.
         let got = [0xf0, 0xff, 0x07, 0xff, 0x25, 0, 0, 0, 0];
-        assert!(matches!(place_in(&got, ArgReads::NONE), Placement::Moved(_)));
+        assert!(matches!(
+            place_in(&got, ArgReads::NONE),
+            Placement::Moved(_)
+        ));
         let unknown = place(
             &FunctionCode {
                 address: BASE,
@@ -597,7 +620,10 @@ mod tests {
             function: Some((BASE, &hot)),
             fragments,
         };
-        assert!(matches!(place(&code(&[]), ArgReads::NONE), Placement::Moved(_)));
+        assert!(matches!(
+            place(&code(&[]), ArgReads::NONE),
+            Placement::Moved(_)
+        ));
         assert!(matches!(
             place(&code(&[(0x2000, &cold)]), ArgReads::NONE),
             Placement::Refused(w) if w.contains("the branch at 0x2000 jumps to 0x1003")
