@@ -297,3 +297,6 @@ fn callsite_arguments_name_the_caller_line() {
         "{folded}"
     );
 }
+
+#[path = "unprobeable.rs"]
+mod unprobeable;

@@ -283,18 +283,16 @@ pub fn place(code: &FunctionCode, reads: ArgReads) -> Placement {
         return Placement::Entry;
     };
     if refusal == KernelRefusal::Undecodable {
-        return Placement::Refused(format!(
-            "first instruction refused by the kernel: {refusal}"
-        ));
+        return Placement::Refused(format!("first instruction: {refusal}"));
     }
     let skipped = describe(&first, refusal);
     let refuse = |why: String| {
         Placement::Refused(format!(
-            "first instruction `{skipped}` refused by the kernel ({refusal}); not moved past it: {why}"
+            "first instruction `{skipped}`: {refusal}; not moved past it: {why}"
         ))
     };
     if first.flow_control() != FlowControl::Next {
-        return refuse("it is a branch, call or return".into());
+        return refuse("control does not simply pass to the next instruction (branch, call, return, interrupt)".into());
     }
     let mut factory = InstructionInfoFactory::new();
     let info = factory.info(&first);
@@ -603,7 +601,7 @@ mod tests {
         let branch = [0x66, 0x74, 0x00, 0xc3];
         assert!(matches!(
             place_in(&branch, ArgReads::NONE),
-            Placement::Refused(w) if w.contains("branch, call or return")
+            Placement::Refused(w) if w.contains("(branch, call, return, interrupt)")
         ));
     }
 
