@@ -163,7 +163,7 @@ pub const ATTEMPTS: u32 = 4;
 /// 10, 40, 160 ms: a concurrent uprobe teardown waits for an RCU grace
 /// period, tens to hundreds of ms on a busy 2-core host.
 pub fn retry_delay(errno: i32, attempt: u32) -> Option<Duration> {
-    (is_transient(errno) && attempt >= 1 && attempt < ATTEMPTS)
+    (is_transient(errno) && (1..ATTEMPTS).contains(&attempt))
         .then(|| Duration::from_millis(10 << (2 * (attempt - 1))))
 }
 

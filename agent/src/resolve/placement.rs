@@ -34,7 +34,7 @@
 
 use iced_x86::{
     Decoder, DecoderOptions, EncodingKind, FlowControl, Instruction, InstructionInfoFactory,
-    OpAccess, Register,
+    OpAccess, OpKind, Register,
 };
 use serde::{Deserialize, Serialize};
 
@@ -373,9 +373,16 @@ fn no_branch_into(start: u64, body: &[u8], skipped: u64, probe: u64) -> Result<(
                     ));
                 }
             }
-            // A jump through a register or a table could land anywhere; one
-            // through a RIP-relative slot is a tail call via the GOT.
-            FlowControl::IndirectBranch if !insn.is_ip_rel_memory_operand() => {
+            // A jump through a pointer loaded from memory without an index
+            // (`jmp *0x10(%rax)`: a virtual tail call; `jmp *x(%rip)`: one
+            // via the GOT) lands on a function's entry. A jump through a
+            // register or an indexed slot may be a switch's jump table and
+            // could land anywhere (so boost's sp_counted_base::release in
+            // MySQL 8.0.15, `lock sub` first, ending in `jmp *%rax`, stays
+            // refused).
+            FlowControl::IndirectBranch
+                if insn.op0_kind() != OpKind::Memory || insn.memory_index() != Register::None =>
+            {
                 return Err(format!(
                     "the indirect jump at {:#x} (a jump table?) could land past the entry",
                     insn.ip()
@@ -567,7 +574,18 @@ mod tests {
             place_in(&body, ArgReads::NONE),
             Placement::Refused(w) if w.contains("indirect jump at 0x1003")
         ));
-        // A tail call through the GOT is not a jump into the function.
+        // jmp *0x0(,%rax,8): a non-PIC jump table.
+        let table = [0xf0, 0xff, 0x07, 0xff, 0x24, 0xc5, 0, 0, 0, 0];
+        assert!(matches!(
+            place_in(&table, ArgReads::NONE),
+            Placement::Refused(w) if w.contains("indirect jump at 0x1003")
+        ));
+        // Tail calls through a vtable or the GOT land on function entries.
+        let vtable = [0xf0, 0xff, 0x07, 0xff, 0x60, 0x10];
+        assert!(matches!(
+            place_in(&vtable, ArgReads::NONE),
+            Placement::Moved(_)
+        ));
         let got = [0xf0, 0xff, 0x07, 0xff, 0x25, 0, 0, 0, 0];
         assert!(matches!(
             place_in(&got, ArgReads::NONE),
