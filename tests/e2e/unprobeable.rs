@@ -133,6 +133,8 @@ fn record_counts_past_a_lock_prefix_and_names_refusals() {
         "fixture_locked_loop",
         "--probe",
         "fixture_locked_rsp",
+        "--probe",
+        "fixture_locked*",
     ]);
     rec.wait_attached();
     // The lock ran in fixture_locked and fixture_locked_loop.
@@ -158,6 +160,19 @@ fn record_counts_past_a_lock_prefix_and_names_refusals() {
         "moved past `lock inc` (+7 bytes): the kernel refuses the lock prefix"
     );
     assert_eq!(sym["entry"], "push");
+
+    // A probe with some symbols refused attaches the rest and says which.
+    let glob = probe(&s, "fixture_locked*");
+    assert_eq!(glob["status"], "attached", "{glob}");
+    assert_eq!(glob["calls"].as_u64(), Some(N));
+    let reason = glob["reason"].as_str().unwrap();
+    assert!(
+        reason
+            .starts_with("some symbols refused: fixture_locked_loop: first instruction `lock inc`")
+            && reason.contains("fixture_locked_rsp: first instruction `lock add`"),
+        "{reason}"
+    );
+    assert_eq!(glob["skipped"][0]["reason"], "unprobeable", "{glob}");
 
     for (name, why) in [
         ("fixture_locked_loop", "jumps to"),
