@@ -282,8 +282,10 @@ pub fn place(code: &FunctionCode, reads: ArgReads) -> Placement {
     let Some(refusal) = refusal_of(&first, code.code) else {
         return Placement::Entry;
     };
+    // What we cannot decode the kernel may still take (or answer ENOEXEC,
+    // which `attach_errno` explains): leave it to the attach.
     if refusal == KernelRefusal::Undecodable {
-        return Placement::Refused(format!("first instruction: {refusal}"));
+        return Placement::Entry;
     }
     let skipped = describe(&first, refusal);
     let refuse = |why: String| {
@@ -502,8 +504,9 @@ mod tests {
     }
 
     #[test]
-    fn accepted_entry_stays() {
+    fn accepted_or_undecodable_entry_stays() {
         assert_eq!(place_in(&[0x55, 0xc3], ArgReads::NONE), Placement::Entry);
+        assert_eq!(place_in(&[0x0f, 0xff], ArgReads::NONE), Placement::Entry);
     }
 
     #[test]
