@@ -83,7 +83,7 @@ pub fn render(i: &Inspection) -> String {
         "cost",
         "measure",
         "resolved",
-        "symbols (address, first instruction) / reason",
+        "symbols (address, probed instruction) / reason",
     ]);
     for p in &i.probes {
         let r = &p.resolution;
@@ -94,7 +94,16 @@ pub fn render(i: &Inspection) -> String {
                 .symbols
                 .iter()
                 .take(SYMBOLS_SHOWN)
-                .map(|s| format!("{} @ {:#x} ({})", short(&s.name), s.address, s.entry))
+                .map(|s| match &s.moved {
+                    None => format!("{} @ {:#x} ({})", short(&s.name), s.address, s.entry),
+                    Some(m) => format!(
+                        "{} @ {:#x}+{} ({}; {m})",
+                        short(&s.name),
+                        s.address,
+                        m.bytes,
+                        s.entry
+                    ),
+                })
                 .collect();
             if r.symbols.len() > SYMBOLS_SHOWN {
                 lines.push(format!("… {} more", r.symbols.len() - SYMBOLS_SHOWN));
@@ -103,7 +112,7 @@ pub fn render(i: &Inspection) -> String {
                 lines.push(format!("{} inline sites (count only)", r.inline_sites));
             }
             for s in &r.skipped {
-                lines.push(format!("skipped {}: {}", short(&s.name), s.reason));
+                lines.push(format!("skipped {}: {s}", short(&s.name)));
             }
             if let (Some(spec), Some(plan)) = (&p.spec.latch, &p.latch) {
                 if let Some(why) = &plan.unavailable {

@@ -12,6 +12,7 @@
 //! into per-interval deltas, and [`export`] serves them to Prometheus.
 
 pub mod attach;
+pub mod attach_errno;
 pub mod bpf_abi;
 pub mod bundle;
 pub mod calibrate;

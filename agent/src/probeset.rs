@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::attach::{LatchPlan, PlannedProbe};
 use crate::catalog::{check_pattern, Catalog, CatalogError, LatchSpec, ProbeSpec};
 use crate::resolve::latch::find_latch_layout;
-use crate::resolve::{ElfImage, Resolution, Resolver};
+use crate::resolve::{ArgReads, ElfImage, Resolution, Resolver};
 use crate::server::ServerInfo;
 
 #[derive(Debug, Clone)]
@@ -90,10 +90,11 @@ impl ProbeSet {
         let probes = specs
             .into_iter()
             .map(|spec| {
+                let reads = arg_reads(&spec);
                 let resolution = if spec.inline {
-                    resolver.resolve_with_inline(&spec.symbols)
+                    resolver.resolve_with_inline_reading(&spec.symbols, reads)
                 } else {
-                    resolver.resolve(&spec.symbols)
+                    resolver.resolve_reading(&spec.symbols, reads)
                 };
                 let latch = spec
                     .latch
@@ -157,6 +158,14 @@ impl ProbeSet {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// The arguments the probe's BPF program reads from registers at the
+/// probe: a probe moved past a first instruction must find them intact.
+fn arg_reads(spec: &ProbeSpec) -> ArgReads {
+    let callsite = spec.callsite.map(|c| [c.file_arg, c.line_arg]);
+    let latch = spec.latch.as_ref().map(|l| l.arg);
+    ArgReads::of(callsite.into_iter().flatten().chain(latch))
 }
 
 /// Locate the latch id (or creation site) in the object each resolved

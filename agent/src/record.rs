@@ -24,7 +24,7 @@ use crate::report::model::{
 };
 use crate::report::{self, OutputError};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
-use crate::resolve::{ElfError, ElfImage};
+use crate::resolve::{ElfError, ElfImage, SkipReason, Unresolved};
 use crate::server::ServerInfo;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use crate::target::{Target, TargetError};
@@ -407,21 +407,29 @@ impl Recorder {
                     table: s.table,
                     clone: s.clone.clone(),
                     entry: s.entry,
+                    moved: s.moved.as_ref().map(|m| m.to_string()),
                     calls: st.calls,
                 });
             }
 
+            // First instructions the kernel refuses were never tried.
+            let unprobeable = planned
+                .resolution
+                .skipped
+                .iter()
+                .filter(|s| s.reason == SkipReason::Unprobeable)
+                .map(|s| format!("{}: {s}", s.name));
             let (status, reason) = if !my_slots.is_empty() {
-                let refused = outcome
-                    .failures
-                    .iter()
-                    .map(|(s, e)| format!("{s}: {e}"))
+                let refused = unprobeable
+                    .chain(outcome.failures.iter().map(|(s, e)| format!("{s}: {e}")))
                     .collect::<Vec<_>>();
                 (
                     ProbeStatus::Attached,
                     (!refused.is_empty())
                         .then(|| format!("some symbols refused: {}", refused.join("; "))),
                 )
+            } else if let Some(u @ Unresolved::Unprobeable(_)) = &planned.resolution.unresolved {
+                (ProbeStatus::AttachFailed, Some(u.to_string()))
             } else if let Some(u) = &planned.resolution.unresolved {
                 (ProbeStatus::Unresolved, Some(u.to_string()))
             } else {

@@ -301,3 +301,6 @@ fn callsite_arguments_name_the_caller_line() {
         "{folded}"
     );
 }
+
+#[path = "unprobeable.rs"]
+mod unprobeable;

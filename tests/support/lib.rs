@@ -232,6 +232,12 @@ pub fn paced_binary() -> PathBuf {
     )
 }
 
+/// tests/fixture/unprobeable.cc: functions whose first instruction the
+/// kernel refuses a uprobe on, compiled for this test run.
+pub fn unprobeable_binary() -> PathBuf {
+    compile_fixture("unprobeable.cc", "unprobeable", &["-O1", "-g"])
+}
+
 /// The paced fixture calling `paced_hit` at a steady rate, logging its
 /// running count (unix ms, calls) so the truth is known at every moment.
 pub struct Paced {

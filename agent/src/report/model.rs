@@ -141,6 +141,10 @@ pub struct SymbolInfo {
     pub table: SymbolTable,
     pub clone: Option<String>,
     pub entry: EntryInsn,
+    /// Set when the probe sits past the first instruction (the kernel
+    /// refused it): `moved past `lock cmpxchg` (+5 bytes): …`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<String>,
     pub calls: u64,
 }
 

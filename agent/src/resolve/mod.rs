@@ -8,6 +8,7 @@ pub mod inline;
 pub mod latch;
 pub mod lines;
 pub mod pattern;
+pub mod placement;
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,6 +17,9 @@ use serde::{Deserialize, Serialize};
 pub use elf::{ElfError, ElfImage, FunctionSymbol, SymbolTable};
 pub use entry::EntryInsn;
 pub use pattern::{DemangledName, SymbolPattern};
+pub use placement::{ArgReads, ProbeMove};
+
+use placement::{FunctionCode, Placement};
 
 /// One function the probe will attach to.
 #[derive(Debug, Clone, Serialize)]
@@ -25,13 +29,20 @@ pub struct ResolvedSymbol {
     /// Demangled without parameters: the frame name in folded stacks.
     pub short_name: String,
     pub raw: String,
+    /// The function's (or inline site's) address; `file_offset` may lie past it.
     pub address: u64,
+    /// Where the probe goes, as a file offset: the function's entry, or the
+    /// instruction after it when `moved` (the kernel refused the first).
     pub file_offset: u64,
     pub size: u64,
     pub table: SymbolTable,
     /// `constprop.0`, `isra.0`: a full copy whose arguments may differ.
     pub clone: Option<String>,
+    /// The instruction the probe sits on (what a hit costs).
     pub entry: EntryInsn,
+    /// Set when the probe sits past the first instruction, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved: Option<ProbeMove>,
 }
 
 /// A matching symbol that was deliberately not attached.
@@ -40,6 +51,19 @@ pub struct SkippedSymbol {
     pub name: String,
     pub address: u64,
     pub reason: SkipReason,
+    /// The particulars, for `Unprobeable`: which instruction, why not moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl std::fmt::Display for SkippedSymbol {
+    /// `reason` or, when there are particulars, those.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.detail {
+            Some(d) => f.write_str(d),
+            None => write!(f, "{}", self.reason),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +81,9 @@ pub enum SkipReason {
     /// In a loadable segment that is not executable: a probe there would
     /// patch data, so it is refused whatever the symbol table says.
     NotCode,
+    /// The kernel refuses a uprobe on its first instruction and the probe
+    /// cannot safely move past it (see `detail`).
+    Unprobeable,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -71,6 +98,7 @@ impl std::fmt::Display for SkipReason {
             SkipReason::NotCode => {
                 "address outside the file's executable segments (not code); refused"
             }
+            SkipReason::Unprobeable => "the kernel refuses a uprobe on its first instruction",
         })
     }
 }
@@ -92,18 +120,25 @@ pub enum Unresolved {
     NotCode,
     /// The pattern names a variable (this one), not a function.
     DataObject(String),
+    /// Every match starts with an instruction the kernel refuses to probe,
+    /// and none could move (why, for the first).
+    Unprobeable(String),
 }
 
 impl std::fmt::Display for Unresolved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Unresolved::DataObject(name) = self {
-            return write!(
-                f,
-                "`{name}` is a data object (a variable), not a function: probes attach only to code"
-            );
+        match self {
+            Unresolved::DataObject(name) => {
+                return write!(
+                    f,
+                    "`{name}` is a data object (a variable), not a function: probes attach only to code"
+                )
+            }
+            Unresolved::Unprobeable(why) => return f.write_str(why),
+            _ => {}
         }
         f.write_str(match self {
-            Unresolved::DataObject(_) => unreachable!("written above"),
+            Unresolved::DataObject(_) | Unresolved::Unprobeable(_) => unreachable!("written above"),
             Unresolved::NotCode => {
                 "the matching symbols are not in an executable segment of the binary; probes attach only to code"
             }
@@ -157,7 +192,15 @@ impl<'a> Resolver<'a> {
         }
     }
 
+    /// The functions `patterns` name, for a probe that reads no argument.
     pub fn resolve(&mut self, patterns: &[String]) -> Resolution {
+        self.resolve_reading(patterns, ArgReads::NONE)
+    }
+
+    /// The functions `patterns` name, each with where its probe goes; a
+    /// probe moved past a refused first instruction must leave the argument
+    /// registers in `reads` intact (clones read none: see `attach`).
+    pub fn resolve_reading(&mut self, patterns: &[String], reads: ArgReads) -> Resolution {
         let compiled: Vec<SymbolPattern> = patterns.iter().map(|p| SymbolPattern::new(p)).collect();
         let mut symbols = Vec::new();
         let mut skipped = Vec::new();
@@ -185,6 +228,7 @@ impl<'a> Resolver<'a> {
                 name: display.clone(),
                 address: sym.address,
                 reason,
+                detail: None,
             };
             match sym.clone_suffix.as_deref() {
                 Some(s) if s == "cold" || s.starts_with("cold.") => {
@@ -205,11 +249,34 @@ impl<'a> Resolver<'a> {
                 skipped.push(skip(SkipReason::NotCode));
                 continue;
             }
-            if !addresses.insert(sym.address) {
+            if addresses.contains(&sym.address) {
                 skipped.push(skip(SkipReason::Alias));
                 continue;
             }
-            let entry = EntryInsn::decode(self.image.bytes_at(sym.address, 16).unwrap_or(&[]));
+            let reads = if sym.clone_suffix.is_some() {
+                ArgReads::NONE
+            } else {
+                reads
+            };
+            let function = (sym.size > 0).then_some((sym.address, sym.size, sym.raw.as_str()));
+            let (file_offset, moved) = match self.place(sym.address, function, reads) {
+                Placement::Entry => (file_offset, None),
+                Placement::Moved(m) => match self.image.file_offset(sym.address + m.bytes) {
+                    Some(off) => (off, Some(m)),
+                    None => (file_offset, None),
+                },
+                Placement::Refused(why) => {
+                    skipped.push(SkippedSymbol {
+                        detail: Some(why),
+                        ..skip(SkipReason::Unprobeable)
+                    });
+                    continue;
+                }
+            };
+            let name = self.demangled.get(&idx).expect("demangled above");
+            addresses.insert(sym.address);
+            let at = sym.address + moved.as_ref().map_or(0, |m| m.bytes);
+            let entry = EntryInsn::decode(self.image.bytes_at(at, 16).unwrap_or(&[]));
             symbols.push(ResolvedSymbol {
                 name: display,
                 short_name: name.short.clone(),
@@ -220,12 +287,15 @@ impl<'a> Resolver<'a> {
                 table: sym.table,
                 clone: sym.clone_suffix.clone(),
                 entry,
+                moved,
             });
         }
         symbols.sort_by_key(|s| s.address);
         skipped.sort_by_key(|s| s.address);
         let unresolved = if !symbols.is_empty() {
             None
+        } else if let Some(u) = unprobeable(&skipped) {
+            Some(u)
         } else if !skipped.is_empty() && skipped.iter().all(|s| s.reason == SkipReason::NotCode) {
             Some(Unresolved::NotCode)
         } else if !skipped.is_empty() {
@@ -258,7 +328,17 @@ impl<'a> Resolver<'a> {
     /// Like `resolve`, plus every inlined instance of the functions (from
     /// DWARF) as a count-only site.
     pub fn resolve_with_inline(&mut self, patterns: &[String]) -> Resolution {
-        let mut r = self.resolve(patterns);
+        self.resolve_with_inline_reading(patterns, ArgReads::NONE)
+    }
+
+    /// `resolve_reading` plus the inline sites (which read no argument:
+    /// registers at an inline site are not the function's arguments).
+    pub fn resolve_with_inline_reading(
+        &mut self,
+        patterns: &[String],
+        reads: ArgReads,
+    ) -> Resolution {
+        let mut r = self.resolve_reading(patterns, reads);
         let compiled: Vec<SymbolPattern> = patterns.iter().map(|p| SymbolPattern::new(p)).collect();
         let sites = match inline::find_inline_sites(self.image.dwarf_data(), &compiled) {
             Ok(sites) => sites,
@@ -277,17 +357,43 @@ impl<'a> Resolver<'a> {
             else {
                 continue;
             };
-            let entry = EntryInsn::decode(self.image.bytes_at(site.address, 16).unwrap_or(&[]));
             let name = DemangledName::of(&site.function);
-            r.symbols.push(ResolvedSymbol {
-                name: match &site.caller {
-                    Some(c) => format!(
-                        "{} [inlined into {}]",
-                        name.short,
-                        DemangledName::of(c).short
-                    ),
-                    None => format!("{} [inlined]", name.short),
+            let display = match &site.caller {
+                Some(c) => format!(
+                    "{} [inlined into {}]",
+                    name.short,
+                    DemangledName::of(c).short
+                ),
+                None => format!("{} [inlined]", name.short),
+            };
+            let holder = self
+                .image
+                .symbols
+                .iter()
+                .find(|s| {
+                    s.size > 0 && site.address >= s.address && site.address - s.address < s.size
+                })
+                .map(|s| (s.address, s.size, s.raw.as_str()));
+            let (file_offset, moved) = match self.place(site.address, holder, ArgReads::NONE) {
+                Placement::Entry => (file_offset, None),
+                Placement::Moved(m) => match self.image.file_offset(site.address + m.bytes) {
+                    Some(off) => (off, Some(m)),
+                    None => (file_offset, None),
                 },
+                Placement::Refused(why) => {
+                    r.skipped.push(SkippedSymbol {
+                        name: display,
+                        address: site.address,
+                        reason: SkipReason::Unprobeable,
+                        detail: Some(why),
+                    });
+                    continue;
+                }
+            };
+            let at = site.address + moved.as_ref().map_or(0, |m| m.bytes);
+            let entry = EntryInsn::decode(self.image.bytes_at(at, 16).unwrap_or(&[]));
+            r.symbols.push(ResolvedSymbol {
+                name: display,
                 short_name: name.short,
                 raw: site.function,
                 address: site.address,
@@ -296,12 +402,77 @@ impl<'a> Resolver<'a> {
                 table: SymbolTable::DwarfInline,
                 clone: None,
                 entry,
+                moved,
             });
             r.inline_sites += 1;
         }
         if r.inline_sites > 0 {
             r.unresolved = None;
+        } else if r.symbols.is_empty() {
+            if let Some(u) = unprobeable(&r.skipped) {
+                r.unresolved = Some(u);
+            }
         }
         r
     }
+
+    /// Where the probe for the code at `address` goes. `function`: the
+    /// function holding it (address, size, symbol), when known.
+    fn place(
+        &self,
+        address: u64,
+        function: Option<(u64, u64, &str)>,
+        reads: ArgReads,
+    ) -> Placement {
+        let Some(code) = self.image.bytes_at(address, 2 * placement::MAX_INSN_LEN) else {
+            return Placement::Entry;
+        };
+        // The common case, decoded once: the kernel takes the first instruction.
+        if placement::kernel_refusal(code).is_none() {
+            return Placement::Entry;
+        }
+        let body = function.and_then(|(start, size, _)| {
+            let bytes = self.image.bytes_at(start, usize::try_from(size).ok()?)?;
+            (bytes.len() as u64 == size).then_some((start, bytes))
+        });
+        // GCC's `.cold` parts jump back into their function.
+        let cold: Vec<(u64, &[u8])> = function
+            .map(|(_, _, raw)| {
+                let prefix = format!("{raw}.cold");
+                self.image
+                    .symbols
+                    .iter()
+                    .filter(|s| {
+                        s.raw == prefix
+                            || s.raw
+                                .strip_prefix(&prefix)
+                                .is_some_and(|t| t.starts_with('.'))
+                    })
+                    .filter_map(|s| {
+                        let bytes = self
+                            .image
+                            .bytes_at(s.address, usize::try_from(s.size).ok()?)?;
+                        Some((s.address, bytes))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        placement::place(
+            &FunctionCode {
+                address,
+                code,
+                function: body,
+                fragments: &cold,
+            },
+            reads,
+        )
+    }
+}
+
+/// Why nothing attaches, when refused first instructions are the reason.
+fn unprobeable(skipped: &[SkippedSymbol]) -> Option<Unresolved> {
+    skipped
+        .iter()
+        .find(|s| s.reason == SkipReason::Unprobeable)
+        .map(|s| Unresolved::Unprobeable(format!("{}: {s}", s.name)))
 }
