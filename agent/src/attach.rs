@@ -54,53 +54,27 @@ pub enum AttachError {
     },
 }
 
-/// Why the kernel refused a link, with the errno and what it means here.
+/// Why the kernel refused a link: the errno and what it means for a uprobe
+/// (see [`crate::attach_errno`]).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{meaning} (errno {errno}: {name})")]
-pub struct LinkError {
-    pub errno: i32,
-    pub name: &'static str,
-    pub meaning: &'static str,
-}
+#[error("{0}")]
+pub struct LinkError(pub crate::attach_errno::AttachErrno);
 
 impl LinkError {
     fn from_libbpf(e: &libbpf_rs::Error) -> Self {
-        // libbpf-rs keeps the syscall's io::Error inside, and its message
-        // carries the errno ("… (os error 22)").
-        let text = format!("{e:#}");
-        let errno = text
-            .rsplit_once("os error ")
-            .and_then(|(_, n)| n.split(')').next()?.parse().ok())
-            .unwrap_or(0);
-        let (name, meaning) = errno_meaning(errno);
-        Self {
-            errno,
-            name,
-            meaning,
-        }
+        // libbpf-rs keeps the syscall's io::Error; its message carries the
+        // errno ("… (os error 22)") when the source chain does not.
+        let errno = crate::attach_errno::errno_in(e).unwrap_or_else(|| {
+            let text = format!("{e:#}");
+            text.rsplit_once("os error ")
+                .and_then(|(_, n)| n.split(')').next()?.parse().ok())
+                .unwrap_or(0)
+        });
+        Self(crate::attach_errno::explain(errno))
     }
 
-    /// Worth another try: the kernel was busy, not refusing.
-    fn transient(&self) -> bool {
-        matches!(self.errno, libc::EBUSY | libc::EINTR | libc::EAGAIN)
-    }
-}
-
-/// What an attach errno means for a uprobe (the kernel's own reasons).
-pub fn errno_meaning(errno: i32) -> (&'static str, &'static str) {
-    match errno {
-        libc::EINVAL => ("EINVAL", "the kernel refuses a probe at this instruction (e.g. a lock prefix) or the offset is not an instruction start"),
-        libc::ENOTSUP => ("EOPNOTSUPP", "this kernel cannot attach this kind of probe"),
-        libc::EBUSY => ("EBUSY", "the uprobe is being torn down by an earlier detach; retried"),
-        libc::EINTR => ("EINTR", "interrupted; retried"),
-        libc::EAGAIN => ("EAGAIN", "the kernel was busy; retried"),
-        libc::ENOENT => ("ENOENT", "the binary is gone (replaced or deleted since it was resolved)"),
-        libc::EPERM | libc::EACCES => ("EPERM", "not permitted: innoprof needs root or CAP_BPF+CAP_PERFMON"),
-        libc::EEXIST => ("EEXIST", "another uprobe with a conflicting setup exists at this offset"),
-        libc::E2BIG => ("E2BIG", "too many probe points in one link"),
-        libc::ENOMEM | libc::ENOSPC => ("ENOMEM", "the kernel ran out of memory for the probe"),
-        libc::ESRCH => ("ESRCH", "the target process exited"),
-        _ => ("?", "the kernel refused the probe"),
+    fn errno(&self) -> i32 {
+        self.0.errno
     }
 }
 
@@ -276,7 +250,7 @@ impl Session {
         match Self::attach_as(binary, plan, opts, mode, fallback.clone()) {
             // A kernel built without uprobe_multi says so on the first link.
             Err(AttachError::Link { source, .. })
-                if matches!(mode, Mode::Multi { .. }) && source.errno == libc::ENOTSUP =>
+                if matches!(mode, Mode::Multi { .. }) && source.errno() == libc::EOPNOTSUPP =>
             {
                 let why = format!("the kernel refused uprobe_multi links: {source}");
                 Self::attach_as(binary, plan, opts, Mode::Perf, Some(why))
@@ -360,7 +334,7 @@ impl Session {
                     if groups.is_empty() && matches!(mode, Mode::Multi { .. }) =>
                 {
                     if let AttachError::Link { source, .. } = &e {
-                        if source.errno == libc::ENOTSUP {
+                        if source.errno() == libc::EOPNOTSUPP {
                             return Err(e);
                         }
                     }
@@ -501,7 +475,7 @@ impl Session {
             }
             Mode::Multi { .. } => match self.link_multi(slots) {
                 Ok(links) => Ok((links, Vec::new())),
-                Err(e) if e.errno == libc::ENOTSUP => Err(link_err(e)),
+                Err(e) if e.errno() == libc::EOPNOTSUPP => Err(link_err(e)),
                 Err(batch_error) => {
                     // Find the refused offsets: each alone, then the rest together.
                     let mut refused = Vec::new();
@@ -607,11 +581,7 @@ impl Session {
         self.object
             .progs_mut()
             .find(|p| p.name() == name)
-            .ok_or(LinkError {
-                errno: 0,
-                name: "?",
-                meaning: "BPF program missing from the object",
-            })
+            .ok_or(LinkError(crate::attach_errno::explain(libc::ENOENT)))
     }
 
     fn map(&self, name: &'static str) -> Option<libbpf_rs::Map<'_>> {
@@ -793,19 +763,22 @@ impl Session {
     }
 }
 
-/// Up to 4 tries, 10, 20, 40 ms apart, for errors that say "busy".
+/// Tries again while the kernel says "busy" (a concurrent teardown, an
+/// interrupted call), as `attach_errno::retry_delay` paces it.
 fn retry<T>(mut f: impl FnMut() -> Result<T, LinkError>) -> Result<T, LinkError> {
-    let mut wait = Duration::from_millis(10);
-    for _ in 0..3 {
+    let mut attempt = 0;
+    loop {
         match f() {
-            Err(e) if e.transient() => {
-                std::thread::sleep(wait);
-                wait *= 2;
-            }
-            other => return other,
+            Err(e) => match crate::attach_errno::retry_delay(e.errno(), attempt) {
+                Some(wait) => {
+                    std::thread::sleep(wait);
+                    attempt += 1;
+                }
+                None => return Err(e),
+            },
+            ok => return ok,
         }
     }
-    f()
 }
 
 /// uprobe_multi links where the kernel has them (>= 6.6), scoped to the
