@@ -7,6 +7,7 @@ pub mod entry;
 pub mod inline;
 pub mod latch;
 pub mod lines;
+pub mod mapped;
 pub mod pattern;
 
 use std::collections::{HashMap, HashSet};
@@ -260,7 +261,7 @@ impl<'a> Resolver<'a> {
     pub fn resolve_with_inline(&mut self, patterns: &[String]) -> Resolution {
         let mut r = self.resolve(patterns);
         let compiled: Vec<SymbolPattern> = patterns.iter().map(|p| SymbolPattern::new(p)).collect();
-        let sites = match inline::find_inline_sites(self.image.dwarf_data(), &compiled) {
+        let sites = match inline::find_inline_sites(self.image, &compiled) {
             Ok(sites) => sites,
             Err(_) if !r.symbols.is_empty() => return r,
             Err(_) => {
