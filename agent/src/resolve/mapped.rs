@@ -6,10 +6,10 @@
 //! `serve`). Mapped, only the pages resolution touches come in: the symbol
 //! tables, a few DWARF units, a few code bytes. Those still count in the
 //! resident set while they are mapped in, so each phase that is done with
-//! them releases them with `MADV_DONTNEED`: on a private read-only mapping
-//! of a file that only drops them from this process's page tables (the
-//! page cache keeps them, nothing is lost, a later read faults them back
-//! in without I/O).
+//! them releases them with `MADV_DONTNEED`: on a read-only mapping of a
+//! file (never written, so no page of it is dirty or copied) that only
+//! drops them from this process's page tables (the page cache keeps them,
+//! nothing is lost, a later read faults them back in without I/O).
 //!
 //! memmap2 (already in the tree through blazesym) owns the `mmap`/`munmap`
 //! pair and its corner cases (empty files, page alignment); what is left
@@ -37,7 +37,7 @@ impl std::fmt::Debug for Mapped {
 impl Mapped {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         let file = File::open(path)?;
-        // SAFETY: the map is private and read-only. It goes wrong only if
+        // SAFETY: the map is read-only. It goes wrong only if
         // the file is truncated while mapped (SIGBUS on a later read). A
         // running server's binary is replaced by rename on upgrade, which
         // leaves this mapping on the old inode; an in-place truncate of a
@@ -74,8 +74,8 @@ impl Mapped {
         if end <= first {
             return;
         }
-        // SAFETY: MADV_DONTNEED on a private, read-only, never-written file
-        // mapping only unmaps the pages; the next access reads the same
+        // SAFETY: MADV_DONTNEED on a read-only, never-written file mapping
+        // only unmaps the pages; the next access reads the same
         // bytes back from the file (the page cache). No reference into the
         // map sees different contents before and after.
         let _ = unsafe {
