@@ -342,7 +342,8 @@ impl StackSymbolizer {
 /// every few milliseconds (`MADV_DONTNEED`; they stay in the page cache,
 /// blazesym faults back what it reads next).
 ///
-/// Only read-only mappings of that file (by device and inode) are touched,
+/// Only shared read-only mappings of that file (by device and inode) are
+/// touched,
 /// and only while the symbolizer lives: blazesym (auto-reload off) unmaps
 /// a file only when it is dropped, so an address read from
 /// `/proc/self/maps` still holds that mapping when it is advised.
@@ -406,7 +407,11 @@ impl FileTrimmer {
             let [range, perms, _offset, dev, inode] = f[..] else {
                 continue;
             };
-            if perms.contains('w') || dev != self.dev || inode.parse() != Ok(self.inode) {
+            // Shared read-only only (how memmap2 maps for blazesym and
+            // for innoprof): a private mapping may hold pages written
+            // before it became read-only (RELRO relocations of a loaded
+            // program), which MADV_DONTNEED would throw away.
+            if perms != "r--s" || dev != self.dev || inode.parse() != Ok(self.inode) {
                 continue;
             }
             let Some((start, end)) = range.split_once('-') else {
@@ -424,7 +429,7 @@ impl FileTrimmer {
 
     fn release(&self) {
         for &(start, end) in self.ranges.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            // SAFETY: a read-only mapping of a file, held by blazesym's
+            // SAFETY: a shared read-only mapping of a file, held by blazesym's
             // cache (or innoprof's own map of the binary) for as long as
             // the symbolizer lives: dropping its pages loses nothing, the
             // next read faults the same bytes back in from the page cache.
@@ -491,6 +496,23 @@ mod tests {
         assert!(parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]").is_none());
         assert!(parse_maps_line("7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]").is_none());
         assert!(parse_maps_line("7f00-7f10 r--p 00000000 fd:01 5 /lib/libc.so.6").is_none());
+    }
+
+    /// The helper drops a large file's shared read-only pages, and the
+    /// bytes read back the same.
+    #[test]
+    fn trimmer_releases_a_mapped_files_pages() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..TRIM_MIN_FILE as u32).map(|i| (i % 253) as u8).collect();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let map = crate::resolve::mapped::Mapped::open(file.path()).unwrap();
+        use crate::resolve::mapped::tests::resident_kb;
+        let addr = map.bytes().as_ptr() as usize;
+        assert_eq!(map.bytes(), &data[..]);
+        assert!(resident_kb(addr) >= TRIM_MIN_FILE >> 10);
+        FileTrimmer::for_file(file.path()).unwrap().trim();
+        assert_eq!(resident_kb(addr), 0);
+        assert_eq!(map.bytes(), &data[..]);
     }
 
     /// Symbolises an address of this very test binary.

@@ -92,11 +92,11 @@ fn page_size() -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Resident pages of this process's mapping starting at `addr`.
-    fn resident_kb(addr: usize) -> u64 {
+    pub(crate) fn resident_kb(addr: usize) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut in_map = false;
         for line in smaps.lines() {
