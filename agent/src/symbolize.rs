@@ -381,7 +381,7 @@ impl FileTrimmer {
     fn run_until(&self, done: &AtomicBool) {
         let mut n = 0u32;
         while !done.load(Ordering::Relaxed) {
-            if n % TRIM_RESCAN == 0 {
+            if n.is_multiple_of(TRIM_RESCAN) {
                 self.rescan();
             }
             self.release();

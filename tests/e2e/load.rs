@@ -168,7 +168,10 @@ fn mariadb_10_2_11_default_probes_under_64_and_256_threads() {
         // (299 MiB when the binary was read whole). Target: <= 64 MiB.
         let rss_kb = s["overhead"]["agent_max_rss_kb"].as_u64().unwrap();
         println!("load {threads} threads: innoprof peak RSS {rss_kb} KiB");
-        assert!(rss_kb <= 64 << 10, "innoprof's peak RSS {rss_kb} KiB > 64 MiB");
+        assert!(
+            rss_kb <= 64 << 10,
+            "innoprof's peak RSS {rss_kb} KiB > 64 MiB"
+        );
         assert_every_call_accounted_for(&s, &rec);
         let any_drop = s["drops"]
             .as_object()

@@ -239,7 +239,10 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
     // is the default set's, checked in load.rs. This bounds regressions.
     let rss_kb = s["overhead"]["agent_max_rss_kb"].as_u64().unwrap();
     eprintln!("innoprof peak RSS: {rss_kb} KiB");
-    assert!(rss_kb <= 96 << 10, "innoprof's peak RSS {rss_kb} KiB > 96 MiB");
+    assert!(
+        rss_kb <= 96 << 10,
+        "innoprof's peak RSS {rss_kb} KiB > 96 MiB"
+    );
 
     // kill -9 of innoprof mid-recording: the kernel drops every probe, and
     // mysqld carries on serving.
