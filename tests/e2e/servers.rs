@@ -236,7 +236,7 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
     // and its DWARF released as it is walked (latch layouts, creation
     // sites, symbolization). Every probe with stacks under load measured
     // 67 MiB (299 MiB when the binary was read whole); the 64 MiB target
-    // is the default set's, checked in load.rs. This bounds regressions.
+    // is the default set's (see load.rs). This bounds regressions.
     let rss_kb = s["overhead"]["agent_max_rss_kb"].as_u64().unwrap();
     eprintln!("innoprof peak RSS: {rss_kb} KiB");
     assert!(
