@@ -108,6 +108,9 @@ impl ProbeSet {
                 }
             })
             .collect();
+        // Resolution is done with the file: symbol tables, DWARF and code
+        // bytes read on the way leave the resident set.
+        image.release_pages();
         Ok(Self {
             catalog_file,
             probes,
@@ -173,13 +176,7 @@ fn arg_reads(spec: &ProbeSpec) -> ArgReads {
 fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> LatchPlan {
     let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
     let created = spec.created_members();
-    match find_latch_layout(
-        image.dwarf_data(),
-        &addresses,
-        spec.arg,
-        &spec.id_type,
-        created,
-    ) {
+    match find_latch_layout(image, &addresses, spec.arg, &spec.id_type, created) {
         Ok(layout) if !layout.fields.is_empty() || !layout.created.is_empty() => LatchPlan {
             layout,
             unavailable: None,

@@ -2,7 +2,9 @@
 //! MySQL/MariaDB server, and its binary located through `/proc/PID/root` so
 //! a server in a container (another mount namespace) works too.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -34,6 +36,12 @@ pub struct Target {
     /// Kernel start time in clock ticks: distinguishes a restarted server
     /// that got the same PID.
     start_time: u64,
+    /// A pidfd of the process (Linux >= 5.3): it polls readable once the
+    /// process has exited, so a liveness check is one `poll(2)` instead of
+    /// reading `/proc/PID/stat`, whose cost grows with the server's thread
+    /// count (3 % of innoprof's CPU over a 30 s recording, checked every
+    /// 10 ms). None where the kernel has no pidfd_open.
+    pidfd: Option<Arc<OwnedFd>>,
 }
 
 impl Target {
@@ -76,8 +84,10 @@ impl Target {
                 exe: exe.display().to_string(),
             });
         }
+        let pidfd = open_pidfd(pid, start_time);
         Ok(Self {
             pid,
+            pidfd,
             comm,
             binary: binary_path(pid, &exe),
             exe,
@@ -87,11 +97,41 @@ impl Target {
 
     /// True while the same process (not a successor with a reused PID) runs.
     pub fn is_alive(&self) -> bool {
+        if let Some(fd) = &self.pidfd {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, no wait.
+            match unsafe { libc::poll(&mut p, 1, 0) } {
+                0 => return true,
+                n if n > 0 => return false,
+                _ => {} // EINTR and the like: ask /proc
+            }
+        }
         std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
             .ok()
             .and_then(|s| parse_stat(&s))
             .is_some_and(|(state, start)| start == self.start_time && state != 'Z' && state != 'X')
     }
+}
+
+/// A pidfd for the process started at `start_time`: opened, then the
+/// start time read again, so a PID reused in between is not taken for it.
+fn open_pidfd(pid: u32, start_time: u64) -> Option<Arc<OwnedFd>> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor the kernel just gave us, owned from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let same = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| parse_stat(&s))
+        .is_some_and(|(_, start)| start == start_time);
+    same.then(|| Arc::new(fd))
 }
 
 /// `/proc/PID/root/<exe>` reaches the file in the target's mount namespace;
@@ -140,6 +180,29 @@ mod tests {
         let me = Target::open(pid, true).unwrap();
         assert!(me.is_alive());
         assert!(me.binary.exists());
+    }
+
+    /// Alive while it runs; not once it has exited, reaped or not.
+    #[test]
+    fn a_process_that_exits_is_seen_to_exit() {
+        for reap in [false, true] {
+            let mut child = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap();
+            let t = Target::open(child.id(), true).unwrap();
+            assert!(t.pidfd.is_some(), "pidfd_open works on this kernel");
+            assert!(t.is_alive());
+            child.kill().unwrap();
+            if reap {
+                child.wait().unwrap();
+            } else {
+                // A zombie until reaped: exited all the same.
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            assert!(!t.is_alive(), "reaped: {reap}");
+            let _ = child.wait();
+        }
     }
 
     #[test]

@@ -162,6 +162,18 @@ fn mariadb_10_2_11_default_probes_under_64_and_256_threads() {
         assert_eq!(report.ignored_errors, 0.0, "{}", report.log);
         assert!(report.transactions > 100.0, "{}", report.log);
         assert!(calls > 0, "{s}");
+        // The agent's footprint (issue 12): the 118 MB mysqld is mapped,
+        // not read, and what resolution and symbolization read of it is
+        // released as they go. Measured: 49 MiB idle, 63 MiB under 64
+        // threads, 59 MiB under 256 (299 MiB when the binary was read
+        // whole). The target is 64 MiB; it is met with too little margin
+        // to assert here without flakes, so this bounds regressions.
+        let rss_kb = s["overhead"]["agent_max_rss_kb"].as_u64().unwrap();
+        println!("load {threads} threads: innoprof peak RSS {rss_kb} KiB");
+        assert!(
+            rss_kb <= 80 << 10,
+            "innoprof's peak RSS {rss_kb} KiB > 80 MiB"
+        );
         assert_every_call_accounted_for(&s, &rec);
         let any_drop = s["drops"]
             .as_object()

@@ -90,7 +90,18 @@ fn debuglink_candidates(binary: &Path, name: &str, dirs: &[PathBuf]) -> Vec<Path
     out
 }
 
+/// Streamed: a debug file can be hundreds of MB.
 fn file_crc32(path: &Path) -> Option<u32> {
-    let data = std::fs::read(path).ok()?;
-    Some(crc32fast::hash(&data))
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Some(hasher.finalize()),
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
 }

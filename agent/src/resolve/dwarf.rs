@@ -3,6 +3,9 @@
 use gimli::{EndianSlice, RunTimeEndian};
 use object::{Object, ObjectSection};
 
+use super::mapped::TRIM_EVERY;
+use super::ElfImage;
+
 pub type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 
 /// The file's DWARF, or None when it has no `.debug_info`. Missing
@@ -25,4 +28,38 @@ pub fn load(elf_data: &[u8]) -> Result<Option<gimli::Dwarf<Reader<'_>>>, object:
         Ok(EndianSlice::new(data, endian))
     });
     Ok(Some(dwarf.unwrap_or_else(|never| match never {})))
+}
+
+/// Releases an image's pages as a walk over all units advances, so the
+/// walk's resident share is about [`TRIM_EVERY`] bytes of DWARF, not the
+/// whole of it (`.debug_info` alone is 58 MiB in MariaDB 10.2.11, 206 MiB
+/// in 11.4.5). Pages of other sections read on the way (abbreviations,
+/// strings, ranges) are dropped too and read back as needed.
+pub struct Trim<'a> {
+    image: &'a ElfImage,
+    since: usize,
+}
+
+impl<'a> Trim<'a> {
+    pub fn new(image: &'a ElfImage) -> Self {
+        Self { image, since: 0 }
+    }
+
+    /// The walk has reached this unit (its header's offset in `.debug_info`).
+    pub fn at(&mut self, header: &gimli::UnitHeader<Reader<'_>>) {
+        let Some(offset) = header.offset().to_debug_info_offset(header) else {
+            return;
+        };
+        if offset.0 >= self.since + TRIM_EVERY {
+            self.image.release_pages();
+            self.since = offset.0;
+        }
+    }
+}
+
+impl Drop for Trim<'_> {
+    /// The walk is over: none of what it read stays resident.
+    fn drop(&mut self) {
+        self.image.release_pages();
+    }
 }

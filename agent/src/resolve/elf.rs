@@ -1,10 +1,17 @@
 //! Function symbols of one ELF file: `.symtab` and `.dynsym`, demangled,
 //! with the file offset the kernel needs to place a uprobe.
+//!
+//! The file is mapped, not read (see [`Mapped`]): what stays in memory is
+//! the symbol list and the segment table. Each reader releases the pages
+//! it touched when done ([`ElfImage::release_pages`]), so a recording
+//! does not carry the binary's symbol tables or DWARF in its resident set.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use super::mapped::Mapped;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
@@ -85,14 +92,14 @@ pub struct ElfImage {
     /// Separate debug info in use, if any (symbols and DWARF come from it).
     pub debug_file: Option<PathBuf>,
     segments: Vec<LoadSegment>,
-    data: Vec<u8>,
-    debug_data: Option<Vec<u8>>,
+    data: Mapped,
+    debug_data: Option<Mapped>,
 }
 
 impl ElfImage {
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let data = read(path)?;
-        let file = parse(path, &data)?;
+        let data = map(path)?;
+        let file = parse(path, data.bytes())?;
         let build_id = build_id(path, &file)?;
         let position_independent = file.kind() == object::ObjectKind::Dynamic;
         let has_symtab = file.section_by_name(".symtab").is_some();
@@ -119,6 +126,8 @@ impl ElfImage {
 
         let symbols = function_symbols(&file);
         drop(file);
+        // The symbol tables are copied out; their pages are not needed.
+        data.release();
         Ok(Self {
             path: path.into(),
             build_id,
@@ -135,7 +144,7 @@ impl ElfImage {
 
     /// `.gnu_debuglink`: the debug file's name and CRC32.
     pub fn debuglink(&self) -> Option<(String, u32)> {
-        let file = object::File::parse(&*self.data).ok()?;
+        let file = object::File::parse(self.data.bytes()).ok()?;
         let (name, crc) = file.gnu_debuglink().ok()??;
         Some((String::from_utf8_lossy(name).into_owned(), crc))
     }
@@ -144,8 +153,8 @@ impl ElfImage {
     /// `objcopy --only-keep-debug`), whose addresses are the binary's own.
     /// Code bytes and file offsets still come from the binary.
     pub fn use_debug_file(&mut self, path: &Path) -> Result<(), ElfError> {
-        let data = read(path)?;
-        let file = parse(path, &data)?;
+        let data = map(path)?;
+        let file = parse(path, data.bytes())?;
         let debug_id = build_id(path, &file)?;
         if let (Some(mine), Some(theirs)) = (&self.build_id, &debug_id) {
             if mine != theirs {
@@ -169,6 +178,7 @@ impl ElfImage {
         self.has_symtab |= file.section_by_name(".symtab").is_some();
         self.has_debug_info |= file.section_by_name(".debug_info").is_some();
         drop(file);
+        data.release();
         self.symbols = symbols;
         self.debug_file = Some(path.into());
         self.debug_data = Some(data);
@@ -187,15 +197,26 @@ impl ElfImage {
 
     /// The file holding DWARF: the debug file if one is in use.
     pub fn dwarf_data(&self) -> &[u8] {
-        self.debug_data.as_deref().unwrap_or(&self.data)
+        self.debug_data.as_ref().unwrap_or(&self.data).bytes()
+    }
+
+    /// Drops the pages read so far (symbol tables, DWARF, code bytes) from
+    /// the resident set; they are read back from the page cache if needed.
+    /// Call when a phase is done with the file.
+    pub fn release_pages(&self) {
+        self.data.release();
+        if let Some(d) = &self.debug_data {
+            d.release();
+        }
     }
 
     /// Bytes of the file at a virtual address: code (to judge probe cost)
     /// or read-only data (call-site file names).
     pub fn bytes_at(&self, address: u64, len: usize) -> Option<&[u8]> {
+        let data = self.data.bytes();
         let off = self.file_offset(address)? as usize;
-        let end = off.checked_add(len)?.min(self.data.len());
-        self.data.get(off..end)
+        let end = off.checked_add(len)?.min(data.len());
+        data.get(off..end)
     }
 
     /// Up to `len` bytes at a virtual address inside a loadable segment
@@ -208,21 +229,26 @@ impl ElfImage {
         })?;
         let in_segment = (seg.vaddr + seg.filesz.min(seg.memsz) - address) as usize;
         let off = (address - seg.vaddr + seg.file_offset) as usize;
-        self.data.get(off..off.checked_add(len.min(in_segment))?)
+        self.data
+            .bytes()
+            .get(off..off.checked_add(len.min(in_segment))?)
     }
 
     /// Names of the defined data objects (variables): only to explain why
     /// a pattern that names one finds no function. Parsed on demand, as it
     /// is needed only on that error path.
     pub fn data_object_names(&self) -> Vec<String> {
-        let Ok(file) = object::File::parse(&*self.data) else {
+        let Ok(file) = object::File::parse(self.data.bytes()) else {
             return Vec::new();
         };
-        file.symbols()
+        let names = file
+            .symbols()
             .chain(file.dynamic_symbols())
             .filter(|s| s.kind() == SymbolKind::Data && !s.is_undefined())
             .filter_map(|s| s.name().ok().map(str::to_string))
-            .collect()
+            .collect();
+        self.data.release();
+        names
     }
 
     /// Whether a virtual address lies in an executable loadable segment.
@@ -234,7 +260,7 @@ impl ElfImage {
 
     /// NUL-terminated printable strings in the read-only data sections.
     pub fn rodata_strings(&self) -> Vec<String> {
-        let Ok(file) = object::File::parse(&*self.data) else {
+        let Ok(file) = object::File::parse(self.data.bytes()) else {
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -255,12 +281,13 @@ impl ElfImage {
                 }
             }
         }
+        self.data.release();
         out
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, ElfError> {
-    std::fs::read(path).map_err(|source| ElfError::Read {
+fn map(path: &Path) -> Result<Mapped, ElfError> {
+    Mapped::open(path).map_err(|source| ElfError::Read {
         path: path.into(),
         source,
     })
@@ -284,7 +311,8 @@ fn build_id(path: &Path, file: &object::File) -> Result<Option<String>, ElfError
 /// Function symbols from `.symtab` then `.dynsym`, one per (name, address):
 /// `.dynsym` repeats the exported `.symtab` entries.
 fn function_symbols(file: &object::File) -> Vec<FunctionSymbol> {
-    let mut seen: HashMap<(String, u64), usize> = HashMap::new();
+    // Names borrowed from the map: no second copy of every name.
+    let mut seen: HashSet<(&str, u64)> = HashSet::new();
     let mut symbols = Vec::new();
     let tables = [
         (SymbolTable::Symtab, file.symbols()),
@@ -296,10 +324,9 @@ fn function_symbols(file: &object::File) -> Vec<FunctionSymbol> {
                 continue;
             }
             let Ok(raw) = sym.name() else { continue };
-            if raw.is_empty() || seen.contains_key(&(raw.to_string(), sym.address())) {
+            if raw.is_empty() || !seen.insert((raw, sym.address())) {
                 continue;
             }
-            seen.insert((raw.to_string(), sym.address()), symbols.len());
             symbols.push(FunctionSymbol {
                 raw: raw.to_string(),
                 clone_suffix: clone_suffix(raw).map(str::to_string),

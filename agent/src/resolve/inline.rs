@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use gimli::{AttributeValue, UnitOffset};
 
-use super::dwarf::Reader;
-
+use super::dwarf::{Reader, Trim};
 use super::pattern::{DemangledName, SymbolPattern};
+use super::ElfImage;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InlineError {
@@ -33,16 +33,19 @@ pub struct InlineSite {
     pub address: u64,
 }
 
-/// All inline instances, in `elf_data`'s DWARF, of functions matching a pattern.
+/// All inline instances, in the image's DWARF, of functions matching a
+/// pattern. Reads every unit, releasing them as it goes.
 pub fn find_inline_sites(
-    elf_data: &[u8],
+    image: &ElfImage,
     patterns: &[SymbolPattern],
 ) -> Result<Vec<InlineSite>, InlineError> {
-    let dwarf = super::dwarf::load(elf_data)?.ok_or(InlineError::NoDebugInfo)?;
+    let dwarf = super::dwarf::load(image.dwarf_data())?.ok_or(InlineError::NoDebugInfo)?;
 
+    let mut trim = Trim::new(image);
     let mut sites = Vec::new();
     let mut headers = dwarf.units();
     while let Some(header) = headers.next()? {
+        trim.at(&header);
         let unit = dwarf.unit(header)?;
         // Names of abstract-origin DIEs, resolved once per unit.
         let mut names: HashMap<UnitOffset, Option<String>> = HashMap::new();

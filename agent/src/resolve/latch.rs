@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gimli::{AttributeValue, UnitOffset};
 
-use super::dwarf::Reader;
+use super::dwarf::{Reader, Trim};
+use super::ElfImage;
 
 type Unit<'a> = gimli::Unit<Reader<'a>>;
 
@@ -76,19 +77,22 @@ impl LatchLayout {
 /// empty), and where the `created` (file, line) members are (when given).
 /// Functions without DWARF or without such members are simply absent.
 pub fn find_latch_layout(
-    elf_data: &[u8],
+    image: &ElfImage,
     addresses: &[u64],
     arg: u8,
     id_type: &str,
     created: Option<(&str, &str)>,
 ) -> Result<LatchLayout, LatchError> {
-    let dwarf = super::dwarf::load(elf_data)?.ok_or(LatchError::NoDebugInfo)?;
+    let dwarf = super::dwarf::load(image.dwarf_data())?.ok_or(LatchError::NoDebugInfo)?;
+    // Usually a few units (from `.debug_aranges`); every one without it.
+    let mut trim = Trim::new(image);
 
     let wanted: HashSet<u64> = addresses.iter().copied().collect();
     let mut layout = LatchLayout::default();
     let units = units_covering(&dwarf, &wanted)?;
     let mut headers = dwarf.units();
     while let Some(header) = headers.next()? {
+        trim.at(&header);
         if let Some(units) = &units {
             let Some(off) = header.offset().to_debug_info_offset(&header) else {
                 continue;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use gimli::AttributeValue;
 
-use super::dwarf::Reader;
+use super::dwarf::{Reader, Trim};
 use super::{DemangledName, ElfImage};
 
 #[derive(Debug, thiserror::Error)]
@@ -39,8 +39,11 @@ impl<'a> SourceLines<'a> {
         let dwarf = super::dwarf::load(image.dwarf_data())?;
         let mut units: HashMap<String, Vec<gimli::DebugInfoOffset>> = HashMap::new();
         if let Some(dwarf) = &dwarf {
+            // Touches every unit's first pages; released as it goes.
+            let mut trim = Trim::new(image);
             let mut headers = dwarf.units();
             while let Some(header) = headers.next()? {
+                trim.at(&header);
                 let Some(offset) = header.offset().to_debug_info_offset(&header) else {
                     continue;
                 };
@@ -73,8 +76,11 @@ impl<'a> SourceLines<'a> {
             None => self.units.values().flatten().copied().collect(),
         };
         let mut lowest: Option<u64> = None;
+        // A few units usually; all of them for a file no unit is named after.
+        let mut trim = Trim::new(self.image);
         for offset in own {
             let header = dwarf.debug_info.header_from_offset(offset)?;
+            trim.at(&header);
             let unit = dwarf.unit(header)?;
             let Some(program) = unit.line_program.clone() else {
                 continue;

@@ -7,6 +7,7 @@ pub mod entry;
 pub mod inline;
 pub mod latch;
 pub mod lines;
+pub mod mapped;
 pub mod pattern;
 pub mod placement;
 
@@ -340,7 +341,7 @@ impl<'a> Resolver<'a> {
     ) -> Resolution {
         let mut r = self.resolve_reading(patterns, reads);
         let compiled: Vec<SymbolPattern> = patterns.iter().map(|p| SymbolPattern::new(p)).collect();
-        let sites = match inline::find_inline_sites(self.image.dwarf_data(), &compiled) {
+        let sites = match inline::find_inline_sites(self.image, &compiled) {
             Ok(sites) => sites,
             Err(_) if !r.symbols.is_empty() => return r,
             Err(_) => {
