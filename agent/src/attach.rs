@@ -237,6 +237,8 @@ impl Session {
                 };
                 // On before the links go in, so no hit of a fresh link is lost.
                 session.set_enabled(&[index], true);
+                // Every hit's stack until the governor says otherwise.
+                session.set_stack_every(&[(index, u32::from(opts.capture_stacks))]);
                 match session.attach_slot(index, &slot) {
                     Ok(()) => {
                         session.slots.push(slot);
@@ -337,6 +339,21 @@ impl Session {
             return false;
         };
         fields.set(slot as u32, field, 0).is_ok()
+    }
+
+    /// Takes the stack of one hit in N at each slot (0: none, 1: every
+    /// hit): the governor's first lever, switched in BPF at once, with no
+    /// uprobe attached or detached. Counts stay exact on every hit.
+    pub fn set_stack_every(&mut self, slots: &[(usize, u32)]) {
+        let Some(map) = self.ebpf.map_mut("stack_every") else {
+            return;
+        };
+        let Ok(mut every) = aya::maps::Array::<_, u32>::try_from(map) else {
+            return;
+        };
+        for &(slot, n) in slots {
+            let _ = every.set(slot as u32, n, 0);
+        }
     }
 
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).
