@@ -106,6 +106,11 @@ pub struct HitCost {
     pub count_stepped_ns: f64,
     /// Whether stacks were captured while measuring (they cost more).
     pub with_stacks: bool,
+    /// The stack walk's share of a timed, emulated hit (the same probe
+    /// measured with its stacks switched off in BPF): what the governor
+    /// saves per hit by sampling stacks 1-in-N. 0 without stacks.
+    #[serde(default)]
+    pub stack_ns: f64,
 }
 
 impl HitCost {
@@ -116,6 +121,21 @@ impl HitCost {
             (Measure::Latency, false) => self.latency_stepped_ns,
             (Measure::Count, true) => self.count_emulated_ns,
             (Measure::Count, false) => self.count_stepped_ns,
+        }
+    }
+
+    /// The same cost split into the part every hit pays and the stack
+    /// walk, which the governor can sample 1-in-N.
+    pub fn slot_cost(&self, measure: Measure, entry: EntryInsn) -> crate::governor::SlotCost {
+        let total = self.per_call_ns(measure, entry);
+        let stack_ns = if self.with_stacks {
+            self.stack_ns.min(total)
+        } else {
+            0.0
+        };
+        crate::governor::SlotCost {
+            base_ns: total - stack_ns,
+            stack_ns,
         }
     }
 }
@@ -167,15 +187,28 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
             Ok(p)
         })
         .collect::<Result<Vec<_>, CalibrateError>>()?;
-    let session = Session::attach(&exe, &plan, &opts)?;
-    let mut costs = [0.0; 4];
-    for (cost, (_, _, probed, bare)) in costs.iter_mut().zip(variants) {
+    let mut session = Session::attach(&exe, &plan, &opts)?;
+    let median = |probed: Calib, bare: Calib| {
         let mut deltas: Vec<f64> = (0..ROUNDS)
             .map(|_| (run(probed) - run(bare)).max(0.0))
             .collect();
         deltas.sort_by(f64::total_cmp);
-        *cost = deltas[ROUNDS / 2];
+        deltas[ROUNDS / 2]
+    };
+    let mut costs = [0.0; 4];
+    for (cost, (_, _, probed, bare)) in costs.iter_mut().zip(variants) {
+        *cost = median(probed, bare);
     }
+    // The same timed probe with its stacks off (a BPF map switch, no
+    // re-attach): the difference is what one stack walk costs.
+    let stack_ns = if capture_stacks {
+        let slots: Vec<(usize, u32)> = (0..session.slots.len()).map(|i| (i, 0)).collect();
+        session.set_stack_every(&slots);
+        let bare = median(innoprof_calib_push_timed, innoprof_calib_push_bare);
+        (costs[0] - bare).max(0.0)
+    } else {
+        0.0
+    };
     // Detaching waits on the kernel; nobody needs to wait for it.
     std::thread::spawn(move || drop(session));
     Ok(HitCost {
@@ -184,6 +217,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         count_emulated_ns: costs[2],
         count_stepped_ns: costs[3],
         with_stacks: capture_stacks,
+        stack_ns,
     })
 }
 

@@ -51,9 +51,11 @@ pub struct Snapshot {
     pub drops: Drops,
 }
 
-/// Calls so far per slot, summed over CPUs: the cheap live read the
-/// overhead governor makes while probes fire.
-pub fn read_slot_calls(ebpf: &Ebpf) -> Result<HashMap<usize, u64>, CollectError> {
+/// Calls and wait so far per slot, summed over CPUs: the cheap live read
+/// the overhead governor makes while probes fire.
+pub fn read_slot_counts(
+    ebpf: &Ebpf,
+) -> Result<HashMap<usize, crate::governor::SlotCount>, CollectError> {
     let map = ebpf.map("stats").ok_or(CollectError::Map("stats"))?;
     let stats: PerCpuHashMap<&MapData, u64, SlotStats> =
         PerCpuHashMap::try_from(map).map_err(|_| CollectError::Map("stats"))?;
@@ -63,7 +65,13 @@ pub fn read_slot_calls(ebpf: &Ebpf) -> Result<HashMap<usize, u64>, CollectError>
             map: "stats",
             source,
         })?;
-        calls.insert(slot as usize, per_cpu.iter().map(|s| s.calls).sum());
+        calls.insert(
+            slot as usize,
+            crate::governor::SlotCount {
+                calls: per_cpu.iter().map(|s| s.calls).sum(),
+                wait_ns: per_cpu.iter().map(|s| s.wait_ns_total).sum(),
+            },
+        );
     }
     Ok(calls)
 }

@@ -20,6 +20,7 @@ pub mod catalog;
 pub mod collect;
 pub mod cpu;
 pub mod diff;
+pub mod estimate;
 pub mod export;
 pub mod governor;
 pub mod histogram;
