@@ -354,7 +354,7 @@ impl Governor {
                 (p.rate, cost)
             })
             .collect();
-        let plans = plan(&demand, allowance, self.cfg.min_duty());
+        let plans = plan(&demand, allowance, budget, self.cfg.min_duty());
         if self.debug {
             eprintln!(
                 "governor: t={:.2}s spent={:.4} allowance={allowance:.4} plans={:?}",
@@ -523,12 +523,20 @@ fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut 
 }
 
 /// The plan for `demand` (calls/s, cost per call, per probe) under
-/// `allowance` (fraction of a core): cheapest first, fully on with every
-/// stack while they fit; the rest with the sparsest stacks they need (a
-/// power of two up to `MAX_STACK_EVERY`); if still too dear, the rest share
-/// what is left evenly (water-filling), on `share / cost` of the time, at
-/// least `min_duty`.
-pub fn plan(demand: &[(f64, SlotCost)], allowance: f64, min_duty: f64) -> Vec<Plan> {
+/// `allowance` (fraction of a core the window allows for the next second):
+/// cheapest first, fully on with every stack while they fit; the rest with
+/// the sparsest stacks they need (a power of two up to `MAX_STACK_EVERY`).
+/// If still too dear, the rest are cut and share the steady `budget` (what
+/// is left of it after the probes that fit), evenly (water-filling): on
+/// `share / cost` of the time, at least `min_duty`. Duties come from the
+/// steady budget, not the window's savings: a 1 s on-window of a probe at
+/// 10 % of a core is paid for by 19 s off at 0.5 %.
+pub fn plan(
+    demand: &[(f64, SlotCost)],
+    allowance: f64,
+    budget: f64,
+    min_duty: f64,
+) -> Vec<Plan> {
     let cost_at =
         |i: usize, every: u32| demand[i].0 * demand[i].1.per_call_ns(every) / 1e9;
     let mut order: Vec<usize> = (0..demand.len()).collect();
@@ -562,7 +570,13 @@ pub fn plan(demand: &[(f64, SlotCost)], allowance: f64, min_duty: f64) -> Vec<Pl
     if rest.iter().map(|&i| cost_at(i, every)).sum::<f64>() <= left {
         return plans;
     }
-    // Water-filling over what is left, cheapest first.
+    // Water-filling over what the steady budget leaves, cheapest first.
+    let fitting: f64 = order
+        .iter()
+        .filter(|i| !rest.contains(i))
+        .map(|&i| cost_at(i, 1))
+        .sum();
+    let mut left = (budget - fitting).max(0.0);
     rest.sort_by(|a, b| cost_at(*a, every).total_cmp(&cost_at(*b, every)));
     let mut remaining = rest.len();
     for &i in &rest {
@@ -620,7 +634,7 @@ mod tests {
         // 1 % of a core: 0.2 % + 0.5 % fit, cheapest first.
         let d = [(1_000.0, cost(1_500.0, 500.0)), (2_500.0, cost(1_500.0, 500.0))];
         assert_eq!(
-            plan(&d, 0.01, 0.05),
+            plan(&d, 0.01, 0.01, 0.05),
             vec![
                 Plan {
                     stack_every: 1,
@@ -636,7 +650,7 @@ mod tests {
         // 5,000 calls/s at 1 µs + 2 µs of stack: 1.5 % of a core fully on,
         // 0.5 % without stacks. 1 % allows 1 µs + 2 µs / N with N >= 4.
         let d = [(100.0, cost(1_000.0, 2_000.0)), (5_000.0, cost(1_000.0, 2_000.0))];
-        let p = plan(&d, 0.01, 0.05);
+        let p = plan(&d, 0.01, 0.01, 0.05);
         assert_eq!(p[0], Plan { stack_every: 1, duty: 1.0 }, "the cheap one untouched");
         assert_eq!(p[1].duty, 1.0, "{p:?}");
         assert_eq!(p[1].stack_every, 4, "{p:?}");
@@ -646,12 +660,17 @@ mod tests {
     fn only_what_stack_sampling_cannot_save_is_duty_cycled() {
         // 40,000 calls/s at 1 µs base: 4 % of a core even without stacks.
         let d = [(40_000.0, cost(1_000.0, 2_000.0))];
-        let p = plan(&d, 0.01, 0.05);
+        let p = plan(&d, 0.01, 0.01, 0.05);
         assert_eq!(p[0].stack_every, MAX_STACK_EVERY);
         let at_max = 40_000.0 * (1_000.0 + 2_000.0 / 1024.0) / 1e9;
         assert!((p[0].duty - 0.01 / at_max).abs() < 1e-9, "{p:?}");
+        // The window's savings decide whether it fits now, not its duty.
+        let p = plan(&d, 0.03, 0.01, 0.05);
+        assert!((p[0].duty - 0.01 / at_max).abs() < 1e-9, "{p:?}");
+        let p = plan(&d, 0.05, 0.01, 0.05);
+        assert_eq!(p[0].duty, 1.0, "{p:?}");
         // Hopeless: still at the minimum duty, never off for good.
-        let p = plan(&[(1e7, cost(1_000.0, 0.0))], 0.01, 0.05);
+        let p = plan(&[(1e7, cost(1_000.0, 0.0))], 0.01, 0.01, 0.05);
         assert_eq!(p[0].duty, 0.05);
     }
 

@@ -75,21 +75,20 @@ fn check_estimate(s: &serde_json::Value, p: &serde_json::Value, log: &PacedLog, 
 #[test]
 fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     let _k = kernel_lock();
-    let paced = Paced::start(20000, 20);
+    let paced = Paced::start(5000, 30);
     let pid = paced.pid.to_string();
 
-    // ~20k calls/s at a few µs each is several % of a core: far over 0.5%.
+    // ~5k calls/s at a few µs each is several % of a core: over the
+    // default 1 %, so the window's savings run out in a few seconds.
     let mut rec = Recording::start(&[
         "--pid",
         &pid,
         "--force",
         "--duration",
-        "8s",
+        "14s",
         "--probe",
         "paced_hit",
         "--no-cpu",
-        "--max-overhead",
-        "0.5",
     ]);
     rec.wait_attached();
     let (code, stdout, rec) = rec.finish();
@@ -113,16 +112,17 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
         let len = w["end_s"].as_f64().unwrap() - w["start_s"].as_f64().unwrap();
         assert!(len >= 0.9, "on-window of {len} s: {p}");
     }
-    check_estimate(&s, &p, &log, 20000.0);
+    check_estimate(&s, &p, &log, 5000.0);
 
     // The spend stays near the budget; fully on it would be far above it.
-    // 0.5 % over any 10 s window, the window starting idle: an 8 s
-    // recording may spend (10 + 8) x 0.5 % / 8 = 1.1 %, plus the on-windows
-    // of the minimum duty.
+    // 1 % over any 10 s window, the window starting idle: a 14 s recording
+    // may spend (10 + 14) x 1 % / 14 = 1.7 %, plus an on-window started
+    // late in the recording.
     let o = &s["overhead"];
-    assert_eq!(o["budget_pct_of_core"].as_f64(), Some(0.5));
+    assert_eq!(o["budget_pct_of_core"].as_f64(), Some(1.0));
     let spent = o["probes_pct_of_core"].as_f64().unwrap();
-    assert!(spent < 1.5, "spent {spent}% of a core on a 0.5% budget");
+    eprintln!("paced_hit: spent {spent:.2}% of a core; fully on {projected:.1}%");
+    assert!(spent < 2.5, "spent {spent}% of a core on a 1% budget\n{}", rec.stderr());
     assert!(
         spent < projected / 2.0,
         "spent {spent}% vs {projected}% fully on"
@@ -134,14 +134,14 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
-/// A burst of 10,000 calls in 1 s, then idle, under the default governor:
-/// the burst costs a fraction of what the 10 s window allows, so the probe
-/// is never cut, and the count is exact (no projection over the idle rest).
+/// A burst of calls (10,000/s for 1 s: ~7,500 made while probed), then
+/// idle, under the default governor: the burst costs a fraction of what the
+/// 10 s window allows, so the probe is never cut, and the count is exact
+/// (no projection over the idle rest).
 #[test]
 fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
     let _k = kernel_lock();
-    const N: u64 = 10_000;
-    let mut paced = Paced::ready(&[N as u32, 1, 30]);
+    let mut paced = Paced::ready(&[10_000, 1, 30]);
     let pid = paced.pid.to_string();
     let mut rec = Recording::start(&[
         "--pid",
@@ -158,11 +158,13 @@ fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
     let (code, stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     let log = paced.stop();
-    assert_eq!(log.last(), N, "the fixture made its burst");
+    // The fixture does not catch up when probe hits slow it down.
+    let n = log.last();
+    assert!(n > 5_000, "the fixture made {n} calls");
     let s = rec.summary();
     let p = probe(&s, "paced_hit");
-    eprintln!("burst: truth {N}, reported {} (sampling {})", p["calls"], p["sampling"]);
-    assert_eq!(p["calls"].as_u64(), Some(N), "{p}");
+    eprintln!("burst: truth {n}, reported {} (sampling {})", p["calls"], p["sampling"]);
+    assert_eq!(p["calls"].as_u64(), Some(n), "{p}");
     assert!(p["sampling"].is_null(), "{p}");
     assert_eq!(p["stacks"]["sampled_every_max"].as_u64(), Some(1), "{p}");
     let folded = rec.file("paced_hit.count.folded");
@@ -170,8 +172,8 @@ fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
         .lines()
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
-    assert_eq!(stacked, N, "every call's stack");
-    assert!(stdout.contains(&format!("| {N} ")), "{stdout}");
+    assert_eq!(stacked, n, "every call's stack");
+    assert!(stdout.contains(&format!("| {n} ")), "{stdout}");
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
