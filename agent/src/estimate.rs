@@ -158,10 +158,7 @@ mod tests {
 
     #[test]
     fn steady_rate_has_a_poisson_bound_and_in_flight_calls() {
-        let e = estimate(
-            &[w(0.0, 1.0, 900), w(3.0, 4.0, 900), w(6.0, 7.0, 900)],
-            2e6,
-        );
+        let e = estimate(&[w(0.0, 1.0, 900), w(3.0, 4.0, 900), w(6.0, 7.0, 900)], 2e6);
         assert!((e.calls - 900.0 * 7.0).abs() < 1e-6);
         // Two switch-offs, 900/s x 2 ms in flight each.
         let want = 1.96 * (3_600f64).sqrt() + 2.0 * 900.0 * 0.002;

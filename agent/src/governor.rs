@@ -340,7 +340,8 @@ impl Governor {
         let budget = self.cfg.budget_pct / 100.0;
         let ahead = self.cfg.min_on.as_secs_f64();
         let window = self.cfg.window.as_secs_f64();
-        let allowance = ((budget * (window + ahead) - (self.spent - spent_then)) / ahead).max(budget);
+        let allowance =
+            ((budget * (window + ahead) - (self.spent - spent_then)) / ahead).max(budget);
 
         let demand: Vec<(f64, SlotCost)> = self
             .probes
@@ -439,14 +440,20 @@ impl Governor {
             .iter()
             .map(|p| {
                 let closed: f64 = p.windows.iter().map(|w| w.end_s - w.start_s).sum();
-                closed + p.on_since.map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64())
+                closed
+                    + p.on_since
+                        .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64())
             })
             .collect()
     }
 
     /// Each probe's windows so far, the open one closed at `now` with
     /// `counts`, for live estimates.
-    pub fn windows_now(&self, now: Instant, counts: &HashMap<usize, SlotCount>) -> Vec<Vec<OnWindow>> {
+    pub fn windows_now(
+        &self,
+        now: Instant,
+        counts: &HashMap<usize, SlotCount>,
+    ) -> Vec<Vec<OnWindow>> {
         self.probes
             .iter()
             .map(|p| {
@@ -531,14 +538,8 @@ fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut 
 /// `share / cost` of the time, at least `min_duty`. Duties come from the
 /// steady budget, not the window's savings: a 1 s on-window of a probe at
 /// 10 % of a core is paid for by 19 s off at 0.5 %.
-pub fn plan(
-    demand: &[(f64, SlotCost)],
-    allowance: f64,
-    budget: f64,
-    min_duty: f64,
-) -> Vec<Plan> {
-    let cost_at =
-        |i: usize, every: u32| demand[i].0 * demand[i].1.per_call_ns(every) / 1e9;
+pub fn plan(demand: &[(f64, SlotCost)], allowance: f64, budget: f64, min_duty: f64) -> Vec<Plan> {
+    let cost_at = |i: usize, every: u32| demand[i].0 * demand[i].1.per_call_ns(every) / 1e9;
     let mut order: Vec<usize> = (0..demand.len()).collect();
     order.sort_by(|a, b| cost_at(*a, 1).total_cmp(&cost_at(*b, 1)));
     let mut plans = vec![
@@ -632,7 +633,10 @@ mod tests {
     #[test]
     fn what_fits_is_never_sampled_or_cut() {
         // 1 % of a core: 0.2 % + 0.5 % fit, cheapest first.
-        let d = [(1_000.0, cost(1_500.0, 500.0)), (2_500.0, cost(1_500.0, 500.0))];
+        let d = [
+            (1_000.0, cost(1_500.0, 500.0)),
+            (2_500.0, cost(1_500.0, 500.0)),
+        ];
         assert_eq!(
             plan(&d, 0.01, 0.01, 0.05),
             vec![
@@ -649,9 +653,19 @@ mod tests {
     fn stack_rate_is_lowered_before_anything_is_cut() {
         // 5,000 calls/s at 1 µs + 2 µs of stack: 1.5 % of a core fully on,
         // 0.5 % without stacks. 1 % allows 1 µs + 2 µs / N with N >= 4.
-        let d = [(100.0, cost(1_000.0, 2_000.0)), (5_000.0, cost(1_000.0, 2_000.0))];
+        let d = [
+            (100.0, cost(1_000.0, 2_000.0)),
+            (5_000.0, cost(1_000.0, 2_000.0)),
+        ];
         let p = plan(&d, 0.01, 0.01, 0.05);
-        assert_eq!(p[0], Plan { stack_every: 1, duty: 1.0 }, "the cheap one untouched");
+        assert_eq!(
+            p[0],
+            Plan {
+                stack_every: 1,
+                duty: 1.0
+            },
+            "the cheap one untouched"
+        );
         assert_eq!(p[1].duty, 1.0, "{p:?}");
         assert_eq!(p[1].stack_every, 4, "{p:?}");
     }
@@ -748,7 +762,10 @@ mod tests {
             assert!(*off - *on >= Duration::from_secs(1), "{ons:?} {offs:?}");
         }
         for (off, on) in offs.iter().zip(&ons) {
-            assert!(*on - *off <= Duration::from_secs(19) + MS(300), "{ons:?} {offs:?}");
+            assert!(
+                *on - *off <= Duration::from_secs(19) + MS(300),
+                "{ons:?} {offs:?}"
+            );
         }
         let d = g.finish(t, &counts(&[(0, seen)]));
         assert!(d[0].cut);
@@ -763,7 +780,10 @@ mod tests {
         let e = crate::estimate::estimate(&d[0].windows, 0.0);
         assert_eq!(e.covered_s, d[0].windows.last().unwrap().end_s);
         let truth = rate as f64 * e.covered_s;
-        assert!((e.calls - truth).abs() <= e.calls_bound.max(truth * 0.05), "{e:?} vs {truth}");
+        assert!(
+            (e.calls - truth).abs() <= e.calls_bound.max(truth * 0.05),
+            "{e:?} vs {truth}"
+        );
     }
 
     #[test]
@@ -828,7 +848,9 @@ mod tests {
         let mut g = Governor::new(GovernorConfig::default(), probes, &HashMap::new(), t0);
         // Each at 100,000 calls/s, 50 % of a core: over the whole window
         // at once, so all three are cut in the first decision.
-        let a = g.tick(t0 + FIRST_TICK, || counts(&[(0, 5_000), (1, 5_000), (2, 5_000)]));
+        let a = g.tick(t0 + FIRST_TICK, || {
+            counts(&[(0, 5_000), (1, 5_000), (2, 5_000)])
+        });
         let mut s = a.suspend.clone();
         s.sort();
         assert_eq!(s, vec![0, 1, 2]);

@@ -36,13 +36,33 @@ fn calibration_measures_emulated_and_single_stepped_hits() {
 
 /// The estimate of a cut probe against the fixture's log: the calls in
 /// the time the estimate covers (0 to the end of the last on-window).
-fn check_estimate(s: &serde_json::Value, p: &serde_json::Value, log: &PacedLog, rate: f64) -> (f64, f64, f64) {
+fn check_estimate(
+    s: &serde_json::Value,
+    p: &serde_json::Value,
+    log: &PacedLog,
+    rate: f64,
+) -> (f64, f64, f64) {
     let smp = &p["sampling"];
     let e = &smp["estimate"];
     let start_ms = s["started_unix_ms"].as_f64().unwrap();
     let covered = e["covered_s"].as_f64().unwrap();
-    let truth = log.calls_at(start_ms + covered * 1000.0) - log.calls_at(start_ms);
-    let (est, bound) = (e["calls"].as_f64().unwrap(), e["calls_bound"].as_f64().unwrap());
+    // Before the fixture's first line (it starts after attaching) it had
+    // made no call; after its last, none more.
+    let at = |t: f64| {
+        let (first, last) = (log.0[0], log.0[log.0.len() - 1]);
+        if t <= first.0 as f64 {
+            first.1 as f64
+        } else if t >= last.0 as f64 {
+            last.1 as f64
+        } else {
+            log.calls_at(t)
+        }
+    };
+    let truth = at(start_ms + covered * 1000.0) - at(start_ms);
+    let (est, bound) = (
+        e["calls"].as_f64().unwrap(),
+        e["calls_bound"].as_f64().unwrap(),
+    );
     // Exact parts: what the windows saw is what the probe counted.
     let windows: u64 = smp["windows"]
         .as_array()
@@ -89,6 +109,9 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
         "--probe",
         "paced_hit",
         "--no-cpu",
+        // The default budget (the test helper turns the governor off otherwise).
+        "--max-overhead",
+        "1",
     ]);
     rec.wait_attached();
     let (code, stdout, rec) = rec.finish();
@@ -99,11 +122,20 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     let p = probe(&s, "paced_hit");
     let sampling = &p["sampling"];
     let fraction = sampling["attached_fraction"].as_f64().unwrap();
-    assert!(fraction > 0.05 && fraction < 0.7, "attached {fraction}: {p}");
+    assert!(
+        fraction > 0.05 && fraction < 0.95,
+        "attached {fraction}: {p}"
+    );
     let projected = sampling["projected_full_pct_of_core"].as_f64().unwrap();
-    assert!(projected > 1.5, "fully on it would cost {projected}% of a core");
+    assert!(
+        projected > 1.0,
+        "fully on it would cost {projected}% of a core"
+    );
     // The stack lever came first: sampled before (and while) cut.
-    assert!(p["stacks"]["sampled_every_max"].as_u64().unwrap() > 1, "{p}");
+    assert!(
+        p["stacks"]["sampled_every_max"].as_u64().unwrap() > 1,
+        "{p}"
+    );
     // Cut probes keep coming back: windows of >= ~1 s (the last one may be
     // cut short by the end of the recording), never detached for good.
     let windows = sampling["windows"].as_array().unwrap();
@@ -122,11 +154,12 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     assert_eq!(o["budget_pct_of_core"].as_f64(), Some(1.0));
     let spent = o["probes_pct_of_core"].as_f64().unwrap();
     eprintln!("paced_hit: spent {spent:.2}% of a core; fully on {projected:.1}%");
-    assert!(spent < 2.5, "spent {spent}% of a core on a 1% budget\n{}", rec.stderr());
     assert!(
-        spent < projected / 2.0,
-        "spent {spent}% vs {projected}% fully on"
+        spent < 2.0,
+        "spent {spent}% of a core on a 1% budget\n{}",
+        rec.stderr()
     );
+    assert!(spent < projected, "spent {spent}% vs {projected}% fully on");
     assert!(stdout.contains("sampled: paced_hit on"), "{stdout}");
     assert!(stdout.contains(&format!("{} seen", p["calls"])), "{stdout}");
     assert!(stdout.contains("stacks: paced_hit sampled"), "{stdout}");
@@ -152,6 +185,9 @@ fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
         "--probe",
         "paced_hit",
         "--no-cpu",
+        // The default budget (the test helper turns the governor off otherwise).
+        "--max-overhead",
+        "1",
     ]);
     rec.wait_attached();
     paced.go();
@@ -163,7 +199,10 @@ fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
     assert!(n > 5_000, "the fixture made {n} calls");
     let s = rec.summary();
     let p = probe(&s, "paced_hit");
-    eprintln!("burst: truth {n}, reported {} (sampling {})", p["calls"], p["sampling"]);
+    eprintln!(
+        "burst: truth {n}, reported {} (sampling {})",
+        p["calls"], p["sampling"]
+    );
     assert_eq!(p["calls"].as_u64(), Some(n), "{p}");
     assert!(p["sampling"].is_null(), "{p}");
     assert_eq!(p["stacks"]["sampled_every_max"].as_u64(), Some(1), "{p}");
@@ -173,7 +212,8 @@ fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(stacked, n, "every call's stack");
-    assert!(stdout.contains(&format!("| {n} ")), "{stdout}");
+    assert!(stdout.contains(&format!(" {n} |")), "{stdout}");
+    assert!(stdout.contains("budget 1% of one core"), "{stdout}");
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
@@ -197,6 +237,8 @@ fn two_ms_calls_at_900_per_s_are_exact_or_within_the_bound() {
         "--probe",
         "paced_slow",
         "--no-cpu",
+        "--max-overhead",
+        "1",
     ]);
     rec.wait_attached();
     paced.go();
@@ -208,8 +250,12 @@ fn two_ms_calls_at_900_per_s_are_exact_or_within_the_bound() {
     assert_eq!(p["symbols"][0]["entry"], "other", "single-stepped: {p}");
     let truth = log.last();
     assert!(truth > 7_000, "the fixture made {truth} calls");
+    assert_eq!(s["overhead"]["budget_pct_of_core"].as_f64(), Some(1.0));
     if p["sampling"].is_null() {
-        eprintln!("paced_slow: truth {truth}, reported {} (never cut)", p["calls"]);
+        eprintln!(
+            "paced_slow: truth {truth}, reported {} (never cut)",
+            p["calls"]
+        );
         assert_eq!(p["calls"].as_u64(), Some(truth), "{p}");
     } else {
         check_estimate(&s, &p, &log, f64::from(RATE));
@@ -253,12 +299,18 @@ fn mariadb_all_probes_under_the_default_budget() {
         let p = probe(&s, name);
         let f = p["sampling"]["attached_fraction"].as_f64();
         assert!(f.is_some_and(|f| f < 0.5), "{name}: {p}");
-        assert!(p["stacks"]["sampled_every_max"].as_u64().unwrap() > 1, "{p}");
+        assert!(
+            p["stacks"]["sampled_every_max"].as_u64().unwrap() > 1,
+            "{p}"
+        );
         // Reported as seen, exactly; the estimate only where windows are.
         assert!(p["calls"].as_u64().unwrap() > 0, "{p}");
         assert_eq!(p["sampling"]["observed_calls"], p["calls"]);
         let e = &p["sampling"]["estimate"];
-        assert!(e["calls"].as_f64().unwrap() >= e["observed_calls"].as_f64().unwrap(), "{p}");
+        assert!(
+            e["calls"].as_f64().unwrap() >= e["observed_calls"].as_f64().unwrap(),
+            "{p}"
+        );
         assert!(e["calls_bound"].as_f64().is_some(), "{p}");
     }
     let o = &s["overhead"];

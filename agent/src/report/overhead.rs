@@ -65,7 +65,10 @@ pub fn estimate_text(s: &super::model::Sampling) -> String {
             e.windows,
         )
     } else {
-        format!("{} calls seen in the first {:.1} s", s.observed_calls, e.covered_s)
+        format!(
+            "{} calls seen in the first {:.1} s",
+            s.observed_calls, e.covered_s
+        )
     };
     if let Some(off) = s.off_at_end_s {
         out.push_str(&format!(", then off (last {off:.1} s not projected)"));
