@@ -149,9 +149,10 @@ impl ProbeSpec {
     /// other uprobes firing in connection threads. Opt-in by name only.
     /// An explicit `default = …` in the catalog wins.
     pub fn is_default(&self) -> bool {
-        self.default.unwrap_or_else(|| {
-            matches!(self.cost, CostClass::Contended | CostClass::Rare) && !self.inline
-        })
+        match self.default {
+            Some(explicit) => explicit,
+            None => matches!(self.cost, CostClass::Contended | CostClass::Rare) && !self.inline,
+        }
     }
 
     /// A probe for a user-supplied pattern, outside any catalog.

@@ -144,7 +144,7 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
         let len = w["end_s"].as_f64().unwrap() - w["start_s"].as_f64().unwrap();
         assert!(len >= 0.9, "on-window of {len} s: {p}");
     }
-    check_estimate(&s, &p, &log, 5000.0);
+    check_estimate(&s, p, &log, 5000.0);
 
     // The spend stays near the budget; fully on it would be far above it.
     // 1 % over any 10 s window, the window starting idle: a 14 s recording
@@ -258,7 +258,7 @@ fn two_ms_calls_at_900_per_s_are_exact_or_within_the_bound() {
         );
         assert_eq!(p["calls"].as_u64(), Some(truth), "{p}");
     } else {
-        check_estimate(&s, &p, &log, f64::from(RATE));
+        check_estimate(&s, p, &log, f64::from(RATE));
     }
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
