@@ -68,6 +68,19 @@ struct {
 	__type(value, __u32);
 } enabled SEC(".maps");
 
+/* Per slot: take the stack of one hit in N (the overhead governor's first
+ * lever: the stack walk is the dear part of a hit). 0: no stacks, 1: every
+ * hit. Counts, totals, histograms and call sites stay exact on every hit.
+ * A sampled stack is weighted N (count N, wait x N), so the folded totals
+ * stay unbiased estimates of every hit's; which hit is chosen is random,
+ * so callers that alternate in a fixed pattern are not aliased. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_every SEC(".maps");
+
 /* Per slot with COOKIE_CREATED: where its latch object keeps its
  * creation site (the cookie has no room for two more offsets). */
 struct {
@@ -254,9 +267,15 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 {
 	struct stack_key key = { .slot = slot, .site = site };
 	struct stack_val *val;
+	__u32 skey = (__u32)slot, every;
+	__u32 *n;
 	long id;
 
 	if (!capture_stacks)
+		return;
+	n = bpf_map_lookup_elem(&stack_every, &skey);
+	every = n ? *n : 0;
+	if (!every || (every > 1 && bpf_get_prandom_u32() % every))
 		return;
 	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	if (id < 0)
@@ -274,8 +293,8 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 			return;
 		}
 	}
-	__sync_fetch_and_add(&val->count, 1);
-	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+	__sync_fetch_and_add(&val->count, every);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns * every);
 }
 
 /* Entry of a timed probe: remember when this thread entered this slot. */

@@ -295,7 +295,7 @@ impl Session {
             reaper: None,
             _stats: stats,
         };
-        session.plan_slots(plan);
+        session.plan_slots(plan, opts.capture_stacks);
         let started = Instant::now();
         // Hot probes last: whatever attaches first fires while the rest
         // attach, before the governor is watching.
@@ -384,7 +384,7 @@ impl Session {
 
     /// One slot per resolved symbol, with its cookie and creation-site
     /// entry; every slot starts switched on.
-    fn plan_slots(&mut self, plan: &[PlannedProbe]) {
+    fn plan_slots(&mut self, plan: &[PlannedProbe], capture_stacks: bool) {
         for (probe_idx, planned) in plan.iter().enumerate() {
             for symbol in &planned.resolution.symbols {
                 // A clone (.constprop, .isra) may have dropped or moved
@@ -430,8 +430,10 @@ impl Session {
                 } else {
                     planned.spec.measure
                 };
-                // On before the links go in, so no hit of a fresh link is lost.
+                // On before the links go in, so no hit of a fresh link is lost;
+                // every hit's stack until the governor says otherwise.
                 self.set_enabled(&[index], true);
+                self.set_stack_every(&[(index, u32::from(capture_stacks))]);
                 self.slots.push(Slot {
                     probe: probe_idx,
                     symbol: symbol.clone(),
@@ -690,6 +692,18 @@ impl Session {
         .is_ok()
     }
 
+    /// Takes the stack of one hit in N at each slot (0: none, 1: every
+    /// hit): the governor's first lever, switched in BPF at once, with no
+    /// uprobe attached or detached. Counts stay exact on every hit.
+    pub fn set_stack_every(&mut self, slots: &[(usize, u32)]) {
+        let Some(map) = self.map("stack_every") else {
+            return;
+        };
+        for &(slot, n) in slots {
+            let _ = map.update(&(slot as u32).to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
+        }
+    }
+
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).
     fn set_enabled(&mut self, slots: &[usize], on: bool) {
         let Some(map) = self.map("enabled") else {
@@ -709,9 +723,12 @@ impl Session {
         &self.object
     }
 
-    /// Calls so far per slot (the governor's cheap live read).
-    pub fn read_slot_calls(&self) -> Result<std::collections::HashMap<usize, u64>, crate::collect::CollectError> {
-        crate::collect::read_slot_calls(&self.object, self.slots.len())
+    /// Calls and wait so far per slot (the governor's cheap live read).
+    pub fn read_slot_counts(
+        &self,
+    ) -> Result<std::collections::HashMap<usize, crate::governor::SlotCount>, crate::collect::CollectError>
+    {
+        crate::collect::read_slot_counts(&self.object, self.slots.len())
     }
 
     /// Per-slot stats, call sites and drops, while the probes stay attached.

@@ -113,6 +113,11 @@ pub struct HitCost {
     pub bpf_latency_ns: f64,
     #[serde(default)]
     pub bpf_count_ns: f64,
+    /// The stack walk's share of a timed, emulated hit (the same probe
+    /// measured with its stacks switched off in BPF): what the governor
+    /// saves per hit by sampling stacks 1-in-N. 0 without stacks.
+    #[serde(default)]
+    pub stack_ns: f64,
 }
 
 impl HitCost {
@@ -133,6 +138,21 @@ impl HitCost {
             Measure::Count => self.bpf_count_ns,
         };
         (self.per_call_ns(measure, entry) - bpf).max(0.0)
+    }
+
+    /// The same cost split into the part every hit pays and the stack
+    /// walk, which the governor can sample 1-in-N.
+    pub fn slot_cost(&self, measure: Measure, entry: EntryInsn) -> crate::governor::SlotCost {
+        let total = self.per_call_ns(measure, entry);
+        let stack_ns = if self.with_stacks {
+            self.stack_ns.min(total)
+        } else {
+            0.0
+        };
+        crate::governor::SlotCost {
+            base_ns: total - stack_ns,
+            stack_ns,
+        }
     }
 }
 
@@ -183,21 +203,34 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
             Ok(p)
         })
         .collect::<Result<Vec<_>, CalibrateError>>()?;
-    let session = Session::attach(&exe, &plan, &opts)?;
-    let mut costs = [0.0; 4];
-    // BPF run time per probed call, per variant, from the kernel's stats.
-    let mut bpf = [0.0; 4];
-    for ((cost, bpf), (_, _, probed, bare)) in costs.iter_mut().zip(&mut bpf).zip(variants) {
+    let mut session = Session::attach(&exe, &plan, &opts)?;
+    // Median per-call difference, and the BPF run time per probed call
+    // from the kernel's statistics over the same calls.
+    let median = |session: &Session, probed: Calib, bare: Calib| {
         let before = session.run_stats();
         let mut deltas: Vec<f64> = (0..ROUNDS)
             .map(|_| (run(probed) - run(bare)).max(0.0))
             .collect();
         let after = session.run_stats();
         deltas.sort_by(f64::total_cmp);
-        *cost = deltas[ROUNDS / 2];
         let run_ns = after.total_run_ns().saturating_sub(before.total_run_ns());
-        *bpf = run_ns as f64 / (ROUNDS as f64 * CALLS as f64);
+        (deltas[ROUNDS / 2], run_ns as f64 / (ROUNDS as f64 * CALLS as f64))
+    };
+    let mut costs = [0.0; 4];
+    let mut bpf = [0.0; 4];
+    for ((cost, bpf), (_, _, probed, bare)) in costs.iter_mut().zip(&mut bpf).zip(variants) {
+        (*cost, *bpf) = median(&session, probed, bare);
     }
+    // The same timed probe with its stacks off (a BPF map switch, no
+    // re-attach): the difference is what one stack walk costs.
+    let stack_ns = if capture_stacks {
+        let slots: Vec<(usize, u32)> = (0..session.slots.len()).map(|i| (i, 0)).collect();
+        session.set_stack_every(&slots);
+        let (bare, _) = median(&session, innoprof_calib_push_timed, innoprof_calib_push_bare);
+        (costs[0] - bare).max(0.0)
+    } else {
+        0.0
+    };
     // Detaching waits on the kernel; nobody needs to wait for it.
     std::thread::spawn(move || drop(session));
     Ok(HitCost {
@@ -208,6 +241,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         with_stacks: capture_stacks,
         bpf_latency_ns: (bpf[0] + bpf[1]) / 2.0,
         bpf_count_ns: (bpf[2] + bpf[3]) / 2.0,
+        stack_ns,
     })
 }
 

@@ -90,6 +90,11 @@ pub struct ProbeSpec {
     /// the object an argument points to (found in DWARF).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latch: Option<LatchSpec>,
+    /// `default = true`: in the default set whatever its cost class (a
+    /// hot function the mission names, e.g. `trx_undo_prev_version_build`;
+    /// the governor keeps it affordable). `false` keeps a probe out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<bool>,
 }
 
 /// `latch = { arg = 1, id_type = "latch_id_t", strip_prefix = "LATCH_ID_", suffix = "_mutex" }`:
@@ -142,8 +147,12 @@ impl ProbeSpec {
     /// mid-function, usually on an instruction the kernel must single-step,
     /// and on MariaDB 10.2.11 (kernel 6.18) such a site was seen to stop
     /// other uprobes firing in connection threads. Opt-in by name only.
+    /// An explicit `default = …` in the catalog wins.
     pub fn is_default(&self) -> bool {
-        matches!(self.cost, CostClass::Contended | CostClass::Rare) && !self.inline
+        match self.default {
+            Some(explicit) => explicit,
+            None => matches!(self.cost, CostClass::Contended | CostClass::Rare) && !self.inline,
+        }
     }
 
     /// A probe for a user-supplied pattern, outside any catalog.
@@ -157,6 +166,7 @@ impl ProbeSpec {
             callsite: None,
             inline: false,
             latch: None,
+            default: None,
         }
     }
 }
@@ -524,12 +534,22 @@ mod tests {
     }
 
     #[test]
-    fn default_set_excludes_hot_paths() {
+    fn default_set_excludes_hot_paths_but_the_undo_walk() {
         let cat = Catalog::builtin();
         for f in &cat.files {
             let def = f.select("default").unwrap();
             assert!(!def.is_empty(), "{}", f.file);
-            assert!(def.iter().all(|p| p.cost != CostClass::Hot));
+            // The seed many-row-versions incident must show as a probe in
+            // a default recording on every server (issue 12, item 7).
+            let undo = def
+                .iter()
+                .find(|p| p.name == "innodb.undo.prev_version")
+                .unwrap_or_else(|| panic!("{}: no undo walk in default", f.file));
+            assert_eq!(undo.symbols, ["trx_undo_prev_version_build"]);
+            assert_eq!(undo.default, Some(true));
+            assert!(def
+                .iter()
+                .all(|p| p.cost != CostClass::Hot || p.default == Some(true)));
             assert!(
                 f.select("all").unwrap().len() > def.len(),
                 "{} has no opt-in probe",

@@ -55,12 +55,21 @@ pub struct Snapshot {
     pub drops: Drops,
 }
 
-/// Calls so far per slot, summed over CPUs: the cheap live read the
-/// overhead governor makes while probes fire.
-pub fn read_slot_calls(obj: &Object, n_slots: usize) -> Result<HashMap<usize, u64>, CollectError> {
+/// Calls and wait so far per slot, summed over CPUs: the cheap live read
+/// the overhead governor makes while probes fire.
+pub fn read_slot_counts(
+    obj: &Object,
+    n_slots: usize,
+) -> Result<HashMap<usize, crate::governor::SlotCount>, CollectError> {
     Ok(read_slot_stats(obj, n_slots)?
         .into_iter()
-        .map(|(slot, s)| (slot as usize, s.calls))
+        .map(|(slot, s)| {
+            let count = crate::governor::SlotCount {
+                calls: s.calls,
+                wait_ns: s.wait_ns_total,
+            };
+            (slot as usize, count)
+        })
         .collect())
 }
 

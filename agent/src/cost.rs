@@ -119,6 +119,7 @@ mod tests {
             with_stacks: true,
             bpf_latency_ns: 300.0,
             bpf_count_ns: 150.0,
+            stack_ns: 700.0,
         }
     }
 

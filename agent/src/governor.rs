@@ -1,294 +1,329 @@
-//! The overhead governor: keeps the CPU that probe hits cost the server
-//! under a budget (a percentage of one core). Each period it projects every
-//! probe's cost from its live hit rate and the calibrated per-call cost,
-//! shares the budget out (cheap probes stay fully on, expensive ones get
-//! what is left, evenly), and duty-cycles a probe it cannot afford in
-//! full: attached for `ratio` of each period, detached for the rest. A
-//! probe that cannot be afforded even at `MIN_RATIO` is detached for the
-//! rest of the recording. Counts of a duty-cycled probe are later scaled
-//! by the fraction of time it was really attached.
+//! The overhead governor: keeps the server CPU that probe hits cost under
+//! a budget (a percentage of one core, held over any `window`, 10 s).
 //!
-//! This module decides; the recorder does the attaching and detaching.
+//! Every `tick` (250 ms) it reads each probe's calls, charges them at the
+//! probe's per-call cost (`SlotCost`: what every hit pays + the stack
+//! walk, divided by the stack sampling rate), and plans the next second
+//! with what the window still allows (never less than the budget itself):
+//!
+//! 1. Probes that fit stay fully on with every stack: cheapest first, as
+//!    long as their projected cost fits. A probe whose cost fits the
+//!    budget is never sampled or cut unless cheaper probes took the room.
+//!    A burst that the window's allowance covers (10,000 calls in 0.6 s)
+//!    is therefore counted in full.
+//! 2. The rest keep counting every hit but take the stack of one hit in N
+//!    (BPF `stack_every`, no attach or detach): the smallest power of two
+//!    up to `MAX_STACK_EVERY` that makes them fit.
+//! 3. Only if that is not enough are they duty-cycled, by detaching: on
+//!    for at least `min_on` (1 s), off for as long as their share needs,
+//!    at most `max_period - min_on`, so a cut probe keeps coming back (5 %
+//!    of the time at least: a later incident is seen) and returns to full
+//!    as soon as it fits again. All switches of one tick come in one
+//!    `Actions`.
+//!
+//! Every on-window of every probe is recorded (start, end, calls, wait):
+//! [`crate::estimate`] turns them into counts without extrapolation.
+//!
+//! This module decides; the recorder attaches, detaches and sets rates.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-/// Below this share of time a probe is detached instead: its on-window
-/// would be shorter than `min_on` even in the longest period.
-pub const MIN_RATIO: f64 = 0.02;
+use crate::estimate::OnWindow;
+
 /// The default budget: 1 % of one core.
 pub const DEFAULT_BUDGET_PCT: f64 = 1.0;
-/// The first period, with every probe on, only measures hit rates: short,
+/// The sparsest stack sampling: one hit in 1,024.
+pub const MAX_STACK_EVERY: u32 = 1024;
+/// The first decision, with every probe on, only measures hit rates: short,
 /// because a hot probe costs many times the budget while it lasts.
-const FIRST_PERIOD: Duration = Duration::from_millis(50);
+const FIRST_TICK: Duration = Duration::from_millis(50);
 
-/// Attaching a uprobe takes tens of ms and detaching one waits for an RCU
-/// grace period (hundreds of ms on a busy 2-core host), so a probe is
-/// never switched on for less than `min_on`: the period stretches instead
-/// (up to `max_period`), e.g. 2.5 % duty is 200 ms on in every 8 s.
 #[derive(Debug, Clone, Copy)]
 pub struct GovernorConfig {
     /// Percent of one core all probe hits together may cost.
     pub budget_pct: f64,
-    pub min_period: Duration,
-    pub max_period: Duration,
-    pub min_on: Duration,
-    /// The budget holds over any window this long: spending above it (a
-    /// load that starts while hot probes are fully on) is paid back within
-    /// the window, and older history is forgotten.
+    /// How often costs are re-read and the plan re-made (BPF-side levers
+    /// change at once; detaching waits for `min_on`).
+    pub tick: Duration,
+    /// The budget holds over any window this long.
     pub window: Duration,
+    /// A cut probe is on for at least this long each time: a uprobe
+    /// attach/detach costs the server (mmap lock, an RCU grace period),
+    /// so switches are seconds apart.
+    pub min_on: Duration,
+    /// A cut probe comes back at least once per `max_period`.
+    pub max_period: Duration,
 }
 
 impl Default for GovernorConfig {
     fn default() -> Self {
         Self {
             budget_pct: DEFAULT_BUDGET_PCT,
-            // Re-planned four times a second: a load that starts while the
-            // hot probes are fully on is caught within 250 ms.
-            min_period: Duration::from_millis(250),
-            max_period: Duration::from_secs(10),
-            min_on: Duration::from_millis(200),
+            tick: Duration::from_millis(250),
             window: Duration::from_secs(10),
+            min_on: Duration::from_secs(1),
+            max_period: Duration::from_secs(20),
         }
     }
 }
 
 impl GovernorConfig {
-    /// The period that gives the smallest duty ratio its `min_on` window.
-    fn period_for(&self, ratios: &[f64]) -> Duration {
-        let smallest = ratios
-            .iter()
-            .copied()
-            .filter(|r| *r > 0.0 && *r < 1.0)
-            .fold(1.0, f64::min);
-        self.min_on
-            .div_f64(smallest)
-            .clamp(self.min_period, self.max_period)
+    /// The smallest share of time a cut probe is on.
+    pub fn min_duty(&self) -> f64 {
+        self.min_on.as_secs_f64() / self.max_period.as_secs_f64()
     }
 }
 
-/// One probe as the governor sees it: its slots and what a call costs at each.
-#[derive(Debug, Clone)]
-pub struct GovernedProbe {
-    pub slots: Vec<(usize, f64)>,
+/// What one hit of a slot costs the server: the part every hit pays and
+/// the stack walk, which 1-in-N stack sampling divides by N.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SlotCost {
+    pub base_ns: f64,
+    pub stack_ns: f64,
 }
 
-/// What the recorder must do now.
+impl SlotCost {
+    pub fn per_call_ns(&self, stack_every: u32) -> f64 {
+        self.base_ns
+            + if stack_every == 0 {
+                0.0
+            } else {
+                self.stack_ns / f64::from(stack_every)
+            }
+    }
+}
+
+/// Cumulative counters of one slot, as read from the maps.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SlotCount {
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+
+/// One probe as the governor sees it: its slots and their costs.
+#[derive(Debug, Clone)]
+pub struct GovernedProbe {
+    pub slots: Vec<(usize, SlotCost)>,
+}
+
+/// What the recorder must do now, all in one batch.
 #[derive(Debug, Default, PartialEq)]
 pub struct Actions {
     pub suspend: Vec<usize>,
     pub resume: Vec<usize>,
+    /// New stack sampling rates (slot, 1-in-N).
+    pub stack_every: Vec<(usize, u32)>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum DutyState {
-    /// Attached the whole time.
-    Full,
-    /// Attached for part of each period.
-    Cycled,
-    /// Detached for good: unaffordable even at `MIN_RATIO`.
-    Detached,
+impl Actions {
+    pub fn is_empty(&self) -> bool {
+        self.suspend.is_empty() && self.resume.is_empty() && self.stack_every.is_empty()
+    }
 }
 
-/// A probe's duty over the whole recording.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A probe's account over the whole recording.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DutyReport {
-    pub state: DutyState,
-    /// Fraction of the recording it was attached (1.0: always).
+    /// Ever detached by the governor.
+    pub cut: bool,
+    /// Attached at the end of the recording.
+    pub on_at_end: bool,
+    /// The on-windows, in time order (one spanning the recording when never cut).
+    pub windows: Vec<OnWindow>,
+    /// Fraction of the recording it was on.
     pub attached_fraction: f64,
-    /// Cost, in fractions of a core, it was projected to have fully on.
+    /// Cost, in fractions of a core, it was last projected to have fully on with every stack.
     pub projected_full_cost: f64,
+    /// The sparsest stack sampling it had (1: every hit's stack).
+    pub stack_every_max: u32,
     /// Calls counted while the session was still attaching, before the
-    /// governor's clock started (not part of the sampled window).
+    /// governor's clock started (not in any window).
     pub calls_before_start: u64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Full,
+    /// Duty-cycled: on until `on_until`, else off until `next_on`.
+    Cut,
+}
+
 struct ProbeState {
-    slots: Vec<(usize, f64)>,
-    ratio: f64,
-    attached_since: Option<Instant>,
-    attached_total: Duration,
-    /// Attached time within the current period.
-    attached_in_period: Duration,
-    last_calls: HashMap<usize, u64>,
+    slots: Vec<(usize, SlotCost)>,
+    mode: Mode,
+    /// Live (the flag is on) since.
+    on_since: Option<Instant>,
+    on_until: Option<Instant>,
+    next_on: Option<Instant>,
+    stack_every: u32,
+    stack_every_max: u32,
+    /// Calls per second while on, last measured.
+    rate: f64,
+    /// Counters at the last tick.
+    last: SlotCount,
+    /// Counters when the current (or last) window opened.
+    window_start: SlotCount,
+    windows: Vec<OnWindow>,
     calls_before_start: u64,
-    /// Last projected cost fully on (fraction of a core).
-    projected: f64,
-    detached_for_good: bool,
-    ever_cycled: bool,
+    ever_cut: bool,
 }
 
 impl ProbeState {
-    fn attach(&mut self, now: Instant, actions: &mut Actions) {
-        if self.attached_since.is_none() {
-            self.attached_since = Some(now);
-            actions.resume.extend(self.slots.iter().map(|(s, _)| *s));
+    fn sum(&self, counts: &HashMap<usize, SlotCount>) -> SlotCount {
+        let mut s = SlotCount::default();
+        for (slot, _) in &self.slots {
+            let c = counts.get(slot).copied().unwrap_or_default();
+            s.calls += c.calls;
+            s.wait_ns += c.wait_ns;
         }
+        s
     }
 
-    fn detach(&mut self, now: Instant, actions: &mut Actions) {
-        if let Some(since) = self.attached_since.take() {
-            let on = now.saturating_duration_since(since);
-            self.attached_total += on;
-            self.attached_in_period += on;
-            actions.suspend.extend(self.slots.iter().map(|(s, _)| *s));
+    /// ns per call at stack rate `every`, averaged over the slots.
+    fn per_call_ns(&self, every: u32) -> f64 {
+        if self.slots.is_empty() {
+            return 0.0;
         }
+        self.slots
+            .iter()
+            .map(|(_, c)| c.per_call_ns(every))
+            .sum::<f64>()
+            / self.slots.len() as f64
     }
 
-    /// Attached time in this period up to `now`.
-    fn on_time(&self, now: Instant) -> Duration {
-        self.attached_in_period
-            + self
-                .attached_since
-                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    fn slot_ids(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots.iter().map(|(s, _)| *s)
     }
 }
 
 pub struct Governor {
     cfg: GovernorConfig,
     probes: Vec<ProbeState>,
-    /// Core-seconds spent in probe hits so far (observed × per-call cost).
+    /// Core-seconds spent in probe hits so far.
     spent: f64,
-    /// (time, `spent` then) at each period end within the last `window`.
-    history: std::collections::VecDeque<(Instant, f64)>,
+    /// (time, `spent` then) at each tick within the last `window`.
+    history: VecDeque<(Instant, f64)>,
     started: Instant,
-    period_start: Instant,
-    period_len: Duration,
-    /// When the fully-on probes' spend was last checked mid-period.
-    last_check: Instant,
+    last_tick: Instant,
+    next_tick: Instant,
+    /// Re-plans the switch-offs alone between ticks.
+    debug: bool,
+}
+
+/// One probe's plan for the next stretch: stack rate and share of time on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub stack_every: u32,
+    pub duty: f64,
 }
 
 impl Governor {
-    /// All probes start attached (the session attached them) at `now`.
-    /// `calls` so far (hits while the session was still attaching) are
-    /// left out of the first period's rate.
+    /// All probes start attached and live at `now`, every stack taken.
+    /// `counts` so far (hits while the session was still attaching) are
+    /// left out of the windows and the first rate.
     pub fn new(
         cfg: GovernorConfig,
         probes: Vec<GovernedProbe>,
-        calls: &HashMap<usize, u64>,
+        counts: &HashMap<usize, SlotCount>,
         now: Instant,
     ) -> Self {
         let probes = probes
             .into_iter()
-            .map(|p| ProbeState {
-                calls_before_start: p
-                    .slots
-                    .iter()
-                    .map(|(s, _)| calls.get(s).copied().unwrap_or(0))
-                    .sum(),
-                last_calls: p
-                    .slots
-                    .iter()
-                    .map(|(s, _)| (*s, calls.get(s).copied().unwrap_or(0)))
-                    .collect(),
-                slots: p.slots,
-                ratio: 1.0,
-                attached_since: Some(now),
-                attached_total: Duration::ZERO,
-                attached_in_period: Duration::ZERO,
-                projected: 0.0,
-                detached_for_good: false,
-                ever_cycled: false,
+            .map(|p| {
+                let mut s = ProbeState {
+                    slots: p.slots,
+                    mode: Mode::Full,
+                    on_since: Some(now),
+                    on_until: None,
+                    next_on: None,
+                    stack_every: 1,
+                    stack_every_max: 1,
+                    rate: 0.0,
+                    last: SlotCount::default(),
+                    window_start: SlotCount::default(),
+                    windows: Vec::new(),
+                    calls_before_start: 0,
+                    ever_cut: false,
+                };
+                s.last = s.sum(counts);
+                s.window_start = s.last;
+                s.calls_before_start = s.last.calls;
+                s
             })
             .collect();
         Self {
             cfg,
             probes,
             spent: 0.0,
-            history: std::collections::VecDeque::from([(now, 0.0)]),
+            history: VecDeque::from([(now, 0.0)]),
             started: now,
-            period_start: now,
-            last_check: now,
-            period_len: FIRST_PERIOD.min(cfg.min_period),
+            last_tick: now,
+            next_tick: now + FIRST_TICK.min(cfg.tick),
+            debug: std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some(),
         }
     }
 
-    /// Call often (every 10–20 ms). `calls` reads the cumulative calls per
-    /// slot from the maps; it is only called at period ends.
-    pub fn tick(&mut self, now: Instant, calls: impl FnOnce() -> HashMap<usize, u64>) -> Actions {
-        let mut actions = Actions::default();
-        if now >= self.period_start + self.period_len {
-            self.new_period(now, &calls(), &mut actions);
-        } else if now >= self.last_check + self.cfg.min_period {
-            // A long period (stretched for a small duty) would otherwise
-            // leave the fully-on probes unwatched for up to `max_period`,
-            // e.g. when they were planned before a load started.
-            self.last_check = now;
-            let calls = calls();
-            if self.full_probes_overspend(now, &calls) {
-                self.new_period(now, &calls, &mut actions);
-            } else {
-                self.end_on_phases(now, &mut actions);
-            }
-        } else {
-            self.end_on_phases(now, &mut actions);
-        }
-        actions
-    }
-
-    /// Whether the probes planned fully on spent, since the period began,
-    /// far more than planned: twice their projected cost plus half the
-    /// budget. Duty-cycled probes are bounded by their on-time already.
-    fn full_probes_overspend(&self, now: Instant, calls: &HashMap<usize, u64>) -> bool {
-        let elapsed = now
-            .saturating_duration_since(self.period_start)
-            .as_secs_f64();
-        let (mut spent, mut projected) = (0.0, 0.0);
-        for p in self
-            .probes
-            .iter()
-            .filter(|p| p.ratio >= 1.0 && !p.detached_for_good)
-        {
-            projected += p.projected;
-            for (slot, cost) in &p.slots {
-                let total = calls.get(slot).copied().unwrap_or(0);
-                let last = p.last_calls.get(slot).copied().unwrap_or(0);
-                spent += total.saturating_sub(last) as f64 * cost / 1e9;
-            }
-        }
-        let budget = self.cfg.budget_pct / 100.0;
-        spent > (2.0 * projected + 0.5 * budget) * elapsed
-    }
-
-    /// Switches off the duty-cycled probes whose on-time in this period is over.
-    fn end_on_phases(&mut self, now: Instant, actions: &mut Actions) {
-        {
-            let on_until = |ratio: f64| self.period_start + self.period_len.mul_f64(ratio);
-            for p in &mut self.probes {
-                if p.ratio < 1.0 && now >= on_until(p.ratio) {
-                    p.detach(now, actions);
+    /// New per-slot costs (measured live); used from the next tick on.
+    pub fn update_costs(&mut self, costs: &HashMap<usize, SlotCost>) {
+        for p in &mut self.probes {
+            for (slot, cost) in &mut p.slots {
+                if let Some(c) = costs.get(slot) {
+                    *cost = *c;
                 }
             }
         }
     }
 
-    fn new_period(&mut self, now: Instant, calls: &HashMap<usize, u64>, actions: &mut Actions) {
-        let mut costs = Vec::with_capacity(self.probes.len());
-        for p in &mut self.probes {
-            let on = p.on_time(now).as_secs_f64();
-            let mut spent_ns = 0.0;
-            for (slot, cost) in &p.slots {
-                let total = calls.get(slot).copied().unwrap_or(0);
-                let last = p.last_calls.insert(*slot, total).unwrap_or(0);
-                spent_ns += total.saturating_sub(last) as f64 * cost;
-            }
-            self.spent += spent_ns / 1e9;
-            // Too short a window says nothing new: keep the last projection.
-            if on >= 0.005 {
-                p.projected = spent_ns / 1e9 / on;
-            }
-            costs.push(if p.detached_for_good {
-                0.0
-            } else {
-                p.projected
-            });
+    /// Call often (every 10–20 ms); `counts` reads the cumulative counters
+    /// per slot and is called only when a decision is due.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        counts: impl FnOnce() -> HashMap<usize, SlotCount>,
+    ) -> Actions {
+        let mut actions = Actions::default();
+        if now >= self.next_tick {
+            self.decide(now, &counts(), &mut actions);
+            self.next_tick = now + self.cfg.tick;
         }
-        let budget = self.cfg.budget_pct / 100.0;
-        // Probes unaffordable at the minimum duty (ratio 0) go for good.
-        let allocation = allocate(&costs, budget, MIN_RATIO);
-        // The budget holds over the last `window`: what was overspent (the
-        // all-on first period, a load that just started) is paid back by
-        // running leaner, and what was underspent is not saved for a burst.
+        actions
+    }
+
+    fn since_start(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.started).as_secs_f64()
+    }
+
+    fn decide(&mut self, now: Instant, counts: &HashMap<usize, SlotCount>, actions: &mut Actions) {
+        for p in &mut self.probes {
+            let total = p.sum(counts);
+            let delta = total.calls.saturating_sub(p.last.calls);
+            // Charged at the rate the stacks were taken at since the last tick.
+            self.spent += delta as f64 * p.per_call_ns(p.stack_every) / 1e9;
+            // On-time since the last decision (switches happen only at
+            // decisions, so a probe is on for all of it from `on_since`).
+            let on = p.on_since.map_or(Duration::ZERO, |s| {
+                now.saturating_duration_since(s.max(self.last_tick))
+            });
+            // Too short a stretch on says nothing new: keep the last rate.
+            if on >= Duration::from_millis(5) {
+                p.rate = delta as f64 / on.as_secs_f64();
+            }
+            p.last = total;
+            // Calls that land after a switch-off (returns still attached)
+            // belong to the window just closed.
+            if p.on_since.is_none() {
+                if let Some(w) = p.windows.last_mut() {
+                    w.calls = total.calls - p.window_start.calls;
+                    w.wait_ns = total.wait_ns - p.window_start.wait_ns;
+                }
+            }
+        }
+        self.last_tick = now;
+
+        // What the window still allows per second, over the next `min_on`:
+        // never less than the budget itself, so probes that fit it always
+        // fit; what an idle stretch saved lets a burst through.
         while self
             .history
             .get(1)
@@ -296,132 +331,175 @@ impl Governor {
         {
             self.history.pop_front();
         }
-        // The time before the recording counts as spent on nothing, so a
-        // burst at the start (a fixture's 1,500 calls in 50 ms) is within
-        // budget as long as the window's whole allowance covers it.
-        let (_, spent_then) = self.history[0];
-        let span = self.cfg.window.as_secs_f64();
-        let next = self.cfg.min_period.as_secs_f64();
-        let allowed =
-            ((budget * (span + next) - (self.spent - spent_then)) / next).clamp(0.0, budget);
+        let spent_then = if now.saturating_duration_since(self.history[0].0) >= self.cfg.window {
+            self.history[0].1
+        } else {
+            0.0
+        };
         self.history.push_back((now, self.spent));
-        let elapsed = now.saturating_duration_since(self.started).as_secs_f64();
-        let duties: Vec<Duty> = allocation
+        let budget = self.cfg.budget_pct / 100.0;
+        let ahead = self.cfg.min_on.as_secs_f64();
+        let window = self.cfg.window.as_secs_f64();
+        let allowance =
+            ((budget * (window + ahead) - (self.spent - spent_then)) / ahead).max(budget);
+
+        let demand: Vec<(f64, SlotCost)> = self
+            .probes
             .iter()
-            .zip(&costs)
-            .map(|(&r, &cost)| {
-                // A probe that costs nothing has nothing to pay back.
-                let scaled = if cost > 0.0 { r * allowed / budget } else { r };
-                if r <= 0.0 {
-                    Duty::Detach
-                } else if scaled < MIN_RATIO {
-                    Duty::Pause
-                } else {
-                    Duty::On(scaled)
-                }
+            .map(|p| {
+                let n = p.slots.len().max(1) as f64;
+                let cost = SlotCost {
+                    base_ns: p.slots.iter().map(|(_, c)| c.base_ns).sum::<f64>() / n,
+                    stack_ns: p.slots.iter().map(|(_, c)| c.stack_ns).sum::<f64>() / n,
+                };
+                (p.rate, cost)
             })
             .collect();
-        let ratios: Vec<f64> = duties
-            .iter()
-            .map(|d| if let Duty::On(r) = d { *r } else { 1.0 })
-            .collect();
-        self.period_len = self.cfg.period_for(&ratios);
-        if std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some() {
+        let plans = plan(&demand, allowance, budget, self.cfg.min_duty());
+        if self.debug {
             eprintln!(
-                "governor: t={elapsed:.2}s spent={:.4} allowed={allowed:.4} period={:?} costs={:?} ratios={:?}",
+                "governor: t={:.2}s spent={:.4} allowance={allowance:.4} plans={:?}",
+                self.since_start(now),
                 self.spent,
-                self.period_len,
-                costs.iter().map(|c| (c * 1e4).round() / 1e4).collect::<Vec<_>>(),
-                ratios.iter().map(|c| (c * 1e3).round() / 1e3).collect::<Vec<_>>()
+                plans
+                    .iter()
+                    .map(|p| (p.stack_every, (p.duty * 1e3).round() / 1e3))
+                    .collect::<Vec<_>>()
             );
         }
-        for (p, duty) in self.probes.iter_mut().zip(duties) {
-            if p.detached_for_good {
+        let min_on = self.cfg.min_on;
+        let max_off = self.cfg.max_period.saturating_sub(min_on);
+        let started = self.started;
+        for (p, pl) in self.probes.iter_mut().zip(plans) {
+            if pl.stack_every != p.stack_every {
+                p.stack_every = pl.stack_every;
+                p.stack_every_max = p.stack_every_max.max(pl.stack_every);
+                actions
+                    .stack_every
+                    .extend(p.slot_ids().map(|s| (s, pl.stack_every)));
+            }
+            let off_for = || {
+                Duration::from_secs_f64(min_on.as_secs_f64() * (1.0 / pl.duty.max(1e-9) - 1.0))
+                    .min(max_off)
+            };
+            if pl.duty >= 1.0 {
+                // Fits (again): fully on.
+                p.mode = Mode::Full;
+                p.on_until = None;
+                p.next_on = None;
+                if p.on_since.is_none() {
+                    switch_on(p, now, actions);
+                }
                 continue;
             }
-            // Close the old period's accounting at the boundary.
-            if let Some(since) = p.attached_since {
-                p.attached_total += now.saturating_duration_since(since);
-                p.attached_since = Some(now);
-            }
-            p.attached_in_period = Duration::ZERO;
-            match duty {
-                Duty::Detach => {
-                    p.ratio = 0.0;
-                    p.detached_for_good = true;
-                    p.detach(now, actions);
+            match (p.mode, p.on_since.is_some()) {
+                // Newly too dear: off now, back after its share of time off.
+                (Mode::Full, true) => {
+                    p.mode = Mode::Cut;
+                    p.ever_cut = true;
+                    switch_off(p, now, started, actions);
+                    p.next_on = Some(now + off_for());
                 }
-                // Paying back: off this period, on again once it is paid.
-                Duty::Pause => {
-                    p.ratio = 0.0;
-                    p.ever_cycled = true;
-                    p.detach(now, actions);
+                (Mode::Cut, true) => {
+                    if p.on_until.is_some_and(|t| now >= t) {
+                        switch_off(p, now, started, actions);
+                        p.next_on = Some(now + off_for());
+                    }
                 }
-                Duty::On(r) => {
-                    p.ratio = r;
-                    p.ever_cycled |= r < 1.0;
-                    p.attach(now, actions);
+                (_, false) => {
+                    p.mode = Mode::Cut;
+                    // Keep coming back, at least once per `max_period`.
+                    if p.next_on.is_none_or(|t| now >= t) {
+                        switch_on(p, now, actions);
+                        p.on_until = Some(now + min_on);
+                    }
                 }
             }
         }
-        self.period_start = now;
-        self.last_check = now;
     }
 
-    /// The recorder finished re-attaching `slots` at `now`: attaching takes
-    /// tens of ms, and the on-time starts when the probe is really live.
+    /// The recorder finished re-attaching `slots` at `now`: the window
+    /// starts when the probe is really live.
     pub fn resumed(&mut self, slots: &[usize], now: Instant) {
+        let min_on = self.cfg.min_on;
         for p in &mut self.probes {
             if p.slots.iter().any(|(s, _)| slots.contains(s)) {
-                if let Some(since) = p.attached_since.as_mut() {
+                if let Some(since) = p.on_since.as_mut() {
                     *since = (*since).max(now);
+                }
+                if let Some(until) = p.on_until.as_mut() {
+                    *until = (*until).max(now + min_on);
                 }
             }
         }
     }
 
-    /// Seconds each probe has been switched on so far, for live readers
-    /// (a duty-cycled probe's calls over this is its rate while on).
+    /// Seconds each probe has been on so far, for live readers.
     pub fn attached_seconds(&self, now: Instant) -> Vec<f64> {
         self.probes
             .iter()
             .map(|p| {
-                let current = p
-                    .attached_since
-                    .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
-                (p.attached_total + current).as_secs_f64()
+                let closed: f64 = p.windows.iter().map(|w| w.end_s - w.start_s).sum();
+                closed
+                    + p.on_since
+                        .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64())
             })
             .collect()
     }
 
-    /// Detaches nothing; closes the books at the end of the recording.
-    pub fn finish(&mut self, now: Instant) -> Vec<DutyReport> {
-        let total = now.saturating_duration_since(self.started).as_secs_f64();
+    /// Each probe's windows so far, the open one closed at `now` with
+    /// `counts`, for live estimates.
+    pub fn windows_now(
+        &self,
+        now: Instant,
+        counts: &HashMap<usize, SlotCount>,
+    ) -> Vec<Vec<OnWindow>> {
         self.probes
-            .iter_mut()
+            .iter()
             .map(|p| {
-                if let Some(since) = p.attached_since.take() {
-                    p.attached_total += now.saturating_duration_since(since);
+                let mut w = p.windows.clone();
+                let total = p.sum(counts);
+                match p.on_since {
+                    Some(since) => w.push(OnWindow {
+                        start_s: self.since_start(since),
+                        end_s: self.since_start(now),
+                        calls: total.calls.saturating_sub(p.window_start.calls),
+                        wait_ns: total.wait_ns.saturating_sub(p.window_start.wait_ns),
+                    }),
+                    None => {
+                        if let Some(last) = w.last_mut() {
+                            last.calls = total.calls.saturating_sub(p.window_start.calls);
+                            last.wait_ns = total.wait_ns.saturating_sub(p.window_start.wait_ns);
+                        }
+                    }
                 }
-                let fraction = if total > 0.0 {
-                    (p.attached_total.as_secs_f64() / total).min(1.0)
-                } else {
-                    1.0
-                };
+                w
+            })
+            .collect()
+    }
+
+    /// Closes the books at `now` (the end of the recording) with the final
+    /// `counts` (read after the probes were detached).
+    pub fn finish(&mut self, now: Instant, counts: &HashMap<usize, SlotCount>) -> Vec<DutyReport> {
+        let total = self.since_start(now);
+        let windows = self.windows_now(now, counts);
+        self.probes
+            .iter()
+            .zip(windows)
+            .map(|(p, windows)| {
+                let on: f64 = windows.iter().map(|w| w.end_s - w.start_s).sum();
+                let per_call = p.per_call_ns(1);
                 DutyReport {
-                    state: if p.detached_for_good {
-                        DutyState::Detached
-                    } else if p.ever_cycled {
-                        DutyState::Cycled
-                    } else {
-                        DutyState::Full
-                    },
-                    attached_fraction: if p.ever_cycled || p.detached_for_good {
-                        fraction
+                    cut: p.ever_cut,
+                    on_at_end: p.on_since.is_some(),
+                    attached_fraction: if p.ever_cut && total > 0.0 {
+                        (on / total).min(1.0)
                     } else {
                         1.0
                     },
-                    projected_full_cost: p.projected,
+                    windows,
+                    projected_full_cost: p.rate * per_call / 1e9,
+                    stack_every_max: p.stack_every_max,
                     calls_before_start: p.calls_before_start,
                 }
             })
@@ -429,284 +507,352 @@ impl Governor {
     }
 }
 
-/// A probe's duty for the next period.
-enum Duty {
-    On(f64),
-    /// Off for this period (the budget is being paid back).
-    Pause,
-    /// Off for good (unaffordable at the minimum duty).
-    Detach,
+fn switch_on(p: &mut ProbeState, now: Instant, actions: &mut Actions) {
+    p.on_since = Some(now);
+    p.window_start = p.last;
+    actions.resume.extend(p.slot_ids());
 }
 
-/// Water-filling: the cheapest probes are kept fully on while each fits in
-/// an even share of what is left; the rest split the remainder evenly, each
-/// attached for `share / cost` of the time. A probe whose ratio would fall
-/// under `min_ratio` gets 0 (detached) and its share goes to the others.
-pub fn allocate(costs: &[f64], budget: f64, min_ratio: f64) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..costs.len()).collect();
-    order.sort_by(|a, b| costs[*a].total_cmp(&costs[*b]));
-    let mut ratios = vec![1.0; costs.len()];
-    let mut left = budget.max(0.0);
-    let mut remaining = costs.len();
-    for i in order {
+fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut Actions) {
+    // Switches happen at decisions, right after the rate was read: no
+    // on-time of this tick is left to account for.
+    if let Some(since) = p.on_since.take() {
+        let secs = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
+        p.windows.push(OnWindow {
+            start_s: secs(since),
+            end_s: secs(now),
+            calls: p.last.calls - p.window_start.calls,
+            wait_ns: p.last.wait_ns - p.window_start.wait_ns,
+        });
+        p.on_until = None;
+        actions.suspend.extend(p.slot_ids());
+    }
+}
+
+/// The plan for `demand` (calls/s, cost per call, per probe) under
+/// `allowance` (fraction of a core the window allows for the next second):
+/// cheapest first, fully on with every stack while they fit; the rest with
+/// the sparsest stacks they need (a power of two up to `MAX_STACK_EVERY`).
+/// If still too dear, the rest are cut and share the steady `budget` (what
+/// is left of it after the probes that fit), evenly (water-filling): on
+/// `share / cost` of the time, at least `min_duty`. Duties come from the
+/// steady budget, not the window's savings: a 1 s on-window of a probe at
+/// 10 % of a core is paid for by 19 s off at 0.5 %.
+pub fn plan(demand: &[(f64, SlotCost)], allowance: f64, budget: f64, min_duty: f64) -> Vec<Plan> {
+    let cost_at = |i: usize, every: u32| demand[i].0 * demand[i].1.per_call_ns(every) / 1e9;
+    let mut order: Vec<usize> = (0..demand.len()).collect();
+    order.sort_by(|a, b| cost_at(*a, 1).total_cmp(&cost_at(*b, 1)));
+    let mut plans = vec![
+        Plan {
+            stack_every: 1,
+            duty: 1.0
+        };
+        demand.len()
+    ];
+    let mut left = allowance.max(0.0);
+    let mut rest = Vec::new();
+    for &i in &order {
+        if rest.is_empty() && cost_at(i, 1) <= left {
+            left -= cost_at(i, 1);
+        } else {
+            rest.push(i);
+        }
+    }
+    if rest.is_empty() {
+        return plans;
+    }
+    let mut every = 2;
+    while every < MAX_STACK_EVERY && rest.iter().map(|&i| cost_at(i, every)).sum::<f64>() > left {
+        every *= 2;
+    }
+    for &i in &rest {
+        plans[i].stack_every = every;
+    }
+    if rest.iter().map(|&i| cost_at(i, every)).sum::<f64>() <= left {
+        return plans;
+    }
+    // Water-filling over what the steady budget leaves, cheapest first.
+    let fitting: f64 = order
+        .iter()
+        .filter(|i| !rest.contains(i))
+        .map(|&i| cost_at(i, 1))
+        .sum();
+    let mut left = (budget - fitting).max(0.0);
+    rest.sort_by(|a, b| cost_at(*a, every).total_cmp(&cost_at(*b, every)));
+    let mut remaining = rest.len();
+    for &i in &rest {
         let share = left / remaining as f64;
         remaining -= 1;
-        let cost = costs[i];
+        let cost = cost_at(i, every);
         if cost <= share {
             left -= cost;
             continue;
         }
-        let ratio = share / cost;
-        if ratio < min_ratio {
-            ratios[i] = 0.0;
-        } else {
-            ratios[i] = ratio;
-            left -= share;
-        }
+        plans[i].duty = (share / cost).max(min_duty);
+        left -= share.min(left);
     }
-    ratios
+    plans
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Round numbers for the arithmetic below: re-planned every second,
-    /// the budget held over the whole (short) recording.
-    fn per_second() -> GovernorConfig {
-        GovernorConfig {
-            min_period: Duration::from_secs(1),
-            window: Duration::from_secs(60),
-            ..GovernorConfig::default()
-        }
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    fn cost(base_ns: f64, stack_ns: f64) -> SlotCost {
+        SlotCost { base_ns, stack_ns }
     }
 
-    #[test]
-    fn cheap_probes_stay_on_and_the_rest_share_what_is_left() {
-        // Budget 1% of a core; costs in fractions of a core.
-        let r = allocate(&[0.0001, 0.002, 0.08, 0.3], 0.01, MIN_RATIO / 2.0);
-        assert_eq!(r[0], 1.0);
-        assert_eq!(r[1], 1.0);
-        let left = 0.01 - 0.0001 - 0.002;
-        assert!((r[2] - left / 2.0 / 0.08).abs() < 1e-12, "{r:?}");
-        assert!((r[3] - left / 2.0 / 0.3).abs() < 1e-12, "{r:?}");
-        let spent: f64 = r
+    fn counts(pairs: &[(usize, u64)]) -> HashMap<usize, SlotCount> {
+        pairs
             .iter()
-            .zip([0.0001, 0.002, 0.08, 0.3])
-            .map(|(r, c)| r * c)
-            .sum();
-        assert!(spent <= 0.01 + 1e-12);
+            .map(|&(s, calls)| {
+                (
+                    s,
+                    SlotCount {
+                        calls,
+                        wait_ns: calls * 1000,
+                    },
+                )
+            })
+            .collect()
     }
 
-    #[test]
-    fn everything_affordable_stays_on() {
-        assert_eq!(allocate(&[0.001, 0.002, 0.0], 0.01, 0.01), vec![1.0; 3]);
-    }
-
-    #[test]
-    fn hopeless_probes_are_detached_and_their_share_reused() {
-        // 0.005 of budget each for two probes; 10 cores of cost is hopeless.
-        let r = allocate(&[0.006, 10.0], 0.01, MIN_RATIO);
-        // The cheap one gets an even share (0.005) first, then 10.0 would
-        // get 0.005/10 < 2%: detached.
-        assert_eq!(r[1], 0.0);
-        assert!((r[0] - 0.005 / 0.006).abs() < 1e-12, "{r:?}");
-    }
-
-    #[test]
-    fn period_stretches_so_the_smallest_duty_gets_its_window() {
-        let cfg = GovernorConfig::default();
-        assert_eq!(cfg.period_for(&[1.0, 1.0]), Duration::from_millis(250));
-        assert_eq!(cfg.period_for(&[1.0, 0.5]), Duration::from_millis(400));
-        assert_eq!(cfg.period_for(&[0.05, 0.5]), Duration::from_secs(4));
-        assert_eq!(cfg.period_for(&[0.001]), Duration::from_secs(10));
-    }
-
-    #[test]
-    fn duty_cycle_follows_the_allocation() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        // One probe at 1000 ns per call, 1% of a core to spend.
-        let mut g = Governor::new(
-            per_second(),
+    fn one_probe(c: SlotCost, t0: Instant) -> Governor {
+        Governor::new(
+            GovernorConfig::default(),
             vec![GovernedProbe {
-                slots: vec![(0, 1000.0)],
+                slots: vec![(0, c)],
             }],
             &HashMap::new(),
             t0,
-        );
-        // Nothing to do mid-period.
-        assert_eq!(g.tick(t0 + ms(10), HashMap::new), Actions::default());
-        // 5k calls in the first 50 ms: 10% of a core, so the duty is 10%:
-        // 200 ms on in every 2 s.
-        let t1 = t0 + FIRST_PERIOD;
-        let a = g.tick(t1, || HashMap::from([(0, 5_000)]));
-        assert_eq!(a, Actions::default(), "still attached at the period start");
-        assert!(
-            (g.probes[0].ratio - 0.1).abs() < 1e-9,
-            "{}",
-            g.probes[0].ratio
-        );
-        assert_eq!(g.period_len, Duration::from_secs(2));
-        assert_eq!(g.tick(t1 + ms(190), || unreachable!()), Actions::default());
-        let a = g.tick(t1 + ms(201), || unreachable!());
-        assert_eq!(a.suspend, vec![0]);
-        // Mid-period check (a second in): the probe is off, nothing to do.
-        assert_eq!(
-            g.tick(t1 + ms(1500), || HashMap::from([(0, 25_100)])),
-            Actions::default()
-        );
-        // Next period: 20,100 more calls in the 201 ms it was on (still 10%
-        // of a core): re-attached at the same duty.
-        let t2 = t1 + g.period_len;
-        let a = g.tick(t2, || HashMap::from([(0, 25_100)]));
-        assert_eq!(a.resume, vec![0]);
-        assert!(
-            (g.probes[0].ratio - 0.1).abs() < 1e-9,
-            "{}",
-            g.probes[0].ratio
-        );
-        let t3 = t2 + ms(100);
-        let duty = g.finish(t3);
-        assert_eq!(duty[0].state, DutyState::Cycled);
-        // On: 50 + 201 + 100 ms of the whole.
-        let whole = (t3 - t0).as_secs_f64();
-        assert!(
-            (duty[0].attached_fraction - 0.351 / whole).abs() < 1e-3,
-            "{duty:?}"
-        );
-        assert!((duty[0].projected_full_cost - 0.1).abs() < 1e-3, "{duty:?}");
+        )
     }
 
-    /// A small duty stretches the period to seconds; a probe planned fully
-    /// on while the server was idle must not run unwatched that long once
-    /// the load starts (CI saw 4.4 % spent on a 1 % budget that way).
     #[test]
-    fn a_fully_on_probe_that_gets_dear_mid_period_is_replanned() {
-        let t0 = Instant::now();
-        let cfg = GovernorConfig {
-            min_period: Duration::from_millis(250),
-            window: Duration::from_secs(60),
-            ..GovernorConfig::default()
-        };
-        let probes = vec![
-            GovernedProbe {
-                slots: vec![(0, 1000.0)],
-            },
-            GovernedProbe {
-                slots: vec![(1, 1000.0)],
-            },
+    fn what_fits_is_never_sampled_or_cut() {
+        // 1 % of a core: 0.2 % + 0.5 % fit, cheapest first.
+        let d = [
+            (1_000.0, cost(1_500.0, 500.0)),
+            (2_500.0, cost(1_500.0, 500.0)),
         ];
-        let mut g = Governor::new(cfg, probes, &HashMap::new(), t0);
-        // Probe 0 costs 20% of a core, probe 1 almost nothing (idle server).
-        let t1 = t0 + FIRST_PERIOD;
-        g.tick(t1, || HashMap::from([(0, 10_000), (1, 1)]));
-        assert!(g.probes[0].ratio < 0.1 && g.probes[1].ratio == 1.0);
-        assert!(g.period_len >= Duration::from_secs(2), "{:?}", g.period_len);
-        // The load starts: probe 1 now costs 20% of a core too. Within a
-        // min_period the governor re-plans and cycles it.
-        let t2 = t1 + Duration::from_millis(300);
-        g.tick(t2, || {
-            HashMap::from([(0, 10_000 + 10_000), (1, 1 + 60_000)])
-        });
-        assert!(g.probes[1].ratio < 0.1, "{}", g.probes[1].ratio);
-        assert_eq!(g.period_start, t2);
-    }
-
-    /// Within the plan, no re-planning: a duty-cycled probe spends its
-    /// period's share up front, and that is not overspending.
-    #[test]
-    fn front_loaded_duty_is_not_overspending() {
-        let t0 = Instant::now();
-        let cfg = GovernorConfig {
-            min_period: Duration::from_millis(250),
-            window: Duration::from_secs(60),
-            ..GovernorConfig::default()
-        };
-        let probes = vec![GovernedProbe {
-            slots: vec![(0, 1000.0)],
-        }];
-        let mut g = Governor::new(cfg, probes, &HashMap::new(), t0);
-        let t1 = t0 + FIRST_PERIOD;
-        g.tick(t1, || HashMap::from([(0, 10_000)]));
-        let (start, ratio) = (g.period_start, g.probes[0].ratio);
-        assert!(ratio < 0.1);
-        // On for its whole on-phase at 20% of a core, then checked.
-        let t2 = t1 + Duration::from_millis(300);
-        g.tick(t2, || HashMap::from([(0, 10_000 + 40_000)]));
-        assert_eq!(g.period_start, start, "re-planned a probe within its duty");
-    }
-
-    #[test]
-    fn hits_while_attaching_are_not_in_the_first_rate() {
-        let t0 = Instant::now();
-        let slots = vec![GovernedProbe {
-            slots: vec![(0, 1000.0), (1, 1000.0)],
-        }];
-        let before = HashMap::from([(0, 700_000), (1, 300_000)]);
-        let mut g = Governor::new(per_second(), slots, &before, t0);
-        // 200 new calls in 50 ms: 0.4% of a core, affordable: stays on.
-        let a = g.tick(t0 + FIRST_PERIOD, || {
-            HashMap::from([(0, 700_100), (1, 300_100)])
-        });
-        assert_eq!(a, Actions::default());
-        assert!((g.probes[0].projected - 0.004).abs() < 1e-9);
-        let duty = g.finish(t0 + FIRST_PERIOD);
-        assert_eq!(duty[0].calls_before_start, 1_000_000);
-        assert_eq!(duty[0].state, DutyState::Full);
-    }
-
-    #[test]
-    fn a_hopeless_probe_is_detached_for_good() {
-        let t0 = Instant::now();
-        let mut g = Governor::new(
-            per_second(),
-            vec![GovernedProbe {
-                slots: vec![(0, 1000.0)],
-            }],
-            &HashMap::new(),
-            t0,
+        assert_eq!(
+            plan(&d, 0.01, 0.01, 0.05),
+            vec![
+                Plan {
+                    stack_every: 1,
+                    duty: 1.0
+                };
+                2
+            ]
         );
-        // 50k calls in 50 ms: a whole core. Even at the 2% minimum duty it
-        // would cost 2% of a core, twice the budget.
-        let a = g.tick(t0 + FIRST_PERIOD, || HashMap::from([(0, 50_000)]));
-        assert_eq!(a.suspend, vec![0]);
-        assert!(g.probes[0].detached_for_good);
-        assert_eq!(g.finish(t0 + FIRST_PERIOD)[0].state, DutyState::Detached);
     }
 
     #[test]
-    fn overspending_pauses_until_it_leaves_the_window() {
-        let t0 = Instant::now();
-        let cfg = GovernorConfig {
-            min_period: Duration::from_secs(1),
-            window: Duration::from_secs(1),
-            ..GovernorConfig::default()
-        };
-        let mut g = Governor::new(
-            cfg,
-            vec![GovernedProbe {
-                slots: vec![(0, 1000.0)],
-            }],
-            &HashMap::new(),
-            t0,
+    fn stack_rate_is_lowered_before_anything_is_cut() {
+        // 5,000 calls/s at 1 µs + 2 µs of stack: 1.5 % of a core fully on,
+        // 0.5 % without stacks. 1 % allows 1 µs + 2 µs / N with N >= 4.
+        let d = [
+            (100.0, cost(1_000.0, 2_000.0)),
+            (5_000.0, cost(1_000.0, 2_000.0)),
+        ];
+        let p = plan(&d, 0.01, 0.01, 0.05);
+        assert_eq!(
+            p[0],
+            Plan {
+                stack_every: 1,
+                duty: 1.0
+            },
+            "the cheap one untouched"
         );
-        // 25k calls in 50 ms: half a core, 0.025 core-s. Affordable at 2%
-        // duty, but the 1 s window allows 0.02 core-s in all: paused, not
-        // detached.
-        let a = g.tick(t0 + FIRST_PERIOD, || HashMap::from([(0, 25_000)]));
-        assert_eq!(a.suspend, vec![0]);
-        assert!(!g.probes[0].detached_for_good);
-        // A second later the burst has left the window: back, at the duty
-        // it can afford (1% / 50% = 2%).
-        let a = g.tick(t0 + FIRST_PERIOD + Duration::from_secs(1), || {
-            HashMap::from([(0, 25_000)])
-        });
-        assert_eq!(a.resume, vec![0]);
+        assert_eq!(p[1].duty, 1.0, "{p:?}");
+        assert_eq!(p[1].stack_every, 4, "{p:?}");
+    }
+
+    #[test]
+    fn only_what_stack_sampling_cannot_save_is_duty_cycled() {
+        // 40,000 calls/s at 1 µs base: 4 % of a core even without stacks.
+        let d = [(40_000.0, cost(1_000.0, 2_000.0))];
+        let p = plan(&d, 0.01, 0.01, 0.05);
+        assert_eq!(p[0].stack_every, MAX_STACK_EVERY);
+        let at_max = 40_000.0 * (1_000.0 + 2_000.0 / 1024.0) / 1e9;
+        assert!((p[0].duty - 0.01 / at_max).abs() < 1e-9, "{p:?}");
+        // The window's savings decide whether it fits now, not its duty.
+        let p = plan(&d, 0.03, 0.01, 0.05);
+        assert!((p[0].duty - 0.01 / at_max).abs() < 1e-9, "{p:?}");
+        let p = plan(&d, 0.05, 0.01, 0.05);
+        assert_eq!(p[0].duty, 1.0, "{p:?}");
+        // Hopeless: still at the minimum duty, never off for good.
+        let p = plan(&[(1e7, cost(1_000.0, 0.0))], 0.01, 0.01, 0.05);
+        assert_eq!(p[0].duty, 0.05);
+    }
+
+    #[test]
+    fn a_burst_the_window_allows_is_counted_in_full() {
+        // 10,000 calls in 0.5 s at 2 µs: 20 ms of CPU, 4 % of a core while
+        // it lasts, a fifth of the 10 s window's 100 ms: never touched.
+        let t0 = Instant::now();
+        let mut g = one_probe(cost(1_500.0, 500.0), t0);
+        let mut t = t0;
+        let mut calls = 0;
+        for _ in 0..40 {
+            t += MS(250);
+            calls = (calls + 5_000).min(10_000);
+            let a = g.tick(t, || counts(&[(0, calls)]));
+            assert!(a.is_empty(), "{a:?} at {:?}", t - t0);
+        }
+        let d = g.finish(t, &counts(&[(0, 10_000)]));
+        assert!(!d[0].cut);
+        assert_eq!(d[0].windows.len(), 1);
+        assert_eq!(d[0].windows[0].calls, 10_000);
+        assert_eq!(d[0].stack_every_max, 1);
+    }
+
+    /// A steady dear probe: stacks sampled at once, cut once the window's
+    /// savings are spent, back at least every `max_period`, back to full
+    /// when it fits again; every on-window recorded with its calls.
+    #[test]
+    fn a_cut_probe_comes_back_and_its_windows_are_recorded() {
+        let t0 = Instant::now();
+        // 20,000 calls/s at 3 µs + 1 µs stack: 8 % of a core fully on,
+        // 6 % with sparse stacks.
+        let mut g = one_probe(cost(3_000.0, 1_000.0), t0);
+        let rate = 20_000u64;
+        let (mut t, mut seen) = (t0, 0u64);
+        let mut ons = Vec::new();
+        let mut offs = Vec::new();
+        let mut first_sparse = None;
+        let mut on = true;
+        for _ in 0..(30_000 / 50) {
+            let next = t + MS(50);
+            if on {
+                seen += rate / 20;
+            }
+            t = next;
+            let a = g.tick(t, || counts(&[(0, seen)]));
+            if a.stack_every.iter().any(|(_, n)| *n > 1) && first_sparse.is_none() {
+                first_sparse = Some(t - t0);
+            }
+            if !a.suspend.is_empty() {
+                assert!(on);
+                on = false;
+                offs.push(t - t0);
+            }
+            if !a.resume.is_empty() {
+                assert!(!on);
+                on = true;
+                ons.push(t - t0);
+                g.resumed(&a.resume, t);
+            }
+        }
+        // Stacks first: sparse before it was ever cut.
+        assert_eq!(g.probes[0].stack_every_max, MAX_STACK_EVERY);
+        assert!(first_sparse.unwrap() < offs[0], "{first_sparse:?} {offs:?}");
+        // Cut once the window's savings (100 ms of CPU) ran low: under a
+        // second left at this cost.
         assert!(
-            (g.probes[0].ratio - 0.02).abs() < 1e-9,
-            "{}",
-            g.probes[0].ratio
+            offs[0] > MS(500) && offs[0] < Duration::from_secs(3),
+            "{offs:?}"
         );
+        // Back again, for >= 1 s each time, and never off longer than 19 s.
+        assert!(ons.len() >= 2, "{ons:?} {offs:?}");
+        eprintln!("on at {ons:?}, off at {offs:?}");
+        for (on, off) in ons.iter().zip(&offs[1..]) {
+            assert!(*off - *on >= Duration::from_secs(1), "{ons:?} {offs:?}");
+        }
+        for (off, on) in offs.iter().zip(&ons) {
+            assert!(
+                *on - *off <= Duration::from_secs(19) + MS(300),
+                "{ons:?} {offs:?}"
+            );
+        }
+        let d = g.finish(t, &counts(&[(0, seen)]));
+        assert!(d[0].cut);
+        assert_eq!(d[0].windows.iter().map(|w| w.calls).sum::<u64>(), seen);
+        assert_eq!(d[0].windows.len(), ons.len() + 1);
+        for w in &d[0].windows {
+            let r = w.calls as f64 / (w.end_s - w.start_s);
+            assert!((r - rate as f64).abs() < rate as f64 * 0.1, "{w:?}");
+        }
+        assert!(d[0].attached_fraction < 0.5, "{d:?}");
+        // No extrapolation: the estimate covers only up to the last window.
+        let e = crate::estimate::estimate(&d[0].windows, 0.0);
+        assert_eq!(e.covered_s, d[0].windows.last().unwrap().end_s);
+        let truth = rate as f64 * e.covered_s;
+        assert!(
+            (e.calls - truth).abs() <= e.calls_bound.max(truth * 0.05),
+            "{e:?} vs {truth}"
+        );
+    }
+
+    #[test]
+    fn a_cut_probe_returns_to_full_when_it_fits_again() {
+        let t0 = Instant::now();
+        let mut g = one_probe(cost(3_000.0, 1_000.0), t0);
+        let (mut t, mut seen, mut on) = (t0, 0u64, true);
+        let mut rate = 20_000u64;
+        let mut full_again = None;
+        for step in 0..(40_000 / 50) {
+            if step == 200 {
+                // The load stops after 10 s.
+                rate = 10;
+            }
+            if on {
+                seen += rate / 20;
+            }
+            t += MS(50);
+            let a = g.tick(t, || counts(&[(0, seen)]));
+            if !a.suspend.is_empty() {
+                on = false;
+            }
+            if !a.resume.is_empty() {
+                on = true;
+                g.resumed(&a.resume, t);
+            }
+            if step > 200 && g.probes[0].mode == Mode::Full && full_again.is_none() {
+                full_again = Some(t - t0);
+            }
+        }
+        let back = full_again.expect("never back to full");
+        // Within one max_period of the load stopping.
+        assert!(back < Duration::from_secs(31), "{back:?}");
+        assert!(on, "on at the end");
+        assert_eq!(g.probes[0].stack_every, 1, "every stack again");
+    }
+
+    #[test]
+    fn hits_while_attaching_are_not_in_any_window() {
+        let t0 = Instant::now();
+        let probes = vec![GovernedProbe {
+            slots: vec![(0, cost(1_000.0, 0.0)), (1, cost(1_000.0, 0.0))],
+        }];
+        let before = counts(&[(0, 700_000), (1, 300_000)]);
+        let mut g = Governor::new(GovernorConfig::default(), probes, &before, t0);
+        let a = g.tick(t0 + FIRST_TICK, || counts(&[(0, 700_100), (1, 300_100)]));
+        assert!(a.is_empty());
+        let d = g.finish(t0 + FIRST_TICK, &counts(&[(0, 700_100), (1, 300_100)]));
+        assert_eq!(d[0].calls_before_start, 1_000_000);
+        assert_eq!(d[0].windows[0].calls, 200);
+        assert!(!d[0].cut);
+    }
+
+    #[test]
+    fn all_switches_of_a_decision_come_in_one_batch() {
+        let t0 = Instant::now();
+        let probes = (0..3)
+            .map(|i| GovernedProbe {
+                slots: vec![(i, cost(5_000.0, 0.0))],
+            })
+            .collect();
+        let mut g = Governor::new(GovernorConfig::default(), probes, &HashMap::new(), t0);
+        // Each at 100,000 calls/s, 50 % of a core: over the whole window
+        // at once, so all three are cut in the first decision.
+        let a = g.tick(t0 + FIRST_TICK, || {
+            counts(&[(0, 5_000), (1, 5_000), (2, 5_000)])
+        });
+        let mut s = a.suspend.clone();
+        s.sort();
+        assert_eq!(s, vec![0, 1, 2]);
     }
 }

@@ -22,6 +22,7 @@ pub mod collect;
 pub mod cost;
 pub mod cpu;
 pub mod diff;
+pub mod estimate;
 pub mod export;
 pub mod governor;
 pub mod histogram;

@@ -13,7 +13,7 @@ use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError, Counters, LiveProbe};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
-use crate::governor::{DutyReport, DutyState, GovernedProbe, Governor, GovernorConfig};
+use crate::governor::{DutyReport, GovernedProbe, Governor, GovernorConfig, SlotCost, SlotCount};
 use crate::histogram::Log2Histogram;
 use crate::privileges::{self, PrivilegeError};
 use crate::probeset::{ProbeRequest, ProbeSet};
@@ -206,10 +206,10 @@ impl Recorder {
         let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
             let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
             for (i, slot) in s.slots.iter().enumerate().filter(|(_, s)| s.attached) {
-                let cost = hit_cost.per_call_ns(slot.measure, slot.symbol.entry);
+                let cost = hit_cost.slot_cost(slot.measure, slot.symbol.entry);
                 probes[slot.probe].slots.push((i, cost));
             }
-            let so_far = s.read_slot_calls().unwrap_or_default();
+            let so_far = s.read_slot_counts().unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
         });
         Ok(Self {
@@ -234,7 +234,8 @@ impl Recorder {
         &self.hit_cost
     }
 
-    /// Lets the overhead governor duty-cycle probes; call every 10–20 ms.
+    /// Lets the overhead governor sample stacks and duty-cycle probes;
+    /// call every 10–20 ms.
     pub fn govern(&mut self) {
         // The programs' cost in the target, re-read once a second.
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
@@ -247,8 +248,10 @@ impl Recorder {
             return;
         };
         let actions = g.tick(Instant::now(), || {
-            session.read_slot_calls().unwrap_or_default()
+            session.read_slot_counts().unwrap_or_default()
         });
+        // The BPF-side lever first: no uprobe is touched.
+        session.set_stack_every(&actions.stack_every);
         session.suspend(&actions.suspend);
         if !actions.resume.is_empty() {
             if let Err(e) = session.resume(&actions.resume) {
@@ -316,6 +319,27 @@ impl Recorder {
         }
     }
 
+    /// Per-slot costs measured live (e.g. from the kernel's BPF run-time
+    /// stats), replacing the calibrated ones from the governor's next tick.
+    pub fn update_costs(&mut self, costs: &HashMap<usize, SlotCost>) {
+        if let Some(g) = self.governor.as_mut() {
+            g.update_costs(costs);
+        }
+    }
+
+    /// Each planned probe's call estimate so far, where the governor cut
+    /// it (None: on the whole time, its counts are exact), for live readers.
+    pub fn live_estimates(&self) -> Vec<Option<crate::estimate::CallEstimate>> {
+        let (Some(g), Some(session)) = (self.governor.as_ref(), self.session.as_ref()) else {
+            return vec![None; self.plan.probes.len()];
+        };
+        let counts = session.read_slot_counts().unwrap_or_default();
+        g.windows_now(Instant::now(), &counts)
+            .into_iter()
+            .map(|w| (w.len() > 1).then(|| crate::estimate::estimate(&w, 0.0)))
+            .collect()
+    }
+
     /// Seconds each planned probe has been switched on: the governor's
     /// account, or the time since attaching without one.
     pub fn attached_seconds(&self) -> Vec<f64> {
@@ -336,8 +360,8 @@ impl Recorder {
 
     /// Detaches every probe, reads the maps, and builds the results.
     pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
-        let duration_s = self.started.elapsed().as_secs_f64();
-        let duties = self.governor.as_mut().map(|g| g.finish(Instant::now()));
+        let ended = Instant::now();
+        let duration_s = ended.duration_since(self.started).as_secs_f64();
         // Detach first: maps read while probes still fire would disagree
         // with each other (per-slot totals vs per-call-site counts).
         if let Some(session) = self.session.as_mut() {
@@ -346,6 +370,27 @@ impl Recorder {
         let snapshot = match &self.session {
             Some(session) => session.read_all(),
             None => Ok(collect::Snapshot::default()),
+        };
+        // The last window closes at the end, with every call seen until the
+        // links were gone (returns of calls in flight included).
+        let duties = match (self.governor.as_mut(), &snapshot) {
+            (Some(g), Ok(snap)) => {
+                let counts: HashMap<usize, SlotCount> = snap
+                    .slots
+                    .iter()
+                    .map(|(slot, st)| {
+                        (
+                            *slot as usize,
+                            SlotCount {
+                                calls: st.calls,
+                                wait_ns: st.wait_ns_total,
+                            },
+                        )
+                    })
+                    .collect();
+                Some(g.finish(ended, &counts))
+            }
+            _ => None,
         };
         let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
         let snapshot = snapshot?;
@@ -497,13 +542,16 @@ impl Recorder {
                 callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
                 latches: latch_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
                 latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
-                stacks,
+                stacks: StackStats {
+                    sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
+                    ..stacks
+                },
                 sampling: None,
                 overhead_pct_of_core: spent_ns / 1e9 / duration_s.max(1e-9) * 100.0,
             });
-            if let Some(duty) = duties.as_ref().map(|d| d[idx]) {
-                if duty.state != DutyState::Full && !my_slots.is_empty() {
-                    apply_sampling(results.last_mut().expect("just pushed"), duty, duration_s);
+            if let Some(duty) = duties.as_ref().map(|d| &d[idx]) {
+                if duty.cut && !my_slots.is_empty() {
+                    describe_sampling(results.last_mut().expect("just pushed"), duty, duration_s);
                 }
             }
         }
@@ -572,47 +620,37 @@ const FALLBACK_HIT_COST: HitCost = HitCost {
     with_stacks: true,
     bpf_latency_ns: 300.0,
     bpf_count_ns: 150.0,
+    stack_ns: 700.0,
 };
 
-/// A duty-cycled probe saw only part of the calls: scale its counts and
-/// wait totals up by the time it was attached, and say so. Averages,
-/// maxima and the histogram's shape are those observed.
-fn apply_sampling(r: &mut ProbeResult, duty: DutyReport, duration_s: f64) {
-    let observed_calls = r.calls;
-    // Calls while attaching happened before the sampled window: they are
-    // kept as seen, not scaled.
-    let in_window = observed_calls.saturating_sub(duty.calls_before_start) as f64;
-    let estimate = if duty.attached_fraction > 0.0 {
-        duty.calls_before_start as f64 + in_window / duty.attached_fraction
+/// A probe the governor cut saw only part of the calls: its counts stay
+/// what was seen (exact), and the estimate interpolates only over the gaps
+/// between its on-windows, with a 95 % bound; nothing is projected after
+/// the last window (nor before the first: every probe starts on).
+fn describe_sampling(r: &mut ProbeResult, duty: &DutyReport, duration_s: f64) {
+    let mean_latency_ns = if r.calls > 0 {
+        r.wait_ns_total as f64 / r.calls as f64
     } else {
-        observed_calls as f64
+        0.0
     };
-    let factor = if observed_calls > 0 {
-        estimate / observed_calls as f64
-    } else {
-        1.0
-    };
-    let scale = |v: &mut u64| *v = (*v as f64 * factor).round() as u64;
-    scale(&mut r.calls);
-    scale(&mut r.wait_ns_total);
-    for c in &mut r.callsites {
-        scale(&mut c.calls);
-        scale(&mut c.wait_ns_total);
+    let estimate = crate::estimate::estimate(&duty.windows, mean_latency_ns);
+    // The rate over the time the estimate covers, not the whole recording.
+    if estimate.covered_s > 0.0 {
+        r.calls_per_sec = estimate.calls / estimate.covered_s;
     }
-    for l in &mut r.latches {
-        scale(&mut l.calls);
-        scale(&mut l.wait_ns_total);
-    }
-    r.calls_per_sec = r.calls as f64 / duration_s.max(1e-9);
+    let off_at_end_s = (!duty.on_at_end).then(|| (duration_s - estimate.covered_s).max(0.0));
     r.sampling = Some(Sampling {
-        state: match duty.state {
-            DutyState::Detached => SamplingState::Detached,
-            _ => SamplingState::DutyCycled,
+        state: if duty.on_at_end {
+            SamplingState::DutyCycled
+        } else {
+            SamplingState::OffAtEnd
         },
         attached_fraction: duty.attached_fraction,
-        observed_calls,
-        scale: factor,
+        observed_calls: r.calls,
         calls_before_start: duty.calls_before_start,
+        windows: duty.windows.clone(),
+        estimate,
+        off_at_end_s,
         projected_full_pct_of_core: duty.projected_full_cost * 100.0,
     });
 }

@@ -10,9 +10,11 @@
 //! probe's total, else one of the probe's 10 busiest call sites over the
 //! whole recording (most wait, then most calls), or "other" for the rest;
 //! `attached_ms` is how long the probe was switched on within the
-//! interval: the whole interval unless the overhead governor duty-cycled
-//! it, whose `calls`/`wait_ns` are then raw (counted only while on), so
-//! `calls * interval / attached_ms` estimates the interval's true calls.
+//! interval: the whole interval unless the overhead governor detached it
+//! part of the time. `calls`/`wait_ns` are always what was seen (counted
+//! only while on), never scaled: the series carries no estimate, so none
+//! lacks a bound (summary.json's `sampling.estimate` has the recording's,
+//! interpolated between on-windows, with its 95 % bound).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

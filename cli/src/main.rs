@@ -94,8 +94,8 @@ struct RecordArgs {
     #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min", "freq"])]
     no_cpu: bool,
     /// CPU that probe hits may cost the server, in % of one core (e.g. 1, 0.5, 5), or `off`.
-    /// Probes that would cost more are duty-cycled (attached part of each second) and their
-    /// counts scaled; see the `sampled:` lines of the report.
+    /// Probes that would cost more get their stacks sampled, then are duty-cycled (on for
+    /// >= 1 s at a time); counts are what was seen, estimates carry a bound (`sampled:` lines).
     #[arg(long, default_value = "1", value_parser = parse_budget)]
     max_overhead: Budget,
     #[command(flatten)]

@@ -146,10 +146,11 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
 }
 
 /// `serve --max-overhead`: a probe too dear for the budget is duty-cycled;
-/// its counters only grow while it is on, and
-/// `innoprof_probe_attached_seconds_total` says how long that was, so
-/// calls / attached seconds estimates the true rate (checked against the
-/// paced fixture's own count).
+/// its counters only grow while it is on (calls seen),
+/// `innoprof_probe_attached_seconds_total` says how long that was (calls /
+/// attached seconds is the rate while on, checked against the paced
+/// fixture's own count), and the governor's estimate (interpolated between
+/// on-windows) comes with its 95 % bound.
 #[test]
 fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
     let _k = kernel_lock();
@@ -168,17 +169,25 @@ fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
         let samples = metric_samples(&serve.scrape());
         let at = unix_ms();
         let p = [("probe", "paced_hit")];
+        let estimate = value(&samples, "innoprof_probe_calls_estimate", &p);
+        let bound = value(&samples, "innoprof_probe_calls_estimate_bound", &p);
+        let calls = value(&samples, "innoprof_probe_calls_total", &p).unwrap();
+        if let (Some(e), Some(b)) = (estimate, bound) {
+            assert!(e > 0.0 && b > 0.0, "estimate {e} ± {b}, seen {calls}");
+        }
         (
             at,
-            value(&samples, "innoprof_probe_calls_total", &p).unwrap(),
+            calls,
             value(&samples, "innoprof_probe_attached_seconds_total", &p).unwrap(),
+            estimate.is_some() && bound.is_some(),
         )
     };
     // Past the first window (10 s, which starts with a full budget).
     std::thread::sleep(Duration::from_secs(11));
-    let (t0, calls0, on0) = read(&serve);
+    let (t0, calls0, on0, _) = read(&serve);
     std::thread::sleep(Duration::from_secs(8));
-    let (t1, calls1, on1) = read(&serve);
+    let (t1, calls1, on1, estimated) = read(&serve);
+    assert!(estimated, "a cut probe has an estimate with a bound");
     let log = {
         serve.signal(libc::SIGTERM);
         assert_eq!(serve.wait_exit(), Some(0), "{}", serve.stderr());
@@ -189,10 +198,12 @@ fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
     let on_s = on1 - on0;
     assert!(calls1 >= calls0 && on1 >= on0, "counters went back");
     assert!(
-        on_s > 0.02 * wall_s && on_s < 0.5 * wall_s,
+        on_s > 0.02 * wall_s && on_s < 0.95 * wall_s,
         "attached {on_s:.2} s of {wall_s:.2} s"
     );
     let truth = log.calls_at(t1) - log.calls_at(t0);
+    // The rate while on, over the wall time: the test's check of the
+    // attached seconds (innoprof itself never projects this way).
     let estimate = (calls1 - calls0) / on_s * wall_s;
     let error = (estimate - truth).abs() / truth;
     eprintln!(

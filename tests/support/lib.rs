@@ -251,19 +251,26 @@ pub struct Paced {
 impl Paced {
     /// `calls_per_s` for `seconds`, from now on.
     pub fn start(calls_per_s: u32, seconds: u32) -> Self {
-        use std::io::{BufRead, BufReader, Write};
+        let mut p = Self::ready(&[calls_per_s, seconds]);
+        p.go();
+        p
+    }
+
+    /// Started with `paced ARGS…` (see tests/fixture/paced.cc), waiting
+    /// for `go` before the first call.
+    pub fn ready(args: &[u32]) -> Self {
+        use std::io::{BufRead, BufReader};
         let mut child = Command::new(paced_binary())
-            .args([calls_per_s.to_string(), seconds.to_string()])
+            .args(args.iter().map(|a| a.to_string()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         let pid = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
-        writeln!(stdin, "go").unwrap();
         let log = std::thread::spawn(move || {
             stdout
                 .lines()
@@ -280,6 +287,12 @@ impl Paced {
             _stdin: stdin,
             log: Some(log),
         }
+    }
+
+    /// Starts the calls.
+    pub fn go(&mut self) {
+        use std::io::Write;
+        writeln!(self._stdin, "go").unwrap();
     }
 
     /// Kills the fixture; its log of (unix ms, running count).
@@ -300,6 +313,11 @@ impl Drop for Paced {
 pub struct PacedLog(pub Vec<(u64, u64)>);
 
 impl PacedLog {
+    /// The running count at the last log line.
+    pub fn last(&self) -> u64 {
+        self.0.last().map_or(0, |(_, c)| *c)
+    }
+
     /// The fixture's running count at `t_ms` (unix), interpolated.
     pub fn calls_at(&self, t_ms: f64) -> f64 {
         let log = &self.0;

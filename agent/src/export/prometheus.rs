@@ -9,9 +9,13 @@
 //!   catalog entry gives call sites
 //! - `innoprof_probe_latency_seconds{probe}`: the BPF log2 histogram
 //! - `innoprof_probe_attached_seconds_total{probe}`: how long the probe was
-//!   switched on. The overhead governor duty-cycles dear probes, and their
-//!   counters grow only while on, so `rate(calls) / rate(attached)` is the
-//!   rate of calls while measured: the estimate of the true rate
+//!   switched on. The overhead governor detaches a probe it cannot afford
+//!   part of the time; its counters are the calls seen (exact), growing
+//!   only while on
+//! - `innoprof_probe_calls_estimate{probe}` and
+//!   `innoprof_probe_calls_estimate_bound{probe}` for such a probe: seen +
+//!   interpolated between its on-windows up to now (never projected past
+//!   the last one), and the 95 % half-width of that estimate
 //! - `innoprof_dropped_total{reason}`, `innoprof_attached_uprobes`,
 //!   `innoprof_target_info{family,version,pid,binary}`
 //!
@@ -155,6 +159,9 @@ pub struct Exporter {
     callsites: Vec<CallsiteLabels>,
     /// Highest attached seconds reported per probe (kept monotonic).
     attached: Vec<f64>,
+    /// Per planned probe, for the next encode: (estimate, 95 % bound) of a
+    /// probe the governor cut.
+    estimates: Vec<Option<(f64, f64)>>,
 }
 
 impl Exporter {
@@ -174,6 +181,7 @@ impl Exporter {
             labels: LabelCache::default(),
             attached: vec![0.0; probes_len],
             callsites,
+            estimates: Vec::new(),
         }
     }
 
@@ -219,6 +227,11 @@ impl Exporter {
                     .collect()
             })
             .collect();
+        self.estimates = recorder
+            .live_estimates()
+            .into_iter()
+            .map(|e| e.map(|e| (e.calls, e.calls_bound)))
+            .collect();
         self.encode(&counters, &sites, &recorder.attached_seconds())
     }
 
@@ -241,6 +254,7 @@ impl Exporter {
             let total = counters.probe_total(&p.slots);
             *max_on = max_on.max(attached.get(p.probe).copied().unwrap_or(0.0));
             probes.push(ProbeMetrics {
+                estimate: self.estimates.get(p.probe).copied().flatten(),
                 attached_s: *max_on,
                 name: p.name.clone(),
                 timed: p.measure == Measure::Latency,
@@ -271,6 +285,7 @@ impl Exporter {
 #[derive(Debug)]
 struct ProbeMetrics {
     name: String,
+    estimate: Option<(f64, f64)>,
     attached_s: f64,
     timed: bool,
     calls: u64,
@@ -325,11 +340,36 @@ impl Collector for Scrape {
                     .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
             }
         }
+        if self.probes.iter().any(|p| p.estimate.is_some()) {
+            for (name, help, pick) in [
+                (
+                    "innoprof_probe_calls_estimate",
+                    "Calls of a probe the governor detached part of the time: seen + \
+                     interpolated between its on-windows (never past the last one)",
+                    0,
+                ),
+                (
+                    "innoprof_probe_calls_estimate_bound",
+                    "95 % half-width of innoprof_probe_calls_estimate (the call rate in a gap \
+                     within the spread of the windows' rates, plus Poisson noise)",
+                    1,
+                ),
+            ] {
+                let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                for p in &self.probes {
+                    if let Some(e) = p.estimate {
+                        let v = if pick == 0 { e.0 } else { e.1 };
+                        ConstGauge::new(v)
+                            .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+                    }
+                }
+            }
+        }
         {
             let mut m = enc.encode_descriptor(
                 "innoprof_probe_attached",
-                "Time each probe was switched on (the overhead governor duty-cycles dear probes; \
-                 calls / attached time is their rate while measured)",
+                "Time each probe was switched on (the overhead governor detaches a probe it \
+                 cannot afford part of the time; its counters grow only while on)",
                 Some(&seconds_unit),
                 MetricType::Counter,
             )?;

@@ -66,30 +66,37 @@ pub struct OverheadSummary {
     pub attach: Option<crate::attach::AttachInfo>,
 }
 
-/// A probe the governor did not keep attached the whole time.
+/// A probe the governor detached part of the time. Its `calls` and wait
+/// totals are what it saw (exact); `estimate` adds only the gaps between
+/// its on-windows, never time after the last one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sampling {
     pub state: SamplingState,
-    /// Fraction of the recording it was attached; counts were divided by it.
+    /// Fraction of the recording it was on.
     pub attached_fraction: f64,
-    /// Calls actually seen (before scaling).
+    /// Calls seen (= `calls`).
     pub observed_calls: u64,
-    /// What counts and wait totals were multiplied by.
-    pub scale: f64,
     /// Calls seen while the session was still attaching, before the
-    /// governor's clock started; counted as seen, not scaled.
+    /// governor's clock started (in `calls`, in no window).
     pub calls_before_start: u64,
-    /// What it would have cost fully attached, in % of one core.
+    /// When it was on and what it saw there.
+    pub windows: Vec<crate::estimate::OnWindow>,
+    /// Seen + interpolated between windows, with its 95 % bound.
+    pub estimate: crate::estimate::CallEstimate,
+    /// Off for this long at the end of the recording: not projected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_at_end_s: Option<f64>,
+    /// What it would have cost fully on with every stack, in % of one core.
     pub projected_full_pct_of_core: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SamplingState {
+    /// Cut, and on again at the end.
     DutyCycled,
-    /// Detached for the rest of the recording: too dear even at the
-    /// governor's minimum duty.
-    Detached,
+    /// Off from the end of its last window to the end of the recording.
+    OffAtEnd,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,9 +166,8 @@ pub struct ProbeResult {
     pub reason: Option<String>,
     pub symbols: Vec<SymbolInfo>,
     pub skipped: Vec<SkippedSymbol>,
-    /// Share of the probe's hits that were recorded: 1.0 is every hit.
-    /// An overhead governor that duty-cycles a probe lowers it (and scales
-    /// nothing: the counts are what was seen).
+    /// Calls seen, exactly; a probe the governor cut has its estimate
+    /// (with a bound) in `sampling.estimate`.
     pub calls: u64,
     pub calls_per_sec: f64,
     pub wait_ns_total: u64,
@@ -179,8 +185,7 @@ pub struct ProbeResult {
     /// Why latches could not be named, when the probe asks for names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latch_note: Option<String>,
-    /// Set when the overhead governor duty-cycled or detached the probe:
-    /// calls and wait totals above are then scaled estimates.
+    /// Set when the overhead governor detached the probe part of the time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling: Option<Sampling>,
     /// Server CPU its hits cost (observed hits × calibrated cost), % of one core.
@@ -220,13 +225,34 @@ pub struct LatchResult {
     pub wait_ns_max: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StackStats {
     pub distinct: usize,
     /// Calls whose stack could not be captured (collision or error).
     pub lost_calls: u64,
     pub folded_by_wait: Option<String>,
     pub folded_by_count: Option<String>,
+    /// The sparsest stack sampling the governor used: 1 is every hit's
+    /// stack; N > 1: at times one hit in N, each sampled stack weighted N
+    /// (count N, wait x N) in the folded files, which are then estimates.
+    #[serde(default = "one")]
+    pub sampled_every_max: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for StackStats {
+    fn default() -> Self {
+        Self {
+            distinct: 0,
+            lost_calls: 0,
+            folded_by_wait: None,
+            folded_by_count: None,
+            sampled_every_max: 1,
+        }
+    }
 }
 
 /// The CPU profile's part of `summary.json`.

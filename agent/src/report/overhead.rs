@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{ProbeStatus, SamplingState, Summary};
+use super::model::{ProbeStatus, Summary};
 use super::units;
 use crate::calibrate::HitCost;
 
@@ -24,27 +24,54 @@ pub fn render(summary: &Summary) -> String {
         out.push_str(&format!("  ({note})\n"));
     }
     for p in &summary.probes {
-        let Some(s) = &p.sampling else { continue };
-        out.push_str(&match s.state {
-            SamplingState::DutyCycled => format!(
-                "sampled: {} attached {:.1}% of the time (fully on it would cost ~{:.1}% of a core); {} calls seen, counts and totals scaled x{:.1}\n",
+        if let Some(s) = &p.sampling {
+            out.push_str(&format!(
+                "sampled: {} on {:.1}% of the time in {} windows (fully on it would cost ~{:.1}% of a core): {}\n",
                 p.name,
                 s.attached_fraction * 100.0,
+                s.windows.len(),
                 s.projected_full_pct_of_core,
-                s.observed_calls,
-                s.scale,
-            ),
-            SamplingState::Detached => format!(
-                "detached: {} by the governor after {:.1}% of the time (fully on it would cost ~{:.1}% of a core); counts scaled from {} calls seen\n",
-                p.name,
-                s.attached_fraction * 100.0,
-                s.projected_full_pct_of_core,
-                s.observed_calls,
-            ),
-        });
+                estimate_text(s),
+            ));
+        }
+        if p.stacks.sampled_every_max > 1 {
+            out.push_str(&format!(
+                "stacks: {} sampled, at times one hit in up to {}; each sampled stack weighs N hits in its folded files (estimates; counts and totals exact)\n",
+                p.name, p.stacks.sampled_every_max,
+            ));
+        }
     }
     for e in &o.governor_errors {
         out.push_str(&format!("governor: {e}\n"));
+    }
+    out
+}
+
+/// What a cut probe saw and the only estimate made from it, e.g.
+/// `10,010 calls seen in the first 0.6 s, then off (last 7.4 s not projected)`
+/// or `9,000 calls seen; ~27,100 ± 1,900 over 0-7.0 s (95 %, interpolated
+/// over 4.0 s between 3 windows)`.
+pub fn estimate_text(s: &super::model::Sampling) -> String {
+    let e = &s.estimate;
+    let mut out = if e.gap_s > 0.0 {
+        format!(
+            "{} calls seen; ~{} ± {} over 0-{:.1} s ({:.0} %, interpolated over {:.1} s between {} windows)",
+            s.observed_calls,
+            e.calls.round(),
+            e.calls_bound.ceil(),
+            e.covered_s,
+            e.confidence * 100.0,
+            e.gap_s,
+            e.windows,
+        )
+    } else {
+        format!(
+            "{} calls seen in the first {:.1} s",
+            s.observed_calls, e.covered_s
+        )
+    };
+    if let Some(off) = s.off_at_end_s {
+        out.push_str(&format!(", then off (last {off:.1} s not projected)"));
     }
     out
 }
@@ -80,7 +107,7 @@ pub struct OverheadEstimate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeOverhead {
     pub name: String,
-    /// Hits seen (before any scaling of a duty-cycled probe).
+    /// Hits seen.
     pub hits: u64,
     pub estimated_ns: u64,
 }
@@ -93,7 +120,7 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
         .filter(|p| p.status == ProbeStatus::Attached)
         .map(|p| ProbeOverhead {
             name: p.name.clone(),
-            hits: p.sampling.as_ref().map_or(p.calls, |s| s.observed_calls),
+            hits: p.calls,
             estimated_ns: (p.overhead_pct_of_core / 100.0 * wall_ns).round() as u64,
         })
         .collect();

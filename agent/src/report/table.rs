@@ -42,13 +42,26 @@ pub fn render(summary: &Summary) -> String {
         };
         let timed = p.wait_ns_avg.is_some();
         let t = |v: Option<u64>| v.map(units::ns).unwrap_or_else(dash);
-        // `~`: scaled from a duty-cycled probe (see the `sampled:` lines).
-        let approx = if p.sampling.is_some() { "~" } else { "" };
+        // A cut probe: what it saw, exactly, and the estimate with its
+        // bound when there are gaps between windows (see `sampled:`).
+        let (calls, rate) = match &p.sampling {
+            Some(s) if s.estimate.gap_s > 0.0 => (
+                format!(
+                    "{} seen, ~{}±{}",
+                    p.calls,
+                    s.estimate.calls.round(),
+                    s.estimate.calls_bound.ceil()
+                ),
+                format!("~{}", units::count(p.calls_per_sec)),
+            ),
+            Some(_) => (format!("{} seen", p.calls), units::count(p.calls_per_sec)),
+            None => (p.calls.to_string(), units::count(p.calls_per_sec)),
+        };
         table.add_row([
             p.name.clone(),
             symbol,
-            format!("{approx}{}", p.calls),
-            units::count(p.calls_per_sec),
+            calls,
+            rate,
             if timed {
                 units::ns(p.wait_ns_total)
             } else {

@@ -142,9 +142,20 @@ fn probe_table(s: &Summary) -> Markup {
                             td.n { (t(p.wait_ns_p50)) }
                             td.n { (t(p.wait_ns_p99)) }
                             td.n { @if timed { (units::ns(p.wait_ns_max)) } @else { "-" } }
-                            td.n { (format!("{:.0} %", p.sampling_ratio() * 100.0)) }
+                            td.n title=(p.sampling.as_ref().map(|s| format!("{}\n{}", super::overhead::estimate_text(s), s.estimate.assumption)).unwrap_or_default()) {
+                                (format!("{:.0} %", p.sampling_ratio() * 100.0))
+                                @if p.stacks.sampled_every_max > 1 { br; small { "stacks 1-in-≤" (p.stacks.sampled_every_max) } }
+                            }
                         }
                     }
+                }
+            }
+            @for p in attached.iter().filter(|p| p.sampling.is_some()) {
+                @let smp = p.sampling.as_ref().expect("filtered");
+                p.note {
+                    b { (p.name) } " — on " (format!("{:.1}", smp.attached_fraction * 100.0)) " % of the time in "
+                    (smp.windows.len()) " windows: " (super::overhead::estimate_text(smp))
+                    ". Bound: " (smp.estimate.assumption) "."
                 }
             }
         }

@@ -1,0 +1,167 @@
+//! What a probe the governor switched off part of the time really saw,
+//! and the only estimate innoprof makes from it: interpolation over the
+//! gaps *between* two observed on-windows, with a 95 % bound. Nothing is
+//! projected before the first window or after the last one: a probe off
+//! for the rest of a recording reports what it saw and until when.
+//!
+//! Calls in flight at a switch: BPF counts a timed call when its return is
+//! seen and its entry was recorded while the probe was on (`enabled`), so
+//! a window counts the calls that *entered* inside it. A call that entered
+//! before the window (its entry unseen) is dropped at its return
+//! (`returns_without_entry`): it belongs to the gap, whose estimate covers
+//! it. A call that entered inside the window and returns after the return
+//! link is gone is lost: at most `rate x mean latency` calls per switch-off
+//! (the return links go ~100 ms after the flag, so only calls longer than
+//! that are really at risk). That allowance is added to the bound.
+
+use serde::{Deserialize, Serialize};
+
+/// One stretch of time a probe was on, and what it saw there.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OnWindow {
+    /// Seconds since the recording started.
+    pub start_s: f64,
+    pub end_s: f64,
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+
+impl OnWindow {
+    fn len(&self) -> f64 {
+        (self.end_s - self.start_s).max(1e-6)
+    }
+}
+
+/// Calls (and wait) of a probe over `0..covered_s`: seen in the windows,
+/// plus the interpolated gaps between them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallEstimate {
+    /// Seen in the on-windows (exact).
+    pub observed_calls: u64,
+    /// Seen + interpolated over the gaps between windows.
+    pub calls: f64,
+    /// 95 % half-width of `calls` (see `ASSUMPTION`).
+    pub calls_bound: f64,
+    pub wait_ns: f64,
+    pub wait_ns_bound: f64,
+    /// The estimate covers the recording from 0 to here (the end of the
+    /// last on-window); nothing after it is projected.
+    pub covered_s: f64,
+    /// Time between windows, interpolated.
+    pub gap_s: f64,
+    pub windows: usize,
+    pub confidence: f64,
+    pub assumption: String,
+}
+
+/// What the bound assumes, stated in every output that carries it.
+pub const ASSUMPTION: &str = "95 %: the call rate in a gap lies within the spread of the on-windows' rates (1.96 sd, added over gaps) around the mean of the two windows around it, plus Poisson noise and the calls in flight at each switch-off";
+
+/// Estimates from `windows` (in time order, non-overlapping). `mean_latency_ns`
+/// (0 for count probes) sizes the in-flight allowance.
+pub fn estimate(windows: &[OnWindow], mean_latency_ns: f64) -> CallEstimate {
+    let observed: u64 = windows.iter().map(|w| w.calls).sum();
+    let observed_wait: u64 = windows.iter().map(|w| w.wait_ns).sum();
+    let rates: Vec<f64> = windows.iter().map(|w| w.calls as f64 / w.len()).collect();
+    let wait_rates: Vec<f64> = windows.iter().map(|w| w.wait_ns as f64 / w.len()).collect();
+    let (sd, wait_sd) = (spread(&rates), spread(&wait_rates));
+    let (mut gap_calls, mut gap_wait, mut gap_s) = (0.0, 0.0, 0.0);
+    let (mut rate_err, mut wait_err) = (0.0, 0.0);
+    for (i, pair) in windows.windows(2).enumerate() {
+        let gap = (pair[1].start_s - pair[0].end_s).max(0.0);
+        gap_s += gap;
+        gap_calls += gap * (rates[i] + rates[i + 1]) / 2.0;
+        gap_wait += gap * (wait_rates[i] + wait_rates[i + 1]) / 2.0;
+        rate_err += gap * sd;
+        wait_err += gap * wait_sd;
+    }
+    // Calls entered in a window whose return came after the switch-off.
+    let switch_offs = windows.len().saturating_sub(1) as f64;
+    let mean_rate = if rates.is_empty() {
+        0.0
+    } else {
+        rates.iter().sum::<f64>() / rates.len() as f64
+    };
+    let in_flight = switch_offs * mean_rate * mean_latency_ns / 1e9;
+    let calls_bound = if gap_s > 0.0 {
+        1.96 * rate_err + 1.96 * gap_calls.sqrt() + in_flight
+    } else {
+        0.0
+    };
+    let mean_wait = if observed > 0 {
+        observed_wait as f64 / observed as f64
+    } else {
+        0.0
+    };
+    CallEstimate {
+        observed_calls: observed,
+        calls: observed as f64 + gap_calls,
+        calls_bound,
+        wait_ns: observed_wait as f64 + gap_wait,
+        wait_ns_bound: if gap_s > 0.0 {
+            1.96 * wait_err + mean_wait * (1.96 * gap_calls.sqrt() + in_flight)
+        } else {
+            0.0
+        },
+        covered_s: windows.last().map_or(0.0, |w| w.end_s),
+        gap_s,
+        windows: windows.len(),
+        confidence: 0.95,
+        assumption: ASSUMPTION.to_string(),
+    }
+}
+
+/// Sample standard deviation of the rates (0 with fewer than two).
+fn spread(rates: &[f64]) -> f64 {
+    if rates.len() < 2 {
+        return 0.0;
+    }
+    let n = rates.len() as f64;
+    let mean = rates.iter().sum::<f64>() / n;
+    (rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(start_s: f64, end_s: f64, calls: u64) -> OnWindow {
+        OnWindow {
+            start_s,
+            end_s,
+            calls,
+            wait_ns: calls * 1000,
+        }
+    }
+
+    #[test]
+    fn one_window_is_exact_and_projects_nothing() {
+        // A burst seen in the first 0.6 s, then off: no tail projection.
+        let e = estimate(&[w(0.0, 0.6, 10_010)], 0.0);
+        assert_eq!(e.calls, 10_010.0);
+        assert_eq!(e.calls_bound, 0.0);
+        assert_eq!(e.covered_s, 0.6);
+    }
+
+    #[test]
+    fn gaps_are_interpolated_from_their_neighbours() {
+        // 1,000/s then 3,000/s; the 2 s gap between them gets 2,000/s.
+        let e = estimate(&[w(0.0, 1.0, 1_000), w(3.0, 4.0, 3_000)], 0.0);
+        assert_eq!(e.observed_calls, 4_000);
+        assert!((e.calls - 8_000.0).abs() < 1e-6, "{e:?}");
+        assert_eq!(e.gap_s, 2.0);
+        // sd of {1000, 3000} = 1414/s over 2 s, x1.96, plus Poisson.
+        let want = 1.96 * 1414.2136 * 2.0 + 1.96 * 4_000f64.sqrt();
+        assert!((e.calls_bound - want).abs() < 1.0, "{e:?}");
+        assert_eq!(e.covered_s, 4.0);
+    }
+
+    #[test]
+    fn steady_rate_has_a_poisson_bound_and_in_flight_calls() {
+        let e = estimate(&[w(0.0, 1.0, 900), w(3.0, 4.0, 900), w(6.0, 7.0, 900)], 2e6);
+        assert!((e.calls - 900.0 * 7.0).abs() < 1e-6);
+        // Two switch-offs, 900/s x 2 ms in flight each.
+        let want = 1.96 * (3_600f64).sqrt() + 2.0 * 900.0 * 0.002;
+        assert!((e.calls_bound - want).abs() < 1e-6, "{e:?}");
+    }
+}
