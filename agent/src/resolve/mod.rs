@@ -7,6 +7,7 @@ pub mod entry;
 pub mod inline;
 pub mod latch;
 pub mod lines;
+pub mod counter;
 pub mod pattern;
 
 use std::collections::{HashMap, HashSet};
