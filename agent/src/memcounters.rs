@@ -16,8 +16,8 @@ use std::time::Instant;
 use object::{Object, ObjectSegment};
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::CounterSpec;
-use crate::resolve::counter::{resolve_counter, CounterLayout, Step};
+use crate::catalog::{CounterPath, CounterSpec};
+use crate::resolve::counter::{resolve_counters, CounterError, CounterLayout, Step};
 use crate::resolve::ElfImage;
 
 /// A counter the catalog asked for, and where it lives in this binary.
@@ -41,16 +41,22 @@ impl PlannedCounter {
 
 /// Resolves each counter against the binary's DWARF.
 pub fn plan_counters(image: &ElfImage, specs: Vec<CounterSpec>) -> Vec<PlannedCounter> {
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let paths: Vec<&CounterPath> = specs.iter().map(|s| &s.counter).collect();
+    let layouts: Vec<Result<CounterLayout, String>> = if image.has_debug_info {
+        match resolve_counters(image.dwarf_data(), &paths) {
+            Ok(each) => each.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+            Err(e) => vec![Err(e.to_string()); specs.len()],
+        }
+    } else {
+        vec![Err(CounterError::NoDebugInfo.to_string()); specs.len()]
+    };
     specs
         .into_iter()
-        .map(|spec| {
-            let layout = if image.has_debug_info {
-                resolve_counter(image.dwarf_data(), &spec.counter).map_err(|e| e.to_string())
-            } else {
-                Err(crate::resolve::counter::CounterError::NoDebugInfo.to_string())
-            };
-            PlannedCounter { spec, layout }
-        })
+        .zip(layouts)
+        .map(|(spec, layout)| PlannedCounter { spec, layout })
         .collect()
 }
 
@@ -321,7 +327,7 @@ impl CounterResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{CounterMeasure, CounterPath};
+    use crate::catalog::CounterMeasure;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Shaped like InnoDB's: a struct holding a plain counter and an atomic
