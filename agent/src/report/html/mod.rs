@@ -58,6 +58,7 @@ pub fn render(page: &Page) -> String {
                 (about(page))
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
+                (counters(s))
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts)) }
                 (cpu(s, page.cpu_flamegraphs))
@@ -105,6 +106,47 @@ fn about(page: &Page) -> Markup {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
                 } }
+            }
+        }
+    }
+}
+
+/// The in-memory counters: exact counts read from the server, no probe.
+fn counters(s: &Summary) -> Markup {
+    use crate::report::model::CounterStatus;
+    let read: Vec<_> = s
+        .counters
+        .iter()
+        .filter(|c| c.status == CounterStatus::Read)
+        .collect();
+    let n = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    html! {
+        @if !s.counters.is_empty() {
+            h2 #counters { "Counters" }
+            p.note { "InnoDB's own counters, read from the server's memory at start and end: exact, no cost per event." }
+            @if !read.is_empty() {
+                table.data {
+                    thead { tr { th { "counter" } th.n { "count" } th.n { "per s" } th.n { "at start" } th.n { "at end" } th { "read at" } } }
+                    tbody {
+                        @for c in &read {
+                            tr title=(c.description) {
+                                td { (c.name) }
+                                td.n { (n(c.count)) }
+                                td.n { (c.per_sec.map_or_else(|| "-".to_string(), units::count)) }
+                                td.n { (n(c.start)) }
+                                td.n { (n(c.end)) }
+                                td { code { (c.location.as_deref().unwrap_or("")) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @let missing: Vec<_> = s.counters.iter().filter(|c| c.status != CounterStatus::Read).collect();
+            @if !missing.is_empty() {
+                details {
+                    summary { (missing.len()) " counters not read" }
+                    ul { @for c in &missing { li { b { (c.name) } " — " (c.reason.as_deref().unwrap_or("")) } } }
+                }
             }
         }
     }
