@@ -413,7 +413,10 @@ impl CatalogFile {
                     let m = WildMatch::new(glob);
                     (
                         self.probes.iter().filter(|p| m.matches(&p.name)).collect(),
-                        self.counters.iter().filter(|c| m.matches(&c.name)).collect(),
+                        self.counters
+                            .iter()
+                            .filter(|c| m.matches(&c.name))
+                            .collect(),
                     )
                 }
             };
@@ -932,7 +935,8 @@ mod tests {
                 &format!("{head}[[probe]]\nname='c'\nmeasure='counter'\n{c}\n"),
             )
         };
-        let ok = parse("counter = { global = 'trx_sys', path = 'max_trx_id|m_max_trx_id' }").unwrap();
+        let ok =
+            parse("counter = { global = 'trx_sys', path = 'max_trx_id|m_max_trx_id' }").unwrap();
         assert_eq!(
             ok.counters[0].counter.alternatives(),
             [vec!["max_trx_id"], vec!["m_max_trx_id"]]
@@ -949,10 +953,12 @@ mod tests {
             assert!(err.contains("member names"), "{bad}: {err}");
         }
         // A counter has no symbols or cost; a probe-only field is refused.
-        assert!(parse("counter = { global = 'g', path = 'x' }\nsymbols = ['f']")
-            .unwrap_err()
-            .to_string()
-            .contains("malformed"));
+        assert!(
+            parse("counter = { global = 'g', path = 'x' }\nsymbols = ['f']")
+                .unwrap_err()
+                .to_string()
+                .contains("malformed")
+        );
         assert!(parse("").unwrap_err().to_string().contains("malformed"));
     }
 

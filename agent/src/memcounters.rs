@@ -47,7 +47,10 @@ pub fn plan_counters(image: &ElfImage, specs: Vec<CounterSpec>) -> Vec<PlannedCo
     let paths: Vec<&CounterPath> = specs.iter().map(|s| &s.counter).collect();
     let layouts: Vec<Result<CounterLayout, String>> = if image.has_debug_info {
         match resolve_counters(image.dwarf_data(), &paths) {
-            Ok(each) => each.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+            Ok(each) => each
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect(),
             Err(e) => vec![Err(e.to_string()); specs.len()],
         }
     } else {
@@ -83,7 +86,10 @@ impl TargetMemory {
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), String> {
         match self.mem.read_at(buf, address) {
             Ok(n) if n == buf.len() => Ok(()),
-            Ok(n) => Err(format!("short read at {address:#x} ({n} of {} bytes)", buf.len())),
+            Ok(n) => Err(format!(
+                "short read at {address:#x} ({n} of {} bytes)",
+                buf.len()
+            )),
             Err(e) => Err(format!("cannot read {address:#x}: {e}")),
         }
     }
@@ -386,20 +392,36 @@ mod tests {
         assert_eq!(row.steps, [Step::Deref, Step::Offset(72)]);
         assert_eq!((row.size, row.signed), (8, false));
         let lsn = planned[1].layout.as_ref().unwrap();
-        assert_eq!(lsn.steps, [Step::Offset(80)], "the atomic's wrappers add nothing");
+        assert_eq!(
+            lsn.steps,
+            [Step::Offset(80)],
+            "the atomic's wrappers add nothing"
+        );
         assert_eq!(lsn.size, 8);
         assert!(
-            planned[2].layout.as_ref().unwrap_err().contains("no member `no_such_member`"),
+            planned[2]
+                .layout
+                .as_ref()
+                .unwrap_err()
+                .contains("no member `no_such_member`"),
             "{:?}",
             planned[2].layout
         );
         assert!(
-            planned[3].layout.as_ref().unwrap_err().contains("no variable"),
+            planned[3]
+                .layout
+                .as_ref()
+                .unwrap_err()
+                .contains("no variable"),
             "{:?}",
             planned[3].layout
         );
         assert!(
-            planned[4].layout.as_ref().unwrap_err().contains("not an integer"),
+            planned[4]
+                .layout
+                .as_ref()
+                .unwrap_err()
+                .contains("not an integer"),
             "{:?}",
             planned[4].layout
         );
@@ -416,7 +438,10 @@ mod tests {
         let results = rec.results();
         assert_eq!(results[0].status, CounterStatus::Read);
         assert_eq!((results[0].start, results[0].count), (Some(7), Some(5)));
-        assert_eq!((results[1].start, results[1].count), (Some(1000), Some(4096)));
+        assert_eq!(
+            (results[1].start, results[1].count),
+            (Some(1000), Some(4096))
+        );
         assert_eq!(results[2].status, CounterStatus::Unavailable);
         assert!(results[2].count.is_none() && results[2].reason.is_some());
         // The end readings are taken once.

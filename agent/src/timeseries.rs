@@ -459,8 +459,11 @@ mod tests {
     fn counters_are_rows_of_exact_increases() {
         let mut s = IntervalSeries::new(vec![probe("p", false)], Duration::from_secs(1), 0);
         s.with_counters(vec![(1, "innodb.redo.lsn".into(), 5000)]);
-        let reads: [(u64, Result<u64, String>); 3] =
-            [(1000, Ok(5600)), (2000, Err("gone".into())), (3000, Ok(9000))];
+        let reads: [(u64, Result<u64, String>); 3] = [
+            (1000, Ok(5600)),
+            (2000, Err("gone".into())),
+            (3000, Ok(9000)),
+        ];
         for (t, v) in reads {
             let mut now = cumulative(counts(t / 100, 0), &[]);
             now.extend(s.counter_counts(&[Err("other".into()), v], t));
@@ -473,7 +476,10 @@ mod tests {
             .filter(|p| p.probe == "innodb.redo.lsn")
             .map(|p| (p.t_ms, p.calls, p.attached_ms))
             .collect();
-        assert_eq!(lsn, [(1000, 600, 1000), (2000, 0, 1000), (3000, 3400, 1000)]);
+        assert_eq!(
+            lsn,
+            [(1000, 600, 1000), (2000, 0, 1000), (3000, 3400, 1000)]
+        );
         assert_eq!(totals_by_probe(&series)["innodb.redo.lsn"].calls, 4000);
         assert_eq!(totals_by_probe(&series)["p"].calls, 30);
     }

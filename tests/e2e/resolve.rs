@@ -498,16 +498,28 @@ fn counters_resolve_in_the_real_servers() {
     counters_resolve(
         "mysql-5.6.24",
         &[
-            ("innodb.dict_sys.row_ids", "dict_sys -> +0x48 (8 bytes, row_id_t)"),
-            ("innodb.trx_sys.trx_ids", "trx_sys -> +0x58 (8 bytes, trx_id_t)"),
+            (
+                "innodb.dict_sys.row_ids",
+                "dict_sys -> +0x48 (8 bytes, row_id_t)",
+            ),
+            (
+                "innodb.trx_sys.trx_ids",
+                "trx_sys -> +0x58 (8 bytes, trx_id_t)",
+            ),
             ("innodb.redo.lsn", "log_sys -> +0x40 (8 bytes, lsn_t)"),
         ],
     );
     counters_resolve(
         "mariadb-10.2.11",
         &[
-            ("innodb.dict_sys.row_ids", "dict_sys -> +0x30 (8 bytes, row_id_t)"),
-            ("innodb.trx_sys.trx_ids", "trx_sys -> +0x38 (8 bytes, trx_id_t)"),
+            (
+                "innodb.dict_sys.row_ids",
+                "dict_sys -> +0x30 (8 bytes, row_id_t)",
+            ),
+            (
+                "innodb.trx_sys.trx_ids",
+                "trx_sys -> +0x38 (8 bytes, trx_id_t)",
+            ),
             ("innodb.redo.lsn", "log_sys -> +0x40 (8 bytes, lsn_t)"),
         ],
     );
@@ -528,8 +540,5 @@ fn counters_resolve_in_the_real_servers() {
     );
     let no_dwarf = "the binary has no DWARF debug info, and a counter's layout (member offsets) \
                     needs it; install the server's debug symbols";
-    counters_resolve(
-        "mysql-8.0.15",
-        &[("innodb.dict_sys.row_ids", no_dwarf)],
-    );
+    counters_resolve("mysql-8.0.15", &[("innodb.dict_sys.row_ids", no_dwarf)]);
 }

@@ -510,7 +510,10 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
         nopk_counted, nopk_rows,
         "row-id counter delta equals the rows inserted without a primary key"
     );
-    assert_eq!(pk_counted, 0, "the row-id counter stands still with a primary key");
+    assert_eq!(
+        pk_counted, 0,
+        "the row-id counter stands still with a primary key"
+    );
     assert_eq!(
         nopk_ids, nopk_rows,
         "one row id per row inserted without a primary key"

@@ -16,7 +16,13 @@ pub fn render(counters: &[CounterResult]) -> String {
     if !read.is_empty() {
         let mut table = Table::new();
         table.load_preset(ASCII_MARKDOWN);
-        table.set_header(["counter (read from memory, exact)", "count", "per s", "at start", "at end"]);
+        table.set_header([
+            "counter (read from memory, exact)",
+            "count",
+            "per s",
+            "at start",
+            "at end",
+        ]);
         for c in read {
             let n = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
             table.add_row([
@@ -78,7 +84,10 @@ mod tests {
             .lines()
             .find(|l| l.contains("innodb.dict_sys.row_ids"))
             .unwrap();
-        assert!(row.contains("| 60000 |") && row.contains("30.0k") && row.contains("60100"), "{text}");
+        assert!(
+            row.contains("| 60000 |") && row.contains("30.0k") && row.contains("60100"),
+            "{text}"
+        );
         assert!(
             text.contains("counter unavailable: innodb.redo.lsn - no DWARF"),
             "{text}"

@@ -95,7 +95,10 @@ struct Wanted<'a> {
 }
 
 /// Resolves one counter (see [`resolve_counters`]).
-pub fn resolve_counter(elf_data: &[u8], counter: &CounterPath) -> Result<CounterLayout, CounterError> {
+pub fn resolve_counter(
+    elf_data: &[u8],
+    counter: &CounterPath,
+) -> Result<CounterLayout, CounterError> {
     resolve_counters(elf_data, &[counter])?
         .pop()
         .expect("one result per counter")
@@ -290,10 +293,9 @@ fn shape(
                         size,
                         signed: false,
                     },
-                    gimli::DW_ATE_signed | gimli::DW_ATE_signed_char => Shape::Integer {
-                        size,
-                        signed: true,
-                    },
+                    gimli::DW_ATE_signed | gimli::DW_ATE_signed_char => {
+                        Shape::Integer { size, signed: true }
+                    }
                     _ => Shape::Other(format!("`{}`", type_name(dwarf, unit, cur))),
                 });
             }
@@ -487,7 +489,14 @@ mod tests {
     fn offsets_merge_across_wrappers_but_not_across_pointer_reads() {
         use Step::*;
         assert_eq!(
-            merge_offsets(vec![Deref, Offset(0x48), Offset(0), Offset(8), Deref, Offset(0)]),
+            merge_offsets(vec![
+                Deref,
+                Offset(0x48),
+                Offset(0),
+                Offset(8),
+                Deref,
+                Offset(0)
+            ]),
             vec![Deref, Offset(0x50), Deref, Offset(0)]
         );
         let layout = CounterLayout {
@@ -497,6 +506,9 @@ mod tests {
             signed: false,
             type_name: "row_id_t".into(),
         };
-        assert_eq!(layout.describe("dict_sys"), "dict_sys -> +0x48 (8 bytes, row_id_t)");
+        assert_eq!(
+            layout.describe("dict_sys"),
+            "dict_sys -> +0x48 (8 bytes, row_id_t)"
+        );
     }
 }

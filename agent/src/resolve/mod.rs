@@ -1,5 +1,6 @@
 //! Turning demangled patterns into attachable addresses in one binary.
 
+pub mod counter;
 pub mod debuginfo;
 pub mod dwarf;
 pub mod elf;
@@ -7,7 +8,6 @@ pub mod entry;
 pub mod inline;
 pub mod latch;
 pub mod lines;
-pub mod counter;
 pub mod pattern;
 
 use std::collections::{HashMap, HashSet};

@@ -107,7 +107,10 @@ fn counters_section_shows_exact_counts_and_why_not() {
             probe_flamegraphs: &[],
         })
     };
-    assert!(!html(&s).contains("id=\"counters\""), "no section without counters");
+    assert!(
+        !html(&s).contains("id=\"counters\""),
+        "no section without counters"
+    );
     s.counters = serde_json::from_str(
         r#"[{"name": "innodb.dict_sys.row_ids", "description": "row ids", "status": "read",
              "location": "dict_sys -> +0x30 (8 bytes, row_id_t)", "start": 512, "end": 60512,
