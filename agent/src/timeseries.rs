@@ -262,13 +262,12 @@ impl IntervalSeries {
     /// sites over the whole recording and "other".
     pub fn into_series(self) -> TimeSeries {
         let rows = self.probes.len() + self.counters.len();
-        let top: Vec<Vec<String>> = (0..rows)
+        let tops: Vec<Vec<String>> = (0..rows)
             .map(|i| busiest_sites(&self.last[i].sites, TOP_CALLSITES))
             .collect();
         let mut points = Vec::new();
         for interval in &self.intervals {
-            for i in 0..rows {
-                let d = &interval.deltas[i];
+            for (i, (d, top)) in interval.deltas.iter().zip(&tops).enumerate() {
                 let point = |callsite: Option<String>, c: Counts| Point {
                     t_ms: interval.t_ms,
                     probe: self.name(i).to_string(),
@@ -278,13 +277,13 @@ impl IntervalSeries {
                     attached_ms: d.attached_ms,
                 };
                 points.push(point(None, d.total));
-                for label in &top[i] {
+                for label in top {
                     let c = d.sites.get(label).copied().unwrap_or_default();
                     points.push(point(Some(label.clone()), c));
                 }
-                if self.last[i].sites.len() > top[i].len() {
+                if self.last[i].sites.len() > top.len() {
                     let mut other = Counts::default();
-                    for (_, c) in d.sites.iter().filter(|(k, _)| !top[i].contains(k)) {
+                    for (_, c) in d.sites.iter().filter(|(k, _)| !top.contains(k)) {
                         other.add(*c);
                     }
                     points.push(point(Some(OTHER.to_string()), other));

@@ -168,6 +168,9 @@ pub fn resolve_counters(
         .collect())
 }
 
+/// A global's link-time address and type DIE, or why not.
+type Definition = Result<(u64, UnitOffset), CounterError>;
+
 /// The wanted globals' definitions among a unit's (or namespace's)
 /// children: a `DW_TAG_variable` whose location is `DW_OP_addr` of the
 /// symbol's address (or, without a symbol, whose name is the global's).
@@ -177,7 +180,7 @@ fn find_definitions(
     unit: &Unit<'_>,
     node: gimli::EntriesTreeNode<'_, '_, Reader<'_>>,
     wanted: &[Wanted],
-    found: &mut Vec<(usize, Result<(u64, UnitOffset), CounterError>)>,
+    found: &mut Vec<(usize, Definition)>,
     depth: u8,
 ) -> Result<(), CounterError> {
     let mut children = node.children();
