@@ -60,7 +60,7 @@ pub fn render(page: &Page) -> String {
                 (probe_table(s))
                 (counters(s))
                 (histograms(s))
-                @if let Some(ts) = page.timeseries { (time_series(ts)) }
+                @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
                 (latches(s))
                 (callsites(s))
@@ -223,10 +223,20 @@ fn histograms(s: &Summary) -> Markup {
     }
 }
 
-fn time_series(ts: &TimeSeries) -> Markup {
+fn time_series(ts: &TimeSeries, counters: &[crate::report::model::CounterResult]) -> Markup {
     let secs = ts.interval_s();
-    let wait = ts.probe_lines(|p| p.wait_ns as f64);
-    let rate = ts.probe_lines(|p| p.calls as f64 / secs);
+    // Counters' rows (bytes of redo, ids) get a chart of their own: their
+    // scale says nothing about the probes' calls.
+    let is_counter = |name: &str| counters.iter().any(|c| c.name == name);
+    let (counter_rate, rate): (Vec<_>, Vec<_>) = ts
+        .probe_lines(|p| p.calls as f64 / secs)
+        .into_iter()
+        .partition(|l| is_counter(&l.name));
+    let wait: Vec<_> = ts
+        .probe_lines(|p| p.wait_ns as f64)
+        .into_iter()
+        .filter(|l| !is_counter(&l.name))
+        .collect();
     let with_sites: Vec<&str> = ts
         .probes()
         .into_iter()
@@ -242,8 +252,14 @@ fn time_series(ts: &TimeSeries) -> Markup {
             h3 { "Wait time per interval, by probe" }
             (charts::lines(&wait, "wait time", |v| units::ns(v as u64)))
         }
-        h3 { "Calls per second, by probe" }
-        (charts::lines(&rate, "calls/s", units::count))
+        @if !rate.is_empty() {
+            h3 { "Calls per second, by probe" }
+            (charts::lines(&rate, "calls/s", units::count))
+        }
+        @for line in &counter_rate {
+            h3 { "Per second: " (line.name) " (counter, exact)" }
+            (charts::lines(std::slice::from_ref(line), "per s", units::count))
+        }
         @for probe in with_sites {
             h3 { "Wait time per interval by call site: " (probe) }
             (charts::lines(&ts.callsite_lines(probe), "wait time", |v| units::ns(v as u64)))
