@@ -131,6 +131,62 @@ impl LatchSpec {
     }
 }
 
+/// A counter InnoDB already keeps in memory, read instead of probed:
+///
+/// ```toml
+/// [[probe]]
+/// name = "innodb.dict_sys.row_ids"
+/// measure = "counter"
+/// counter = { global = "dict_sys", path = "row_id" }
+/// ```
+///
+/// `global` is a variable's name; `path` names members, dot-separated
+/// (alternatives for different versions separated by `|`, first found wins),
+/// from the global's type, following pointers where DWARF says a member
+/// (or the global) is one (`dict_sys->row_id` and `log_sys.lsn` are both
+/// written `path = "…"` as DWARF decides). The last member must be an
+/// integer, or a struct that wraps exactly one (`std::atomic<ulong>`,
+/// `Atomic_counter<ulong>`). It costs nothing per event: innoprof reads
+/// the few bytes at start, at each `--interval` and at the end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CounterSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Always `counter`: what tells this entry from a probe.
+    pub measure: CounterMeasure,
+    pub counter: CounterPath,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterMeasure {
+    Counter,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CounterPath {
+    pub global: String,
+    pub path: String,
+}
+
+impl CounterPath {
+    /// The alternative member paths, in order (`a.b|c` → `[["a", "b"], ["c"]]`):
+    /// one catalog range can span versions that renamed the member
+    /// (`max_trx_id` in MariaDB 10.2, `m_max_trx_id` from 10.3).
+    pub fn alternatives(&self) -> Vec<Vec<&str>> {
+        self.path
+            .split('|')
+            .map(|alt| alt.split('.').map(str::trim).collect())
+            .collect()
+    }
+}
+
+/// Longest counter path: InnoDB's are one member deep.
+const MAX_COUNTER_PATH: usize = 8;
+
 /// 1-based positions in the machine-level argument list (for a member
 /// function `this` is argument 1), e.g. `PolicyMutex<…>::enter(this,
 /// n_spins, n_delay, file, line)` has `file_arg = 4`, `line_arg = 5`.
@@ -195,15 +251,44 @@ pub struct CatalogFile {
     pub server: ServerRange,
     #[serde(rename = "probe")]
     pub probes: Vec<ProbeSpec>,
+    /// The `[[probe]]` entries with `measure = "counter"`.
+    #[serde(skip)]
+    pub counters: Vec<CounterSpec>,
+}
+
+/// A catalog file as written: probes and counters share `[[probe]]`,
+/// told apart by `measure`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCatalogFile {
+    server: ServerRange,
+    #[serde(rename = "probe")]
+    entries: Vec<toml::Value>,
 }
 
 impl CatalogFile {
     pub fn parse(file: &str, text: &str) -> Result<Self, CatalogError> {
-        let mut parsed: CatalogFile = toml::from_str(text).map_err(|e| CatalogError::Parse {
+        let malformed = |e| CatalogError::Parse {
             file: file.into(),
             source: Box::new(e),
-        })?;
-        parsed.file = file.to_string();
+        };
+        let raw: RawCatalogFile = toml::from_str(text).map_err(malformed)?;
+        let mut probes = Vec::new();
+        let mut counters = Vec::new();
+        for entry in raw.entries {
+            let is_counter = entry.get("measure").and_then(|m| m.as_str()) == Some("counter");
+            if is_counter {
+                counters.push(entry.try_into::<CounterSpec>().map_err(malformed)?);
+            } else {
+                probes.push(entry.try_into::<ProbeSpec>().map_err(malformed)?);
+            }
+        }
+        let parsed = CatalogFile {
+            file: file.to_string(),
+            server: raw.server,
+            probes,
+            counters,
+        };
         parsed.validate()?;
         Ok(parsed)
     }
@@ -221,21 +306,46 @@ impl CatalogFile {
             }
         }
         let mut names = std::collections::HashSet::new();
-        for p in &self.probes {
-            if p.name.is_empty()
-                || !p
-                    .name
+        let all_names = self
+            .probes
+            .iter()
+            .map(|p| &p.name)
+            .chain(self.counters.iter().map(|c| &c.name));
+        for name in all_names {
+            if name.is_empty()
+                || !name
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
             {
                 return invalid(format!(
-                    "probe name `{}` must be non-empty [A-Za-z0-9._-]",
-                    p.name
+                    "probe name `{name}` must be non-empty [A-Za-z0-9._-]"
                 ));
             }
-            if !names.insert(&p.name) {
-                return invalid(format!("probe `{}` is defined twice", p.name));
+            if !names.insert(name) {
+                return invalid(format!("probe `{name}` is defined twice"));
             }
+        }
+        let identifier = |s: &str| {
+            !s.is_empty()
+                && !s.starts_with(|c: char| c.is_ascii_digit())
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        for c in &self.counters {
+            let alternatives = c.counter.alternatives();
+            if !identifier(&c.counter.global)
+                || alternatives.len() > MAX_COUNTER_PATH
+                || !alternatives.iter().all(|members| {
+                    members.len() <= MAX_COUNTER_PATH && members.iter().all(|m| identifier(m))
+                })
+            {
+                return invalid(format!(
+                    "counter `{}`: `global` must be a variable name and `path` up to \
+                     {MAX_COUNTER_PATH} dot-separated member names (alternatives separated by `|`)",
+                    c.name
+                ));
+            }
+        }
+        for p in &self.probes {
             if p.symbols.is_empty() {
                 return invalid(format!("probe `{}` has no symbol patterns", p.name));
             }
@@ -285,34 +395,49 @@ impl CatalogFile {
 
     /// A comma list of `default` (the cheap probes), `all`, names and
     /// globs (`innodb.redo.*`), e.g. `default,innodb.mutex.enter`.
+    /// The probes only; [`Self::select_with_counters`] also gives counters.
     pub fn select(&self, selection: &str) -> Result<Vec<ProbeSpec>, CatalogError> {
+        Ok(self.select_with_counters(selection)?.0)
+    }
+
+    /// The probes and the counters a selection names. Counters cost nothing
+    /// per event, so `default` includes every one.
+    pub fn select_with_counters(
+        &self,
+        selection: &str,
+    ) -> Result<(Vec<ProbeSpec>, Vec<CounterSpec>), CatalogError> {
         let mut out: Vec<ProbeSpec> = Vec::new();
+        let mut counters: Vec<CounterSpec> = Vec::new();
         for want in selection
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
         {
-            let hits: Vec<&ProbeSpec> = match want {
-                "default" => self.probes.iter().filter(|p| p.is_default()).collect(),
-                "all" => self.probes.iter().collect(),
+            let (hits, counter_hits): (Vec<&ProbeSpec>, Vec<&CounterSpec>) = match want {
+                "default" => (
+                    self.probes.iter().filter(|p| p.is_default()).collect(),
+                    self.counters.iter().collect(),
+                ),
+                "all" => (self.probes.iter().collect(), self.counters.iter().collect()),
                 glob => {
                     let m = WildMatch::new(glob);
-                    self.probes.iter().filter(|p| m.matches(&p.name)).collect()
+                    (
+                        self.probes.iter().filter(|p| m.matches(&p.name)).collect(),
+                        self.counters
+                            .iter()
+                            .filter(|c| m.matches(&c.name))
+                            .collect(),
+                    )
                 }
             };
-            if hits.is_empty() {
+            if hits.is_empty() && counter_hits.is_empty() {
                 return Err(CatalogError::UnknownProbe {
                     name: want.into(),
                     suggestion: self
                         .closest_name(want)
                         .map_or(String::new(), |n| format!(", did you mean `{n}`?")),
                     file: self.file.clone(),
-                    known: self
-                        .probes
-                        .iter()
-                        .map(|p| p.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    known: self.names().collect::<Vec<_>>().join(", "),
                 });
             }
             for h in hits {
@@ -320,8 +445,21 @@ impl CatalogFile {
                     out.push(h.clone());
                 }
             }
+            for c in counter_hits {
+                if !counters.iter().any(|k| k.name == c.name) {
+                    counters.push(c.clone());
+                }
+            }
         }
-        Ok(out)
+        Ok((out, counters))
+    }
+
+    /// Every probe and counter name, probes first.
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.probes
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(self.counters.iter().map(|c| c.name.as_str()))
     }
 }
 
@@ -330,20 +468,14 @@ impl CatalogFile {
     fn closest_name(&self, wanted: &str) -> Option<&str> {
         // `redo.flush` for `innodb.redo.flush`: the family prefix left out.
         let suffix = format!(".{wanted}");
-        if let Some(p) = self.probes.iter().find(|p| p.name.ends_with(&suffix)) {
-            return Some(&p.name);
+        if let Some(name) = self.names().find(|n| n.ends_with(&suffix)) {
+            return Some(name);
         }
-        self.probes
-            .iter()
-            .map(|p| {
-                (
-                    strsim::normalized_damerau_levenshtein(wanted, &p.name),
-                    &p.name,
-                )
-            })
+        self.names()
+            .map(|n| (strsim::normalized_damerau_levenshtein(wanted, n), n))
             .filter(|(score, _)| *score >= 0.7)
             .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, name)| name.as_str())
+            .map(|(_, name)| name)
     }
 }
 
@@ -748,6 +880,10 @@ mod tests {
         "innodb.file.flush",
         "innodb.buf.page_get",
         "sql.commit",
+        // Counters (measure = "counter").
+        "innodb.dict_sys.row_ids",
+        "innodb.trx_sys.trx_ids",
+        "innodb.redo.lsn",
     ];
 
     fn bounds(f: &CatalogFile) -> ((u32, u32), (u32, u32)) {
@@ -775,15 +911,75 @@ mod tests {
     #[test]
     fn builtin_probe_names_are_canonical() {
         for f in &Catalog::builtin().files {
-            for p in &f.probes {
+            for name in f.names() {
                 assert!(
-                    CANONICAL_PROBES.contains(&p.name.as_str()),
-                    "{}: `{}` is not a canonical probe name",
+                    CANONICAL_PROBES.contains(&name),
+                    "{}: `{name}` is not a canonical probe name",
                     f.file,
-                    p.name
                 );
             }
         }
+    }
+
+    #[test]
+    fn counters_are_in_the_default_set_and_selectable_by_name() {
+        let f = Catalog::builtin()
+            .for_server(&server(Family::Mysql, "5.6.24"))
+            .unwrap()
+            .clone();
+        let (_, counters) = f.select_with_counters("default").unwrap();
+        let names: Vec<_> = counters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "innodb.dict_sys.row_ids",
+                "innodb.trx_sys.trx_ids",
+                "innodb.redo.lsn"
+            ]
+        );
+        assert_eq!(counters[0].counter.global, "dict_sys");
+        let (probes, counters) = f.select_with_counters("innodb.redo.lsn").unwrap();
+        assert!(probes.is_empty() && counters.len() == 1);
+        // Probes only: a counter-only selection is no error.
+        assert!(f.select("innodb.redo.lsn").unwrap().is_empty());
+        let err = f.select("innodb.redo.lns").unwrap_err().to_string();
+        assert!(err.contains("did you mean `innodb.redo.lsn`?"), "{err}");
+    }
+
+    #[test]
+    fn counter_entries_are_validated() {
+        let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
+        let parse = |c: &str| {
+            CatalogFile::parse(
+                "t.toml",
+                &format!("{head}[[probe]]\nname='c'\nmeasure='counter'\n{c}\n"),
+            )
+        };
+        let ok =
+            parse("counter = { global = 'trx_sys', path = 'max_trx_id|m_max_trx_id' }").unwrap();
+        assert_eq!(
+            ok.counters[0].counter.alternatives(),
+            [vec!["max_trx_id"], vec!["m_max_trx_id"]]
+        );
+        assert!(ok.probes.is_empty());
+        for bad in [
+            "counter = { global = '', path = 'x' }",
+            "counter = { global = 'a b', path = 'x' }",
+            "counter = { global = 'g', path = 'x..y' }",
+            "counter = { global = 'g', path = 'x->y' }",
+            "counter = { global = 'g', path = 'a.b.c.d.e.f.g.h.i' }",
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("member names"), "{bad}: {err}");
+        }
+        // A counter has no symbols or cost; a probe-only field is refused.
+        assert!(
+            parse("counter = { global = 'g', path = 'x' }\nsymbols = ['f']")
+                .unwrap_err()
+                .to_string()
+                .contains("malformed")
+        );
+        assert!(parse("").unwrap_err().to_string().contains("malformed"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::attach::PlannedProbe;
 use crate::catalog::CatalogError;
+use crate::memcounters::PlannedCounter;
 use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch, FoundBy};
 use crate::resolve::{ElfError, ElfImage};
@@ -34,6 +35,9 @@ pub struct Inspection {
     pub debug_found_by: Option<FoundBy>,
     pub catalog: Option<String>,
     pub probes: Vec<PlannedProbe>,
+    /// Counters read from memory (`measure = "counter"`): where each lives,
+    /// or why it cannot be read in this binary.
+    pub counters: Vec<PlannedCounter>,
 }
 
 /// Resolves the request against the binary at `path` (`shown_as`: the path
@@ -59,6 +63,7 @@ pub fn inspect(
         debug_found_by,
         catalog: set.catalog_file,
         probes: set.probes,
+        counters: set.counters,
     })
 }
 
@@ -154,6 +159,25 @@ pub fn render(i: &Inspection) -> String {
     }
     out.push_str(&table.to_string());
     out.push('\n');
+    if !i.counters.is_empty() {
+        let mut table = Table::new();
+        table.load_preset(ASCII_MARKDOWN);
+        table.set_header([
+            "counter (read from memory, no cost per event)",
+            "readable",
+            "global -> members (offsets, size, type) / reason",
+        ]);
+        for c in &i.counters {
+            table.add_row([
+                c.spec.name.clone(),
+                if c.layout.is_ok() { "yes" } else { "no" }.to_string(),
+                c.describe(),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table.to_string());
+        out.push('\n');
+    }
     out
 }
 

@@ -28,6 +28,7 @@ pub mod governor;
 pub mod histogram;
 pub mod inspect;
 pub mod kernel;
+pub mod memcounters;
 pub mod privileges;
 pub mod probeset;
 pub mod record;

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use crate::attach::{LatchPlan, PlannedProbe};
-use crate::catalog::{check_pattern, Catalog, CatalogError, LatchSpec, ProbeSpec};
+use crate::catalog::{check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, ProbeSpec};
+use crate::memcounters::{plan_counters, PlannedCounter};
 use crate::resolve::latch::find_latch_layout;
 use crate::resolve::{ArgReads, ElfImage, Resolution, Resolver};
 use crate::server::ServerInfo;
@@ -51,6 +52,8 @@ pub const DEFAULT_MAX_POINTS: usize = 1000;
 pub struct ProbeSet {
     pub catalog_file: Option<String>,
     pub probes: Vec<PlannedProbe>,
+    /// Counters read from memory (`measure = "counter"`), not probed.
+    pub counters: Vec<PlannedCounter>,
 }
 
 impl ProbeSet {
@@ -69,6 +72,7 @@ impl ProbeSet {
             .or_else(|| request.ad_hoc.is_empty().then(|| "default".to_string()))
             .filter(|s| s != "none");
         let mut specs: Vec<ProbeSpec> = Vec::new();
+        let mut counter_specs: Vec<CounterSpec> = Vec::new();
         let mut catalog_file = None;
         if let Some(selection) = selection {
             let file = catalog
@@ -79,7 +83,9 @@ impl ProbeSet {
                     server: server.to_string(),
                 })?;
             catalog_file = Some(file.file.clone());
-            specs.extend(file.select(&selection)?);
+            let (probes, counters) = file.select_with_counters(&selection)?;
+            specs.extend(probes);
+            counter_specs.extend(counters);
         }
         for pattern in &request.ad_hoc {
             check_pattern(pattern, "--probe")?;
@@ -114,6 +120,7 @@ impl ProbeSet {
         Ok(Self {
             catalog_file,
             probes,
+            counters: plan_counters(image, counter_specs),
         })
     }
 
@@ -141,13 +148,16 @@ impl ProbeSet {
         })
     }
 
+    /// Whether any probe or counter can record something.
     pub fn any_resolved(&self) -> bool {
         self.probes.iter().any(|p| !p.resolution.symbols.is_empty())
+            || self.counters.iter().any(|c| c.layout.is_ok())
     }
 
-    /// One line per unresolved probe: name, patterns, why.
+    /// One line per unresolved probe or counter: name, patterns, why.
     pub fn unresolved_report(&self) -> String {
-        self.probes
+        let probes = self
+            .probes
             .iter()
             .filter(|p| p.resolution.symbols.is_empty())
             .map(|p| {
@@ -157,9 +167,15 @@ impl ProbeSet {
                     p.spec.symbols.join(", "),
                     p.resolution.why_unresolved()
                 )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+            });
+        let counters = self.counters.iter().filter_map(|c| {
+            let why = c.layout.as_ref().err()?;
+            Some(format!(
+                "  {} (counter {}.{}): {why}",
+                c.spec.name, c.spec.counter.global, c.spec.counter.path
+            ))
+        });
+        probes.chain(counters).collect::<Vec<_>>().join("\n")
     }
 }
 

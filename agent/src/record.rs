@@ -15,6 +15,7 @@ use crate::collect::{self, CollectError, Counters, LiveProbe};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
 use crate::governor::{DutyReport, GovernedProbe, Governor, GovernorConfig, SlotCost, SlotCount};
 use crate::histogram::Log2Histogram;
+use crate::memcounters::{CounterRecorder, PlannedCounter};
 use crate::privileges::{self, PrivilegeError};
 use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::report::folded::FoldedStacks;
@@ -83,6 +84,8 @@ pub struct Plan {
     pub server: ServerInfo,
     pub catalog_file: Option<String>,
     pub probes: Vec<PlannedProbe>,
+    /// Counters read from the target's memory, not probed.
+    pub counters: Vec<PlannedCounter>,
     pub cpu: Option<CpuOptions>,
     pub governor: Option<GovernorConfig>,
     /// The per-hit cost calibration, running while the plan is made.
@@ -105,13 +108,14 @@ impl Plan {
         let server = ServerInfo::detect(&image);
         let set = ProbeSet::resolve(&image, &server, &opts.probes)?;
         set.check_breadth(opts.probes.max_points)?;
-        if set.probes.is_empty() && opts.cpu.is_none() {
+        let nothing_asked = set.probes.is_empty() && set.counters.is_empty();
+        if nothing_asked && opts.cpu.is_none() {
             return Err(RecordError::NoProbes);
         }
         // Nothing resolved: an error when the user named the probes or there
         // is nothing else to record; with the default set and CPU sampling
         // on (a stripped server), record the CPU profile and report why.
-        if !set.probes.is_empty()
+        if !nothing_asked
             && !set.any_resolved()
             && (opts.probes.is_explicit() || opts.cpu.is_none())
         {
@@ -123,6 +127,7 @@ impl Plan {
         let ProbeSet {
             catalog_file,
             probes,
+            counters,
         } = set;
         Ok(Self {
             target,
@@ -130,6 +135,7 @@ impl Plan {
             server,
             catalog_file,
             probes,
+            counters,
             cpu: opts.cpu.clone(),
             governor: opts.governor,
             calibration,
@@ -158,6 +164,8 @@ pub struct Recorder {
     /// Resumes the kernel refused (the probe then stays off).
     governor_errors: Vec<String>,
     agent_cpu_at_start: Duration,
+    /// The in-memory counters, read at start and end (see `memcounters`).
+    counters: CounterRecorder,
 }
 
 impl Recorder {
@@ -199,6 +207,7 @@ impl Recorder {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
+        let counters = CounterRecorder::start(plan.target.pid, &plan.image, &plan.counters);
         let started = Instant::now();
         let cost = session
             .as_ref()
@@ -226,6 +235,7 @@ impl Recorder {
             cost_observed: started,
             governor_errors: Vec::new(),
             agent_cpu_at_start,
+            counters,
         })
     }
 
@@ -314,6 +324,7 @@ impl Recorder {
     /// Detaches the uprobes now (`finish` would), so a last read of the
     /// counters sees the final totals `finish` reports.
     pub fn detach_probes(&mut self) {
+        self.counters.finish();
         if let Some(session) = self.session.as_mut() {
             session.detach();
         }
@@ -340,6 +351,12 @@ impl Recorder {
             .collect()
     }
 
+    /// The in-memory counters: start readings, and the values now (or at
+    /// the end, once the probes are detached).
+    pub fn memory_counters(&self) -> &CounterRecorder {
+        &self.counters
+    }
+
     /// Seconds each planned probe has been switched on: the governor's
     /// account, or the time since attaching without one.
     pub fn attached_seconds(&self) -> Vec<f64> {
@@ -362,6 +379,7 @@ impl Recorder {
     pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
         let ended = Instant::now();
         let duration_s = ended.duration_since(self.started).as_secs_f64();
+        let counters = self.counters.results();
         // Detach first: maps read while probes still fire would disagree
         // with each other (per-slot totals vs per-call-site counts).
         if let Some(session) = self.session.as_mut() {
@@ -602,6 +620,7 @@ impl Recorder {
             end_reason,
             complete: end_reason == EndReason::Duration,
             probes: results,
+            counters,
             drops: snapshot.drops,
             cpu: cpu.map(|c| c.summary),
             overhead,

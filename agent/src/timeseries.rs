@@ -15,6 +15,12 @@
 //! only while on), never scaled: the series carries no estimate, so none
 //! lacks a bound (summary.json's `sampling.estimate` has the recording's,
 //! interpolated between on-windows, with its 95 % bound).
+//!
+//! The in-memory counters (catalog `measure = "counter"`, see
+//! `memcounters`) are rows like a probe's total: `probe` is the counter's
+//! name, `calls` the counter's increase within the interval (exact),
+//! `wait_ns` 0 and `attached_ms` the whole interval (a counter is never
+//! off). Their intervals add up to `summary.json`'s `counters[].count`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -76,7 +82,11 @@ pub struct IntervalSeries {
     interval_ms: u64,
     started_unix_ms: u128,
     probes: Vec<LiveProbe>,
+    /// In-memory counters read at start: (index in the recorder's
+    /// counters, name, value at start).
+    counters: Vec<(usize, String, u64)>,
     labels: LabelCache,
+    /// Per probe, then per counter.
     last: Vec<ProbeCounts>,
     intervals: Vec<Interval>,
 }
@@ -88,6 +98,7 @@ impl IntervalSeries {
             interval_ms: interval.as_millis() as u64,
             started_unix_ms,
             probes,
+            counters: Vec::new(),
             labels: LabelCache::default(),
             last,
             intervals: Vec::new(),
@@ -96,7 +107,53 @@ impl IntervalSeries {
 
     /// For a recording that has just started.
     pub fn for_recorder(recorder: &Recorder, interval: Duration) -> Self {
-        Self::new(recorder.live_probes(), interval, recorder.started_unix_ms())
+        let mut me = Self::new(recorder.live_probes(), interval, recorder.started_unix_ms());
+        let mem = recorder.memory_counters();
+        me.with_counters(
+            mem.counters()
+                .iter()
+                .zip(mem.start_readings())
+                .enumerate()
+                .filter_map(|(i, (c, start))| Some((i, c.spec.name.clone(), *start.as_ref().ok()?)))
+                .collect(),
+        );
+        me
+    }
+
+    /// Adds in-memory counters (index, name, value at start) as rows.
+    pub fn with_counters(&mut self, counters: Vec<(usize, String, u64)>) {
+        self.last
+            .extend(counters.iter().map(|_| ProbeCounts::default()));
+        self.counters = counters;
+    }
+
+    /// Cumulative rows of the counters from their values now: increase
+    /// since start; a failed read keeps the last value (a zero interval).
+    pub fn counter_counts(&self, values: &[Result<u64, String>], t_ms: u64) -> Vec<ProbeCounts> {
+        self.counters
+            .iter()
+            .enumerate()
+            .map(|(k, (i, _, start))| {
+                let last = &self.last[self.probes.len() + k];
+                let calls = match values.get(*i) {
+                    Some(Ok(v)) => v.saturating_sub(*start).max(last.total.calls),
+                    _ => last.total.calls,
+                };
+                ProbeCounts {
+                    total: Counts { calls, wait_ns: 0 },
+                    sites: BTreeMap::new(),
+                    attached_ms: t_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// Row names: the probes', then the counters'.
+    fn name(&self, i: usize) -> &str {
+        match self.probes.get(i) {
+            Some(p) => &p.name,
+            None => &self.counters[i - self.probes.len()].1,
+        }
     }
 
     /// Ends an interval now: reads the counters with the probes attached.
@@ -109,6 +166,10 @@ impl IntervalSeries {
         for (counts, p) in now.iter_mut().zip(&self.probes) {
             let on_s = attached.get(p.probe).copied().unwrap_or(0.0);
             counts.attached_ms = (on_s * 1000.0).round() as u64;
+        }
+        if !self.counters.is_empty() {
+            let values = recorder.memory_counters().current();
+            now.extend(self.counter_counts(&values, t_ms));
         }
         self.push(t_ms, now);
         Ok(())
@@ -202,32 +263,29 @@ impl IntervalSeries {
     /// The rows: per interval, each probe's total, then its busiest call
     /// sites over the whole recording and "other".
     pub fn into_series(self) -> TimeSeries {
-        let top: Vec<Vec<String>> = self
-            .probes
-            .iter()
-            .enumerate()
-            .map(|(i, _)| busiest_sites(&self.last[i].sites, TOP_CALLSITES))
+        let rows = self.probes.len() + self.counters.len();
+        let tops: Vec<Vec<String>> = (0..rows)
+            .map(|i| busiest_sites(&self.last[i].sites, TOP_CALLSITES))
             .collect();
         let mut points = Vec::new();
         for interval in &self.intervals {
-            for (i, probe) in self.probes.iter().enumerate() {
-                let d = &interval.deltas[i];
+            for (i, (d, top)) in interval.deltas.iter().zip(&tops).enumerate() {
                 let point = |callsite: Option<String>, c: Counts| Point {
                     t_ms: interval.t_ms,
-                    probe: probe.name.clone(),
+                    probe: self.name(i).to_string(),
                     callsite,
                     calls: c.calls,
                     wait_ns: c.wait_ns,
                     attached_ms: d.attached_ms,
                 };
                 points.push(point(None, d.total));
-                for label in &top[i] {
+                for label in top {
                     let c = d.sites.get(label).copied().unwrap_or_default();
                     points.push(point(Some(label.clone()), c));
                 }
-                if self.last[i].sites.len() > top[i].len() {
+                if self.last[i].sites.len() > top.len() {
                     let mut other = Counts::default();
-                    for (_, c) in d.sites.iter().filter(|(k, _)| !top[i].contains(k)) {
+                    for (_, c) in d.sites.iter().filter(|(k, _)| !top.contains(k)) {
                         other.add(*c);
                     }
                     points.push(point(Some(OTHER.to_string()), other));
@@ -393,6 +451,38 @@ mod tests {
             .map(|p| p.attached_ms)
             .collect();
         assert_eq!(on, [1000, 200, 0, 250]);
+    }
+
+    /// Counters are rows of their own: exact increases per interval, the
+    /// whole interval attached, and a failed read is a zero interval, not
+    /// a drop the next read would turn into a spike.
+    #[test]
+    fn counters_are_rows_of_exact_increases() {
+        let mut s = IntervalSeries::new(vec![probe("p", false)], Duration::from_secs(1), 0);
+        s.with_counters(vec![(1, "innodb.redo.lsn".into(), 5000)]);
+        let reads: [(u64, Result<u64, String>); 3] = [
+            (1000, Ok(5600)),
+            (2000, Err("gone".into())),
+            (3000, Ok(9000)),
+        ];
+        for (t, v) in reads {
+            let mut now = cumulative(counts(t / 100, 0), &[]);
+            now.extend(s.counter_counts(&[Err("other".into()), v], t));
+            s.push(t, now);
+        }
+        let series = s.into_series();
+        let lsn: Vec<(u64, u64, u64)> = series
+            .points
+            .iter()
+            .filter(|p| p.probe == "innodb.redo.lsn")
+            .map(|p| (p.t_ms, p.calls, p.attached_ms))
+            .collect();
+        assert_eq!(
+            lsn,
+            [(1000, 600, 1000), (2000, 0, 1000), (3000, 3400, 1000)]
+        );
+        assert_eq!(totals_by_probe(&series)["innodb.redo.lsn"].calls, 4000);
+        assert_eq!(totals_by_probe(&series)["p"].calls, 30);
     }
 
     #[test]

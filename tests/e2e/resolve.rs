@@ -468,3 +468,77 @@ fn debug_file_of_another_binary_is_refused() {
         "{err}"
     );
 }
+
+/// The catalog's in-memory counters resolve in each server's DWARF to the
+/// layout gdb shows (`print &dict_sys->row_id` etc.), and MySQL 8.0.15,
+/// which ships no DWARF, reports each unavailable with the reason.
+fn counters_resolve(name: &str, want: &[(&str, &str)]) {
+    let image = ElfImage::open(&server_binary(name)).unwrap();
+    let server = ServerInfo::detect(&image);
+    let request = innoprof::probeset::ProbeRequest {
+        selection: Some("default".into()),
+        ..Default::default()
+    };
+    let set = innoprof::probeset::ProbeSet::resolve(&image, &server, &request).unwrap();
+    let got: Vec<(String, String)> = set
+        .counters
+        .iter()
+        .map(|c| (c.spec.name.clone(), c.describe()))
+        .collect();
+    println!("{name}: {got:#?}");
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(n, d)| (n.to_string(), d.to_string()))
+        .collect();
+    assert_eq!(got, want, "{name}");
+}
+
+#[test]
+fn counters_resolve_in_the_real_servers() {
+    counters_resolve(
+        "mysql-5.6.24",
+        &[
+            (
+                "innodb.dict_sys.row_ids",
+                "dict_sys -> +0x48 (8 bytes, row_id_t)",
+            ),
+            (
+                "innodb.trx_sys.trx_ids",
+                "trx_sys -> +0x58 (8 bytes, trx_id_t)",
+            ),
+            ("innodb.redo.lsn", "log_sys -> +0x40 (8 bytes, lsn_t)"),
+        ],
+    );
+    counters_resolve(
+        "mariadb-10.2.11",
+        &[
+            (
+                "innodb.dict_sys.row_ids",
+                "dict_sys -> +0x30 (8 bytes, row_id_t)",
+            ),
+            (
+                "innodb.trx_sys.trx_ids",
+                "trx_sys -> +0x38 (8 bytes, trx_id_t)",
+            ),
+            ("innodb.redo.lsn", "log_sys -> +0x40 (8 bytes, lsn_t)"),
+        ],
+    );
+    // 10.6+ keeps row ids per table (no dict_sys counter); trx_sys and
+    // log_sys are objects, their counters std::atomic wrappers.
+    counters_resolve(
+        "mariadb-11.4.5",
+        &[
+            (
+                "innodb.trx_sys.trx_ids",
+                "trx_sys +0x0 (8 bytes, Atomic_counter<long unsigned int>)",
+            ),
+            (
+                "innodb.redo.lsn",
+                "log_sys +0x18 (8 bytes, atomic<long unsigned int>)",
+            ),
+        ],
+    );
+    let no_dwarf = "the binary has no DWARF debug info, and a counter's layout (member offsets) \
+                    needs it; install the server's debug symbols";
+    counters_resolve("mysql-8.0.15", &[("innodb.dict_sys.row_ids", no_dwarf)]);
+}

@@ -90,6 +90,18 @@ fn probe_calls(summary: &serde_json::Value, name: &str) -> u64 {
     probe(summary, name)["calls"].as_u64().unwrap()
 }
 
+/// A counter's exact count (`summary.json` `counters`); it must have been read.
+fn counter_count(summary: &serde_json::Value, name: &str) -> u64 {
+    let c = summary["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no counter {name} in {}", summary["counters"]));
+    assert_eq!(c["status"], "read", "{c}");
+    c["count"].as_u64().unwrap()
+}
+
 /// Shares (%) of the baseline's and the incident's on-CPU samples with a
 /// frame of `function` anywhere on the stack (inlined or not), read from
 /// the differential folded file of `innoprof diff` (`stack before after`).
@@ -463,25 +475,35 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
          CREATE TABLE sbtest.t_pk (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
                                    k INT NOT NULL, c CHAR(60) NOT NULL) ENGINE=InnoDB",
     );
-    let probes = format!("innodb.dict_sys.row_id,{wait_probes}");
+    // The default set includes the row-id counter (read from memory, no
+    // probe); the inline-site probe counts the same allocations by trapping.
+    let probes = format!("default,innodb.dict_sys.row_id,{wait_probes}");
     let (nopk, nopk_rows) = insert_rows(&server, &dir, "t_nopk", &probes);
     let (pk, pk_rows) = insert_rows(&server, &dir, "t_pk", &probes);
     let row_id = "innodb.dict_sys.row_id";
     let (nopk_ids, pk_ids) = (probe_calls(&nopk, row_id), probe_calls(&pk, row_id));
+    let (nopk_counted, pk_counted) = (
+        counter_count(&nopk, "innodb.dict_sys.row_ids"),
+        counter_count(&pk, "innodb.dict_sys.row_ids"),
+    );
     let (nopk_waits, pk_waits) = (
         dict_sys_row_id_waits(&nopk, &dir.join("t_nopk")),
         dict_sys_row_id_waits(&pk, &dir.join("t_pk")),
     );
     println!(
         "S2 {server_name}: without a primary key {nopk_rows} rows inserted, {nopk_ids} row ids \
-         allocated, {nopk_waits} dict_sys mutex waits; with one {pk_rows} rows, {pk_ids} row ids, \
-         {pk_waits} waits"
+         allocated (probe), {nopk_counted} (counter), {nopk_waits} dict_sys mutex waits; with one \
+         {pk_rows} rows, {pk_ids} row ids (probe), {pk_counted} (counter), {pk_waits} waits"
     );
     for line in std::fs::read_to_string(dir.join("t_nopk").join("summary.txt"))
         .unwrap()
         .lines()
     {
-        if line.contains("row_id") || line.contains("dict0boot") || line.starts_with("| probe") {
+        if line.contains("row_id")
+            || line.contains("dict0boot")
+            || line.starts_with("| probe")
+            || line.starts_with("| counter")
+        {
             println!("{line}");
         }
     }
@@ -489,6 +511,16 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
     // while the recording watches; the server's own tables all have keys,
     // so nothing else allocates one (exactness was seen in every run).
     assert_eq!(nopk_rows, s2_events() * S2_ROWS_PER_INSERT);
+    // The server's own row-id counter, read at start and end of a default
+    // recording: exact, with no probe on the path.
+    assert_eq!(
+        nopk_counted, nopk_rows,
+        "row-id counter delta equals the rows inserted without a primary key"
+    );
+    assert_eq!(
+        pk_counted, 0,
+        "the row-id counter stands still with a primary key"
+    );
     assert_eq!(
         nopk_ids, nopk_rows,
         "one row id per row inserted without a primary key"

@@ -16,6 +16,10 @@
 //!   `innoprof_probe_calls_estimate_bound{probe}` for such a probe: seen +
 //!   interpolated between its on-windows up to now (never projected past
 //!   the last one), and the 95 % half-width of that estimate
+//! - `innoprof_counter_total{counter}`: an in-memory InnoDB counter
+//!   (catalog `measure = "counter"`: row ids, transaction ids, redo LSN),
+//!   its increase since innoprof started, read from the server's memory
+//!   at each scrape: exact, no probe. A failed read repeats the last value
 //! - `innoprof_dropped_total{reason}`, `innoprof_attached_uprobes`,
 //!   `innoprof_target_info{family,version,pid,binary}`
 //!
@@ -162,6 +166,9 @@ pub struct Exporter {
     /// Per planned probe, for the next encode: (estimate, 95 % bound) of a
     /// probe the governor cut.
     estimates: Vec<Option<(f64, f64)>>,
+    /// In-memory counters: (index in the recorder's counters, name, value
+    /// at start, increase last reported).
+    counters: Vec<(usize, String, u64, u64)>,
 }
 
 impl Exporter {
@@ -182,6 +189,26 @@ impl Exporter {
             attached: vec![0.0; probes_len],
             callsites,
             estimates: Vec::new(),
+            counters: Vec::new(),
+        }
+    }
+
+    /// Exports these in-memory counters (index, name, value at start).
+    pub fn with_counters(mut self, counters: Vec<(usize, String, u64)>) -> Self {
+        self.counters = counters
+            .into_iter()
+            .map(|(i, name, start)| (i, name, start, 0))
+            .collect();
+        self
+    }
+
+    /// Updates the counters' increases from values read now; a failed read
+    /// or a value below the last keeps the last (a counter never goes back).
+    fn update_counters(&mut self, values: &[Result<u64, String>]) {
+        for (i, _, start, last) in &mut self.counters {
+            if let Some(Ok(v)) = values.get(*i) {
+                *last = (*last).max(v.saturating_sub(*start));
+            }
         }
     }
 
@@ -201,17 +228,29 @@ impl Exporter {
             pid: plan.target.pid,
             binary: plan.target.exe.display().to_string(),
         };
+        let mem = recorder.memory_counters();
+        let counters = mem
+            .counters()
+            .iter()
+            .zip(mem.start_readings())
+            .enumerate()
+            .filter_map(|(i, (c, start))| Some((i, c.spec.name.clone(), *start.as_ref().ok()?)))
+            .collect();
         Self::new(
             recorder.live_probes(),
             target,
             recorder.attached_links(),
             opts,
         )
+        .with_counters(counters)
     }
 
     /// Reads the counters now and encodes them.
     pub fn scrape(&mut self, recorder: &Recorder) -> Result<String, ExportError> {
         let counters = recorder.read_counters()?;
+        if !self.counters.is_empty() {
+            self.update_counters(&recorder.memory_counters().current());
+        }
         let mut namer = CallsiteNamer::new(recorder.target().pid, &recorder.plan().image);
         let sites: Vec<BTreeMap<String, Counts>> = self
             .probes
@@ -269,6 +308,11 @@ impl Exporter {
             });
         }
         let scrape = Scrape {
+            counters: self
+                .counters
+                .iter()
+                .map(|(_, name, _, n)| (name.clone(), *n))
+                .collect(),
             probes,
             drops: counters.drops.clone(),
             target: self.target.clone(),
@@ -298,6 +342,8 @@ struct ProbeMetrics {
 #[derive(Debug)]
 struct Scrape {
     probes: Vec<ProbeMetrics>,
+    /// In-memory counters: name, increase since start.
+    counters: Vec<(String, u64)>,
     drops: Drops,
     target: TargetLabels,
     attached_uprobes: usize,
@@ -432,6 +478,18 @@ impl Collector for Scrape {
                 let count = b.iter().map(|(_, c)| c).sum();
                 m.encode_family(&[("probe", p.name.as_str())])?
                     .encode_histogram::<NoLabelSet>(seconds(p.wait_ns), count, &b, None)?;
+            }
+        }
+        if !self.counters.is_empty() {
+            let mut m = enc.encode_descriptor(
+                "innoprof_counter",
+                "InnoDB's own counters read from the server's memory (row ids, transaction ids, \
+                 redo LSN): increase since innoprof started, exact, no probe",
+                None,
+                MetricType::Counter,
+            )?;
+            for (name, n) in &self.counters {
+                ConstCounter::new(*n).encode(m.encode_family(&[("counter", name.as_str())])?)?;
             }
         }
         {
@@ -569,7 +627,9 @@ mod tests {
             pid: 42,
             binary: "/usr/sbin/mysqld".into(),
         };
-        let mut e = Exporter::new(probes, target, 5, ExporterOptions::default());
+        let mut e = Exporter::new(probes, target, 5, ExporterOptions::default())
+            .with_counters(vec![(1, "innodb.redo.lsn".into(), 1000)]);
+        e.update_counters(&[Err("unresolved".into()), Ok(5096)]);
         let mut c = Counters::default();
         let mut st = SlotStats {
             calls: 3,
@@ -602,15 +662,18 @@ mod tests {
             "innoprof_probe_latency_seconds_count{probe=\"innodb.mutex.enter\"} 6",
             "innoprof_dropped_total{reason=\"stack_collision\"} 0",
             "innoprof_attached_uprobes 5",
+            "innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096",
             "innoprof_target_info{family=\"mariadb\",version=\"10.2.11\",pid=\"42\",binary=\"/usr/sbin/mysqld\"} 1",
             "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }
-        // Attached time never goes back, whatever a later read says.
+        // Attached time and counters never go back, whatever a later read says.
+        e.update_counters(&[Ok(1), Err("gone".into())]);
         let again = e.encode(&c, &site_counts, &[1.0, 0.5]).unwrap();
         assert!(again
             .contains("innoprof_probe_attached_seconds_total{probe=\"innodb.mutex.enter\"} 2.5\n"));
+        assert!(again.contains("innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096\n"));
         // A count-only probe has no wait or latency series.
         assert!(
             !text.contains("innoprof_probe_wait_seconds_total{probe=\"innodb.dict_sys.row_id\"}")

@@ -1,6 +1,7 @@
 //! Output formats. Each is a function from the recording to bytes; the
 //! bundle writer puts them in the output directory.
 
+pub mod counter_table;
 pub mod cpu_table;
 pub mod flamegraph;
 pub mod folded;

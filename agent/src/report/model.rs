@@ -7,6 +7,7 @@ use crate::calibrate::HitCost;
 use crate::catalog::{CostClass, Measure};
 use crate::collect::Drops;
 use crate::histogram::Bucket;
+pub use crate::memcounters::{CounterResult, CounterStatus};
 use crate::resolve::{EntryInsn, SkippedSymbol, SymbolTable};
 use crate::server::ServerInfo;
 
@@ -23,6 +24,11 @@ pub struct Summary {
     /// False when the recording ended early (interrupted, target exited).
     pub complete: bool,
     pub probes: Vec<ProbeResult>,
+    /// Counters InnoDB keeps in memory, read at start and end instead of
+    /// probed (catalog entries with `measure = "counter"`): exact counts at
+    /// no cost per event. Absent in recordings made before they existed.
+    #[serde(default)]
+    pub counters: Vec<CounterResult>,
     pub drops: Drops,
     /// CPU profile (on-CPU samples, off-CPU time); absent with `--no-cpu`.
     #[serde(skip_serializing_if = "Option::is_none")]

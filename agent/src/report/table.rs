@@ -93,6 +93,7 @@ pub fn render(summary: &Summary) -> String {
     } else if !summary.probes.is_empty() {
         out.push_str("no wait probe attached (see below why)\n");
     }
+    out.push_str(&super::counter_table::render(&summary.counters));
     out.push_str(&latches(summary, TOP_CALLSITES));
     out.push_str(&callsites(summary, TOP_CALLSITES));
     for p in summary

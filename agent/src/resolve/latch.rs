@@ -280,10 +280,10 @@ fn find_member(
 /// (`data_member_location`), the size of its storage, and for a bitfield
 /// its width and position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct MemberPlace {
-    offset: u32,
-    byte_size: u64,
-    bit_size: Option<u64>,
+pub(super) struct MemberPlace {
+    pub(super) offset: u32,
+    pub(super) byte_size: u64,
+    pub(super) bit_size: Option<u64>,
     /// DWARF 2/3 `DW_AT_bit_offset`: from the storage unit's most
     /// significant bit.
     bit_offset: Option<u64>,
@@ -355,15 +355,17 @@ fn named_member(
 }
 
 /// A direct member or base class of a struct.
-struct Member {
-    name: Option<String>,
-    ty: UnitOffset,
-    place: MemberPlace,
+pub(super) struct Member {
+    pub(super) name: Option<String>,
+    pub(super) ty: UnitOffset,
+    pub(super) place: MemberPlace,
+    /// DW_TAG_inheritance: a base class's subobject.
+    pub(super) is_base: bool,
 }
 
 /// A struct's members and base classes, in order, placed relative to the
 /// outer object (`base` is where this struct sits in it).
-fn members(
+pub(super) fn members(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     unit: &Unit<'_>,
     object: UnitOffset,
@@ -399,6 +401,7 @@ fn members(
             None => type_size(unit, ty)?.unwrap_or(0),
         };
         out.push(Member {
+            is_base: e.tag() == gimli::DW_TAG_inheritance,
             name,
             ty,
             place: MemberPlace {

@@ -1,5 +1,6 @@
 //! Turning demangled patterns into attachable addresses in one binary.
 
+pub mod counter;
 pub mod debuginfo;
 pub mod dwarf;
 pub mod elf;

@@ -58,8 +58,9 @@ pub fn render(page: &Page) -> String {
                 (about(page))
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
+                (counters(s))
                 (histograms(s))
-                @if let Some(ts) = page.timeseries { (time_series(ts)) }
+                @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
                 (latches(s))
                 (callsites(s))
@@ -105,6 +106,47 @@ fn about(page: &Page) -> Markup {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
                 } }
+            }
+        }
+    }
+}
+
+/// The in-memory counters: exact counts read from the server, no probe.
+fn counters(s: &Summary) -> Markup {
+    use crate::report::model::CounterStatus;
+    let read: Vec<_> = s
+        .counters
+        .iter()
+        .filter(|c| c.status == CounterStatus::Read)
+        .collect();
+    let n = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    html! {
+        @if !s.counters.is_empty() {
+            h2 #counters { "Counters" }
+            p.note { "InnoDB's own counters, read from the server's memory at start and end: exact, no cost per event." }
+            @if !read.is_empty() {
+                table.data {
+                    thead { tr { th { "counter" } th.n { "count" } th.n { "per s" } th.n { "at start" } th.n { "at end" } th { "read at" } } }
+                    tbody {
+                        @for c in &read {
+                            tr title=(c.description) {
+                                td { (c.name) }
+                                td.n { (n(c.count)) }
+                                td.n { (c.per_sec.map_or_else(|| "-".to_string(), units::count)) }
+                                td.n { (n(c.start)) }
+                                td.n { (n(c.end)) }
+                                td { code { (c.location.as_deref().unwrap_or("")) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @let missing: Vec<_> = s.counters.iter().filter(|c| c.status != CounterStatus::Read).collect();
+            @if !missing.is_empty() {
+                details {
+                    summary { (missing.len()) " counters not read" }
+                    ul { @for c in &missing { li { b { (c.name) } " — " (c.reason.as_deref().unwrap_or("")) } } }
+                }
             }
         }
     }
@@ -192,10 +234,20 @@ fn histograms(s: &Summary) -> Markup {
     }
 }
 
-fn time_series(ts: &TimeSeries) -> Markup {
+fn time_series(ts: &TimeSeries, counters: &[crate::report::model::CounterResult]) -> Markup {
     let secs = ts.interval_s();
-    let wait = ts.probe_lines(|p| p.wait_ns as f64);
-    let rate = ts.probe_lines(|p| p.calls as f64 / secs);
+    // Counters' rows (bytes of redo, ids) get a chart of their own: their
+    // scale says nothing about the probes' calls.
+    let is_counter = |name: &str| counters.iter().any(|c| c.name == name);
+    let (counter_rate, rate): (Vec<_>, Vec<_>) = ts
+        .probe_lines(|p| p.calls as f64 / secs)
+        .into_iter()
+        .partition(|l| is_counter(&l.name));
+    let wait: Vec<_> = ts
+        .probe_lines(|p| p.wait_ns as f64)
+        .into_iter()
+        .filter(|l| !is_counter(&l.name))
+        .collect();
     let with_sites: Vec<&str> = ts
         .probes()
         .into_iter()
@@ -211,8 +263,14 @@ fn time_series(ts: &TimeSeries) -> Markup {
             h3 { "Wait time per interval, by probe" }
             (charts::lines(&wait, "wait time", |v| units::ns(v as u64)))
         }
-        h3 { "Calls per second, by probe" }
-        (charts::lines(&rate, "calls/s", units::count))
+        @if !rate.is_empty() {
+            h3 { "Calls per second, by probe" }
+            (charts::lines(&rate, "calls/s", units::count))
+        }
+        @for line in &counter_rate {
+            h3 { "Per second: " (line.name) " (counter, exact)" }
+            (charts::lines(std::slice::from_ref(line), "per s", units::count))
+        }
         @for probe in with_sites {
             h3 { "Wait time per interval by call site: " (probe) }
             (charts::lines(&ts.callsite_lines(probe), "wait time", |v| units::ns(v as u64)))

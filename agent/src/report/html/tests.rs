@@ -94,3 +94,34 @@ fn no_timeseries_section_without_the_file() {
     assert!(!html.contains("<iframe"));
     assert!(!html.contains("http://") && !html.contains("https://"));
 }
+
+#[test]
+fn counters_section_shows_exact_counts_and_why_not() {
+    let mut s = summary();
+    let html = |s: &Summary| {
+        render(&Page {
+            summary: s,
+            metadata: None,
+            timeseries: None,
+            cpu_flamegraphs: &[],
+            probe_flamegraphs: &[],
+        })
+    };
+    assert!(
+        !html(&s).contains("id=\"counters\""),
+        "no section without counters"
+    );
+    s.counters = serde_json::from_str(
+        r#"[{"name": "innodb.dict_sys.row_ids", "description": "row ids", "status": "read",
+             "location": "dict_sys -> +0x30 (8 bytes, row_id_t)", "start": 512, "end": 60512,
+             "count": 60000, "per_sec": 6000.0, "window_s": 10.0},
+            {"name": "innodb.redo.lsn", "status": "unavailable", "reason": "no <DWARF>",
+             "start": null, "end": null, "count": null, "per_sec": null, "window_s": 10.0}]"#,
+    )
+    .unwrap();
+    let page = html(&s);
+    assert!(page.contains("id=\"counters\""));
+    assert!(page.contains("<td class=\"n\">60000</td>"), "{page}");
+    assert!(page.contains("dict_sys -&gt; +0x30"));
+    assert!(page.contains("1 counters not read") && page.contains("no &lt;DWARF&gt;"));
+}
