@@ -311,8 +311,11 @@ impl Session {
             }
             match session.link_probe(&plan[probe].spec.name, &slots) {
                 Ok((links, refused)) => {
-                    let attached: Vec<usize> =
-                        slots.iter().copied().filter(|s| !refused.iter().any(|(r, _)| r == s)).collect();
+                    let attached: Vec<usize> = slots
+                        .iter()
+                        .copied()
+                        .filter(|s| !refused.iter().any(|(r, _)| r == s))
+                        .collect();
                     for (slot, e) in refused {
                         session.slots[slot].attached = false;
                         session.outcomes[probe]
@@ -350,7 +353,13 @@ impl Session {
             .groups
             .iter()
             .flat_map(|g| g.slots.iter())
-            .map(|&s| if session.slots[s].measure == Measure::Latency { 2 } else { 1 })
+            .map(|&s| {
+                if session.slots[s].measure == Measure::Latency {
+                    2
+                } else {
+                    1
+                }
+            })
             .sum();
         if session.groups.is_empty() {
             let why: Vec<String> = session
@@ -494,7 +503,10 @@ impl Session {
                         .collect();
                     if good.is_empty() {
                         return Err(link_err(
-                            refused.first().map(|(_, e)| e.clone()).unwrap_or(batch_error),
+                            refused
+                                .first()
+                                .map(|(_, e)| e.clone())
+                                .unwrap_or(batch_error),
                         ));
                     }
                     let links = self.link_multi(&good).map_err(link_err)?;
@@ -565,7 +577,12 @@ impl Session {
             };
             let link = retry(|| {
                 self.program(name)?
-                    .attach_uprobe_with_opts(-1, &self.binary, s.symbol.file_offset as usize, opts.clone())
+                    .attach_uprobe_with_opts(
+                        -1,
+                        &self.binary,
+                        s.symbol.file_offset as usize,
+                        opts.clone(),
+                    )
                     .map_err(|e| LinkError::from_libbpf(&e))
             });
             match link {
@@ -700,7 +717,11 @@ impl Session {
             return;
         };
         for &(slot, n) in slots {
-            let _ = map.update(&(slot as u32).to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY);
+            let _ = map.update(
+                &(slot as u32).to_ne_bytes(),
+                &n.to_ne_bytes(),
+                MapFlags::ANY,
+            );
         }
     }
 
@@ -726,8 +747,10 @@ impl Session {
     /// Calls and wait so far per slot (the governor's cheap live read).
     pub fn read_slot_counts(
         &self,
-    ) -> Result<std::collections::HashMap<usize, crate::governor::SlotCount>, crate::collect::CollectError>
-    {
+    ) -> Result<
+        std::collections::HashMap<usize, crate::governor::SlotCount>,
+        crate::collect::CollectError,
+    > {
         crate::collect::read_slot_counts(&self.object, self.slots.len())
     }
 
@@ -830,11 +853,15 @@ fn kernel_version() -> Option<(u32, u32)> {
 /// the programs uprobe_multi programs in that mode, and loads it.
 fn load_object(opts: &SessionOptions, mode: Mode) -> Result<Object, AttachError> {
     let mut builder = ObjectBuilder::default();
-    let mut open = builder.open_memory(LATENCY_OBJ).map_err(AttachError::Open)?;
+    let mut open = builder
+        .open_memory(LATENCY_OBJ)
+        .map_err(AttachError::Open)?;
     for mut map in open.maps_mut() {
         let name = map.name().to_string_lossy().into_owned();
         if name.ends_with(".rodata") {
-            let data = map.initial_value_mut().ok_or(AttachError::Missing(".rodata"))?;
+            let data = map
+                .initial_value_mut()
+                .ok_or(AttachError::Missing(".rodata"))?;
             write_rodata(data, "target_tgid", &opts.pid.to_ne_bytes())?;
             write_rodata(data, "capture_stacks", &[u8::from(opts.capture_stacks)])?;
             continue;
@@ -870,7 +897,9 @@ fn write_rodata(data: &mut [u8], name: &'static str, value: &[u8]) -> Result<(),
 /// two clock reads per program run.
 fn enable_run_stats() -> Option<OwnedFd> {
     // SAFETY: a plain syscall wrapper; a non-negative result is an fd we own.
-    let fd = unsafe { libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME) };
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+    };
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -879,9 +908,7 @@ fn prog_runs(fd: i32) -> Option<ProgramRuns> {
     let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of_val(&info) as u32;
     // SAFETY: the kernel fills at most `len` bytes of `info`.
-    let ret = unsafe {
-        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len)
-    };
+    let ret = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
     (ret == 0).then_some(ProgramRuns {
         runs: info.run_cnt,
         run_ns: info.run_time_ns,
@@ -958,7 +985,11 @@ impl std::fmt::Display for AttachEstimate {
             "attaching would take ~{:.1} s and detaching ~{:.1} s with {} links",
             self.attach.as_secs_f64(),
             self.detach.as_secs_f64(),
-            if self.multi { "uprobe_multi" } else { "perf-event" }
+            if self.multi {
+                "uprobe_multi"
+            } else {
+                "perf-event"
+            }
         )
     }
 }

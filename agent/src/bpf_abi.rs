@@ -30,7 +30,17 @@ impl Default for SlotStats {
 /// creation site (`__FILE__` pointer and `__LINE__`; 0: not read).
 #[repr(C)]
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, bytemuck::Pod, bytemuck::Zeroable,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    bytemuck::Pod,
+    bytemuck::Zeroable,
 )]
 pub struct Callsite {
     pub file: u64,

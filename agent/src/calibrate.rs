@@ -214,7 +214,10 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         let after = session.run_stats();
         deltas.sort_by(f64::total_cmp);
         let run_ns = after.total_run_ns().saturating_sub(before.total_run_ns());
-        (deltas[ROUNDS / 2], run_ns as f64 / (ROUNDS as f64 * CALLS as f64))
+        (
+            deltas[ROUNDS / 2],
+            run_ns as f64 / (ROUNDS as f64 * CALLS as f64),
+        )
     };
     let mut costs = [0.0; 4];
     let mut bpf = [0.0; 4];
@@ -226,7 +229,11 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let stack_ns = if capture_stacks {
         let slots: Vec<(usize, u32)> = (0..session.slots.len()).map(|i| (i, 0)).collect();
         session.set_stack_every(&slots);
-        let (bare, _) = median(&session, innoprof_calib_push_timed, innoprof_calib_push_bare);
+        let (bare, _) = median(
+            &session,
+            innoprof_calib_push_timed,
+            innoprof_calib_push_bare,
+        );
         (costs[0] - bare).max(0.0)
     } else {
         0.0

@@ -131,7 +131,9 @@ fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs
     };
     // ENOENT: the batch reached the end of the array (all of it read).
     if ret < 0 && -ret != libc::ENOENT {
-        return Err(libbpf_rs::Error::from(std::io::Error::from_raw_os_error(-ret)));
+        return Err(libbpf_rs::Error::from(std::io::Error::from_raw_os_error(
+            -ret,
+        )));
     }
     Ok((0..count as usize)
         .map(|i| {

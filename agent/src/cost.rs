@@ -16,6 +16,7 @@
 use crate::attach::{ProgramRuns, RunStats};
 use crate::calibrate::HitCost;
 use crate::catalog::Measure;
+use crate::governor::SlotCost;
 use crate::resolve::EntryInsn;
 
 /// Fewer runs than this in a window say too little: keep the last average.
@@ -72,6 +73,30 @@ impl LiveCost {
     /// The current estimate of one call's cost at a slot, in ns.
     pub fn per_call_ns(&self, measure: Measure, entry: EntryInsn) -> f64 {
         self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &self.recent)
+    }
+
+    /// The governor's view of a slot: what every hit costs and what a
+    /// stack walk adds. The programs' measured run time includes the stacks
+    /// taken at the slot's current rate (one hit in `stack_every`), so
+    /// their share is taken out of the base; the walk's own cost is the
+    /// calibrated one (a shallow stack: deeper ones cost more, so the
+    /// saving from sampling is if anything understated).
+    pub fn slot_cost(&self, measure: Measure, entry: EntryInsn, stack_every: u32) -> SlotCost {
+        let total = self.per_call_ns(measure, entry);
+        let stack_ns = if self.hit.with_stacks {
+            self.hit.stack_ns
+        } else {
+            0.0
+        };
+        let share = if stack_every == 0 {
+            0.0
+        } else {
+            stack_ns / f64::from(stack_every)
+        };
+        SlotCost {
+            base_ns: (total - share).max(self.hit.trap_ns(measure, entry)),
+            stack_ns,
+        }
     }
 
     /// The programs' run time per call, from `avg` or else calibration.
@@ -150,6 +175,12 @@ mod tests {
         // Too few runs in the next window: the estimate stays.
         c.observe(runs((1010, 500_000), (1010, 1_200_000), (0, 0)));
         assert_eq!(c.per_call_ns(Measure::Latency, EntryInsn::Push), 3000.0);
+        // The governor's split: 700 ns of stack walk taken out of the base
+        // while every hit takes a stack; an eighth of it when 1 in 8 does.
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1);
+        assert_eq!((sc.base_ns, sc.stack_ns), (2300.0, 700.0));
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 8);
+        assert_eq!(sc.base_ns, 3000.0 - 87.5);
         // Count-only: nothing seen yet, calibration holds.
         assert_eq!(c.per_call_ns(Measure::Count, EntryInsn::Push), 900.0);
         let now = runs((2000, 600_000), (2000, 1_400_000), (0, 0));

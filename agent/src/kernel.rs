@@ -50,12 +50,18 @@ mod tests {
     fn names_the_missing_interface() {
         let root = tempfile::tempdir().unwrap();
         let err = check_at(root.path()).unwrap_err().to_string();
-        assert!(err.starts_with("/sys/kernel/btf/vmlinux is missing"), "{err}");
+        assert!(
+            err.starts_with("/sys/kernel/btf/vmlinux is missing"),
+            "{err}"
+        );
         let btf = root.path().join("sys/kernel/btf");
         std::fs::create_dir_all(&btf).unwrap();
         std::fs::write(btf.join("vmlinux"), b"").unwrap();
         let err = check_at(root.path()).unwrap_err().to_string();
-        assert!(err.contains("uprobe/type is missing") && err.contains("sysfs"), "{err}");
+        assert!(
+            err.contains("uprobe/type is missing") && err.contains("sysfs"),
+            "{err}"
+        );
         assert!(!err.contains('\n'));
     }
 }

@@ -161,6 +161,8 @@ pub struct Recorder {
     cost: Option<crate::cost::LiveCost>,
     /// When `cost` last re-read the kernel's run statistics.
     cost_observed: Instant,
+    /// The stack sampling the governor set per slot (absent: every hit).
+    stack_every: HashMap<usize, u32>,
     /// Resumes the kernel refused (the probe then stays off).
     governor_errors: Vec<String>,
     agent_cpu_at_start: Duration,
@@ -233,6 +235,7 @@ impl Recorder {
             governor,
             cost,
             cost_observed: started,
+            stack_every: HashMap::new(),
             governor_errors: Vec::new(),
             agent_cpu_at_start,
             counters,
@@ -247,11 +250,25 @@ impl Recorder {
     /// Lets the overhead governor sample stacks and duty-cycle probes;
     /// call every 10–20 ms.
     pub fn govern(&mut self) {
-        // The programs' cost in the target, re-read once a second.
+        // The programs' cost in the target, re-read once a second, and the
+        // governor's per-slot costs with it.
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
             if self.cost_observed.elapsed() >= Duration::from_secs(1) {
                 cost.observe(session.run_stats());
                 self.cost_observed = Instant::now();
+                if let Some(g) = self.governor.as_mut() {
+                    let costs: HashMap<usize, SlotCost> = session
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.attached)
+                        .map(|(i, s)| {
+                            let every = self.stack_every.get(&i).copied().unwrap_or(1);
+                            (i, cost.slot_cost(s.measure, s.symbol.entry, every))
+                        })
+                        .collect();
+                    g.update_costs(&costs);
+                }
             }
         }
         let (Some(g), Some(session)) = (self.governor.as_mut(), self.session.as_mut()) else {
@@ -262,6 +279,7 @@ impl Recorder {
         });
         // The BPF-side lever first: no uprobe is touched.
         session.set_stack_every(&actions.stack_every);
+        self.stack_every.extend(actions.stack_every.iter().copied());
         session.suspend(&actions.suspend);
         if !actions.resume.is_empty() {
             if let Err(e) = session.resume(&actions.resume) {
@@ -421,7 +439,11 @@ impl Recorder {
         }
 
         let plan = &self.plan;
-        let run_stats = self.session.as_ref().map(Session::run_stats).unwrap_or_default();
+        let run_stats = self
+            .session
+            .as_ref()
+            .map(Session::run_stats)
+            .unwrap_or_default();
         let cost_of = |slot: &crate::attach::Slot| match &self.cost {
             Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, run_stats),
             None => self.hit_cost.per_call_ns(slot.measure, slot.symbol.entry),

@@ -467,11 +467,15 @@ pub fn innoprof_links() -> Vec<String> {
 /// BPF links running an innoprof uprobe program that process `pid` holds
 /// (other innoprof runs on this machine hold their own).
 pub fn innoprof_links_held_by(pid: u32) -> Vec<String> {
-    let (_, held) = bpf_ids_held_by(std::iter::once(std::path::PathBuf::from(format!("/proc/{pid}"))));
+    let (_, held) = bpf_ids_held_by(std::iter::once(std::path::PathBuf::from(format!(
+        "/proc/{pid}"
+    ))));
     links_of(&UPROBE_PROGRAMS)
         .into_iter()
         .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["id"].as_u64())
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["id"].as_u64())
                 .is_some_and(|id| held.contains(&id))
         })
         .collect()
