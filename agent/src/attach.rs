@@ -523,7 +523,7 @@ impl Session {
             Mode::Multi { pid_scoped: true } => self.pid as i32,
             _ => -1,
         };
-        let mut links = Vec::new();
+        let mut batches = Vec::new();
         for (name, retprobe, measure) in [
             (ENTER, false, Measure::Latency),
             (RETURN, true, Measure::Latency),
@@ -543,20 +543,11 @@ impl Session {
                 retprobe,
                 ..Default::default()
             };
-            let link = retry(|| {
-                self.program(name)?
-                    .attach_uprobe_multi_with_opts(pid, &self.binary, "", opts.clone())
-                    .map_err(|e| LinkError::from_libbpf(&e))
-            });
-            match link {
-                Ok(l) => links.push((name, l)),
-                Err(e) => {
-                    drop_concurrently(links);
-                    return Err(e);
-                }
-            }
+            batches.push((name, opts));
         }
-        Ok(links)
+        self.link_each(batches, |p, opts| {
+            p.attach_uprobe_multi_with_opts(pid, &self.binary, "", opts.clone())
+        })
     }
 
     /// Perf-event links of one slot (all processes of the binary: a
@@ -568,22 +559,32 @@ impl Session {
             Measure::Count => &[(COUNT, false)],
             Measure::Latency => &[(ENTER, false), (RETURN, true)],
         };
-        let mut links = Vec::new();
-        for &(name, retprobe) in programs {
+        let points = programs.iter().map(|&(name, retprobe)| {
             let opts = UprobeOpts {
                 cookie: s.cookie,
                 retprobe,
                 ..Default::default()
             };
+            (name, opts)
+        });
+        self.link_each(points, |p, opts| {
+            p.attach_uprobe_with_opts(-1, &self.binary, s.symbol.file_offset as usize, opts.clone())
+        })
+    }
+
+    /// Attaches program by program (each try paced by `retry`); on the
+    /// first refusal detaches what it attached and returns the refusal, so
+    /// a slot or batch is all in or all out.
+    fn link_each<T>(
+        &self,
+        items: impl IntoIterator<Item = (&'static str, T)>,
+        attach: impl Fn(&libbpf_rs::ProgramMut<'_>, &T) -> libbpf_rs::Result<Link>,
+    ) -> Result<Vec<(&'static str, Link)>, LinkError> {
+        let mut links = Vec::new();
+        for (name, arg) in items {
             let link = retry(|| {
-                self.program(name)?
-                    .attach_uprobe_with_opts(
-                        -1,
-                        &self.binary,
-                        s.symbol.file_offset as usize,
-                        opts.clone(),
-                    )
-                    .map_err(|e| LinkError::from_libbpf(&e))
+                let program = self.program(name)?;
+                attach(&program, &arg).map_err(|e| LinkError::from_libbpf(&e))
             });
             match link {
                 Ok(l) => links.push((name, l)),
