@@ -304,3 +304,47 @@ fn callsite_arguments_name_the_caller_line() {
 
 #[path = "unprobeable.rs"]
 mod unprobeable;
+
+/// Breakpoints go into the target only: another process running the same
+/// binary keeps its code unpatched (uprobe_multi links carry the target's
+/// PID on kernels >= 6.10, so the kernel installs the int3 only there).
+#[test]
+fn another_process_of_the_same_binary_stays_unpatched() {
+    let _k = kernel_lock();
+    let bin = fixture_binary(false);
+    let target = Fixture::spawn(&bin, [0, 0, 0, 0, 0]);
+    let other = Fixture::spawn(&bin, [0, 0, 0, 0, 0]);
+    let image = innoprof::resolve::ElfImage::open(&bin).unwrap();
+    let resolution =
+        innoprof::resolve::Resolver::new(&image).resolve(&["fixture_counted".to_string()]);
+    // Non-PIE: the link-time address is the run-time one.
+    let addr = resolution.symbols[0].address;
+    let first_byte = |pid: u32| {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        let mut b = [0u8; 1];
+        mem.read_exact_at(&mut b, addr).unwrap();
+        b[0]
+    };
+    let original = first_byte(other.pid);
+    assert_ne!(original, 0xcc);
+    assert_eq!(first_byte(target.pid), original);
+    let mut rec = Recording::start(&[
+        "--pid",
+        &target.pid.to_string(),
+        "--force",
+        "--duration",
+        "10m",
+        "--probe",
+        "fixture_counted",
+    ]);
+    rec.wait_attached();
+    assert_eq!(first_byte(target.pid), 0xcc, "the target carries the breakpoint");
+    assert_eq!(first_byte(other.pid), original, "the other process is untouched");
+    rec.signal(libc::SIGINT);
+    let (code, _, _rec) = rec.finish();
+    assert_eq!(code, Some(0));
+    assert_eq!(first_byte(target.pid), original, "removed at the end");
+    target.exit();
+    other.exit();
+}
