@@ -17,7 +17,7 @@ use object::{Object, ObjectSegment};
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{CounterPath, CounterSpec};
-use crate::resolve::counter::{resolve_counters, CounterError, CounterLayout, Step};
+use crate::resolve::counter::{resolve_counters_in, CounterError, CounterLayout, Step};
 use crate::resolve::ElfImage;
 
 /// A counter the catalog asked for, and where it lives in this binary.
@@ -46,7 +46,7 @@ pub fn plan_counters(image: &ElfImage, specs: Vec<CounterSpec>) -> Vec<PlannedCo
     }
     let paths: Vec<&CounterPath> = specs.iter().map(|s| &s.counter).collect();
     let layouts: Vec<Result<CounterLayout, String>> = if image.has_debug_info {
-        match resolve_counters(image.dwarf_data(), &paths) {
+        match resolve_counters_in(image, &paths) {
             Ok(each) => each
                 .into_iter()
                 .map(|r| r.map_err(|e| e.to_string()))

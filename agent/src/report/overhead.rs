@@ -89,8 +89,8 @@ pub fn render_hit_cost(c: &HitCost) -> String {
     )
 }
 
-/// The overhead figures `metadata.json` carries: observed hits × the per-call
-/// cost calibrated at start.
+/// The overhead figures `metadata.json` carries: observed hits × (the trap
+/// calibrated at start + the programs' run time measured in the target).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OverheadEstimate {
     /// How the numbers were made, for whoever reads the file later.
@@ -127,7 +127,7 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
     let c = &summary.overhead.hit_cost;
     OverheadEstimate {
         method: format!(
-            "hits seen x per-call cost calibrated at start{}: timed {:.0} ns (emulated entry) / {:.0} ns (single-stepped), count-only {:.0} / {:.0} ns",
+            "hits seen x (the trap, calibrated at start, + the BPF programs' run time measured in the target); calibrated per-call cost{}: timed {:.0} ns (emulated entry) / {:.0} ns (single-stepped), count-only {:.0} / {:.0} ns",
             if c.with_stacks { " with stacks" } else { "" },
             c.latency_emulated_ns,
             c.latency_stepped_ns,

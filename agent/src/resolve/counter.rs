@@ -113,6 +113,25 @@ pub fn resolve_counters(
     elf_data: &[u8],
     counters: &[&CounterPath],
 ) -> Result<Vec<Result<CounterLayout, CounterError>>, CounterError> {
+    resolve_counters_walking(elf_data, counters, |_| {})
+}
+
+/// As [`resolve_counters`] on an image's DWARF, releasing the pages the
+/// walk has read as it goes (without it the walk kept ~40 MiB of MariaDB
+/// 10.2.11's `.debug_info` resident: innoprof's peak RSS 95 MiB, not 55).
+pub fn resolve_counters_in(
+    image: &super::ElfImage,
+    counters: &[&CounterPath],
+) -> Result<Vec<Result<CounterLayout, CounterError>>, CounterError> {
+    let mut trim = super::dwarf::Trim::new(image);
+    resolve_counters_walking(image.dwarf_data(), counters, |h| trim.at(h))
+}
+
+fn resolve_counters_walking(
+    elf_data: &[u8],
+    counters: &[&CounterPath],
+    mut at_unit: impl FnMut(&gimli::UnitHeader<super::dwarf::Reader<'_>>),
+) -> Result<Vec<Result<CounterLayout, CounterError>>, CounterError> {
     let file = object::File::parse(elf_data)?;
     let symbol_address = |global: &str| {
         file.symbols()
@@ -137,6 +156,7 @@ pub fn resolve_counters(
         if results.iter().all(Option::is_some) {
             break;
         }
+        at_unit(&header);
         let unit = dwarf.unit(header)?;
         let mut tree = unit.entries_tree(None)?;
         let root = tree.root()?;
