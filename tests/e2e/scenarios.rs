@@ -262,9 +262,18 @@ fn many_row_versions(server_name: &str) {
         probe_calls(&base.probes, undo),
         probe_calls(&inc.probes, undo),
     );
-    // A baseline with no call at all counts as one, so the factor is finite.
-    let b_per_row = b_calls.max(1) as f64 / base.rows_updated as f64;
-    let i_per_row = i_calls as f64 / inc.rows_updated as f64;
+    // Under the default governor the undo probe may be cut for part of
+    // the phase (its calls are those seen while on): compare with the rows
+    // updated while it was on, the steady load's rows x the probe's
+    // attached fraction. A baseline with no call at all counts as one, so
+    // the factor is finite.
+    let on = |s: &serde_json::Value| {
+        probe(s, undo)["sampling"]["attached_fraction"]
+            .as_f64()
+            .unwrap_or(1.0)
+    };
+    let b_per_row = b_calls.max(1) as f64 / (base.rows_updated as f64 * on(&base.probes));
+    let i_per_row = i_calls as f64 / (inc.rows_updated as f64 * on(&inc.probes));
     let factor = i_per_row / b_per_row;
     println!(
         "S1 {server_name}: trx_undo_prev_version_build {b_calls} calls / {} rows updated \
