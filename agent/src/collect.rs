@@ -104,6 +104,19 @@ fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs
     if n == 0 {
         return Ok(Vec::new());
     }
+    // The kernel writes keys and values laid out by the map it has: make
+    // sure that is the map this buffer is sized for (a stale object with a
+    // per-CPU hash and 8-byte keys overran the key buffer once), else take
+    // the slower, checked way.
+    if map.map_type() != libbpf_rs::MapType::PercpuArray || map.key_size() != 4 {
+        return (0..n as u32)
+            .map(|slot| {
+                Ok(map
+                    .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)?
+                    .unwrap_or_default())
+            })
+            .collect();
+    }
     let cpus = libbpf_rs::num_possible_cpus()?;
     let value_size = map.value_size() as usize;
     // The kernel lays per-CPU values out 8-byte aligned.
