@@ -568,7 +568,12 @@ impl Session {
             (name, opts)
         });
         self.link_each(points, |p, opts| {
-            p.attach_uprobe_with_opts(-1, &self.binary, s.symbol.file_offset as usize, opts.clone())
+            p.attach_uprobe_with_opts(
+                -1,
+                &self.binary,
+                s.symbol.file_offset as usize,
+                opts.clone(),
+            )
         })
     }
 

@@ -339,8 +339,16 @@ fn another_process_of_the_same_binary_stays_unpatched() {
         "fixture_counted",
     ]);
     rec.wait_attached();
-    assert_eq!(first_byte(target.pid), 0xcc, "the target carries the breakpoint");
-    assert_eq!(first_byte(other.pid), original, "the other process is untouched");
+    assert_eq!(
+        first_byte(target.pid),
+        0xcc,
+        "the target carries the breakpoint"
+    );
+    assert_eq!(
+        first_byte(other.pid),
+        original,
+        "the other process is untouched"
+    );
     rec.signal(libc::SIGINT);
     let (code, _, _rec) = rec.finish();
     assert_eq!(code, Some(0));
