@@ -23,7 +23,6 @@
 //! `BPF_TRACE_UPROBE_MULTI` as the program's expected attach type, and aya
 //! never sets one for uprobes. The CPU profiler stays on aya.
 
-use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -59,6 +58,14 @@ pub enum AttachError {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct LinkError(pub crate::attach_errno::AttachErrno);
+
+impl AttachError {
+    /// The kernel refused the kind of link (a kernel built without
+    /// uprobe_multi): worth falling back to perf-event links.
+    fn link_kind_unsupported(&self) -> bool {
+        matches!(self, Self::Link { source, .. } if source.errno() == libc::EOPNOTSUPP)
+    }
+}
 
 impl LinkError {
     fn from_libbpf(e: &libbpf_rs::Error) -> Self {
@@ -249,10 +256,8 @@ impl Session {
         let (mode, fallback) = choose_mode();
         match Self::attach_as(binary, plan, opts, mode, fallback.clone()) {
             // A kernel built without uprobe_multi says so on the first link.
-            Err(AttachError::Link { source, .. })
-                if matches!(mode, Mode::Multi { .. }) && source.errno() == libc::EOPNOTSUPP =>
-            {
-                let why = format!("the kernel refused uprobe_multi links: {source}");
+            Err(e) if matches!(mode, Mode::Multi { .. }) && e.link_kind_unsupported() => {
+                let why = format!("the kernel refused uprobe_multi links: {e}");
                 Self::attach_as(binary, plan, opts, Mode::Perf, Some(why))
             }
             other => other,
@@ -311,17 +316,9 @@ impl Session {
             }
             match session.link_probe(&plan[probe].spec.name, &slots) {
                 Ok((links, refused)) => {
-                    let attached: Vec<usize> = slots
-                        .iter()
-                        .copied()
-                        .filter(|s| !refused.iter().any(|(r, _)| r == s))
-                        .collect();
+                    let attached = without(&slots, &refused);
                     for (slot, e) in refused {
-                        session.slots[slot].attached = false;
-                        session.outcomes[probe]
-                            .failures
-                            .push((session.slots[slot].symbol.name.clone(), e.to_string()));
-                        session.set_enabled(&[slot], false);
+                        session.refuse(probe, slot, e.to_string());
                     }
                     session.outcomes[probe].attached_symbols += attached.len();
                     if !links.is_empty() {
@@ -333,17 +330,22 @@ impl Session {
                     }
                 }
                 // Only the first probe tells whether the kind of link works.
-                Err(e @ AttachError::Link { .. })
-                    if groups.is_empty() && matches!(mode, Mode::Multi { .. }) =>
+                Err(e)
+                    if groups.is_empty()
+                        && matches!(mode, Mode::Multi { .. })
+                        && e.link_kind_unsupported() =>
                 {
-                    if let AttachError::Link { source, .. } = &e {
-                        if source.errno() == libc::EOPNOTSUPP {
-                            return Err(e);
-                        }
-                    }
-                    session.record_probe_failure(probe, &slots, &e);
+                    return Err(e)
                 }
-                Err(e) => session.record_probe_failure(probe, &slots, &e),
+                Err(e) => {
+                    let reason = match &e {
+                        AttachError::Link { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    };
+                    for &slot in &slots {
+                        session.refuse(probe, slot, reason.clone());
+                    }
+                }
             }
         }
         session.groups = groups;
@@ -377,18 +379,12 @@ impl Session {
         Ok(session)
     }
 
-    fn record_probe_failure(&mut self, probe: usize, slots: &[usize], e: &AttachError) {
-        let reason = match e {
-            AttachError::Link { source, .. } => source.to_string(),
-            other => other.to_string(),
-        };
-        for &s in slots {
-            self.slots[s].attached = false;
-            self.outcomes[probe]
-                .failures
-                .push((self.slots[s].symbol.name.clone(), reason.clone()));
-            self.set_enabled(&[s], false);
-        }
+    /// A slot the kernel refused: off, not attached, and the reason kept.
+    fn refuse(&mut self, probe: usize, slot: usize, reason: String) {
+        self.slots[slot].attached = false;
+        let symbol = self.slots[slot].symbol.name.clone();
+        self.outcomes[probe].failures.push((symbol, reason));
+        self.set_enabled(&[slot], false);
     }
 
     /// One slot per resolved symbol, with its cookie and creation-site
@@ -496,11 +492,7 @@ impl Session {
                             Err(e) => refused.push((s, e)),
                         }
                     }
-                    let good: Vec<usize> = slots
-                        .iter()
-                        .copied()
-                        .filter(|s| !refused.iter().any(|(r, _)| r == s))
-                        .collect();
+                    let good = without(slots, &refused);
                     if good.is_empty() {
                         return Err(link_err(
                             refused
@@ -745,11 +737,6 @@ impl Session {
         }
     }
 
-    /// The loaded object, for reading its maps.
-    pub fn object(&self) -> &Object {
-        &self.object
-    }
-
     /// Calls and wait so far per slot (the governor's cheap live read).
     pub fn read_slot_counts(
         &self,
@@ -807,6 +794,15 @@ impl Session {
     pub fn attached_links(&self) -> usize {
         self.groups.iter().map(|g| g.links.len()).sum()
     }
+}
+
+/// `slots` less the refused ones.
+fn without(slots: &[usize], refused: &[(usize, LinkError)]) -> Vec<usize> {
+    slots
+        .iter()
+        .copied()
+        .filter(|s| !refused.iter().any(|(r, _)| r == s))
+        .collect()
 }
 
 /// Tries again while the kernel says "busy" (a concurrent teardown, an
@@ -941,15 +937,6 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.detach();
     }
-}
-
-/// Groups of slots per probe, in probe order (for callers that need them).
-pub fn slots_by_probe(slots: &[Slot]) -> BTreeMap<usize, Vec<usize>> {
-    let mut by = BTreeMap::<usize, Vec<usize>>::new();
-    for (i, s) in slots.iter().enumerate() {
-        by.entry(s.probe).or_default().push(i);
-    }
-    by
 }
 
 /// What attaching a probe set would take, from costs measured on a 2-core

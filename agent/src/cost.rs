@@ -30,6 +30,23 @@ pub struct ProgramAverages {
     pub count: Option<f64>,
 }
 
+impl ProgramAverages {
+    /// Each program's run time per run from `old` to `new`, where it ran
+    /// at least `min_runs` times.
+    fn between(new: RunStats, old: RunStats, min_runs: u64) -> Self {
+        let avg = |new: ProgramRuns, old: ProgramRuns| {
+            let runs = new.runs.saturating_sub(old.runs);
+            (runs >= min_runs.max(1))
+                .then(|| new.run_ns.saturating_sub(old.run_ns) as f64 / runs as f64)
+        };
+        Self {
+            enter: avg(new.enter, old.enter),
+            ret: avg(new.ret, old.ret),
+            count: avg(new.count, old.count),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LiveCost {
     hit: HitCost,
@@ -53,19 +70,12 @@ impl LiveCost {
     /// Re-estimates the programs' run time from the kernel's figures since
     /// the last call (where enough runs happened).
     pub fn observe(&mut self, now: RunStats) {
-        let avg = |new: ProgramRuns, old: ProgramRuns, keep: Option<f64>| {
-            let runs = new.runs.saturating_sub(old.runs);
-            if runs >= MIN_RUNS {
-                Some(new.run_ns.saturating_sub(old.run_ns) as f64 / runs as f64)
-            } else {
-                keep
-            }
-        };
+        let window = ProgramAverages::between(now, self.last, MIN_RUNS);
         let r = self.recent;
         self.recent = ProgramAverages {
-            enter: avg(now.enter, self.last.enter, r.enter),
-            ret: avg(now.ret, self.last.ret, r.ret),
-            count: avg(now.count, self.last.count, r.count),
+            enter: window.enter.or(r.enter),
+            ret: window.ret.or(r.ret),
+            count: window.count.or(r.count),
         };
         self.last = now;
     }
@@ -113,15 +123,7 @@ impl LiveCost {
     /// Per-call cost over the whole recording up to `now` (the programs'
     /// average since the start).
     pub fn per_call_ns_overall(&self, measure: Measure, entry: EntryInsn, now: RunStats) -> f64 {
-        let avg = |new: ProgramRuns, old: ProgramRuns| {
-            let runs = new.runs.saturating_sub(old.runs);
-            (runs > 0).then(|| new.run_ns.saturating_sub(old.run_ns) as f64 / runs as f64)
-        };
-        let overall = ProgramAverages {
-            enter: avg(now.enter, self.start.enter),
-            ret: avg(now.ret, self.start.ret),
-            count: avg(now.count, self.start.count),
-        };
+        let overall = ProgramAverages::between(now, self.start, 1);
         self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &overall)
     }
 

@@ -158,17 +158,7 @@ fn sigkill_leaves_no_probe_attached() {
     let _k = kernel_lock();
     let bin = fixture_binary(false);
     let fx = Fixture::spawn(&bin, [0, 0, 0, 0, 0]);
-    let pid = fx.pid.to_string();
-    let mut rec = Recording::start(&[
-        "--pid",
-        &pid,
-        "--force",
-        "--duration",
-        "10m",
-        "--probe",
-        "fixture_counted",
-    ]);
-    rec.wait_attached();
+    let rec = record_counted_until_stopped(fx.pid);
     // One entry + one return link (uprobe_multi: one per program).
     assert_eq!(
         innoprof_links_held_by(rec.child.id()).len(),
@@ -329,16 +319,7 @@ fn another_process_of_the_same_binary_stays_unpatched() {
     let original = first_byte(other.pid);
     assert_ne!(original, 0xcc);
     assert_eq!(first_byte(target.pid), original);
-    let mut rec = Recording::start(&[
-        "--pid",
-        &target.pid.to_string(),
-        "--force",
-        "--duration",
-        "10m",
-        "--probe",
-        "fixture_counted",
-    ]);
-    rec.wait_attached();
+    let rec = record_counted_until_stopped(target.pid);
     assert_eq!(
         first_byte(target.pid),
         0xcc,
@@ -355,4 +336,21 @@ fn another_process_of_the_same_binary_stays_unpatched() {
     assert_eq!(first_byte(target.pid), original, "removed at the end");
     target.exit();
     other.exit();
+}
+
+/// `record --probe fixture_counted` on `pid` for 10 minutes (the test
+/// stops it), once every probe is attached.
+fn record_counted_until_stopped(pid: u32) -> Recording {
+    let pid = pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "10m",
+        "--probe",
+        "fixture_counted",
+    ]);
+    rec.wait_attached();
+    rec
 }
