@@ -296,8 +296,10 @@ fn many_row_versions(server_name: &str) {
         calls_under(&folded("baseline"), &read_path),
         calls_under(&folded("incident"), &read_path),
     );
-    let read_factor = (i_read as f64 / inc.rows_updated as f64)
-        / (b_read.max(1) as f64 / base.rows_updated as f64);
+    // Per row updated while the probe was on, as for the factor above: a
+    // 4 s incident recording may see the cut probe for its first 50 ms only.
+    let read_factor = (i_read as f64 / (inc.rows_updated as f64 * on(&inc.probes)))
+        / (b_read.max(1) as f64 / (base.rows_updated as f64 * on(&base.probes)));
     println!(
         "S1 {server_name}: under row_search*;row_vers_build_for_consistent_read: {b_read} -> {i_read} of {i_calls} calls (x{read_factor:.0} per row updated)"
     );
