@@ -3,7 +3,7 @@
 //!
 //! Every `tick` (50 ms) it reads each probe's calls, charges them at the
 //! probe's per-call cost (`SlotCost`: what every hit pays + the stack
-//! walk, divided by the stack sampling rate), and plans the next second
+//! walk, divided by the stack sampling rate), and plans the next `horizon`
 //! with what the window still allows (never less than the budget itself):
 //!
 //! 1. Probes that fit stay fully on with every stack: cheapest first, as
@@ -52,6 +52,11 @@ pub struct GovernorConfig {
     /// attach/detach costs the server (mmap lock, an RCU grace period),
     /// so switches are seconds apart.
     pub min_on: Duration,
+    /// Each decision plans this far ahead: what the window still allows is
+    /// spread over it. Short, because decisions come every tick and a cut
+    /// takes effect within a tick and a detach (~0.1 s); a long one would
+    /// cut a burst the window can still pay for.
+    pub horizon: Duration,
     /// A cut probe comes back at least once per `max_period`.
     pub max_period: Duration,
 }
@@ -67,6 +72,7 @@ impl Default for GovernorConfig {
             tick: Duration::from_millis(50),
             window: Duration::from_secs(10),
             min_on: Duration::from_secs(1),
+            horizon: Duration::from_millis(250),
             max_period: Duration::from_secs(20),
         }
     }
@@ -325,7 +331,7 @@ impl Governor {
         }
         self.last_tick = now;
 
-        // What the window still allows per second, over the next `min_on`:
+        // What the window still allows per second, over the next `horizon`:
         // never less than the budget itself, so probes that fit it always
         // fit; what an idle stretch saved lets a burst through.
         while self
@@ -342,7 +348,7 @@ impl Governor {
         };
         self.history.push_back((now, self.spent));
         let budget = self.cfg.budget_pct / 100.0;
-        let ahead = self.cfg.min_on.as_secs_f64();
+        let ahead = self.cfg.horizon.as_secs_f64();
         let window = self.cfg.window.as_secs_f64();
         let allowance =
             ((budget * (window + ahead) - (self.spent - spent_then)) / ahead).max(budget);
@@ -398,11 +404,23 @@ impl Governor {
             }
             match (p.mode, p.on_since.is_some()) {
                 // Newly too dear: off now, back after its share of time off.
+                // A window the governor itself opened lasts `min_on` (it
+                // paid a switch for it); the first, from the start, does not.
                 (Mode::Full, true) => {
                     p.mode = Mode::Cut;
                     p.ever_cut = true;
-                    switch_off(p, now, started, actions);
-                    p.next_on = Some(now + off_for());
+                    let until = p
+                        .on_since
+                        .filter(|s| *s > started)
+                        .map(|s| s + min_on)
+                        .filter(|u| now < *u);
+                    match until {
+                        Some(u) => p.on_until = Some(u),
+                        None => {
+                            switch_off(p, now, started, actions);
+                            p.next_on = Some(now + off_for());
+                        }
+                    }
                 }
                 (Mode::Cut, true) => {
                     if p.on_until.is_some_and(|t| now >= t) {
@@ -534,7 +552,7 @@ fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut 
 }
 
 /// The plan for `demand` (calls/s, cost per call, per probe) under
-/// `allowance` (fraction of a core the window allows for the next second):
+/// `allowance` (fraction of a core the window allows over the next horizon):
 /// cheapest first, fully on with every stack while they fit; the rest with
 /// the sparsest stacks they need (a power of two up to `MAX_STACK_EVERY`).
 /// If still too dear, the rest are cut and share the steady `budget` (what
@@ -788,6 +806,38 @@ mod tests {
             (e.calls - truth).abs() <= e.calls_bound.max(truth * 0.05),
             "{e:?} vs {truth}"
         );
+    }
+
+    /// A probe near the budget with a noisy rate (3k and 7k calls/s in
+    /// turn, ~2.2 % of a core): the window's savings bring it back to full
+    /// and the next tick finds it too dear again. A window the governor
+    /// opened still lasts `min_on`.
+    #[test]
+    fn windows_the_governor_opens_last_min_on_even_when_the_rate_is_noisy() {
+        let t0 = Instant::now();
+        let mut g = one_probe(cost(3_500.0, 900.0), t0);
+        let (mut t, mut seen, mut on) = (t0, 0u64, true);
+        for step in 0..(60_000 / 50) {
+            if on {
+                seen += if step % 2 == 0 { 150 } else { 350 };
+            }
+            t += MS(50);
+            let a = g.tick(t, || counts(&[(0, seen)]));
+            if !a.suspend.is_empty() {
+                on = false;
+            }
+            if !a.resume.is_empty() {
+                on = true;
+                g.resumed(&a.resume, t);
+            }
+        }
+        let d = g.finish(t, &counts(&[(0, seen)]));
+        assert!(d[0].cut, "{d:?}");
+        let w = &d[0].windows;
+        assert!(w.len() >= 4, "{w:?}");
+        for w in &w[1..w.len() - 1] {
+            assert!(w.end_s - w.start_s >= 0.999, "{w:?}");
+        }
     }
 
     #[test]
