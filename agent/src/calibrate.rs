@@ -77,8 +77,12 @@ extern "C" {
     fn innoprof_calib_step_bare(x: u64) -> u64;
 }
 
-/// Calls per timed round; rounds alternate probed and unprobed.
-const CALLS: u64 = 4_000;
+/// Calls per timed round; rounds alternate probed and unprobed. A round
+/// lasts ~5 ms either way: single-stepped hits cost ~8x an emulated one,
+/// and calibration's hits are innoprof's own CPU (it was 0.6 s of a 10 s
+/// recording's 1.7 s with 4,000 stepped calls per round).
+const CALLS_EMULATED: u64 = 2_000;
+const CALLS_STEPPED: u64 = 300;
 const ROUNDS: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
@@ -169,35 +173,39 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         limits: Default::default(),
     };
     type Calib = unsafe extern "C" fn(u64) -> u64;
-    let variants: [(&'static str, Measure, Calib, Calib); 4] = [
+    let variants: [(&'static str, Measure, Calib, Calib, u64); 4] = [
         (
             "innoprof_calib_push_timed",
             Measure::Latency,
             innoprof_calib_push_timed,
             innoprof_calib_push_bare,
+            CALLS_EMULATED,
         ),
         (
             "innoprof_calib_step_timed",
             Measure::Latency,
             innoprof_calib_step_timed,
             innoprof_calib_step_bare,
+            CALLS_STEPPED,
         ),
         (
             "innoprof_calib_push_count",
             Measure::Count,
             innoprof_calib_push_count,
             innoprof_calib_push_bare,
+            CALLS_EMULATED,
         ),
         (
             "innoprof_calib_step_count",
             Measure::Count,
             innoprof_calib_step_count,
             innoprof_calib_step_bare,
+            CALLS_STEPPED,
         ),
     ];
     let plan = variants
         .iter()
-        .map(|(name, measure, _, _)| {
+        .map(|(name, measure, _, _, _)| {
             let mut p = planned(&image, name)?;
             p.spec.measure = *measure;
             Ok(p)
@@ -206,23 +214,23 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let mut session = Session::attach(&exe, &plan, &opts)?;
     // Median per-call difference, and the BPF run time per probed call
     // from the kernel's statistics over the same calls.
-    let median = |session: &Session, probed: Calib, bare: Calib| {
+    let median = |session: &Session, probed: Calib, bare: Calib, calls: u64| {
         let before = session.run_stats();
         let mut deltas: Vec<f64> = (0..ROUNDS)
-            .map(|_| (run(probed) - run(bare)).max(0.0))
+            .map(|_| (run(probed, calls) - run(bare, calls)).max(0.0))
             .collect();
         let after = session.run_stats();
         deltas.sort_by(f64::total_cmp);
         let run_ns = after.total_run_ns().saturating_sub(before.total_run_ns());
         (
             deltas[ROUNDS / 2],
-            run_ns as f64 / (ROUNDS as f64 * CALLS as f64),
+            run_ns as f64 / (ROUNDS as f64 * calls as f64),
         )
     };
     let mut costs = [0.0; 4];
     let mut bpf = [0.0; 4];
-    for ((cost, bpf), (_, _, probed, bare)) in costs.iter_mut().zip(&mut bpf).zip(variants) {
-        (*cost, *bpf) = median(&session, probed, bare);
+    for ((cost, bpf), (_, _, probed, bare, calls)) in costs.iter_mut().zip(&mut bpf).zip(variants) {
+        (*cost, *bpf) = median(&session, probed, bare, calls);
     }
     // The same timed probe with its stacks off (a BPF map switch, no
     // re-attach): the difference is what one stack walk costs.
@@ -233,6 +241,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
             &session,
             innoprof_calib_push_timed,
             innoprof_calib_push_bare,
+            CALLS_EMULATED,
         );
         (costs[0] - bare).max(0.0)
     } else {
@@ -267,16 +276,16 @@ fn planned(image: &ElfImage, name: &str) -> Result<PlannedProbe, CalibrateError>
     })
 }
 
-/// Nanoseconds per call of `f`, over `CALLS` calls.
-fn run(f: unsafe extern "C" fn(u64) -> u64) -> f64 {
+/// Nanoseconds per call of `f`, over `calls` calls.
+fn run(f: unsafe extern "C" fn(u64) -> u64, calls: u64) -> f64 {
     let mut acc = 0u64;
     let start = Instant::now();
-    for _ in 0..CALLS {
+    for _ in 0..calls {
         // SAFETY: the calibration functions only compute rdi + 1.
         acc = unsafe { f(black_box(acc)) };
     }
     black_box(acc);
-    start.elapsed().as_nanos() as f64 / CALLS as f64
+    start.elapsed().as_nanos() as f64 / calls as f64
 }
 
 #[cfg(test)]

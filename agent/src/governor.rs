@@ -285,7 +285,7 @@ impl Governor {
         }
     }
 
-    /// Call often (every 10–20 ms); `counts` reads the cumulative counters
+    /// Call often (every 10–25 ms); `counts` reads the cumulative counters
     /// per slot and is called only when a decision is due.
     pub fn tick(
         &mut self,

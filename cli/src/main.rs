@@ -263,7 +263,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let deadline = tokio::time::sleep(args.duration);
     tokio::pin!(deadline);
     // Short ticks: the governor switches probes on and off within a second.
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = std::time::Instant::now();
     // Without --interval the branch below is disabled; the period is moot.

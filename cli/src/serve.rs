@@ -109,7 +109,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let live: Shared = Rc::new(RefCell::new(Live { recorder, exporter }));
 
     // Short ticks: the governor switches probes on and off within a second.
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut alive_check = tokio::time::interval(Duration::from_millis(250));
     let code = loop {
