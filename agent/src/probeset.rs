@@ -216,7 +216,7 @@ fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> La
         }
         Err(e) => LatchPlan {
             layout: Default::default(),
-            unavailable: Some(e.to_string()),
+            unavailable: Some(crate::error_chain(&e)),
         },
     }
 }

@@ -182,7 +182,10 @@ impl Recorder {
             Some(Ok(c)) => (c, None),
             Some(Err(e)) => (
                 FALLBACK_HIT_COST,
-                Some(format!("calibration failed ({e}); using typical costs")),
+                Some(format!(
+                    "calibration failed ({}); using typical costs",
+                    crate::error_chain(&e)
+                )),
             ),
             None => (FALLBACK_HIT_COST, Some("not calibrated".to_string())),
         };
@@ -283,7 +286,7 @@ impl Recorder {
         session.suspend(&actions.suspend);
         if !actions.resume.is_empty() {
             if let Err(e) = session.resume(&actions.resume) {
-                self.governor_errors.push(e.to_string());
+                self.governor_errors.push(crate::error_chain(&e));
             }
             g.resumed(&actions.resume, Instant::now());
         }
