@@ -42,7 +42,9 @@ pub enum CpuError {
         what: String,
         source: std::io::Error,
     },
-    #[error("opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?)")]
+    #[error(
+        "opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?)"
+    )]
     PerfEvent {
         cpu: u32,
         source: aya::programs::ProgramError,

@@ -23,7 +23,9 @@ pub use model::Summary;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("output directory {path} is not usable (choose another --out, or fix its permissions)")]
+    #[error(
+        "output directory {path} is not usable (choose another --out, or fix its permissions)"
+    )]
     NotWritable {
         path: PathBuf,
         source: std::io::Error,
