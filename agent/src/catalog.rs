@@ -44,6 +44,10 @@ pub enum CatalogError {
         "no catalog covers {server}; name functions with --probe PATTERN or supply --catalog FILE"
     )]
     NoCatalog { server: String },
+    #[error(
+        "--probes names no probe; give names or globs (`innoprof probes --pid PID` lists them), or default, all or none"
+    )]
+    EmptySelection,
 }
 
 /// How a probe measures.

@@ -399,7 +399,9 @@ fn interval_recording_rates_use_the_watched_window() {
     for (interval, rate, duration, start_ms) in runs {
         let end_ms = start_ms + duration * 1000.0;
         let truth = (log.calls_at(end_ms) - log.calls_at(start_ms)) / duration;
-        eprintln!("interval {interval}: {rate:.1} calls/s over {duration:.3} s; fixture {truth:.1}");
+        eprintln!(
+            "interval {interval}: {rate:.1} calls/s over {duration:.3} s; fixture {truth:.1}"
+        );
         assert!(
             (duration - 3.0).abs() <= 0.5,
             "duration_s {duration} for --duration 3s"
