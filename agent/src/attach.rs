@@ -37,15 +37,15 @@ use crate::resolve::{Resolution, ResolvedSymbol, SymbolTable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    #[error("opening the BPF object failed: {0}")]
+    #[error("opening the BPF object failed")]
     Open(#[source] libbpf_rs::Error),
-    #[error("the BPF programs failed to load (verifier or permissions): {0}")]
+    #[error("the BPF programs failed to load (verifier or permissions)")]
     Load(#[source] libbpf_rs::Error),
     #[error("no probe could be attached: {0}")]
     NothingAttached(String),
     #[error("BPF program or map `{0}` missing from the object")]
     Missing(&'static str),
-    #[error("attaching {probe}: {source}")]
+    #[error("attaching {probe}")]
     Link {
         probe: String,
         #[source]
@@ -257,7 +257,10 @@ impl Session {
         match Self::attach_as(binary, plan, opts, mode, fallback.clone()) {
             // A kernel built without uprobe_multi says so on the first link.
             Err(e) if matches!(mode, Mode::Multi { .. }) && e.link_kind_unsupported() => {
-                let why = format!("the kernel refused uprobe_multi links: {e}");
+                let why = format!(
+                    "the kernel refused uprobe_multi links: {}",
+                    crate::error_chain(&e)
+                );
                 Self::attach_as(binary, plan, opts, Mode::Perf, Some(why))
             }
             other => other,

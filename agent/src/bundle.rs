@@ -37,12 +37,12 @@ const DIR_MODE: u32 = 0o750;
 pub enum BundleError {
     #[error(transparent)]
     Output(#[from] OutputError),
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is not valid: {source}")]
+    #[error("{path} is not valid")]
     Parse {
         path: PathBuf,
         source: serde_json::Error,
@@ -533,7 +533,9 @@ mod tests {
         let other = root.path().join("home");
         std::fs::create_dir(&other).unwrap();
         std::fs::write(other.join("notes.txt"), "mine").unwrap();
-        let err = prepare(&other).unwrap_err().to_string();
+        let err = prepare(&other)
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(err.contains("not an innoprof recording"), "{err}");
         assert_eq!(listing(&other), ["notes.txt"]);
     }
@@ -554,7 +556,9 @@ mod tests {
     #[test]
     fn report_of_a_directory_without_a_recording() {
         let dir = tempfile::tempdir().unwrap();
-        let err = rerender(dir.path()).unwrap_err().to_string();
+        let err = rerender(dir.path())
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(err.contains("no summary.json"), "{err}");
     }
 }

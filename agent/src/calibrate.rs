@@ -87,11 +87,11 @@ const ROUNDS: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
-    #[error("reading innoprof's own binary: {0}")]
+    #[error("reading innoprof's own binary")]
     Elf(#[from] ElfError),
     #[error("calibration function `{0}` not found in innoprof's own symbols (stripped binary?)")]
     MissingFunction(String),
-    #[error("attaching the calibration probe: {0}")]
+    #[error("attaching the calibration probe")]
     Attach(#[from] AttachError),
     #[error("the calibration thread panicked")]
     Panicked,

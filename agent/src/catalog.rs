@@ -12,12 +12,12 @@ use crate::server::{Family, ServerInfo, Version};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("cannot read catalog {path}: {source}")]
+    #[error("cannot read catalog {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("catalog {file} is malformed: {source}")]
+    #[error("catalog {file} is malformed")]
     Parse {
         file: String,
         source: Box<toml::de::Error>,
@@ -44,6 +44,10 @@ pub enum CatalogError {
         "no catalog covers {server}; name functions with --probe PATTERN or supply --catalog FILE"
     )]
     NoCatalog { server: String },
+    #[error(
+        "--probes names no probe; give names or globs (`innoprof probes --pid PID` lists them), or default, all or none"
+    )]
+    EmptySelection,
 }
 
 /// How a probe measures.
@@ -705,13 +709,20 @@ mod tests {
         );
         let mixed = f.select("default,innodb.mutex.enter").unwrap();
         assert_eq!(mixed.len(), f.select("default").unwrap().len() + 1);
-        let err = f.select("innodb.nope").unwrap_err().to_string();
+        let err = f
+            .select("innodb.nope")
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(err.contains("innodb.nope") && err.contains("innodb.mutex.enter"));
     }
 
     #[test]
     fn malformed_files_are_refused_with_the_reason() {
-        let bad = |t: &str| CatalogFile::parse("x.toml", t).unwrap_err().to_string();
+        let bad = |t: &str| {
+            CatalogFile::parse("x.toml", t)
+                .map_err(|e| crate::error_chain(&e))
+                .unwrap_err()
+        };
         assert!(bad("not toml [").contains("malformed"));
         let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
         for everything in ["*", "?*", "*a*", " * "] {
@@ -738,7 +749,11 @@ mod tests {
     /// numbers, deep nesting, huge values. Each is a typed error, no panic.
     #[test]
     fn hostile_catalogs_are_refused() {
-        let bad = |t: &str| CatalogFile::parse("x.toml", t).unwrap_err().to_string();
+        let bad = |t: &str| {
+            CatalogFile::parse("x.toml", t)
+                .map_err(|e| crate::error_chain(&e))
+                .unwrap_err()
+        };
         let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
         let probe = |body: &str| {
             format!("{head}[[probe]]\nname='a'\nsymbols=['fil_flush']\nmeasure='count'\ncost='rare'\n{body}")
@@ -783,7 +798,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; MAX_CATALOG_BYTES as usize + 1]).unwrap();
-        let err = Catalog::from_path(&big).unwrap_err().to_string();
+        let err = Catalog::from_path(&big)
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(
             err.contains("too large") && err.contains("big.toml"),
             "{err}"
@@ -804,14 +821,23 @@ mod tests {
             .for_server(&server(Family::Mariadb, "10.2.11"))
             .unwrap()
             .clone();
-        let err = f.select("innodb.rwlock.s_wiat").unwrap_err().to_string();
+        let err = f
+            .select("innodb.rwlock.s_wiat")
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(
             err.contains("did you mean `innodb.rwlock.s_wait`?"),
             "{err}"
         );
-        let err = f.select("redo.flush").unwrap_err().to_string();
+        let err = f
+            .select("redo.flush")
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(err.contains("did you mean `innodb.redo.flush`?"), "{err}");
-        let err = f.select("zzzz").unwrap_err().to_string();
+        let err = f
+            .select("zzzz")
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(!err.contains("did you mean"), "{err}");
     }
 
@@ -942,7 +968,10 @@ mod tests {
         assert!(probes.is_empty() && counters.len() == 1);
         // Probes only: a counter-only selection is no error.
         assert!(f.select("innodb.redo.lsn").unwrap().is_empty());
-        let err = f.select("innodb.redo.lns").unwrap_err().to_string();
+        let err = f
+            .select("innodb.redo.lns")
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
         assert!(err.contains("did you mean `innodb.redo.lsn`?"), "{err}");
     }
 
@@ -969,7 +998,7 @@ mod tests {
             "counter = { global = 'g', path = 'x->y' }",
             "counter = { global = 'g', path = 'a.b.c.d.e.f.g.h.i' }",
         ] {
-            let err = parse(bad).unwrap_err().to_string();
+            let err = parse(bad).map_err(|e| crate::error_chain(&e)).unwrap_err();
             assert!(err.contains("member names"), "{bad}: {err}");
         }
         // A counter has no symbols or cost; a probe-only field is refused.
@@ -979,7 +1008,10 @@ mod tests {
                 .to_string()
                 .contains("malformed")
         );
-        assert!(parse("").unwrap_err().to_string().contains("malformed"));
+        assert!(parse("")
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err()
+            .contains("malformed"));
     }
 
     #[test]

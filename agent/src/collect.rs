@@ -14,7 +14,7 @@ use crate::catalog::Measure;
 pub enum CollectError {
     #[error("BPF map `{0}` is missing or of the wrong type")]
     Map(&'static str),
-    #[error("reading BPF map `{map}`: {source}")]
+    #[error("reading BPF map `{map}`")]
     Read {
         map: &'static str,
         #[source]

@@ -15,12 +15,12 @@ use crate::report::{self, units, OutputError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is not an innoprof summary.json: {source}")]
+    #[error("{path} is not an innoprof summary.json")]
     Summary {
         path: PathBuf,
         source: serde_json::Error,

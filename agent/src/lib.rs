@@ -38,3 +38,18 @@ pub mod server;
 pub mod symbolize;
 pub mod target;
 pub mod timeseries;
+
+/// An error and its causes joined by `: `, as anyhow's `{:#}` prints them.
+/// The library's error types never repeat their source in their own text
+/// (anyhow would print the cause twice), so a message built from an error
+/// for a report, a log line or an HTTP body goes through this.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}

@@ -23,6 +23,13 @@ fn effective_caps() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether innoprof may read any process's /proc entries (its binary,
+/// maps, memory): CAP_SYS_PTRACE, or CAP_SYS_ADMIN which implies it here.
+pub fn can_ptrace() -> bool {
+    let caps = effective_caps();
+    caps & (1 << CAP_SYS_PTRACE) != 0 || caps & (1 << CAP_SYS_ADMIN) != 0
+}
+
 /// Loading BPF and opening uprobe perf events needs CAP_BPF + CAP_PERFMON
 /// (or CAP_SYS_ADMIN on its own); reading another process's maps and
 /// binary needs CAP_SYS_PTRACE unless it runs as our user.

@@ -71,6 +71,14 @@ impl ProbeSet {
             .clone()
             .or_else(|| request.ad_hoc.is_empty().then(|| "default".to_string()))
             .filter(|s| s != "none");
+        // `--probes ''` (or only commas): an empty list is a mistake, not a
+        // request for nothing (that is `none`).
+        if selection
+            .as_deref()
+            .is_some_and(|s| s.split(',').all(|name| name.trim().is_empty()))
+        {
+            return Err(CatalogError::EmptySelection);
+        }
         let mut specs: Vec<ProbeSpec> = Vec::new();
         let mut counter_specs: Vec<CounterSpec> = Vec::new();
         let mut catalog_file = None;
@@ -216,7 +224,7 @@ fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> La
         }
         Err(e) => LatchPlan {
             layout: Default::default(),
-            unavailable: Some(e.to_string()),
+            unavailable: Some(crate::error_chain(&e)),
         },
     }
 }

@@ -18,8 +18,49 @@ pub enum TargetError {
         "PID {pid} is `{comm}` ({exe}), not mysqld/mariadbd; pass the server's PID (`pidof mysqld mariadbd`) or --force to profile it anyway"
     )]
     NotAServer { pid: u32, comm: String, exe: String },
-    #[error("reading /proc/{pid}: {source}")]
+    #[error("reading /proc/{pid}")]
     Proc { pid: u32, source: std::io::Error },
+    /// EACCES/EPERM on /proc/PID: said with what would grant it, not as a
+    /// bare errno.
+    #[error("cannot inspect PID {pid}: permission denied; {why}")]
+    NoAccess {
+        pid: u32,
+        why: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TargetError {
+    /// A failed read of /proc/PID: a refusal names what is missing.
+    fn proc(pid: u32, source: std::io::Error) -> Self {
+        let denied = matches!(
+            source.raw_os_error(),
+            Some(libc::EACCES) | Some(libc::EPERM)
+        );
+        if !denied {
+            return Self::Proc { pid, source };
+        }
+        let why = if crate::privileges::can_ptrace() {
+            "innoprof has CAP_SYS_PTRACE, so the process is out of its reach (another user namespace, \
+             or a ptrace policy such as Yama or an LSM); run innoprof in the server's namespace"
+        } else {
+            "reading another user's process needs CAP_SYS_PTRACE: run innoprof as root, or grant it \
+             (`setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep innoprof`)"
+        };
+        Self::NoAccess { pid, why, source }
+    }
+}
+
+/// What a liveness check found. `Unknown` is a local failure (out of file
+/// descriptors or memory, /proc unreadable): never a reason to stop
+/// watching a server that may well be running.
+#[derive(Debug)]
+pub enum Liveness {
+    Alive,
+    /// Exited, a zombie, or its PID now belongs to another process.
+    Gone,
+    Unknown(std::io::Error),
 }
 
 /// Process names of the servers innoprof knows.
@@ -48,7 +89,7 @@ impl Target {
     /// Finds the process; refuses anything that is not mysqld/mariadbd unless `force`.
     pub fn open(pid: u32, force: bool) -> Result<Self, TargetError> {
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        let io = |source| TargetError::Proc { pid, source };
+        let io = |source| TargetError::proc(pid, source);
         if pid == 0 || !proc_dir.exists() {
             return Err(TargetError::NoSuchProcess(pid));
         }
@@ -95,8 +136,16 @@ impl Target {
         })
     }
 
-    /// True while the same process (not a successor with a reused PID) runs.
+    /// True unless the process is known to be gone: a check that could
+    /// not be made (EMFILE, ENOMEM) counts as alive.
     pub fn is_alive(&self) -> bool {
+        !matches!(self.liveness(), Liveness::Gone)
+    }
+
+    /// Whether the same process (not a successor with a reused PID) runs,
+    /// telling "gone" (exited, ESRCH/ENOENT, start time changed) from "could
+    /// not check" (any other error).
+    pub fn liveness(&self) -> Liveness {
         if let Some(fd) = &self.pidfd {
             let mut p = libc::pollfd {
                 fd: fd.as_raw_fd(),
@@ -105,15 +154,27 @@ impl Target {
             };
             // SAFETY: one valid pollfd, no wait.
             match unsafe { libc::poll(&mut p, 1, 0) } {
-                0 => return true,
-                n if n > 0 => return false,
+                0 => return Liveness::Alive,
+                // POLLIN: exited. POLLNVAL/POLLERR would be our descriptor's
+                // fault, not the process's: ask /proc instead.
+                n if n > 0 && p.revents & libc::POLLIN != 0 => return Liveness::Gone,
                 _ => {} // EINTR and the like: ask /proc
             }
         }
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|s| parse_stat(&s))
-            .is_some_and(|(state, start)| start == self.start_time && state != 'Z' && state != 'X')
+        let stat = match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(s) => s,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH)) => {
+                return Liveness::Gone
+            }
+            Err(e) => return Liveness::Unknown(e),
+        };
+        match parse_stat(&stat) {
+            Some((state, start)) if start == self.start_time && state != 'Z' && state != 'X' => {
+                Liveness::Alive
+            }
+            Some(_) => Liveness::Gone,
+            None => Liveness::Unknown(std::io::Error::other("malformed /proc/PID/stat")),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod cpu_args;
 mod diff;
+mod http_guard;
 mod limit_args;
 mod parse;
 mod probe_args;
@@ -314,7 +315,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let written = match recording.write(&args.out, &argv) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("innoprof: error: {e}");
+            eprintln!("innoprof: error: {}", innoprof::error_chain(&e));
             return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
         }
     };

@@ -5,13 +5,24 @@ use std::time::Duration;
 /// Longest recording accepted; longer is surely a typo (`30d` for `30s`).
 const MAX_RECORDING: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// `--duration`: humantime syntax (`500ms`, `30s`, `2m`, `1h 30m`), more
-/// than zero and at most 30 days.
+/// Shortest recording accepted: below it, attaching and detaching take
+/// longer than the window watched, and per-second figures (calls/s,
+/// innoprof's own CPU %) divide by almost nothing (`1ns` printed 60912 %).
+const MIN_RECORDING: Duration = Duration::from_millis(100);
+
+/// `--duration`: humantime syntax (`500ms`, `30s`, `2m`, `1h 30m`), at
+/// least 100 ms and at most 30 days.
 pub fn recording_duration(text: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(text)
         .map_err(|e| format!("{e} (expected e.g. 500ms, 30s, 2m)"))?;
     if d.is_zero() {
         return Err("must be more than zero (e.g. 30s)".into());
+    }
+    if d < MIN_RECORDING {
+        return Err(format!(
+            "{} is too short: record for 100ms or more (e.g. 30s)",
+            humantime::format_duration(d)
+        ));
     }
     if d > MAX_RECORDING {
         return Err(format!(
@@ -39,6 +50,10 @@ mod tests {
         assert!(recording_duration("soon")
             .unwrap_err()
             .contains("expected e.g."));
+        assert!(recording_duration("1ns")
+            .unwrap_err()
+            .contains("100ms or more"));
+        assert!(recording_duration("99ms").is_err());
         assert!(recording_duration("99999999999999999999999y").is_err());
         assert!(recording_duration("").is_err());
     }
@@ -50,7 +65,7 @@ mod tests {
         #[test]
         fn never_panics_and_stays_in_bounds(text in "\\PC{0,40}") {
             if let Ok(d) = recording_duration(&text) {
-                proptest::prop_assert!(!d.is_zero() && d <= MAX_RECORDING);
+                proptest::prop_assert!(d >= MIN_RECORDING && d <= MAX_RECORDING);
             }
         }
 

@@ -15,19 +15,19 @@ use anyhow::{Context, Result};
 use clap::Args;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
 use innoprof::governor::GovernorConfig;
 use innoprof::record::{Plan, RecordOptions, Recorder};
+use innoprof::target::Liveness;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::http_guard::{ConnectionGuard, DEFAULT_MAX_CONNECTIONS};
 use crate::probe_args::ProbeArgs;
 use crate::EXIT_TARGET_EXITED;
 
@@ -55,7 +55,18 @@ pub struct ServeArgs {
     /// innoprof_probe_attached_seconds_total says how long that was.
     #[arg(long, default_value = "1", value_parser = crate::parse_budget)]
     pub max_overhead: crate::Budget,
+    /// HTTP connections served at once; more are answered 503 and closed.
+    /// Each client must send its request headers within 5 s and is closed
+    /// after 30 s without traffic.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_connections: u32,
 }
+
+/// Pause after a failed accept(2): out of descriptors or memory, the next
+/// accept fails the same way at once, and a busy loop would starve the
+/// governor and the liveness check.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 struct Live {
     recorder: Recorder,
@@ -112,27 +123,52 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut tick = tokio::time::interval(Duration::from_millis(25));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut alive_check = tokio::time::interval(Duration::from_millis(250));
+    let guard = ConnectionGuard::new(args.max_connections as usize);
+    // Set while accepting is paused after an error.
+    let mut accept_again: Option<tokio::time::Instant> = None;
+    // Local failures are said once per streak, not every 100 ms.
+    let mut accept_failing = false;
+    let mut check_failing = false;
     let code = loop {
+        let resume = accept_again.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let live = live.clone();
-                tokio::task::spawn_local(async move {
-                    let service = service_fn(move |req| respond(live.clone(), req));
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+            accepted = listener.accept(), if accept_again.is_none() => match accepted {
+                Ok((stream, _)) => {
+                    accept_failing = false;
+                    let live = live.clone();
+                    guard.handle(stream, service_fn(move |req| respond(live.clone(), req)));
+                }
+                // EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED: all pass;
+                // none is a reason to stop serving.
+                Err(e) => {
+                    if !accept_failing {
+                        eprintln!("innoprof: cannot accept connections ({e}); retrying");
+                        accept_failing = true;
+                    }
+                    accept_again = Some(tokio::time::Instant::now() + ACCEPT_BACKOFF);
+                }
+            },
+            _ = tokio::time::sleep_until(resume), if accept_again.is_some() => accept_again = None,
             _ = sigint.recv() => break ExitCode::SUCCESS,
             _ = sigterm.recv() => break ExitCode::SUCCESS,
             _ = tick.tick() => live.borrow_mut().recorder.govern(),
-            _ = alive_check.tick() => {
-                if !target.is_alive() {
+            _ = alive_check.tick() => match target.liveness() {
+                Liveness::Alive => check_failing = false,
+                Liveness::Gone => {
                     eprintln!("innoprof: pid {} exited; detaching", target.pid);
                     break ExitCode::from(EXIT_TARGET_EXITED);
                 }
-            }
+                // Our failure (out of descriptors, say), not the target's.
+                Liveness::Unknown(e) => {
+                    if !check_failing {
+                        eprintln!(
+                            "innoprof: cannot check pid {} ({e}); still serving",
+                            target.pid
+                        );
+                        check_failing = true;
+                    }
+                }
+            },
         }
     };
     // Connection tasks may still hold the state: detach explicitly.
@@ -158,7 +194,11 @@ async fn respond(
             let live = &mut *live.borrow_mut();
             match live.exporter.scrape(&live.recorder) {
                 Ok(body) => reply(StatusCode::OK, CONTENT_TYPE, body),
-                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, text, format!("{e}\n")),
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    text,
+                    format!("{}\n", innoprof::error_chain(&e)),
+                ),
             }
         }
         (&Method::GET, "/") => reply(

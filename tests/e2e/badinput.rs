@@ -220,6 +220,7 @@ fn conflicting_and_out_of_range_flags_are_refused_by_the_parser() {
         ),
         (&["--duration", "0s"][..], "more than zero"),
         (&["--duration", "400days"][..], "30 days"),
+        (&["--duration", "1ns"][..], "100ms or more"),
         (&["--max-callsites", "0"][..], "--max-callsites"),
     ] {
         let mut all = vec!["record", "--pid", "1", "--out", "/tmp/innoprof-never"];
@@ -284,4 +285,46 @@ fn outputs_are_private() {
     for f in files {
         assert_eq!(mode(&f), 0o640, "{}", f.display());
     }
+}
+
+/// `--probes ''` is refused (not an empty recording), saying how to list
+/// the probe names.
+#[test]
+fn empty_probe_list_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    for empty in ["", " , "] {
+        fixture_refuses(
+            &["--probes", empty, "--out", out.to_str().unwrap()],
+            &["--probes names no probe", "innoprof probes --pid PID"],
+        );
+    }
+    assert!(!out.exists());
+}
+
+/// As an unprivileged user, `probes --pid` of another user's process says
+/// which capability is missing, and the cause is printed once, not twice.
+#[test]
+fn unprivileged_probes_pid_names_cap_sys_ptrace() {
+    let me = std::process::id().to_string();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(innoprof())
+        .args(["probes", "--pid", &me, "--force"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("innoprof: error: cannot inspect PID")
+            && stderr.contains("permission denied")
+            && stderr.contains("needs CAP_SYS_PTRACE"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("Permission denied (os error 13)").count(),
+        1,
+        "the cause once: {stderr}"
+    );
 }

@@ -409,3 +409,154 @@ fn metric_names(expr: &str) -> Vec<String> {
     }
     out
 }
+
+/// `serve` on the C++ fixture, parked before its calls: a target for the
+/// tests below, which are about HTTP, not counts.
+fn serve_parked_fixture(wrapper: &[&str], extra: &[&str]) -> (Fixture, Serve) {
+    let fx = Fixture::spawn(&fixture_binary(false), [0, 0, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let mut args = vec!["--pid", &pid, "--force", "--probe", "fixture_counted"];
+    args.extend_from_slice(extra);
+    let serve = Serve::start_under(wrapper, &args);
+    (fx, serve)
+}
+
+/// Blocks until the server closes `s` (EOF or reset) or `deadline` passes;
+/// true if it was closed.
+fn closed_by_server(s: &mut std::net::TcpStream, deadline: Instant) -> bool {
+    use std::io::Read;
+    let left = deadline.saturating_duration_since(Instant::now());
+    s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    match s.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => panic!("a socket that sent nothing was answered"),
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// 500 sockets that never send a request (slowloris) are each closed once
+/// the 5 s header deadline passes, not before; a real scrape is answered
+/// while they are held.
+#[test]
+fn serve_closes_silent_sockets_and_answers_meanwhile() {
+    let _k = kernel_lock();
+    // A bound above 500: this is about the deadline, not the bound.
+    let (fx, mut serve) = serve_parked_fixture(&[], &["--max-connections", "600"]);
+    let opened = Instant::now();
+    let mut silent: Vec<std::net::TcpStream> = (0..500)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", serve.port)).unwrap())
+        .collect();
+    let samples = metric_samples(&serve.scrape());
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "innoprof_probe_calls_total"),
+        "scrape while 500 sockets are held"
+    );
+    assert!(
+        opened.elapsed() < Duration::from_secs(4),
+        "the scrape came after the deadline: proves nothing"
+    );
+    // Still open well inside the deadline.
+    assert!(!closed_by_server(
+        &mut silent[0],
+        opened + Duration::from_secs(3)
+    ));
+    let deadline = opened + Duration::from_secs(9);
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, deadline),
+            "socket {i} still open after {:?}",
+            opened.elapsed()
+        );
+    }
+    assert!(
+        opened.elapsed() >= Duration::from_millis(4900),
+        "{:?}",
+        opened.elapsed()
+    );
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "{}",
+        serve.stderr()
+    );
+    serve.scrape();
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
+/// Past `--max-connections`, a client is answered 503 and closed; serve
+/// goes on, and serves again once the held connections go.
+#[test]
+fn serve_answers_503_past_its_connection_bound() {
+    let _k = kernel_lock();
+    let (fx, mut serve) = serve_parked_fixture(&[], &["--max-connections", "4"]);
+    let held: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", serve.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..10 {
+        let (status, body) = http_get(serve.port, "/metrics").unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("--max-connections"), "{body}");
+    }
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(serve.scrape().contains("innoprof_target_info"));
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "{}",
+        serve.stderr()
+    );
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
+/// Under a 64-descriptor limit, 100 held connections exhaust serve's
+/// descriptors: accept(2) fails with EMFILE and serve backs off, keeps
+/// its probes and its target (no "exited"), and serves once they go.
+#[test]
+fn serve_survives_running_out_of_descriptors() {
+    let _k = kernel_lock();
+    let (fx, mut serve) = serve_parked_fixture(&["prlimit", "--nofile=64"], &[]);
+    let held: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", serve.port)).unwrap())
+        .collect();
+    // Eight liveness checks (every 250 ms) while out of descriptors.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "{}",
+        serve.stderr()
+    );
+    let stderr = serve.stderr();
+    assert!(
+        stderr.contains("cannot accept connections") && stderr.contains("Too many open files"),
+        "the limit was never reached: {stderr}"
+    );
+    assert!(!stderr.contains("exited"), "{stderr}");
+    drop(held);
+    // Connections accepted late still wait out their header deadline.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        match http_get(serve.port, "/metrics") {
+            Ok((200, body)) => break body,
+            other => {
+                assert!(Instant::now() < deadline, "{other:?}: {}", serve.stderr());
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    let info = metric_samples(&body)
+        .into_iter()
+        .find(|s| s.name == "innoprof_target_info")
+        .unwrap();
+    assert_eq!(info.label("pid"), Some(fx.pid.to_string().as_str()));
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}

@@ -920,6 +920,11 @@ impl Serve {
     /// and waits until it serves. Like `Recording::start`, the governor is
     /// off unless the test passes `--max-overhead`: counts stay exact.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_under(&[], args)
+    }
+
+    /// As `start`, run through `wrapper` (e.g. `prlimit --nofile=64`).
+    pub fn start_under(wrapper: &[&str], args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let stderr_path = dir.path().join("stderr.txt");
         let port = free_port();
@@ -928,7 +933,10 @@ impl Serve {
         } else {
             &["--max-overhead", "off"]
         };
-        let child = Command::new(innoprof())
+        let mut argv: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
+        argv.push(innoprof().to_string_lossy().into_owned());
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
             .arg("serve")
             .args(args)
             .args(governor)

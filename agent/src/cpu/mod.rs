@@ -28,21 +28,23 @@ pub use profile::CpuProfile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
-    #[error("loading the CPU profiler's BPF object failed: {0}")]
+    #[error("loading the CPU profiler's BPF object failed")]
     Load(#[from] aya::EbpfError),
-    #[error("BPF program {name} failed (verifier, permissions or kernel support): {source}")]
+    #[error("BPF program {name} failed (verifier, permissions or kernel support)")]
     Program {
         name: &'static str,
         source: aya::programs::ProgramError,
     },
     #[error("BPF program `{0}` missing from the object")]
     MissingProgram(&'static str),
-    #[error("listing online CPUs ({what}): {source}")]
+    #[error("listing online CPUs ({what})")]
     Cpus {
         what: String,
         source: std::io::Error,
     },
-    #[error("opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?): {source}")]
+    #[error(
+        "opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?)"
+    )]
     PerfEvent {
         cpu: u32,
         source: aya::programs::ProgramError,
@@ -51,12 +53,12 @@ pub enum CpuError {
     Btf(aya::BtfError),
     #[error("BPF map `{0}` is missing or of the wrong type")]
     Map(&'static str),
-    #[error("reading BPF map `{map}`: {source}")]
+    #[error("reading BPF map `{map}`")]
     Read {
         map: &'static str,
         source: aya::maps::MapError,
     },
-    #[error("reading /proc/{pid}/maps: {source}")]
+    #[error("reading /proc/{pid}/maps")]
     Maps { pid: u32, source: std::io::Error },
     #[error("loading unwind rows into BPF: {0}")]
     Unwind(aya::maps::MapError),

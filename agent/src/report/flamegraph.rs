@@ -7,7 +7,7 @@
 use inferno::flamegraph::{self, color::MultiPalette, Options, Palette};
 
 #[derive(Debug, thiserror::Error)]
-#[error("drawing flame graph `{title}`: {source}")]
+#[error("drawing flame graph `{title}`")]
 pub struct FlameGraphError {
     title: String,
     source: std::io::Error,

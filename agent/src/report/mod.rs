@@ -23,7 +23,9 @@ pub use model::Summary;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("output directory {path} is not usable: {source} (choose another --out, or fix its permissions)")]
+    #[error(
+        "output directory {path} is not usable (choose another --out, or fix its permissions)"
+    )]
     NotWritable {
         path: PathBuf,
         source: std::io::Error,
@@ -32,7 +34,7 @@ pub enum OutputError {
     Symlink { path: PathBuf },
     #[error("output directory {path} disappeared during the recording (removed?); nothing written there")]
     Vanished { path: PathBuf },
-    #[error("writing {path}: {source}{hint}")]
+    #[error("writing {path}{hint}")]
     Write {
         path: PathBuf,
         source: std::io::Error,

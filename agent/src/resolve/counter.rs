@@ -39,9 +39,9 @@ pub enum CounterError {
     NotAnInteger { path: String, what: String },
     #[error("`{path}`: {what}; not supported")]
     Unsupported { path: String, what: String },
-    #[error("reading DWARF: {0}")]
+    #[error("reading DWARF")]
     Dwarf(#[from] gimli::Error),
-    #[error("parsing the ELF file: {0}")]
+    #[error("parsing the ELF file")]
     Object(#[from] object::Error),
 }
 

@@ -15,12 +15,12 @@ use super::mapped::Mapped;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is not an ELF file this tool understands: {source}")]
+    #[error("{path} is not an ELF file this tool understands")]
     Parse {
         path: PathBuf,
         source: object::Error,

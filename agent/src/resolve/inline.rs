@@ -16,9 +16,9 @@ use super::ElfImage;
 pub enum InlineError {
     #[error("the binary has no DWARF debug info (.debug_info); inline sites need it (install the server's debug symbols)")]
     NoDebugInfo,
-    #[error("reading DWARF: {0}")]
+    #[error("reading DWARF")]
     Dwarf(#[from] gimli::Error),
-    #[error("parsing the ELF file: {0}")]
+    #[error("parsing the ELF file")]
     Object(#[from] object::Error),
 }
 

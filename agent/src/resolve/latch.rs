@@ -24,9 +24,9 @@ const MAX_HOPS: u8 = 8;
 pub enum LatchError {
     #[error("the binary has no DWARF debug info (.debug_info); latch names need it")]
     NoDebugInfo,
-    #[error("reading DWARF: {0}")]
+    #[error("reading DWARF")]
     Dwarf(#[from] gimli::Error),
-    #[error("parsing the ELF file: {0}")]
+    #[error("parsing the ELF file")]
     Object(#[from] object::Error),
 }
 

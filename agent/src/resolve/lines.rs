@@ -20,9 +20,9 @@ use super::{DemangledName, ElfImage};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinesError {
-    #[error("reading DWARF: {0}")]
+    #[error("reading DWARF")]
     Dwarf(#[from] gimli::Error),
-    #[error("parsing the ELF file: {0}")]
+    #[error("parsing the ELF file")]
     Object(#[from] object::Error),
 }
 
