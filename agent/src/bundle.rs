@@ -16,6 +16,8 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::bundle_read::{BundleDir, BundleReadError};
+use crate::bundle_replace::{remove_bundle_dir, remove_temp_dir, why_not_replaceable};
 use crate::catalog::Measure;
 use crate::record::Recording;
 use crate::report::flamegraph::{self, FlameGraphError};
@@ -37,11 +39,8 @@ const DIR_MODE: u32 = 0o750;
 pub enum BundleError {
     #[error(transparent)]
     Output(#[from] OutputError),
-    #[error("reading {path}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] BundleReadError),
     #[error("{path} is not valid")]
     Parse {
         path: PathBuf,
@@ -63,7 +62,8 @@ pub struct Written {
 
 /// Checks, before any probe is attached, that the bundle can be written:
 /// OUT's parent can be created and written, and OUT is absent, empty, or an
-/// earlier innoprof bundle (which the new one replaces). Also clears
+/// earlier innoprof bundle (which the new one replaces; see
+/// [`crate::bundle_replace`]). Also clears
 /// temporary directories left by an innoprof that was killed.
 pub fn prepare(out: &Path) -> Result<(), OutputError> {
     report::refuse_symlink(out)?;
@@ -78,10 +78,13 @@ pub fn prepare(out: &Path) -> Result<(), OutputError> {
         .create(&parent)
         .map_err(err)?;
     remove_stale_temp_dirs(&parent, &name);
-    if out.exists() && !replaceable(out) {
-        return Err(err(std::io::Error::other(
-            "it exists and holds files that are not an innoprof recording; innoprof replaces only an earlier recording",
-        )));
+    if std::fs::symlink_metadata(out).is_ok() {
+        if let Some(why) = why_not_replaceable(out) {
+            return Err(OutputError::NotABundle {
+                path: out.into(),
+                why,
+            });
+        }
     }
     let tmp = temp_dir(&parent, &name);
     make_dir(&tmp).map_err(err)?;
@@ -134,14 +137,10 @@ pub fn write(
 /// `innoprof report DIR`: rebuilds `report.html` and `summary.txt` in a
 /// saved bundle from its `summary.json` and other files.
 pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
-    let read = |name: &str| -> Result<Option<Vec<u8>>, BundleError> {
-        let path = dir.join(name);
-        match std::fs::read(&path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(BundleError::Read { path, source }),
-        }
-    };
+    // summary.json names the other files: every read, by whatever name,
+    // goes through BundleDir (no links, no paths, bounded size).
+    let bundle = BundleDir::new(dir);
+    let read = |name: &str| -> Result<Option<Vec<u8>>, BundleError> { Ok(bundle.read(name)?) };
     let parse_err = |name: &str| {
         let path = dir.join(name);
         move |source| BundleError::Parse { path, source }
@@ -292,21 +291,30 @@ fn install(
         move |source| report::write_error(&path, source)
     };
     let tmp = temp_dir(&parent, &name);
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(werr(&tmp))?;
-    }
+    remove_temp_dir(&tmp);
     make_dir(&tmp).map_err(werr(&tmp))?;
-    for (file, bytes) in files {
-        report::write_file(&tmp.join(file), bytes)?;
+    // A failed write (disk full) must not leave the hidden directory behind.
+    let filled = || -> Result<(), BundleError> {
+        for (file, bytes) in files {
+            report::write_file(&tmp.join(file), bytes)?;
+        }
+        sync_dir(&tmp).map_err(werr(&tmp))?;
+        Ok(())
+    };
+    if let Err(e) = filled() {
+        remove_temp_dir(&tmp);
+        return Err(e);
     }
-    sync_dir(&tmp).map_err(werr(&tmp))?;
     // An older tarball must not sit beside the new directory.
     let tarball = tarball_path(out)?;
-    match std::fs::remove_file(&tarball) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(werr(&tarball)(e).into()),
-        _ => {}
+    let replaced = match std::fs::remove_file(&tarball) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(&tarball)(e)),
+        _ => replace_dir(&tmp, out, files).map_err(werr(out)),
+    };
+    if let Err(e) = replaced {
+        remove_temp_dir(&tmp);
+        return Err(e.into());
     }
-    replace_dir(&tmp, out, files).map_err(werr(out))?;
 
     let gz = tar_gz(&name, files, mtime).map_err(werr(&tarball))?;
     report::write_file(&tarball, &gz)?;
@@ -319,9 +327,10 @@ fn install(
 }
 
 /// Moves the finished `tmp` to `out`: a plain rename when `out` is absent
-/// or empty; an atomic exchange when it is an earlier bundle, or holds
-/// only files the new bundle has too (e.g. written there while recording),
-/// and the old directory is then deleted.
+/// or empty; an atomic exchange when it is an earlier innoprof bundle, or
+/// holds only files the new bundle has too (written into the directory
+/// innoprof prepared empty, while recording). The old directory is then
+/// removed file by file, never following a link.
 fn replace_dir(tmp: &Path, out: &Path, files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
     let empty = std::fs::read_dir(out).map(|mut d| d.next().is_none());
     let superseded = || {
@@ -337,9 +346,11 @@ fn replace_dir(tmp: &Path, out: &Path, files: &BTreeMap<String, Vec<u8>>) -> std
     match empty {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::rename(tmp, out),
         Ok(true) => std::fs::rename(tmp, out),
-        Ok(false) if replaceable(out) || superseded() => {
+        Ok(false) if why_not_replaceable(out).is_none() || superseded() => {
             exchange(tmp, out)?;
-            std::fs::remove_dir_all(tmp)
+            // Only a file put there between the check and the exchange
+            // stops this; it is kept, and the error says where.
+            remove_bundle_dir(tmp).map_err(std::io::Error::other)
         }
         Ok(false) => Err(std::io::Error::other(
             "the output directory gained files that are not an innoprof recording during the recording",
@@ -369,23 +380,6 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-/// An earlier bundle: has a summary.json, and only regular files (so a
-/// mistyped `--out $HOME` is never deleted).
-fn replaceable(dir: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    let mut is_bundle = false;
-    for e in entries {
-        let Ok(e) = e else { return false };
-        if !e.file_type().is_ok_and(|t| t.is_file()) {
-            return false;
-        }
-        is_bundle |= e.file_name() == SUMMARY_JSON;
-    }
-    is_bundle || std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none())
 }
 
 /// The tarball: `NAME/FILE` entries, directory 0750, files 0640.
@@ -452,7 +446,7 @@ fn remove_stale_temp_dirs(parent: &Path, name: &str) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
+            remove_temp_dir(&e.path());
         }
     }
 }
@@ -536,7 +530,7 @@ mod tests {
         let err = prepare(&other)
             .map_err(|e| crate::error_chain(&e))
             .unwrap_err();
-        assert!(err.contains("not an innoprof recording"), "{err}");
+        assert!(err.contains("not an earlier innoprof recording"), "{err}");
         assert_eq!(listing(&other), ["notes.txt"]);
     }
 

@@ -9,17 +9,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::bundle_read::{BundleDir, BundleReadError};
 use crate::report::flamegraph::{self, FlameGraphError};
 use crate::report::top_symbols::{self, SelfFrame, TopSymbols};
 use crate::report::{self, units, OutputError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
-    #[error("reading {path}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] BundleReadError),
     #[error("{path} is not an innoprof summary.json")]
     Summary {
         path: PathBuf,
@@ -32,6 +30,10 @@ pub enum DiffError {
     #[error(transparent)]
     Output(#[from] OutputError),
 }
+
+/// The files `write` puts beside the differential folded files and graphs.
+pub const JSON_FILE: &str = "diff.json";
+pub const TEXT_FILE: &str = "diff.txt";
 
 /// Functions listed per profile.
 const SYMBOL_ROWS: usize = 30;
@@ -106,8 +108,8 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
     for (kind, unit, mode, by_total) in PROFILES {
         let name = format!("{kind}.folded");
         let (Some(before), Some(after)) = (
-            read_optional(&baseline.join(&name))?,
-            read_optional(&incident.join(&name))?,
+            BundleDir::new(baseline).read_text(&name)?,
+            BundleDir::new(incident).read_text(&name)?,
         ) else {
             continue;
         };
@@ -150,8 +152,8 @@ impl DiffReport {
             report::write_file(&dir.join(name), text.as_bytes())?;
         }
         let json = serde_json::to_vec_pretty(self).expect("diff serialises");
-        report::write_file(&dir.join("diff.json"), &json)?;
-        report::write_file(&dir.join("diff.txt"), self.render().as_bytes())?;
+        report::write_file(&dir.join(JSON_FILE), &json)?;
+        report::write_file(&dir.join(TEXT_FILE), self.render().as_bytes())?;
         Ok(())
     }
 
@@ -364,20 +366,13 @@ fn duration_s(summary: &serde_json::Value) -> f64 {
 }
 
 fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
-    let path = dir.join("summary.json");
-    let text = read_optional(&path)?.ok_or_else(|| DiffError::NotARecording(dir.to_path_buf()))?;
-    serde_json::from_str(&text).map_err(|source| DiffError::Summary { path, source })
-}
-
-fn read_optional(path: &Path) -> Result<Option<String>, DiffError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(DiffError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
+    let text = BundleDir::new(dir)
+        .read_text("summary.json")?
+        .ok_or_else(|| DiffError::NotARecording(dir.to_path_buf()))?;
+    serde_json::from_str(&text).map_err(|source| DiffError::Summary {
+        path: dir.join("summary.json"),
+        source,
+    })
 }
 
 #[cfg(test)]

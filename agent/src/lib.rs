@@ -15,6 +15,8 @@ pub mod attach;
 pub mod attach_errno;
 pub mod bpf_abi;
 pub mod bundle;
+pub mod bundle_read;
+pub mod bundle_replace;
 pub mod calibrate;
 pub mod callsite;
 pub mod catalog;

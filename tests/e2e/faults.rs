@@ -129,7 +129,7 @@ impl Drop for TinyFs {
 
 /// The output file system fills up during the recording: a one-line error
 /// that says so, exit status 4, the table still on stdout with the exact
-/// counts, no temporary file left, probes detached.
+/// counts, no temporary file or directory left, probes detached.
 #[test]
 fn output_disk_full_during_recording() {
     let _k = kernel_lock();
@@ -149,6 +149,13 @@ fn output_disk_full_during_recording() {
         .filter(|n| n.ends_with("tmp~"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Nor the hidden directory the bundle was being written into.
+    let hidden: Vec<_> = std::fs::read_dir(fs.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("innoprof-tmp"))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
     assert_nothing_left_behind("disk full");
 }
 

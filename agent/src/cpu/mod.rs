@@ -9,7 +9,7 @@
 
 pub mod abi;
 mod offcpu;
-mod profile;
+pub(crate) mod profile;
 mod sampler;
 pub mod unwind;
 

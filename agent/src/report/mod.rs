@@ -32,6 +32,8 @@ pub enum OutputError {
     },
     #[error("output path {path} is a symbolic link; innoprof does not follow links for its output (pass the real directory to --out)")]
     Symlink { path: PathBuf },
+    #[error("output directory {path} exists and is not an earlier innoprof recording: {why}; innoprof replaces only its own bundles (choose another --out, or move or remove it yourself)")]
+    NotABundle { path: PathBuf, why: String },
     #[error("output directory {path} disappeared during the recording (removed?); nothing written there")]
     Vanished { path: PathBuf },
     #[error("writing {path}{hint}")]
