@@ -34,6 +34,7 @@ pub mod probeset;
 pub mod record;
 pub mod report;
 pub mod resolve;
+pub mod rootfs;
 pub mod server;
 pub mod symbolize;
 pub mod target;
