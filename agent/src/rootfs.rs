@@ -212,13 +212,13 @@ pub fn open_mapped(
         Ok(f) => f,
         // map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE); with
         // only CAP_SYS_PTRACE, resolve the name inside the target's root.
-        Err(_) => open_in_target_root(pid, Path::new(path), 0).map_err(|source| {
-            RootError::Open {
+        Err(_) => {
+            open_in_target_root(pid, Path::new(path), 0).map_err(|source| RootError::Open {
                 pid,
                 path: path.to_string(),
                 source,
-            }
-        })?,
+            })?
+        }
     };
     verified(pid, path, file, mapped)
 }
@@ -314,7 +314,23 @@ pub fn open_in_root(root: BorrowedFd<'_>, path: &Path, extra: i32) -> std::io::R
 fn open_in_target_root(pid: u32, path: &Path, extra: i32) -> std::io::Result<File> {
     let root = open_root(pid)?;
     use std::os::fd::AsFd;
-    open_in_root(root.as_fd(), path, extra)
+    open_in_root(root.as_fd(), &in_target_root(pid, path), extra)
+}
+
+/// `path` as /proc shows it to innoprof, made relative to the target's
+/// root. The kernel writes /proc/PID/exe and /proc/PID/maps paths as seen
+/// from the reader's root: for a target in a chroot that innoprof's root
+/// can reach, that is `/srv/jail/bin/x` while the target calls it
+/// `/bin/x` (`/proc/PID/root` reads `/srv/jail`); for one in a container
+/// (another mount namespace, pivoted root) it is already the target's own.
+pub fn in_target_root(pid: u32, path: &Path) -> PathBuf {
+    let Ok(root) = std::fs::read_link(format!("/proc/{pid}/root")) else {
+        return path.to_path_buf();
+    };
+    match path.strip_prefix(&root) {
+        Ok(rest) if root != Path::new("/") => Path::new("/").join(rest),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// Device and inode of the first mapping of `path` in /proc/PID/maps.

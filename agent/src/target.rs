@@ -122,7 +122,7 @@ impl Target {
     /// inside the target's root.
     pub fn home(&self) -> Home {
         let exe = self.exe.to_string_lossy();
-        let exe = Path::new(exe.trim_end_matches(" (deleted)"));
+        let exe = rootfs::in_target_root(self.pid, Path::new(exe.trim_end_matches(" (deleted)")));
         Home::Target {
             root: Arc::clone(&self.root),
             dir: exe.parent().unwrap_or(Path::new("/")).to_path_buf(),
