@@ -216,7 +216,7 @@ pub struct StackSymbolizer {
     /// caches files by path (`/proc/self/fd/N`), so that number must not
     /// be reused for another file, and a file seen again in a fresher map
     /// keeps its path (and its parsed cache entry).
-    /// With whether blazesym may read its DWARF ([`links_nowhere`]).
+    /// With whether blazesym may read its DWARF ([`dwarf_allowed`]).
     held: HashMap<FileId, (Arc<TargetFile>, bool)>,
 }
 
@@ -308,7 +308,7 @@ impl StackSymbolizer {
                     let (f, dwarf) = self
                         .held
                         .entry(f.id())
-                        .or_insert_with(|| (Arc::clone(f), links_nowhere(f.file())));
+                        .or_insert_with(|| (Arc::clone(f), dwarf_allowed(f)));
                     Some((f.fd_path(), *dwarf))
                 }
                 Err(_) => None,
@@ -385,27 +385,49 @@ impl StackSymbolizer {
     }
 }
 
-/// Whether the file names no other file for its debug info. blazesym, when
-/// allowed DWARF, follows `.gnu_debuglink` (joined to a directory as is, so
-/// `/etc/shadow` or `../x` is opened), `.gnu_debugaltlink` and `.debug_sup`,
-/// and looks beside the file's canonical path (a directory the target's
-/// owner may control, e.g. a chroot, where a planted symlink reaches any
-/// host file). Those are the target's words, so blazesym reads DWARF only
-/// from a file that carries it itself; a file with such a link is named
-/// from its ELF symbols.
-fn links_nowhere(file: &std::fs::File) -> bool {
+/// Whether blazesym may read DWARF for this file. Allowed DWARF, blazesym
+/// follows `.gnu_debuglink` (joined to a directory as is, so `/etc/shadow`
+/// or `../x` is opened), `.gnu_debugaltlink` and `.debug_sup`, and looks
+/// for the debuglink name beside the file's canonical path. Those are the
+/// file's (the target's) words, so DWARF is read only where that can
+/// reach nothing else: no altlink or sup; a debuglink, if any, a bare name
+/// ([`is_bare_file_name`]); and then the file's directory, and every one
+/// above it, root's and writable by no one else (system libraries), so no
+/// one but root can plant a file beside it. A file in a directory its
+/// owner controls (a chroot, a container's layer) is named from its ELF
+/// symbols alone (no inline frames).
+fn dwarf_allowed(file: &TargetFile) -> bool {
     use object::Object;
-    let Ok(map) = crate::resolve::mapped::Mapped::of(file) else {
+    let Ok(map) = crate::resolve::mapped::Mapped::of(file.file()) else {
         return false;
     };
     let Ok(elf) = object::File::parse(map.bytes()) else {
         return false;
     };
-    let links = [".gnu_debuglink", ".gnu_debugaltlink", ".debug_sup"];
-    let none = links.iter().all(|s| elf.section_by_name(s).is_none());
+    let linked = [".gnu_debugaltlink", ".debug_sup"]
+        .iter()
+        .any(|s| elf.section_by_name(s).is_some());
+    let debuglink = elf.gnu_debuglink().ok().flatten().map(|(name, _)| {
+        std::str::from_utf8(name).is_ok_and(crate::resolve::debuginfo::is_bare_file_name)
+    });
     drop(elf);
     map.release();
-    none
+    match (linked, debuglink) {
+        (true, _) | (_, Some(false)) => false,
+        (false, None) => true,
+        (false, Some(true)) => std::fs::canonicalize(file.fd_path())
+            .ok()
+            .and_then(|p| p.parent().map(only_root_writes))
+            .unwrap_or(false),
+    }
+}
+
+/// A directory that only root can change, nor any directory above it.
+fn only_root_writes(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    dir.ancestors().all(|d| {
+        std::fs::metadata(d).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
+    })
 }
 
 /// blazesym maps each file itself and reads its DWARF there: on its first
