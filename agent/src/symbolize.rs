@@ -425,9 +425,8 @@ fn dwarf_allowed(file: &TargetFile) -> bool {
 /// A directory that only root can change, nor any directory above it.
 fn only_root_writes(dir: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    dir.ancestors().all(|d| {
-        std::fs::metadata(d).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
-    })
+    dir.ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0))
 }
 
 /// blazesym maps each file itself and reads its DWARF there: on its first

@@ -255,7 +255,7 @@ fn with_debuglink(binary: &Path, dir: &Path, data: &[u8]) -> PathBuf {
     // The section as objcopy writes it: name, NUL, pad to 4, CRC32.
     let mut section = data.to_vec();
     section.push(0);
-    while section.len() % 4 != 0 {
+    while !section.len().is_multiple_of(4) {
         section.push(0);
     }
     section.extend_from_slice(&0x1234_5678u32.to_le_bytes());
