@@ -14,6 +14,7 @@ use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch, FoundBy};
 use crate::resolve::{ElfError, ElfImage};
 use crate::server::ServerInfo;
+use crate::target::Target;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -33,6 +34,8 @@ pub struct Inspection {
     pub has_debug_info: bool,
     pub debug_file: Option<String>,
     pub debug_found_by: Option<FoundBy>,
+    /// What was ignored while reading the binary (an unsafe debuglink).
+    pub notes: Vec<String>,
     pub catalog: Option<String>,
     pub probes: Vec<PlannedProbe>,
     /// Counters read from memory (`measure = "counter"`): where each lives,
@@ -48,12 +51,31 @@ pub fn inspect(
     request: &ProbeRequest,
     debug: &DebugSearch,
 ) -> Result<Inspection, InspectError> {
-    let mut image = ElfImage::open(path)?;
+    let mut out = inspect_image(ElfImage::open(path)?, request, debug)?;
+    out.binary = shown_as.to_string();
+    Ok(out)
+}
+
+/// Resolves the request against a target's executable (opened as the
+/// file it runs, see [`crate::rootfs`]).
+pub fn inspect_target(
+    target: &Target,
+    request: &ProbeRequest,
+    debug: &DebugSearch,
+) -> Result<Inspection, InspectError> {
+    inspect_image(ElfImage::open_target(target)?, request, debug)
+}
+
+fn inspect_image(
+    mut image: ElfImage,
+    request: &ProbeRequest,
+    debug: &DebugSearch,
+) -> Result<Inspection, InspectError> {
     let debug_found_by = attach_debug_info(&mut image, debug)?;
     let server = ServerInfo::detect(&image);
     let set = ProbeSet::resolve(&image, &server, request)?;
     Ok(Inspection {
-        binary: shown_as.to_string(),
+        binary: image.path.display().to_string(),
         build_id: image.build_id.clone(),
         server,
         position_independent: image.position_independent,
@@ -61,6 +83,7 @@ pub fn inspect(
         has_debug_info: image.has_debug_info,
         debug_file: image.debug_file.as_ref().map(|p| p.display().to_string()),
         debug_found_by,
+        notes: image.notes.clone(),
         catalog: set.catalog_file,
         probes: set.probes,
         counters: set.counters,
@@ -81,6 +104,9 @@ pub fn render(i: &Inspection) -> String {
         i.debug_file.as_ref().map(|d| format!(" (from {d})")).unwrap_or_default(),
         i.catalog.as_deref().unwrap_or("none (ad-hoc probes only)"),
     );
+    for n in &i.notes {
+        out.push_str(&format!("note:     {n}\n"));
+    }
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
     table.set_header([

@@ -36,6 +36,7 @@ pub mod probeset;
 pub mod record;
 pub mod report;
 pub mod resolve;
+pub mod rootfs;
 pub mod server;
 pub mod symbolize;
 pub mod target;

@@ -103,7 +103,7 @@ impl Plan {
         let stacks = opts.capture_stacks;
         let calibration = Some(std::thread::spawn(move || calibrate(stacks)));
         let target = Target::open(opts.pid, opts.force)?;
-        let mut image = ElfImage::open(&target.binary)?;
+        let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
         let set = ProbeSet::resolve(&image, &server, &opts.probes)?;

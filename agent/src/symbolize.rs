@@ -9,11 +9,13 @@
 //! `[unknown]` outside any file mapping: never a guessed name.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
+
+use crate::rootfs::{self, FileId, TargetFile};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Region {
@@ -21,21 +23,44 @@ struct Region {
     end: u64,
     file_offset: u64,
     path: String,
+    /// Device and inode as maps shows them: what an opened file must be.
+    id: Option<FileId>,
 }
 
-/// File-backed executable mappings of a process.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// File-backed executable mappings of a process, and those files opened
+/// as the process maps them (see [`crate::rootfs`]): symbolisation and
+/// unwinding read only these open files, never a path again.
+#[derive(Debug, Clone, Default)]
 pub struct ProcessMaps {
     pid: u32,
     regions: Vec<Region>,
+    /// Mapped path → the open file, or why it was not opened.
+    files: HashMap<String, Result<Arc<TargetFile>, String>>,
+}
+
+impl PartialEq for ProcessMaps {
+    fn eq(&self, other: &Self) -> bool {
+        self.pid == other.pid && self.regions == other.regions
+    }
 }
 
 impl ProcessMaps {
     pub fn read(pid: u32) -> std::io::Result<Self> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        let regions: Vec<Region> = text.lines().filter_map(parse_maps_line).collect();
+        let mut files = HashMap::new();
+        for r in &regions {
+            files.entry(r.path.clone()).or_insert_with(|| {
+                let id = r.id.ok_or_else(|| "no device/inode in maps".to_string())?;
+                rootfs::open_mapped(pid, r.start, r.end, &r.path, id)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            });
+        }
         Ok(Self {
             pid,
-            regions: text.lines().filter_map(parse_maps_line).collect(),
+            regions,
+            files,
         })
     }
 
@@ -53,14 +78,13 @@ impl ProcessMaps {
             .map(|r| (r.start, r.end, r.file_offset, r.path.as_str()))
     }
 
-    /// Where to open a mapped file: through the target's root while it
-    /// lives (containers), else the path as named.
-    pub fn open_path(&self, path: &str) -> PathBuf {
-        let rooted = PathBuf::from(format!("/proc/{}/root{path}", self.pid));
-        if rooted.exists() {
-            rooted
-        } else {
-            PathBuf::from(path)
+    /// The mapped file at `path`, opened when the map was read and checked
+    /// to be the one mapped; or why not (the reason, one line).
+    pub fn opened(&self, path: &str) -> Result<&Arc<TargetFile>, &str> {
+        match self.files.get(path) {
+            Some(Ok(f)) => Ok(f),
+            Some(Err(why)) => Err(why),
+            None => Err("not mapped"),
         }
     }
 }
@@ -70,8 +94,8 @@ fn parse_maps_line(line: &str) -> Option<Region> {
     let range = it.next()?;
     let perms = it.next()?;
     let offset = it.next()?;
-    let _dev = it.next()?;
-    let _inode = it.next()?;
+    let dev = it.next()?;
+    let inode = it.next()?;
     let path = it.collect::<Vec<_>>().join(" ");
     if !perms.contains('x') || !path.starts_with('/') {
         return None;
@@ -82,6 +106,7 @@ fn parse_maps_line(line: &str) -> Option<Region> {
         end: u64::from_str_radix(end, 16).ok()?,
         file_offset: u64::from_str_radix(offset, 16).ok()?,
         path,
+        id: FileId::parse_maps(dev, inode),
     })
 }
 
@@ -187,6 +212,12 @@ pub struct StackSymbolizer {
     cache: HashMap<u64, Vec<Frame>>,
     kernel_cache: HashMap<u64, Vec<Frame>>,
     kernel_text: Option<KernelText>,
+    /// Every file handed to blazesym, kept open while it lives: blazesym
+    /// caches files by path (`/proc/self/fd/N`), so that number must not
+    /// be reused for another file, and a file seen again in a fresher map
+    /// keeps its path (and its parsed cache entry).
+    /// With whether blazesym may read its DWARF ([`dwarf_allowed`]).
+    held: HashMap<FileId, (Arc<TargetFile>, bool)>,
 }
 
 impl StackSymbolizer {
@@ -205,6 +236,7 @@ impl StackSymbolizer {
             cache: HashMap::new(),
             kernel_cache: HashMap::new(),
             kernel_text: None,
+            held: HashMap::new(),
         }
     }
 
@@ -270,9 +302,29 @@ impl StackSymbolizer {
         for (path, pairs) in by_file {
             let module = path.rsplit('/').next().unwrap_or(&path).to_string();
             let offsets: Vec<u64> = pairs.iter().map(|(_, off)| *off).collect();
-            let open = self.maps.open_path(&path);
+            // A file that could not be opened as mapped stays unnamed.
+            let open = match self.maps.opened(&path) {
+                Ok(f) => {
+                    let (f, dwarf) = self
+                        .held
+                        .entry(f.id())
+                        .or_insert_with(|| (Arc::clone(f), dwarf_allowed(f)));
+                    Some((f.fd_path(), *dwarf))
+                }
+                Err(_) => None,
+            };
+            let Some((open, dwarf)) = open else {
+                for (ip, off) in pairs {
+                    let name = format!("{module}+{off:#x}");
+                    self.cache
+                        .insert(ip, vec![Frame::unknown(name, module.clone())]);
+                }
+                continue;
+            };
             let trimmer = FileTrimmer::for_file(&open);
-            let src = Source::Elf(Elf::new(open));
+            let mut elf = Elf::new(open);
+            elf.debug_syms = dwarf;
+            let src = Source::Elf(elf);
             let symbolizer = &self.symbolizer;
             let done = AtomicBool::new(false);
             let results = std::thread::scope(|scope| {
@@ -331,6 +383,50 @@ impl StackSymbolizer {
             self.kernel_cache.insert(*ip, frames);
         }
     }
+}
+
+/// Whether blazesym may read DWARF for this file. Allowed DWARF, blazesym
+/// follows `.gnu_debuglink` (joined to a directory as is, so `/etc/shadow`
+/// or `../x` is opened), `.gnu_debugaltlink` and `.debug_sup`, and looks
+/// for the debuglink name beside the file's canonical path. Those are the
+/// file's (the target's) words, so DWARF is read only where that can
+/// reach nothing else: no altlink or sup; a debuglink, if any, a bare name
+/// ([`is_bare_file_name`]); and then the file's directory, and every one
+/// above it, root's and writable by no one else (system libraries), so no
+/// one but root can plant a file beside it. A file in a directory its
+/// owner controls (a chroot, a container's layer) is named from its ELF
+/// symbols alone (no inline frames).
+fn dwarf_allowed(file: &TargetFile) -> bool {
+    use object::Object;
+    let Ok(map) = crate::resolve::mapped::Mapped::of(file.file()) else {
+        return false;
+    };
+    let Ok(elf) = object::File::parse(map.bytes()) else {
+        return false;
+    };
+    let linked = [".gnu_debugaltlink", ".debug_sup"]
+        .iter()
+        .any(|s| elf.section_by_name(s).is_some());
+    let debuglink = elf.gnu_debuglink().ok().flatten().map(|(name, _)| {
+        std::str::from_utf8(name).is_ok_and(crate::resolve::debuginfo::is_bare_file_name)
+    });
+    drop(elf);
+    map.release();
+    match (linked, debuglink) {
+        (true, _) | (_, Some(false)) => false,
+        (false, None) => true,
+        (false, Some(true)) => std::fs::canonicalize(file.fd_path())
+            .ok()
+            .and_then(|p| p.parent().map(only_root_writes))
+            .unwrap_or(false),
+    }
+}
+
+/// A directory that only root can change, nor any directory above it.
+fn only_root_writes(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    dir.ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0))
 }
 
 /// blazesym maps each file itself and reads its DWARF there: on its first

@@ -1,10 +1,13 @@
 //! The process being profiled: found by PID through /proc, checked to be a
-//! MySQL/MariaDB server, and its binary located through `/proc/PID/root` so
-//! a server in a container (another mount namespace) works too.
+//! MySQL/MariaDB server, and its binary opened as the file the process runs
+//! (see [`crate::rootfs`]), so a server in a container (another mount
+//! namespace) works too and a symlink planted there is never followed.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use crate::rootfs::{self, Home, RootError, TargetFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -29,6 +32,8 @@ pub enum TargetError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Binary(#[from] RootError),
 }
 
 impl TargetError {
@@ -72,8 +77,14 @@ pub struct Target {
     pub comm: String,
     /// The executable's path as the target sees it (inside its mount namespace).
     pub exe: PathBuf,
-    /// The path innoprof opens and attaches to (valid from our namespace).
+    /// The path innoprof opens and attaches to: `/proc/self/fd/N` of the
+    /// executable opened and checked at [`Target::open`], valid while this
+    /// `Target` (or a clone) lives.
     pub binary: PathBuf,
+    /// Keeps `binary` open.
+    file: Arc<TargetFile>,
+    /// The target's root, where files beside its binary are looked up.
+    root: Arc<OwnedFd>,
     /// Kernel start time in clock ticks: distinguishes a restarted server
     /// that got the same PID.
     start_time: u64,
@@ -125,15 +136,43 @@ impl Target {
                 exe: exe.display().to_string(),
             });
         }
+        let file = rootfs::open_exe(pid, &exe)?;
+        let root = rootfs::open_root(pid).map_err(io)?;
         let pidfd = open_pidfd(pid, start_time);
+        // Opened after the checks: the same process must still own the PID.
+        let same = std::fs::read_to_string(proc_dir.join("stat"))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+            .is_some_and(|(_, start)| start == start_time);
+        if !same {
+            return Err(TargetError::NoSuchProcess(pid));
+        }
         Ok(Self {
             pid,
             pidfd,
             comm,
-            binary: binary_path(pid, &exe),
+            binary: file.fd_path(),
+            file: Arc::new(file),
+            root: Arc::new(root),
             exe,
             start_time,
         })
+    }
+
+    /// Where the executable lives, to look beside it (its debug file)
+    /// inside the target's root.
+    pub fn home(&self) -> Home {
+        let exe = self.exe.to_string_lossy();
+        let exe = rootfs::in_target_root(self.pid, Path::new(exe.trim_end_matches(" (deleted)")));
+        Home::Target {
+            root: Arc::clone(&self.root),
+            dir: exe.parent().unwrap_or(Path::new("/")).to_path_buf(),
+        }
+    }
+
+    /// The opened executable.
+    pub fn file(&self) -> &TargetFile {
+        &self.file
     }
 
     /// True unless the process is known to be gone: a check that could
@@ -193,21 +232,6 @@ fn open_pidfd(pid: u32, start_time: u64) -> Option<Arc<OwnedFd>> {
         .and_then(|s| parse_stat(&s))
         .is_some_and(|(_, start)| start == start_time);
     same.then(|| Arc::new(fd))
-}
-
-/// `/proc/PID/root/<exe>` reaches the file in the target's mount namespace;
-/// if the binary was replaced or deleted on disk, `/proc/PID/exe` still
-/// reaches the mapped one.
-fn binary_path(pid: u32, exe: &Path) -> PathBuf {
-    let exe_str = exe.to_string_lossy();
-    if !exe_str.ends_with(" (deleted)") {
-        let rooted =
-            PathBuf::from(format!("/proc/{pid}/root")).join(exe.strip_prefix("/").unwrap_or(exe));
-        if rooted.exists() {
-            return rooted;
-        }
-    }
-    PathBuf::from(format!("/proc/{pid}/exe"))
 }
 
 /// State and start time from /proc/PID/stat (comm may contain spaces and parens).

@@ -248,6 +248,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         ),
         None => "no uprobes".to_string(),
     };
+    for note in &recorder.plan().image.notes {
+        eprintln!("innoprof: note: {note}");
+    }
     eprintln!(
         "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
         target.exe.display(),

@@ -34,15 +34,15 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     if request.selection.is_none() && request.ad_hoc.is_empty() {
         request.selection = Some("all".into());
     }
-    let (path, shown) = match (args.pid, &args.binary) {
+    let debug = args.probe.debug_search();
+    let inspection = match (args.pid, &args.binary) {
         (Some(pid), _) => {
             let t = Target::open(pid, args.force)?;
-            (t.binary.clone(), t.exe.display().to_string())
+            inspect::inspect_target(&t, &request, &debug)?
         }
-        (None, Some(b)) => (b.clone(), b.display().to_string()),
+        (None, Some(b)) => inspect::inspect(b, &b.display().to_string(), &request, &debug)?,
         (None, None) => unreachable!("clap requires --pid or --binary"),
     };
-    let inspection = inspect::inspect(&path, &shown, &request, &args.probe.debug_search())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&inspection)?);
     } else {

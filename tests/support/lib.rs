@@ -216,6 +216,15 @@ pub fn fixture_binary(pie: bool) -> PathBuf {
     )
 }
 
+/// The fixture linked statically: runs in an empty chroot.
+pub fn static_fixture_binary() -> PathBuf {
+    compile_fixture(
+        "fixture.cc",
+        "fixture-static",
+        &["-O0", "-g", "-fno-omit-frame-pointer", "-static"],
+    )
+}
+
 /// The CPU fixture (tests/fixture/spin.cc): spins in a known function,
 /// blocks in another, compiled for this test run.
 pub fn spin_binary() -> PathBuf {

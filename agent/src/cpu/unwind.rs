@@ -66,7 +66,11 @@ impl UnwindTable {
         let mut rows = Vec::new();
         let mut modules = Vec::new();
         for (path, (start, offset)) in files {
-            match module_rows(&maps.open_path(path), start, offset) {
+            let found = maps
+                .opened(path)
+                .map_err(str::to_string)
+                .and_then(|f| module_rows(&f.fd_path(), start, offset));
+            match found {
                 Ok(r) => {
                     modules.push(ModuleUnwind {
                         path: path.to_string(),

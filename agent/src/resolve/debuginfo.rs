@@ -5,11 +5,13 @@
 //! must carry the same build-id, or (without build-ids) match the
 //! debuglink's CRC32.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::elf::{ElfError, ElfImage};
+use crate::rootfs::{self, FileId};
 
 #[derive(Debug, Clone)]
 pub struct DebugSearch {
@@ -38,6 +40,13 @@ pub enum FoundBy {
 
 /// Attaches separate debug info to `image` when it lacks `.symtab` or
 /// DWARF and a matching file can be found. Returns how it was found.
+///
+/// Every candidate is opened once and that open file is checked (regular
+/// file, build-id or CRC) and used: no name is looked up twice. Debug
+/// roots are innoprof's own (root's) directories; files beside the binary
+/// are looked up in the binary's own root (a target's, for a target) and
+/// must not be symlinks. A debuglink name is the binary's to say, so only
+/// a bare file name is followed; anything else is ignored with a note.
 pub fn attach_debug_info(
     image: &mut ElfImage,
     search: &DebugSearch,
@@ -55,45 +64,58 @@ pub fn attach_debug_info(
                 .join(".build-id")
                 .join(&id[..2])
                 .join(format!("{}.debug", &id[2..]));
-            if candidate.is_file() && image.use_debug_file(&candidate).is_ok() {
-                return Ok(Some(FoundBy::BuildId));
+            if let Ok(file) = rootfs::open_regular(&candidate) {
+                if image.use_debug_open(&file, &candidate).is_ok() {
+                    return Ok(Some(FoundBy::BuildId));
+                }
             }
         }
     }
-    if let Some((name, crc)) = image.debuglink() {
-        for candidate in debuglink_candidates(&image.path, &name, &search.dirs) {
-            if !candidate.is_file() || candidate == image.path {
-                continue;
-            }
-            // Without build-ids on both sides, the CRC is the only proof.
-            let crc_ok =
-                image.build_id.is_some() || file_crc32(&candidate).is_some_and(|c| c == crc);
-            if crc_ok && image.use_debug_file(&candidate).is_ok() {
-                return Ok(Some(FoundBy::Debuglink));
-            }
+    let Some((name, crc)) = image.debuglink() else {
+        return Ok(None);
+    };
+    if !is_bare_file_name(&name) {
+        image.notes.push(format!(
+            "ignored .gnu_debuglink {name:?}: not a bare file name (a path could reach any file)"
+        ));
+        return Ok(None);
+    }
+    let home = image.home.clone();
+    let beside = [PathBuf::from(&name), Path::new(".debug").join(&name)];
+    let opened_beside = beside
+        .iter()
+        .map(|rel| (home.dir().join(rel), home.open_beside(rel)));
+    // Debug roots mirror the binary's absolute directory (as its own root
+    // sees it).
+    let dir = home.dir().strip_prefix("/").unwrap_or(home.dir());
+    let in_roots = search.dirs.iter().map(|root| {
+        let path = root.join(dir).join(&name);
+        let file = rootfs::open_regular(&path);
+        (path, file)
+    });
+    for (path, file) in opened_beside.chain(in_roots) {
+        let Ok(file) = file else { continue };
+        if image.file_id.is_some() && FileId::of(&file).ok() == image.file_id {
+            continue;
+        }
+        // Without build-ids on both sides, the CRC is the only proof.
+        let crc_ok = image.build_id.is_some() || file_crc32(&file).is_some_and(|c| c == crc);
+        if crc_ok && image.use_debug_open(&file, &path).is_ok() {
+            return Ok(Some(FoundBy::Debuglink));
         }
     }
     Ok(None)
 }
 
-fn debuglink_candidates(binary: &Path, name: &str, dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let bin_dir = binary.parent().unwrap_or(Path::new("/"));
-    let mut out = vec![bin_dir.join(name), bin_dir.join(".debug").join(name)];
-    // /usr/lib/debug mirrors the binary's absolute directory.
-    let canonical = std::fs::canonicalize(bin_dir).unwrap_or_else(|_| bin_dir.to_path_buf());
-    for dir in dirs {
-        out.push(
-            dir.join(canonical.strip_prefix("/").unwrap_or(&canonical))
-                .join(name),
-        );
-    }
-    out
+/// What gdb's debuglink means: a file name to look for in a few
+/// directories. A `/`, `.` or `..` would make it a path out of them.
+pub fn is_bare_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
 }
 
 /// Streamed: a debug file can be hundreds of MB.
-fn file_crc32(path: &Path) -> Option<u32> {
+fn file_crc32(mut file: &File) -> Option<u32> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -102,6 +124,21 @@ fn file_crc32(path: &Path) -> Option<u32> {
             Ok(n) => hasher.update(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bare_names_are_debuglinks() {
+        for ok in ["mysqld.debug", "a..b", ".hidden.debug"] {
+            assert!(is_bare_file_name(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", "/etc/shadow", "../../x", "a/b", "x\0y"] {
+            assert!(!is_bare_file_name(bad), "{bad}");
         }
     }
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use super::mapped::Mapped;
+use crate::rootfs::{FileId, Home};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
@@ -82,7 +83,16 @@ struct LoadSegment {
 
 #[derive(Debug)]
 pub struct ElfImage {
+    /// The binary's path as shown to the user (a target's: as it sees it).
     pub path: PathBuf,
+    /// Where it lives, to find its debug file beside it.
+    pub home: Home,
+    /// Device and inode of the binary (so it is never taken for its own
+    /// debug file).
+    pub file_id: Option<FileId>,
+    /// What was ignored while reading it (an unsafe `.gnu_debuglink`), one
+    /// line each, for the user.
+    pub notes: Vec<String>,
     pub build_id: Option<String>,
     /// ET_DYN: addresses are relative to the load base.
     pub position_independent: bool,
@@ -97,8 +107,25 @@ pub struct ElfImage {
 }
 
 impl ElfImage {
+    /// A binary the user named on innoprof's own file system.
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let data = map(path)?;
+        Self::open_as(path, path, Home::host(path))
+    }
+
+    /// A target's executable, already opened and checked (see
+    /// [`crate::rootfs`]): read through its fd path, shown by its own.
+    pub fn open_target(target: &crate::target::Target) -> Result<Self, ElfError> {
+        Self::open_as(&target.binary, &target.exe, target.home())
+    }
+
+    fn open_as(open: &Path, path: &Path, home: Home) -> Result<Self, ElfError> {
+        let data = Mapped::open(open).map_err(|source| ElfError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let file_id = std::fs::File::open(open)
+            .ok()
+            .and_then(|f| FileId::of(&f).ok());
         let file = parse(path, data.bytes())?;
         let build_id = build_id(path, &file)?;
         let position_independent = file.kind() == object::ObjectKind::Dynamic;
@@ -130,6 +157,9 @@ impl ElfImage {
         data.release();
         Ok(Self {
             path: path.into(),
+            home,
+            file_id,
+            notes: Vec::new(),
             build_id,
             position_independent,
             has_symtab,
@@ -153,7 +183,20 @@ impl ElfImage {
     /// `objcopy --only-keep-debug`), whose addresses are the binary's own.
     /// Code bytes and file offsets still come from the binary.
     pub fn use_debug_file(&mut self, path: &Path) -> Result<(), ElfError> {
-        let data = map(path)?;
+        self.use_debug_data(map(path)?, path)
+    }
+
+    /// [`Self::use_debug_file`] for a file already opened (and checked) by
+    /// the caller; `path` is how it is shown.
+    pub fn use_debug_open(&mut self, file: &std::fs::File, path: &Path) -> Result<(), ElfError> {
+        let data = Mapped::of(file).map_err(|source| ElfError::Read {
+            path: path.into(),
+            source,
+        })?;
+        self.use_debug_data(data, path)
+    }
+
+    fn use_debug_data(&mut self, data: Mapped, path: &Path) -> Result<(), ElfError> {
         let file = parse(path, data.bytes())?;
         let debug_id = build_id(path, &file)?;
         if let (Some(mine), Some(theirs)) = (&self.build_id, &debug_id) {

@@ -36,13 +36,17 @@ impl std::fmt::Debug for Mapped {
 
 impl Mapped {
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = File::open(path)?;
+        Self::of(&File::open(path)?)
+    }
+
+    /// Maps a file already opened (and checked) by the caller.
+    pub fn of(file: &File) -> std::io::Result<Self> {
         // SAFETY: the map is read-only. It goes wrong only if
         // the file is truncated while mapped (SIGBUS on a later read). A
         // running server's binary is replaced by rename on upgrade, which
         // leaves this mapping on the old inode; an in-place truncate of a
         // server binary or debug file mid-recording is not supported.
-        let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
+        let map = unsafe { memmap2::MmapOptions::new().map(file)? };
         Ok(Self { map })
     }
 
