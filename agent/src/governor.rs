@@ -808,6 +808,19 @@ mod tests {
         );
     }
 
+    /// One tick of a one-probe governor that has seen `seen` calls, its
+    /// switches applied to `on` as the recorder would.
+    fn tick_single(g: &mut Governor, t: Instant, seen: u64, on: &mut bool) {
+        let a = g.tick(t, || counts(&[(0, seen)]));
+        if !a.suspend.is_empty() {
+            *on = false;
+        }
+        if !a.resume.is_empty() {
+            *on = true;
+            g.resumed(&a.resume, t);
+        }
+    }
+
     /// A probe near the budget with a noisy rate (3k and 7k calls/s in
     /// turn, ~2.2 % of a core): the window's savings bring it back to full
     /// and the next tick finds it too dear again. A window the governor
@@ -822,14 +835,7 @@ mod tests {
                 seen += if step % 2 == 0 { 150 } else { 350 };
             }
             t += MS(50);
-            let a = g.tick(t, || counts(&[(0, seen)]));
-            if !a.suspend.is_empty() {
-                on = false;
-            }
-            if !a.resume.is_empty() {
-                on = true;
-                g.resumed(&a.resume, t);
-            }
+            tick_single(&mut g, t, seen, &mut on);
         }
         let d = g.finish(t, &counts(&[(0, seen)]));
         assert!(d[0].cut, "{d:?}");
@@ -856,14 +862,7 @@ mod tests {
                 seen += rate / 20;
             }
             t += MS(50);
-            let a = g.tick(t, || counts(&[(0, seen)]));
-            if !a.suspend.is_empty() {
-                on = false;
-            }
-            if !a.resume.is_empty() {
-                on = true;
-                g.resumed(&a.resume, t);
-            }
+            tick_single(&mut g, t, seen, &mut on);
             if step > 200 && g.probes[0].mode == Mode::Full && full_again.is_none() {
                 full_again = Some(t - t0);
             }
