@@ -236,11 +236,17 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     };
     let probes = match recorder.attach_info() {
         Some(a) => format!(
-            "{} probe points ({} {} links, {:.0} ms{})",
+            "{} probe points ({} {} links, {:.0} ms{}{})",
             a.points,
             a.links,
             a.mode,
             a.attach_ms,
+            // Said where other processes of the binary pay the traps too.
+            if a.pid_scoped {
+                ""
+            } else {
+                "; breakpoints in every process of the binary: the kernel scopes links to a PID from 6.10"
+            },
             a.fallback_reason
                 .as_deref()
                 .map(|r| format!("; {r}"))
