@@ -401,7 +401,7 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("not an innoprof recording") && !err.contains("attached"),
+        err.contains("not an earlier innoprof recording") && !err.contains("attached"),
         "{err}"
     );
     assert_eq!(
