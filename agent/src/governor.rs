@@ -393,6 +393,14 @@ impl Governor {
                     .min(max_off)
             };
             if pl.duty >= 1.0 {
+                // A cut probe that is off fits only by the rate it had when
+                // last on (stale) or because the others' shares moved: it
+                // is measured again in its next window, not switched on
+                // early (which, at 50 ms ticks, made probes flap on for a
+                // `min_on` window each and spend twice the budget).
+                if p.on_since.is_none() && p.next_on.is_some_and(|t| now < t) {
+                    continue;
+                }
                 // Fits (again): fully on.
                 p.mode = Mode::Full;
                 p.on_until = None;
