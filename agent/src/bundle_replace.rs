@@ -38,7 +38,7 @@ const FIXED_NAMES: &[&str] = &[
     crate::diff::TEXT_FILE,
     "diff.oncpu.svg",
     "diff.offcpu.svg",
-    ".innoprof-write-check",
+    crate::report::WRITE_CHECK,
 ];
 
 /// A name innoprof could have written into a bundle directory.

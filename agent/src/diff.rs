@@ -367,10 +367,10 @@ fn duration_s(summary: &serde_json::Value) -> f64 {
 
 fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
     let text = BundleDir::new(dir)
-        .read_text("summary.json")?
+        .read_text(crate::bundle::SUMMARY_JSON)?
         .ok_or_else(|| DiffError::NotARecording(dir.to_path_buf()))?;
     serde_json::from_str(&text).map_err(|source| DiffError::Summary {
-        path: dir.join("summary.json"),
+        path: dir.join(crate::bundle::SUMMARY_JSON),
         source,
     })
 }

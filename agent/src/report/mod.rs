@@ -44,6 +44,9 @@ pub enum OutputError {
     },
 }
 
+/// The empty file `prepare_dir` writes to prove the directory writable.
+pub const WRITE_CHECK: &str = ".innoprof-write-check";
+
 /// Creates the directory if needed and proves it writable, before any
 /// probe is attached. A symbolic link is refused, not followed: as root,
 /// following one planted by another user would write where they chose.
@@ -59,7 +62,7 @@ pub fn prepare_dir(dir: &Path) -> Result<(), OutputError> {
         .mode(0o750)
         .create(dir)
         .map_err(err)?;
-    let probe = dir.join(".innoprof-write-check");
+    let probe = dir.join(WRITE_CHECK);
     write_file(&probe, b"").map_err(|e| match e {
         OutputError::Write { source, .. } => err(source),
         other => other,
