@@ -220,6 +220,25 @@ pub struct StackSymbolizer {
     held: HashMap<FileId, (Arc<TargetFile>, bool)>,
 }
 
+/// Held while a [`FileTrimmer`] works and while a symbolizer drops (which
+/// is when blazesym unmaps its files): the trimmer advises addresses it
+/// read from /proc/self/maps, and a shared map of the same file unmapped by
+/// another symbolizer in between could have its range reused by the heap,
+/// which `MADV_DONTNEED` would zero (the agent's lib tests aborted on a
+/// cold page cache, where the walk is slow enough for the race).
+static BLAZESYM_UNMAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn blazesym_unmap_lock() -> std::sync::MutexGuard<'static, ()> {
+    BLAZESYM_UNMAP.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for StackSymbolizer {
+    fn drop(&mut self) {
+        let _no_trimming = blazesym_unmap_lock();
+        drop(std::mem::replace(&mut self.symbolizer, Symbolizer::new()));
+    }
+}
+
 impl StackSymbolizer {
     pub fn new(maps: ProcessMaps) -> Self {
         let symbolizer = Symbolizer::builder()
@@ -327,6 +346,7 @@ impl StackSymbolizer {
             let src = Source::Elf(elf);
             let symbolizer = &self.symbolizer;
             let done = AtomicBool::new(false);
+            let _no_unmapping = trimmer.as_ref().map(|_| blazesym_unmap_lock());
             let results = std::thread::scope(|scope| {
                 if let Some(t) = &trimmer {
                     scope.spawn(|| t.run_until(&done));
@@ -339,6 +359,7 @@ impl StackSymbolizer {
             if let Some(t) = &trimmer {
                 t.trim();
             }
+            drop(_no_unmapping);
             for (i, (ip, off)) in pairs.iter().enumerate() {
                 let frames = match results.get(i) {
                     Some(Symbolized::Sym(sym)) if within(sym) => {
@@ -503,10 +524,13 @@ impl FileTrimmer {
             let [range, perms, _offset, dev, inode] = f[..] else {
                 continue;
             };
-            // Shared read-only only (how memmap2 maps for blazesym and
-            // for innoprof): a private mapping may hold pages written
-            // before it became read-only (RELRO relocations of a loaded
-            // program), which MADV_DONTNEED would throw away.
+            // Shared read-only only: how blazesym maps (through memmap2),
+            // and nothing else in innoprof does (its own maps are private,
+            // see resolve::mapped), so every range found is a map a live
+            // symbolizer holds, kept by `BLAZESYM_UNMAP`. A private mapping
+            // may also hold pages written before it became read-only
+            // (RELRO relocations of a loaded program), which MADV_DONTNEED
+            // would throw away.
             if perms != "r--s" || dev != self.dev || inode.parse() != Ok(self.inode) {
                 continue;
             }
@@ -601,14 +625,21 @@ mod tests {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         let data: Vec<u8> = (0..TRIM_MIN_FILE as u32).map(|i| (i % 253) as u8).collect();
         std::io::Write::write_all(&mut file, &data).unwrap();
-        let map = crate::resolve::mapped::Mapped::open(file.path()).unwrap();
+        // Mapped as blazesym maps: shared, read-only.
+        // SAFETY: a temporary file nothing else writes or truncates.
+        let map = unsafe { memmap2::Mmap::map(file.as_file()).unwrap() };
+        // innoprof's own (private) map of the same file is left alone.
+        let own = crate::resolve::mapped::Mapped::open(file.path()).unwrap();
         use crate::resolve::mapped::tests::resident_kb;
-        let addr = map.bytes().as_ptr() as usize;
-        assert_eq!(map.bytes(), &data[..]);
+        let addr = map.as_ptr() as usize;
+        let own_addr = own.bytes().as_ptr() as usize;
+        assert_eq!(&map[..], &data[..]);
+        assert_eq!(own.bytes(), &data[..]);
         assert!(resident_kb(addr) >= TRIM_MIN_FILE >> 10);
         FileTrimmer::for_file(file.path()).unwrap().trim();
         assert_eq!(resident_kb(addr), 0);
-        assert_eq!(map.bytes(), &data[..]);
+        assert!(resident_kb(own_addr) >= TRIM_MIN_FILE >> 10);
+        assert_eq!(&map[..], &data[..]);
     }
 
     /// Symbolises an address of this very test binary.

@@ -46,7 +46,12 @@ impl Mapped {
         // running server's binary is replaced by rename on upgrade, which
         // leaves this mapping on the old inode; an in-place truncate of a
         // server binary or debug file mid-recording is not supported.
-        let map = unsafe { memmap2::MmapOptions::new().map(file)? };
+        //
+        // Private (`r--p` in /proc/self/maps), never shared: the symbolizer's
+        // page trimmer releases only shared read-only maps of a file, which
+        // in this process are blazesym's alone, so it never advises a map of
+        // ours that another thread may unmap under it.
+        let map = unsafe { memmap2::MmapOptions::new().map_copy_read_only(file)? };
         Ok(Self { map })
     }
 
