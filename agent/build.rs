@@ -41,6 +41,7 @@ fn main() {
         let status = Command::new(env::var("CLANG").unwrap_or_else(|_| "clang".into()))
             .args([
                 "-O2",
+                "-mcpu=v3",
                 "-g",
                 "-target",
                 "bpf",

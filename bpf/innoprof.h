@@ -64,10 +64,33 @@ struct callsite {
 	__u32 pad;
 };
 
+/* User stack depth kept per stack: 64 frames reach from an InnoDB latch
+ * to the thread entry point. */
+#define STACK_DEPTH 64
+
 struct stack_key {
 	__u64 slot;
-	__s64 stack_id; /* negative: the stack could not be captured */
+	/* Keyed hash of the stack's frames (its key in `stacks`); 0: the
+	 * stack could not be captured or stored. */
+	__u64 stack_hash;
 	struct callsite site;
+};
+
+/* A stack's frames, innermost first, zero after the last. */
+struct stack_ips {
+	__u64 ips[STACK_DEPTH];
+};
+
+/* Per probe slot and CPU: the stack sampler's state. Hits between two
+ * stacks taken are pending; the next stack taken on this CPU carries
+ * them (count and wait), and what is pending when the recording ends
+ * belongs to `last` (userspace adds it), so the folded totals of a probe
+ * stay exactly its calls and wait. */
+struct stack_hold {
+	__u64 last_ns;    /* when the last stack was taken; 0: never */
+	__u64 pend_count; /* hits since then not yet in stack_counts */
+	__u64 pend_wait;  /* their wait, ns */
+	struct stack_key last;
 };
 
 struct site_key {
@@ -99,14 +122,15 @@ struct start_key {
 
 /* Indexes of the `drops` array: everything the BPF side could not record. */
 enum drop_reason {
-	DROP_STACK_COLLISION = 0, /* stack map bucket held another stack */
-	DROP_STACK_ERROR = 1,     /* bpf_get_stackid failed otherwise */
+	DROP_STACK_MAP_FULL = 0,  /* stacks map full: a new stack not stored */
+	DROP_STACK_ERROR = 1,     /* bpf_get_stack failed */
 	DROP_STACK_KEY_FULL = 2,  /* stack_counts map full */
 	DROP_START_FULL = 3,      /* in-flight entry map full */
 	DROP_MISSED_ENTRY = 4,    /* return seen without its entry */
 	DROP_STATS_FULL = 5,      /* slot_stats map full */
 	DROP_SITE_FULL = 6,       /* site_stats map full */
-	DROP_MAX = 7,
+	DROP_STACK_BUSY = 7,      /* stack scratch held by a preempted hit on this CPU */
+	DROP_MAX = 8,
 };
 
 #endif

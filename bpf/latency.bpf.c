@@ -19,6 +19,12 @@
 /* Set by the loader before load (rodata): only the target's threads count. */
 const volatile __u32 target_tgid = 0;
 const volatile __u8 capture_stacks = 1;
+/* A slot's stack is taken at most once per this many ns on each CPU (0:
+ * every hit): the walk is the dear part of a hit. */
+const volatile __u64 stack_interval_ns = 1000000;
+/* Key of the stack hash, random per session, so that no target can craft
+ * two stacks that merge. */
+const volatile __u64 stack_seed = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -36,13 +42,39 @@ struct {
 	__type(value, struct slot_stats);
 } stats SEC(".maps");
 
+/* Distinct stacks by keyed hash. Not a stack-trace map: that is a fixed
+ * table of buckets where a stack whose bucket another stack holds is lost
+ * for the whole recording (a probe's busiest stack, on a bad draw). */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows distinct stacks */
 	__uint(max_entries, 32768);
-	__uint(key_size, sizeof(__u32));
-	/* 64 frames reach from an InnoDB latch to the thread entry point. */
-	__uint(value_size, 64 * sizeof(__u64));
+	__type(key, __u64);
+	__type(value, struct stack_ips);
 } stacks SEC(".maps");
+
+/* Where a stack is read into (it does not fit the 512-byte BPF stack).
+ * A uprobe program runs with migration, not preemption, disabled: `busy`
+ * keeps a hit that preempted another on this CPU out of its buffer. */
+struct stack_scratch {
+	__u32 busy;
+	__u32 pad;
+	struct stack_ips stack;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_scratch);
+} stack_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct stack_hold);
+} stack_hold SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -68,12 +100,11 @@ struct {
 	__type(value, __u32);
 } enabled SEC(".maps");
 
-/* Per slot: take the stack of one hit in N (the overhead governor's first
- * lever: the stack walk is the dear part of a hit). 0: no stacks, 1: every
- * hit. Counts, totals, histograms and call sites stay exact on every hit.
- * A sampled stack is weighted N (count N, wait x N), so the folded totals
- * stay unbiased estimates of every hit's; which hit is chosen is random,
- * so callers that alternate in a fixed pattern are not aliased. */
+/* Per slot: of the hits past `stack_interval_ns`, take the stack of one
+ * in N (the overhead governor's first lever: the stack walk is the dear
+ * part of a hit). 0: no stacks, 1: every such hit. Counts, totals,
+ * histograms and call sites stay exact on every hit, and so do the
+ * folded totals: a stack taken carries every hit since the last one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_SLOTS);
@@ -263,38 +294,110 @@ static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 	s->hist[log2_slot(wait_ns)]++;
 }
 
-static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u64 wait_ns)
+/* Adds count and wait to the folded counter of `key`. */
+static __always_inline void add_folded(struct stack_key *key, __u64 count, __u64 wait_ns)
 {
-	struct stack_key key = { .slot = slot, .site = site };
-	struct stack_val *val;
-	__u32 skey = (__u32)slot, every;
-	__u32 *n;
-	long id;
+	struct stack_val *val = bpf_map_lookup_elem(&stack_counts, key);
 
-	if (!capture_stacks)
-		return;
-	n = bpf_map_lookup_elem(&stack_every, &skey);
-	every = n ? *n : 0;
-	if (!every || (every > 1 && bpf_get_prandom_u32() % every))
-		return;
-	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (id < 0)
-		count_drop(id == -EEXIST ? DROP_STACK_COLLISION : DROP_STACK_ERROR);
-	key.stack_id = id;
-
-	val = bpf_map_lookup_elem(&stack_counts, &key);
 	if (!val) {
 		struct stack_val zero = {};
 
-		bpf_map_update_elem(&stack_counts, &key, &zero, BPF_NOEXIST);
-		val = bpf_map_lookup_elem(&stack_counts, &key);
+		bpf_map_update_elem(&stack_counts, key, &zero, BPF_NOEXIST);
+		val = bpf_map_lookup_elem(&stack_counts, key);
 		if (!val) {
 			count_drop(DROP_STACK_KEY_FULL);
 			return;
 		}
 	}
-	__sync_fetch_and_add(&val->count, every);
-	__sync_fetch_and_add(&val->wait_ns, wait_ns * every);
+	__sync_fetch_and_add(&val->count, count);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+}
+
+/* A keyed multiply-xorshift over the frames (zero after the last). With
+ * 64 bits, two of 32,768 distinct stacks merge with odds ~3e-11. */
+static __always_inline __u64 stack_hash(struct stack_ips *s)
+{
+	__u64 h = stack_seed ^ 0x9e3779b97f4a7c15ULL;
+
+	for (int i = 0; i < STACK_DEPTH; i++) {
+		__u64 ip = s->ips[i];
+
+		if (!ip)
+			break;
+		h = (h ^ ip) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	h ^= h >> 29;
+	return h ? h : 1; /* 0 means lost */
+}
+
+/* Reads the user stack into the scratch buffer and stores it; its hash, or
+ * 0 when it could not be read or stored. */
+static __always_inline __u64 take_stack(void *ctx, struct stack_ips *buf)
+{
+	long n, err;
+	__u64 h;
+
+	/* bpf_get_stack zeroes the buffer past the frames it copied. */
+	n = bpf_get_stack(ctx, buf, sizeof(*buf), BPF_F_USER_STACK);
+	if (n <= 0) {
+		count_drop(DROP_STACK_ERROR);
+		return 0;
+	}
+	h = stack_hash(buf);
+	if (bpf_map_lookup_elem(&stacks, &h))
+		return h;
+	err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
+	if (err && err != -EEXIST) {
+		count_drop(DROP_STACK_MAP_FULL);
+		return 0;
+	}
+	return h;
+}
+
+static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u64 wait_ns)
+{
+	struct stack_key key = { .slot = slot, .site = site };
+	struct stack_scratch *scratch;
+	struct stack_hold *hold;
+	__u32 skey = (__u32)slot, zero = 0, every;
+	__u32 *n;
+	__u64 now;
+
+	if (!capture_stacks)
+		return;
+	n = bpf_map_lookup_elem(&stack_every, &skey);
+	every = n ? *n : 0;
+	if (!every)
+		return;
+	hold = bpf_map_lookup_elem(&stack_hold, &skey);
+	scratch = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!hold || !scratch)
+		return;
+	if (__sync_val_compare_and_swap(&scratch->busy, 0, 1) != 0) {
+		/* Another hit on this CPU is mid-way (it was preempted): this
+		 * one goes to the lost stack, so the folded totals still add up. */
+		count_drop(DROP_STACK_BUSY);
+		add_folded(&key, 1, wait_ns);
+		return;
+	}
+	hold->pend_count++;
+	hold->pend_wait += wait_ns;
+	now = bpf_ktime_get_ns();
+	/* The first hit on a CPU always takes its stack, so pending hits
+	 * always have a stack to go to. */
+	if (hold->last_ns && (now - hold->last_ns < stack_interval_ns ||
+			      (every > 1 && bpf_get_prandom_u32() % every))) {
+		scratch->busy = 0;
+		return;
+	}
+	key.stack_hash = take_stack(ctx, &scratch->stack);
+	add_folded(&key, hold->pend_count, hold->pend_wait);
+	hold->pend_count = 0;
+	hold->pend_wait = 0;
+	hold->last_ns = now;
+	hold->last = key;
+	scratch->busy = 0;
 }
 
 /* Entry of a timed probe: remember when this thread entered this slot. */

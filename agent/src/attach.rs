@@ -208,8 +208,16 @@ impl Reaper {
 pub struct SessionOptions {
     pub pid: u32,
     pub capture_stacks: bool,
+    /// A slot's stack is taken at most once per this many ns on each CPU;
+    /// the hits between carry over to the next one taken (0: every hit).
+    pub stack_interval_ns: u64,
     pub limits: MapLimits,
 }
+
+/// The shipped stack interval: at most 1,000 stacks a second per probe and
+/// CPU (perf samples at 1–4 kHz), so a hot probe's average hit costs
+/// about what a hit without a stack does.
+pub const DEFAULT_STACK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Capacities of the BPF maps that can fill up during a recording; `None`
 /// keeps the size compiled into `bpf/latency.bpf.c`. Whatever does not fit
@@ -869,6 +877,12 @@ fn load_object(opts: &SessionOptions, mode: Mode) -> Result<Object, AttachError>
                 .ok_or(AttachError::Missing(".rodata"))?;
             write_rodata(data, "target_tgid", &opts.pid.to_ne_bytes())?;
             write_rodata(data, "capture_stacks", &[u8::from(opts.capture_stacks)])?;
+            write_rodata(
+                data,
+                "stack_interval_ns",
+                &opts.stack_interval_ns.to_ne_bytes(),
+            )?;
+            write_rodata(data, "stack_seed", &random_u64().to_ne_bytes())?;
             continue;
         }
         let size = match name.as_str() {
@@ -886,6 +900,19 @@ fn load_object(opts: &SessionOptions, mode: Mode) -> Result<Object, AttachError>
         }
     }
     open.load().map_err(AttachError::Load)
+}
+
+/// A random key for the stack hash, so that no target can make two of
+/// its stacks merge (the kernel's entropy; 0 only if it fails).
+fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n == 8 {
+        u64::from_ne_bytes(buf)
+    } else {
+        0
+    }
 }
 
 /// Writes a `const volatile` global of the object into its .rodata image.

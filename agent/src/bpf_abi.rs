@@ -88,8 +88,22 @@ pub struct LatchArg {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct StackKey {
     pub slot: u64,
-    pub stack_id: i64,
+    /// Key of the stack in the `stacks` map; 0: not captured or stored.
+    pub stack_hash: u64,
     pub site: Callsite,
+}
+
+/// User stack frames kept per stack (`STACK_DEPTH`).
+pub const STACK_DEPTH: usize = 64;
+
+/// Per slot and CPU: the stack sampler's pending hits (`struct stack_hold`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StackHold {
+    pub last_ns: u64,
+    pub pend_count: u64,
+    pub pend_wait: u64,
+    pub last: StackKey,
 }
 
 #[repr(C)]
@@ -145,23 +159,25 @@ pub fn cookie(
 /// Indexes of the `drops` per-CPU array (`enum drop_reason`).
 #[derive(Debug, Clone, Copy)]
 pub enum DropReason {
-    StackCollision = 0,
+    StackMapFull = 0,
     StackError = 1,
     StackKeyFull = 2,
     StartFull = 3,
     MissedEntry = 4,
     StatsFull = 5,
     SiteFull = 6,
+    StackBusy = 7,
 }
 
-pub const DROP_REASONS: [DropReason; 7] = [
-    DropReason::StackCollision,
+pub const DROP_REASONS: [DropReason; 8] = [
+    DropReason::StackMapFull,
     DropReason::StackError,
     DropReason::StackKeyFull,
     DropReason::StartFull,
     DropReason::MissedEntry,
     DropReason::StatsFull,
     DropReason::SiteFull,
+    DropReason::StackBusy,
 ];
 
 /// The compiled BPF object (built by agent/build.rs from bpf/latency.bpf.c).
@@ -190,12 +206,15 @@ mod tests {
         assert_eq!(std::mem::size_of::<CreatedField>(), 16);
         assert_eq!(std::mem::size_of::<SiteKey>(), 40);
         assert_eq!(std::mem::size_of::<StackKey>(), 48);
+        assert_eq!(std::mem::size_of::<StackHold>(), 72);
     }
 
     #[test]
     fn the_loader_finds_the_configuration_globals() {
         assert!(rodata_offset("target_tgid").is_some());
         assert!(rodata_offset("capture_stacks").is_some());
+        assert!(rodata_offset("stack_interval_ns").is_some());
+        assert!(rodata_offset("stack_seed").is_some());
         assert_eq!(rodata_offset("no_such_global"), None);
     }
 

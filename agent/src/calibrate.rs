@@ -170,6 +170,8 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let opts = SessionOptions {
         pid: std::process::id(),
         capture_stacks,
+        // Every hit's stack: what one stack walk costs is measured here.
+        stack_interval_ns: 0,
         limits: Default::default(),
     };
     type Calib = unsafe extern "C" fn(u64) -> u64;

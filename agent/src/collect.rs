@@ -6,7 +6,7 @@ use libbpf_rs::{Map, MapCore, MapFlags, Object};
 use serde::Serialize;
 
 use crate::bpf_abi::{
-    from_bytes, Callsite, SiteKey, SiteVal, SlotStats, StackKey, StackVal, DROP_REASONS,
+    from_bytes, Callsite, SiteKey, SiteVal, SlotStats, StackHold, StackKey, StackVal, DROP_REASONS,
 };
 use crate::catalog::Measure;
 
@@ -27,13 +27,18 @@ pub enum CollectError {
 /// What the BPF side could not record, by reason.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct Drops {
-    pub stack_collisions: u64,
+    /// New stacks not stored: the `stacks` map was full.
+    pub stack_map_full: u64,
     pub stack_errors: u64,
     pub stack_key_map_full: u64,
     pub inflight_map_full: u64,
     pub returns_without_entry: u64,
     pub stats_map_full: u64,
     pub callsite_map_full: u64,
+    /// Hits whose stack was not taken: a preempted hit on the same CPU
+    /// held the stack buffer (still counted, under `[lost stack]`).
+    #[serde(default)]
+    pub stack_busy: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -220,7 +225,7 @@ pub fn read(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
     } = read_counters(obj, n_slots)?;
     Ok(Snapshot {
         slots,
-        stacks: read_stacks(obj)?,
+        stacks: read_stacks(obj, n_slots)?,
         sites,
         drops,
     })
@@ -276,13 +281,14 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
             .sum();
     }
     let drops = Drops {
-        stack_collisions: totals[0],
+        stack_map_full: totals[0],
         stack_errors: totals[1],
         stack_key_map_full: totals[2],
         inflight_map_full: totals[3],
         returns_without_entry: totals[4],
         stats_map_full: totals[5],
         callsite_map_full: totals[6],
+        stack_busy: totals[7],
     };
     Ok(Counters {
         slots,
@@ -291,16 +297,33 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
     })
 }
 
-fn read_stacks(obj: &Object) -> Result<Vec<StackSample>, CollectError> {
+/// The folded counters, plus what each CPU's sampler still holds for a
+/// slot (hits since its last stack), added to that last stack: the sum
+/// over a slot's stacks is then every hit it counted with stacks on.
+fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
     let traces = map(obj, "stacks")?;
+    let mut folded: HashMap<StackKey, StackVal> =
+        read_hash::<StackKey, StackVal>(obj, "stack_counts")?
+            .into_iter()
+            .collect();
+    let hold = map(obj, "stack_hold")?;
+    for per_cpu in read_percpu_array(&hold, n_slots).map_err(read_err("stack_hold"))? {
+        for v in per_cpu {
+            let h: StackHold = from_bytes(&v).ok_or(CollectError::Layout("stack_hold"))?;
+            if h.pend_count == 0 && h.pend_wait == 0 {
+                continue;
+            }
+            let e = folded.entry(h.last).or_default();
+            e.count += h.pend_count;
+            e.wait_ns += h.pend_wait;
+        }
+    }
     let mut stacks = Vec::new();
-    for (key, val) in read_hash::<StackKey, StackVal>(obj, "stack_counts")? {
-        let ips = if key.stack_id >= 0 {
-            // A stack id can be gone if its bucket was reused; treat as lost.
+    for (key, val) in folded {
+        let ips = if key.stack_hash != 0 {
             traces
-                .lookup(&(key.stack_id as u32).to_ne_bytes(), MapFlags::ANY)
-                .ok()
-                .flatten()
+                .lookup(&key.stack_hash.to_ne_bytes(), MapFlags::ANY)
+                .map_err(read_err("stacks"))?
                 .map(|bytes| {
                     bytes
                         .chunks_exact(8)

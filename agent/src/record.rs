@@ -68,6 +68,8 @@ pub struct RecordOptions {
     /// Where to look for separate debug info of a stripped binary.
     pub debuginfo: DebugSearch,
     pub capture_stacks: bool,
+    /// A probe's stack at most once per this on each CPU (`--stack-interval`).
+    pub stack_interval: std::time::Duration,
     /// CPU profiling alongside the probes; `None` with `--no-cpu`.
     pub cpu: Option<CpuOptions>,
     /// Overhead budget for probe hits; `None`: no governor.
@@ -91,6 +93,7 @@ pub struct Plan {
     /// The per-hit cost calibration, running while the plan is made.
     calibration: Option<std::thread::JoinHandle<Result<HitCost, CalibrateError>>>,
     pub limits: MapLimits,
+    pub stack_interval: std::time::Duration,
 }
 
 impl Plan {
@@ -140,6 +143,7 @@ impl Plan {
             governor: opts.governor,
             calibration,
             limits: opts.limits,
+            stack_interval: opts.stack_interval,
         })
     }
 }
@@ -198,6 +202,7 @@ impl Recorder {
         let opts = SessionOptions {
             pid: plan.target.pid,
             capture_stacks,
+            stack_interval_ns: u64::try_from(plan.stack_interval.as_nanos()).unwrap_or(u64::MAX),
             limits: plan.limits,
         };
         // Plan::build let an all-unresolved set through only for a CPU profile.
@@ -600,6 +605,8 @@ impl Recorder {
                 latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
                 stacks: StackStats {
                     sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
+                    interval_ns: u64::try_from(self.plan.stack_interval.as_nanos())
+                        .unwrap_or(u64::MAX),
                     ..stacks
                 },
                 sampling: None,

@@ -89,8 +89,13 @@ struct RecordArgs {
     #[arg(long)]
     force: bool,
     /// Do not capture stacks (cheaper; counts and latency only).
-    #[arg(long, conflicts_with = "max_stacks")]
+    #[arg(long, conflicts_with_all = ["max_stacks", "stack_interval"])]
     no_stacks: bool,
+    /// Take a probe's stack at most once per DURATION on each CPU; the hits in between
+    /// are added to the next stack taken, so folded totals stay exact and per-stack counts
+    /// are samples. `0`: every hit's stack (exact per stack, dearer on hot probes).
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
+    stack_interval: Duration,
     /// Do not profile CPU (on-CPU sampling is on by default; `--probes none` records CPU only).
     #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min", "freq"])]
     no_cpu: bool,
@@ -201,6 +206,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         probes: args.probe.request(),
         debuginfo: args.probe.debug_search(),
         capture_stacks: !args.no_stacks,
+        stack_interval: args.stack_interval,
         cpu: (!args.no_cpu).then(|| args.cpu.options()),
         governor: args.max_overhead.0.map(|budget_pct| GovernorConfig {
             budget_pct,

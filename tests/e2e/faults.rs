@@ -193,6 +193,8 @@ fn two_instances_on_one_target_both_count_exactly() {
         "fixture_counted",
         "--probe",
         "PolicyMutex<*>::enter",
+        "--stack-interval",
+        "0",
     ];
     let mut first = Recording::start(&args);
     let mut second = Recording::start(&args);

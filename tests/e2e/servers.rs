@@ -226,7 +226,9 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
         redo.lines().any(|l| l.contains("dispatch_command")
             && l.contains("trans_commit")
             && l.ends_with(|c: char| c.is_ascii_digit())),
-        "{redo}"
+        "{redo}\ndrops {}\nredo {}",
+        s["drops"],
+        probe(&s, "innodb.redo.write_up_to")
     );
     assert!(
         calls(&s, "innodb.undo.prev_version") + calls(&s, "innodb.rwlock.s_wait")

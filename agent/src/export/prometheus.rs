@@ -501,7 +501,8 @@ impl Collector for Scrape {
                 MetricType::Counter,
             )?;
             for (reason, n) in [
-                ("stack_collision", d.stack_collisions),
+                ("stack_map_full", d.stack_map_full),
+                ("stack_busy", d.stack_busy),
                 ("stack_error", d.stack_errors),
                 ("stack_key_map_full", d.stack_key_map_full),
                 ("inflight_map_full", d.inflight_map_full),
@@ -660,7 +661,7 @@ mod tests {
             "innoprof_probe_latency_seconds_bucket{le=\"0.002097152\",probe=\"innodb.mutex.enter\"} 6",
             "innoprof_probe_latency_seconds_bucket{le=\"+Inf\",probe=\"innodb.mutex.enter\"} 6",
             "innoprof_probe_latency_seconds_count{probe=\"innodb.mutex.enter\"} 6",
-            "innoprof_dropped_total{reason=\"stack_collision\"} 0",
+            "innoprof_dropped_total{reason=\"stack_map_full\"} 0",
             "innoprof_attached_uprobes 5",
             "innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096",
             "innoprof_target_info{family=\"mariadb\",version=\"10.2.11\",pid=\"42\",binary=\"/usr/sbin/mysqld\"} 1",

@@ -238,11 +238,16 @@ pub struct StackStats {
     pub lost_calls: u64,
     pub folded_by_wait: Option<String>,
     pub folded_by_count: Option<String>,
-    /// The sparsest stack sampling the governor used: 1 is every hit's
-    /// stack; N > 1: at times one hit in N, each sampled stack weighted N
-    /// (count N, wait x N) in the folded files, which are then estimates.
+    /// The sparsest stack sampling the governor used: 1 is every hit past
+    /// `interval_ns`; N > 1: at times one such hit in N.
     #[serde(default = "one")]
     pub sampled_every_max: u32,
+    /// A stack was taken at most once per this many ns per CPU (0: every
+    /// hit's). Each stack taken carries the hits since the one before it
+    /// on its CPU, so a probe's folded total is exactly its calls (and
+    /// wait) while the split between its stacks is a sample.
+    #[serde(default)]
+    pub interval_ns: u64,
 }
 
 fn one() -> u32 {
@@ -257,6 +262,7 @@ impl Default for StackStats {
             folded_by_wait: None,
             folded_by_count: None,
             sampled_every_max: 1,
+            interval_ns: 0,
         }
     }
 }

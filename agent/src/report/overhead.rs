@@ -36,7 +36,7 @@ pub fn render(summary: &Summary) -> String {
         }
         if p.stacks.sampled_every_max > 1 {
             out.push_str(&format!(
-                "stacks: {} sampled, at times one hit in up to {}; each sampled stack weighs N hits in its folded files (estimates; counts and totals exact)\n",
+                "stacks: {} sampled, at times one hit in up to {}; each stack taken carries the hits since the one before (folded totals exact, the split between stacks a sample)\n",
                 p.name, p.stacks.sampled_every_max,
             ));
         }

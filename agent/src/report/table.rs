@@ -133,8 +133,9 @@ pub(crate) fn end_text(end: super::model::EndReason) -> &'static str {
 
 /// What the BPF maps could not hold, or nothing when all was recorded.
 fn drops_line(d: &crate::collect::Drops) -> String {
-    let lost_stacks = d.stack_collisions + d.stack_errors + d.stack_key_map_full;
-    if lost_stacks
+    let not_taken = d.stack_map_full + d.stack_errors + d.stack_busy;
+    if not_taken
+        + d.stack_key_map_full
         + d.inflight_map_full
         + d.stats_map_full
         + d.callsite_map_full
@@ -144,12 +145,14 @@ fn drops_line(d: &crate::collect::Drops) -> String {
         return String::new();
     }
     format!(
-        "dropped: {} stacks ({} collisions, {} errors, {} stack-count map full), {} call sites (call-site map full), \
+        "dropped: {} stacks not taken ({} stack map full, {} errors, {} busy; their calls are under [lost stack]), \
+         {} stack counts (stack-count map full), {} call sites (call-site map full), \
          {} in-flight entries (map full), {} returns without entry, {} stats (map full); \
-         folded stacks and call sites undercount by these\n",
-        lost_stacks,
-        d.stack_collisions,
+         folded stacks and call sites undercount by theirs\n",
+        not_taken,
+        d.stack_map_full,
         d.stack_errors,
+        d.stack_busy,
         d.stack_key_map_full,
         d.callsite_map_full,
         d.inflight_map_full,

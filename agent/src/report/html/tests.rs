@@ -25,7 +25,7 @@ pub(crate) fn summary() -> Summary {
     "callsites": [{"site": "btr0cur.cc:304", "file": null, "line": 304, "calls": 3, "wait_ns_total": 3000, "wait_ns_max": 1500}],
     "stacks": {"distinct": 1, "lost_calls": 0, "folded_by_wait": null, "folded_by_count": null}
   }],
-  "drops": {"stack_collisions": 0, "stack_errors": 0, "stack_key_map_full": 0, "inflight_map_full": 0,
+  "drops": {"stack_map_full": 0, "stack_errors": 0, "stack_key_map_full": 0, "inflight_map_full": 0,
             "returns_without_entry": 0, "stats_map_full": 0, "callsite_map_full": 0}
 }"#,
     )
