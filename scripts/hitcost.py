@@ -14,7 +14,10 @@ schedule, B T B T … with the treatments of each round in random order:
                       the latency (@ = hist(nsecs - @start[tid]))
   innoprof-nostacks   innoprof record --force --probe hitcost_target --no-cpu
                       --max-overhead off --no-stacks
-  innoprof            the same with stacks, as shipped (stack capture on)
+  innoprof            the same with stacks, as shipped (a stack at most once
+                      per ms per CPU, the hits between carried by the next)
+  innoprof-everystack the same with every hit's stack (--stack-interval 0):
+                      what a stack walk costs on top of a hit
 
 Per phase: the median CPU ns per call over its reports, after skipping
 --settle seconds after the switch. Per-hit cost = a treatment phase's ns/call
@@ -25,7 +28,7 @@ innoprof ÷ bpftrace per round (the same round's phases), median and interval
 measurement of a hit) is printed beside it.
 
 Usage: scripts/hitcost.py [--rounds 20] [--phase 3] [--settle 1] [--depth 40]
-                          [--configs bpftrace,innoprof-nostacks,innoprof]
+                          [--configs bpftrace,innoprof-nostacks,innoprof,innoprof-everystack]
                           [--seed N] [--out hitcost-out] [--innoprof PATH]
 """
 
@@ -189,7 +192,7 @@ def main():
     ap.add_argument("--phase", type=float, default=3, help="measured seconds per phase (default 3)")
     ap.add_argument("--settle", type=float, default=1, help="seconds skipped after each switch (default 1)")
     ap.add_argument("--depth", type=int, default=40, help="frames below the probed call (default 40)")
-    ap.add_argument("--configs", default="bpftrace,innoprof-nostacks,innoprof")
+    ap.add_argument("--configs", default="bpftrace,innoprof-nostacks,innoprof,innoprof-everystack")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--innoprof", default=os.path.join(ROOT, "target", "release", "innoprof"))
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build --release first")
@@ -199,8 +202,9 @@ def main():
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     configs = args.configs.split(",")
     for c in configs:
-        if c not in ("bpftrace", "innoprof-nostacks", "innoprof"):
-            ap.error(f"unknown configuration '{c}' (expected bpftrace, innoprof-nostacks, innoprof)")
+        if c not in ("bpftrace", "innoprof-nostacks", "innoprof", "innoprof-everystack"):
+            ap.error(f"unknown configuration '{c}' "
+                     "(expected bpftrace, innoprof-nostacks, innoprof, innoprof-everystack)")
     if "bpftrace" in configs and shutil.which("bpftrace") is None:
         ap.error("bpftrace is not installed; drop it from --configs or apt-get install bpftrace")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -247,7 +251,8 @@ def main():
                     tool = Tool([args.innoprof, "record", "--pid", str(loop.proc.pid), "--force",
                                  "--probe", "hitcost_target", "--no-cpu", "--max-overhead", "off",
                                  "--duration", "24h", "--out", rec]
-                                + (["--no-stacks"] if c == "innoprof-nostacks" else []),
+                                + (["--no-stacks"] if c == "innoprof-nostacks" else [])
+                                + (["--stack-interval", "0"] if c == "innoprof-everystack" else []),
                                 "recording for", False, work, f"innoprof{n}")
                 m = loop.collect(args.settle, args.phase)
                 m["start_s"] = tool.start_s
