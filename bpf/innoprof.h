@@ -49,6 +49,7 @@ struct slot_stats {
 	__u64 wait_ns_total;
 	__u64 wait_ns_max;
 	__u64 hist[HIST_SLOTS];
+	__u64 stacks; /* stacks taken: the governor's cost model reads it */
 };
 
 /* A call site: the caller's __FILE__ pointer (a string in the target's

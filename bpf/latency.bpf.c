@@ -360,6 +360,7 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 	struct stack_key key = { .slot = slot, .site = site };
 	struct stack_scratch *scratch;
 	struct stack_hold *hold;
+	struct slot_stats *st;
 	__u32 skey = (__u32)slot, zero = 0, every;
 	__u32 *n;
 	__u64 now;
@@ -392,6 +393,9 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		return;
 	}
 	key.stack_hash = take_stack(ctx, &scratch->stack);
+	st = bpf_map_lookup_elem(&stats, &skey);
+	if (st)
+		st->stacks++;
 	add_folded(&key, hold->pend_count, hold->pend_wait);
 	hold->pend_count = 0;
 	hold->pend_wait = 0;

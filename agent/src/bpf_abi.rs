@@ -12,6 +12,8 @@ pub struct SlotStats {
     pub wait_ns_total: u64,
     pub wait_ns_max: u64,
     pub hist: [u64; HIST_SLOTS],
+    /// Stacks taken (a sample of the calls; see `stack_interval_ns`).
+    pub stacks: u64,
 }
 
 impl Default for SlotStats {
@@ -21,6 +23,7 @@ impl Default for SlotStats {
             wait_ns_total: 0,
             wait_ns_max: 0,
             hist: [0; HIST_SLOTS],
+            stacks: 0,
         }
     }
 }

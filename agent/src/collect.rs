@@ -72,6 +72,7 @@ pub fn read_slot_counts(
             let count = crate::governor::SlotCount {
                 calls: s.calls,
                 wait_ns: s.wait_ns_total,
+                stacks: s.stacks,
             };
             (slot as usize, count)
         })
@@ -91,6 +92,7 @@ fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStat
             sum.calls += s.calls;
             sum.wait_ns_total += s.wait_ns_total;
             sum.wait_ns_max = sum.wait_ns_max.max(s.wait_ns_max);
+            sum.stacks += s.stacks;
             for (a, b) in sum.hist.iter_mut().zip(s.hist.iter()) {
                 *a += b;
             }
@@ -184,6 +186,7 @@ impl Counters {
             sum.calls += st.calls;
             sum.wait_ns_total += st.wait_ns_total;
             sum.wait_ns_max = sum.wait_ns_max.max(st.wait_ns_max);
+            sum.stacks += st.stacks;
             for (a, b) in sum.hist.iter_mut().zip(st.hist.iter()) {
                 *a += b;
             }

@@ -16,8 +16,9 @@
 use crate::attach::{ProgramRuns, RunStats};
 use crate::calibrate::HitCost;
 use crate::catalog::Measure;
-use crate::governor::SlotCost;
+use crate::governor::{SlotCost, SlotCount};
 use crate::resolve::EntryInsn;
+use std::collections::HashMap;
 
 /// Fewer runs than this in a window say too little: keep the last average.
 const MIN_RUNS: u64 = 200;
@@ -55,6 +56,11 @@ pub struct LiveCost {
     /// At the last re-estimate.
     last: RunStats,
     recent: ProgramAverages,
+    /// Per slot: its counts when its stack share was last measured, and
+    /// that share (stacks taken per call). With the stack interval, a hot
+    /// probe takes far fewer stacks than one per hit in `stack_every`.
+    slots_last: HashMap<usize, SlotCount>,
+    stack_share: HashMap<usize, f64>,
 }
 
 impl LiveCost {
@@ -64,6 +70,22 @@ impl LiveCost {
             start,
             last: start,
             recent: ProgramAverages::default(),
+            slots_last: HashMap::new(),
+            stack_share: HashMap::new(),
+        }
+    }
+
+    /// Re-measures each slot's share of calls that took a stack, where
+    /// enough calls happened since its last measure.
+    pub fn observe_slots(&mut self, counts: &HashMap<usize, SlotCount>) {
+        for (&slot, &now) in counts {
+            let last = self.slots_last.get(&slot).copied().unwrap_or_default();
+            let calls = now.calls.saturating_sub(last.calls);
+            if calls >= MIN_RUNS {
+                let stacks = now.stacks.saturating_sub(last.stacks);
+                self.stack_share.insert(slot, stacks as f64 / calls as f64);
+                self.slots_last.insert(slot, now);
+            }
         }
     }
 
@@ -85,27 +107,41 @@ impl LiveCost {
         self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &self.recent)
     }
 
-    /// The governor's view of a slot: what every hit costs and what a
-    /// stack walk adds. The programs' measured run time includes the stacks
-    /// taken at the slot's current rate (one hit in `stack_every`), so
-    /// their share is taken out of the base; the walk's own cost is the
-    /// calibrated one (a shallow stack: deeper ones cost more, so the
-    /// saving from sampling is if anything understated).
-    pub fn slot_cost(&self, measure: Measure, entry: EntryInsn, stack_every: u32) -> SlotCost {
+    /// The governor's view of a slot: what every hit costs and what the
+    /// stacks add at one hit in 1 (`SlotCost::stack_ns`; one in N costs
+    /// 1/N of it). The programs' measured run time includes the stacks
+    /// taken at the slot's current rate, so their share is taken out of
+    /// the base. That rate is measured (stacks taken per call, see
+    /// [`Self::observe_slots`]): the stack interval makes it far lower than
+    /// one in `stack_every` on a hot probe, and the governor must not
+    /// expect savings from sampling stacks that are already rare. Until
+    /// measured it is taken as one in `stack_every`. The walk's own cost
+    /// is the calibrated one (a shallow stack: deeper ones cost more, so
+    /// the saving from sampling is if anything understated).
+    pub fn slot_cost(
+        &self,
+        measure: Measure,
+        entry: EntryInsn,
+        stack_every: u32,
+        slot: usize,
+    ) -> SlotCost {
         let total = self.per_call_ns(measure, entry);
-        let stack_ns = if self.hit.with_stacks {
+        let walk_ns = if self.hit.with_stacks {
             self.hit.stack_ns
         } else {
             0.0
         };
-        let share = if stack_every == 0 {
-            0.0
-        } else {
-            stack_ns / f64::from(stack_every)
+        let (share_now, at_one_in_one) = match (self.stack_share.get(&slot), stack_every) {
+            (_, 0) => (0.0, walk_ns),
+            (Some(&share), every) => (
+                walk_ns * share,
+                walk_ns * (share * f64::from(every)).min(1.0),
+            ),
+            (None, every) => (walk_ns / f64::from(every), walk_ns),
         };
         SlotCost {
-            base_ns: (total - share).max(self.hit.trap_ns(measure, entry)),
-            stack_ns,
+            base_ns: (total - share_now).max(self.hit.trap_ns(measure, entry)),
+            stack_ns: at_one_in_one,
         }
     }
 
@@ -179,9 +215,9 @@ mod tests {
         assert_eq!(c.per_call_ns(Measure::Latency, EntryInsn::Push), 3000.0);
         // The governor's split: 700 ns of stack walk taken out of the base
         // while every hit takes a stack; an eighth of it when 1 in 8 does.
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1);
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, 0);
         assert_eq!((sc.base_ns, sc.stack_ns), (2300.0, 700.0));
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 8);
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 8, 0);
         assert_eq!(sc.base_ns, 3000.0 - 87.5);
         // Count-only: nothing seen yet, calibration holds.
         assert_eq!(c.per_call_ns(Measure::Count, EntryInsn::Push), 900.0);
@@ -192,5 +228,32 @@ mod tests {
             c.per_call_ns_overall(Measure::Latency, EntryInsn::Push, now),
             2500.0
         );
+    }
+
+    /// A hot probe under the stack interval: one call in 100 took a stack.
+    /// Its measured run time holds a hundredth of a walk, so the base is
+    /// nearly all of it and sampling stacks further would save ~nothing.
+    #[test]
+    fn a_measured_stack_share_replaces_one_in_every() {
+        let mut c = LiveCost::new(hit(), RunStats::default());
+        c.observe(runs((1000, 400_000), (1000, 1_100_000), (0, 0)));
+        let count = |calls, stacks| SlotCount {
+            calls,
+            wait_ns: 0,
+            stacks,
+        };
+        // Too few calls: not measured yet, one in `stack_every` assumed.
+        c.observe_slots(&HashMap::from([(3, count(100, 1))]));
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, 3);
+        assert_eq!((sc.base_ns, sc.stack_ns), (2300.0, 700.0));
+        c.observe_slots(&HashMap::from([(3, count(10_000, 100))]));
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, 3);
+        assert_eq!((sc.base_ns, sc.stack_ns), (3000.0 - 7.0, 7.0));
+        // At one in 4 of the hits past the interval, 1 % took stacks: at
+        // one in 1 it would be 4 %.
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 4, 3);
+        assert_eq!((sc.base_ns, sc.stack_ns), (3000.0 - 7.0, 28.0));
+        // The projection at the current rate is the measured total.
+        assert_eq!(sc.base_ns + sc.stack_ns / 4.0, 3000.0);
     }
 }

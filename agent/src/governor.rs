@@ -109,6 +109,8 @@ impl SlotCost {
 pub struct SlotCount {
     pub calls: u64,
     pub wait_ns: u64,
+    /// Stacks taken (not used by the governor; the cost model reads it).
+    pub stacks: u64,
 }
 
 /// One probe as the governor sees it: its slots and their costs.
@@ -186,6 +188,7 @@ impl ProbeState {
             let c = counts.get(slot).copied().unwrap_or_default();
             s.calls += c.calls;
             s.wait_ns += c.wait_ns;
+            s.stacks += c.stacks;
         }
         s
     }
@@ -643,6 +646,7 @@ mod tests {
                     SlotCount {
                         calls,
                         wait_ns: calls * 1000,
+                        stacks: 0,
                     },
                 )
             })

@@ -270,6 +270,7 @@ impl Recorder {
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
             if self.cost_observed.elapsed() >= Duration::from_secs(1) {
                 cost.observe(session.run_stats());
+                cost.observe_slots(&session.read_slot_counts().unwrap_or_default());
                 self.cost_observed = Instant::now();
                 if let Some(g) = self.governor.as_mut() {
                     let costs: HashMap<usize, SlotCost> = session
@@ -279,7 +280,7 @@ impl Recorder {
                         .filter(|(_, s)| s.attached)
                         .map(|(i, s)| {
                             let every = self.stack_every.get(&i).copied().unwrap_or(1);
-                            (i, cost.slot_cost(s.measure, s.symbol.entry, every))
+                            (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
                         })
                         .collect();
                     g.update_costs(&costs);
@@ -441,6 +442,7 @@ impl Recorder {
                             SlotCount {
                                 calls: st.calls,
                                 wait_ns: st.wait_ns_total,
+                                stacks: st.stacks,
                             },
                         )
                     })
