@@ -76,7 +76,7 @@ pub struct Sampled {
 /// Everything the recording counted but could not keep.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Dropped {
-    /// The probe programs' own counters (stack collisions, full maps).
+    /// The probe programs' own counters (stacks not taken, full maps).
     pub probes: Drops,
     /// Probe hits whose stack was not captured (still counted).
     pub stack_lost_calls: u64,

@@ -234,7 +234,7 @@ pub struct LatchResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StackStats {
     pub distinct: usize,
-    /// Calls whose stack could not be captured (collision or error).
+    /// Calls whose stack could not be captured (map full, error or busy).
     pub lost_calls: u64,
     pub folded_by_wait: Option<String>,
     pub folded_by_count: Option<String>,
