@@ -16,6 +16,19 @@ pub struct SlotStats {
     pub stacks: u64,
 }
 
+impl SlotStats {
+    /// Adds `other` in: another CPU's values, or another slot of a probe.
+    pub fn merge(&mut self, other: &Self) {
+        self.calls += other.calls;
+        self.wait_ns_total += other.wait_ns_total;
+        self.wait_ns_max = self.wait_ns_max.max(other.wait_ns_max);
+        self.stacks += other.stacks;
+        for (a, b) in self.hist.iter_mut().zip(other.hist.iter()) {
+            *a += b;
+        }
+    }
+}
+
 impl Default for SlotStats {
     fn default() -> Self {
         Self {

@@ -89,13 +89,7 @@ fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStat
         let mut sum = SlotStats::default();
         for v in values {
             let s: SlotStats = from_bytes(&v).ok_or(CollectError::Layout("stats"))?;
-            sum.calls += s.calls;
-            sum.wait_ns_total += s.wait_ns_total;
-            sum.wait_ns_max = sum.wait_ns_max.max(s.wait_ns_max);
-            sum.stacks += s.stacks;
-            for (a, b) in sum.hist.iter_mut().zip(s.hist.iter()) {
-                *a += b;
-            }
+            sum.merge(&s);
         }
         if sum.calls > 0 {
             slots.insert(slot as u64, sum);
@@ -183,13 +177,7 @@ impl Counters {
     pub fn probe_total(&self, slots: &[u64]) -> SlotStats {
         let mut sum = SlotStats::default();
         for st in slots.iter().filter_map(|s| self.slots.get(s)) {
-            sum.calls += st.calls;
-            sum.wait_ns_total += st.wait_ns_total;
-            sum.wait_ns_max = sum.wait_ns_max.max(st.wait_ns_max);
-            sum.stacks += st.stacks;
-            for (a, b) in sum.hist.iter_mut().zip(st.hist.iter()) {
-                *a += b;
-            }
+            sum.merge(st);
         }
         sum
     }

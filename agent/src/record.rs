@@ -97,6 +97,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// `stack_interval` as the BPF side and the summary keep it.
+    pub fn stack_interval_ns(&self) -> u64 {
+        u64::try_from(self.stack_interval.as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Checks privileges and the target, reads its binary, picks the catalog
     /// and resolves every requested probe. Changes nothing anywhere.
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
@@ -202,7 +207,7 @@ impl Recorder {
         let opts = SessionOptions {
             pid: plan.target.pid,
             capture_stacks,
-            stack_interval_ns: u64::try_from(plan.stack_interval.as_nanos()).unwrap_or(u64::MAX),
+            stack_interval_ns: plan.stack_interval_ns(),
             limits: plan.limits,
         };
         // Plan::build let an all-unresolved set through only for a CPU profile.
@@ -607,8 +612,7 @@ impl Recorder {
                 latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
                 stacks: StackStats {
                     sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
-                    interval_ns: u64::try_from(self.plan.stack_interval.as_nanos())
-                        .unwrap_or(u64::MAX),
+                    interval_ns: self.plan.stack_interval_ns(),
                     ..stacks
                 },
                 sampling: None,
