@@ -550,9 +550,10 @@ impl FileTrimmer {
     fn release(&self) {
         for &(start, end) in self.ranges.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             // SAFETY: a shared read-only mapping of a file, held by blazesym's
-            // cache (or innoprof's own map of the binary) for as long as
-            // the symbolizer lives: dropping its pages loses nothing, the
-            // next read faults the same bytes back in from the page cache.
+            // cache for as long as the symbolizer lives and not unmapped
+            // while the caller holds `BLAZESYM_UNMAP`: dropping its pages
+            // loses nothing, the next read faults the same bytes back in
+            // from the page cache.
             unsafe {
                 libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
             }
