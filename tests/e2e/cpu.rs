@@ -98,9 +98,26 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
     let samples = on["samples"].as_u64().unwrap();
     let stacks = folded(&rec.file("oncpu.folded"));
     assert_eq!(stacks.iter().map(|(_, n)| n).sum::<u64>(), samples);
-    for key in ["unwind_stopped", "kernel_stack", "truncated", "map_full"] {
+    for key in ["kernel_stack", "truncated", "map_full"] {
         assert_eq!(on["lost"][key].as_u64(), Some(0), "lost.{key}: {on}");
     }
+    // The only walk allowed to stop early is through the dynamic linker's
+    // lazy-binding trampoline (a thread's first call of a libc function):
+    // its CFA is rbx-based, a rule the BPF walker does not implement. CI
+    // once caught one of 583 samples there.
+    let stopped: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.starts_with("[unwind stopped];"))
+        .inspect(|(s, _)| {
+            assert!(
+                s.contains(";_dl_runtime_resolve"),
+                "a walk stopped outside the lazy-binding trampoline: {s}"
+            )
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(on["lost"]["unwind_stopped"].as_u64(), Some(stopped), "{on}");
+    assert!(stopped * 100 <= samples, "{stopped} of {samples} stopped");
     // The cpu-clock timer fires on every CPU whatever runs there; on a
     // busy VM the hypervisor can delay it past a period (a tick missed).
     let (seen, expected) = (
