@@ -384,7 +384,10 @@ fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
 
 /// The tarball: `NAME/FILE` entries, directory 0750, files 0640.
 fn tar_gz(name: &str, files: &BTreeMap<String, Vec<u8>>, mtime: u64) -> std::io::Result<Vec<u8>> {
-    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // Fast: level 6 took ~60 ms of CPU at the end of a 30 s recording for
+    // ~5 MB (the agent's CPU budget counts it); level 1 is ~3x cheaper and
+    // the tarball ~15 % larger.
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut tar = tar::Builder::new(gz);
     let mut dir = tar::Header::new_gnu();
     dir.set_entry_type(tar::EntryType::Directory);

@@ -160,6 +160,46 @@ impl HitCost {
     }
 }
 
+/// A hit cost and where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration {
+    pub cost: HitCost,
+    /// When it was measured, seconds since the epoch.
+    pub measured_unix_s: u64,
+    /// Taken from this boot's cache ([`crate::hitcost_cache`]), not
+    /// measured by this run.
+    pub cached: bool,
+}
+
+/// This boot's cached measurement when there is one for this binary and
+/// stack setting, else a fresh one (kept for the next run).
+pub fn calibrate_or_reuse(capture_stacks: bool) -> Result<Calibration, CalibrateError> {
+    let cache = crate::hitcost_cache::HitCostCache::default();
+    if let Some(c) = cache.load(capture_stacks) {
+        return Ok(Calibration {
+            cost: c.cost,
+            measured_unix_s: c.measured_unix_s,
+            cached: true,
+        });
+    }
+    measure_and_keep(capture_stacks)
+}
+
+/// A fresh measurement, which replaces this boot's cached one.
+pub fn measure_and_keep(capture_stacks: bool) -> Result<Calibration, CalibrateError> {
+    let cost = calibrate(capture_stacks)?;
+    // Not kept (a directory someone else can write, a read-only /run): the
+    // next run measures again, which is all it costs.
+    let _ = crate::hitcost_cache::HitCostCache::default().store(&cost);
+    Ok(Calibration {
+        cost,
+        measured_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        cached: false,
+    })
+}
+
 /// Measures all four costs (well under a second).
 pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ElfError::Read {

@@ -28,6 +28,7 @@ pub mod estimate;
 pub mod export;
 pub mod governor;
 pub mod histogram;
+pub mod hitcost_cache;
 pub mod inspect;
 pub mod kernel;
 pub mod memcounters;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::bundle::{self, BundleError, Written};
-use crate::calibrate::{calibrate, CalibrateError, HitCost};
+use crate::calibrate::{calibrate_or_reuse, CalibrateError, Calibration, HitCost};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError, Counters, LiveProbe};
@@ -91,7 +91,7 @@ pub struct Plan {
     pub cpu: Option<CpuOptions>,
     pub governor: Option<GovernorConfig>,
     /// The per-hit cost calibration, running while the plan is made.
-    calibration: Option<std::thread::JoinHandle<Result<HitCost, CalibrateError>>>,
+    calibration: Option<std::thread::JoinHandle<Result<Calibration, CalibrateError>>>,
     pub limits: MapLimits,
     pub stack_interval: std::time::Duration,
 }
@@ -109,7 +109,7 @@ impl Plan {
         crate::kernel::check()?;
         // Calibration probes only innoprof itself; it overlaps resolution.
         let stacks = opts.capture_stacks;
-        let calibration = Some(std::thread::spawn(move || calibrate(stacks)));
+        let calibration = Some(std::thread::spawn(move || calibrate_or_reuse(stacks)));
         let target = Target::open(opts.pid, opts.force)?;
         let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
@@ -171,6 +171,8 @@ pub struct Recorder {
     hit_cost: HitCost,
     /// Why the calibrated cost is a fallback, if it is.
     calibration_note: Option<String>,
+    /// Set when the hit cost is this boot's earlier measurement.
+    calibration_reused: Option<String>,
     governor: Option<Governor>,
     /// Per-call cost: calibrated trap + the programs' run time in the target.
     cost: Option<crate::cost::LiveCost>,
@@ -193,8 +195,12 @@ impl Recorder {
             .calibration
             .take()
             .map(|h| h.join().unwrap_or(Err(CalibrateError::Panicked)));
+        let calibration_reused = match &calibrated {
+            Some(Ok(c)) if c.cached => Some(reused_note(c.measured_unix_s)),
+            _ => None,
+        };
         let (hit_cost, calibration_note) = match calibrated {
-            Some(Ok(c)) => (c, None),
+            Some(Ok(c)) => (c.cost, None),
             Some(Err(e)) => (
                 FALLBACK_HIT_COST,
                 Some(format!(
@@ -252,6 +258,7 @@ impl Recorder {
             started_unix_ms,
             hit_cost,
             calibration_note,
+            calibration_reused,
             governor,
             cost,
             cost_observed: started,
@@ -629,6 +636,7 @@ impl Recorder {
         let overhead = OverheadSummary {
             hit_cost: self.hit_cost,
             calibration_note: self.calibration_note.clone(),
+            calibration_reused: self.calibration_reused.clone(),
             budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
             probes_pct_of_core: probes_cost_pct,
             agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
@@ -679,6 +687,17 @@ impl Recorder {
         };
         Ok(Recording { summary, folded })
     }
+}
+
+/// Says that the hit cost is this boot's cached measurement, and how old.
+fn reused_note(measured_unix_s: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let min = now.saturating_sub(measured_unix_s) / 60;
+    format!(
+        "calibrated {min} min ago in this boot, reused from /run/innoprof; `innoprof calibrate` measures again"
+    )
 }
 
 /// Typical costs (this machine class, idle) when calibration cannot run.

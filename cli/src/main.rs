@@ -175,7 +175,7 @@ pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
 fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
     innoprof::privileges::check()?;
     innoprof::kernel::check()?;
-    let cost = innoprof::calibrate::calibrate(!args.no_stacks)?;
+    let cost = innoprof::calibrate::measure_and_keep(!args.no_stacks)?.cost;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&cost)?);
     } else {

@@ -46,8 +46,13 @@ pub struct Summary {
 pub struct OverheadSummary {
     /// Per-call cost of a probe hit on this host, calibrated at start.
     pub hit_cost: HitCost,
+    /// Why the hit cost is a fallback (calibration failed), if it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration_note: Option<String>,
+    /// When the hit cost is this boot's earlier measurement (see
+    /// `hitcost_cache`), how old and where from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_reused: Option<String>,
     /// The governor's budget (`--max-overhead`); None when it was off.
     pub budget_pct_of_core: Option<f64>,
     /// Server CPU spent in probe hits: per probe, its calls × (the

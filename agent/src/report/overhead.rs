@@ -20,7 +20,7 @@ pub fn render(summary: &Summary) -> String {
         o.agent_max_rss_kb / 1024,
     );
     out.push_str(&render_hit_cost(&o.hit_cost));
-    if let Some(note) = &o.calibration_note {
+    for note in [&o.calibration_note, &o.calibration_reused].into_iter().flatten() {
         out.push_str(&format!("  ({note})\n"));
     }
     for p in &summary.probes {

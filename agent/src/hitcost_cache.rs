@@ -1,0 +1,285 @@
+//! The host's calibrated hit cost, kept for the rest of the boot so that
+//! each recording does not pay for measuring it again.
+//!
+//! Calibration probes innoprof itself for ~0.1–0.2 s of CPU (its own
+//! binary's symbols, a BPF load, ~60,000 trapped calls): at the start of
+//! every 30 s recording that alone was a third of the agent's 1 % budget.
+//! What it measures — the trap and the programs on a shallow stack — is a
+//! property of this kernel, this CPU and this innoprof build, none of which
+//! changes within a boot, and the target's own per-program run time
+//! replaces the BPF part while recording anyway ([`crate::cost`]).
+//!
+//! So a measurement is reused when it was taken in this boot (`boot_id`),
+//! by this very innoprof binary (device, inode, size, mtime of
+//! `/proc/self/exe`), with the same stack setting, less than [`MAX_AGE`]
+//! ago. `innoprof calibrate` always measures and refreshes it.
+//!
+//! It lives in `/run/innoprof` (tmpfs: gone at reboot), a directory
+//! innoprof creates 0700. A directory that is not root's own, is a
+//! symlink, or is open to others is not trusted: nothing is read from it or
+//! written to it, and every recording measures. A file that does not parse
+//! or holds implausible figures is ignored (and replaced by the next
+//! measurement).
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::calibrate::HitCost;
+
+/// How long a measurement is reused within a boot.
+pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+const DEFAULT_DIR: &str = "/run/innoprof";
+
+/// What identifies the conditions a measurement holds for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Key {
+    boot_id: String,
+    exe_dev: u64,
+    exe_ino: u64,
+    exe_size: u64,
+    exe_mtime_ns: i128,
+    stacks: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    key: Key,
+    measured_unix_s: u64,
+    cost: HitCost,
+}
+
+/// A hit cost and where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Cached {
+    pub cost: HitCost,
+    /// When it was measured (seconds since the epoch).
+    pub measured_unix_s: u64,
+}
+
+pub struct HitCostCache {
+    dir: PathBuf,
+}
+
+impl Default for HitCostCache {
+    fn default() -> Self {
+        Self::in_dir(DEFAULT_DIR)
+    }
+}
+
+impl HitCostCache {
+    pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    fn file(&self, stacks: bool) -> PathBuf {
+        self.dir.join(if stacks {
+            "hitcost-stacks.json"
+        } else {
+            "hitcost-nostacks.json"
+        })
+    }
+
+    /// This boot's measurement for this binary and stack setting, if a
+    /// trusted, fresh and plausible one exists.
+    pub fn load(&self, stacks: bool) -> Option<Cached> {
+        trusted_dir(&self.dir).ok()?;
+        let key = current_key(stacks)?;
+        let path = self.file(stacks);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        // Our own file: a regular file of root's, written by nobody else.
+        if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.len() > 64 << 10
+        {
+            return None;
+        }
+        let entry: Entry = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+        let fresh = entry.measured_unix_s <= now && now - entry.measured_unix_s < MAX_AGE.as_secs();
+        (entry.key == key && fresh && plausible(&entry.cost)).then_some(Cached {
+            cost: entry.cost,
+            measured_unix_s: entry.measured_unix_s,
+        })
+    }
+
+    /// Keeps a fresh measurement; failures only mean the next recording
+    /// measures again.
+    pub fn store(&self, cost: &HitCost) -> std::io::Result<()> {
+        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+        if !plausible(cost) {
+            return Err(bad("implausible hit cost"));
+        }
+        let key = current_key(cost.with_stacks).ok_or_else(|| bad("no boot id"))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        trusted_dir(&self.dir)?;
+        let entry = Entry {
+            key,
+            measured_unix_s: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_err(|_| bad("clock before 1970"))?
+                .as_secs(),
+            cost: *cost,
+        };
+        let path = self.file(cost.with_stacks);
+        // Written beside it and renamed over it: readers see the old file
+        // or the new one, never half of one. The temporary name is ours
+        // (pid-unique), created exclusively, so nothing else is clobbered.
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            f.write_all(&serde_json::to_vec(&entry).map_err(std::io::Error::other)?)?;
+            std::fs::rename(&tmp, &path)
+        };
+        let written = write();
+        if written.is_err() {
+            // Only the file this call created exclusively.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
+    }
+}
+
+/// A directory only root can change: root's own, no symlink, no group or
+/// other access.
+fn trusted_dir(dir: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    let mode = meta.permissions().mode();
+    if meta.is_dir() && meta.uid() == 0 && mode & 0o077 == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory only root can use", dir.display()),
+        ))
+    }
+}
+
+fn current_key(stacks: bool) -> Option<Key> {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let exe = std::fs::metadata("/proc/self/exe").ok()?;
+    Some(Key {
+        boot_id: boot_id.trim().to_string(),
+        exe_dev: exe.dev(),
+        exe_ino: exe.ino(),
+        exe_size: exe.size(),
+        exe_mtime_ns: i128::from(exe.mtime()) * 1_000_000_000 + i128::from(exe.mtime_nsec()),
+        stacks,
+    })
+}
+
+/// Costs a real measurement can give: positive and finite, under 1 ms a
+/// call; the BPF and stack parts within their totals' range.
+fn plausible(c: &HitCost) -> bool {
+    let per_call = [
+        c.latency_emulated_ns,
+        c.latency_stepped_ns,
+        c.count_emulated_ns,
+        c.count_stepped_ns,
+    ];
+    let parts = [c.bpf_latency_ns, c.bpf_count_ns, c.stack_ns];
+    per_call.iter().all(|v| v.is_finite() && *v > 0.0 && *v < 1e6)
+        && parts.iter().all(|v| v.is_finite() && *v >= 0.0 && *v < 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(stacks: bool) -> HitCost {
+        HitCost {
+            latency_emulated_ns: 1900.0,
+            latency_stepped_ns: 9000.0,
+            count_emulated_ns: 1200.0,
+            count_stepped_ns: 8000.0,
+            with_stacks: stacks,
+            bpf_latency_ns: 300.0,
+            bpf_count_ns: 100.0,
+            stack_ns: 700.0,
+        }
+    }
+
+    fn private_dir() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_stored_cost_is_reused_for_its_own_stack_setting_only() {
+        let d = private_dir();
+        let cache = HitCostCache::in_dir(d.path().join("run"));
+        assert!(cache.load(true).is_none());
+        cache.store(&cost(true)).unwrap();
+        let dir_mode = std::fs::metadata(d.path().join("run")).unwrap().mode() & 0o777;
+        assert_eq!(dir_mode, 0o700);
+        assert_eq!(cache.load(true).unwrap().cost, cost(true));
+        assert!(cache.load(false).is_none());
+        // Nothing but the two result files is ever left there.
+        let names: Vec<_> = std::fs::read_dir(d.path().join("run"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["hitcost-stacks.json"]);
+    }
+
+    #[test]
+    fn an_untrusted_directory_or_file_is_not_used() {
+        let d = private_dir();
+        let run = d.path().join("run");
+        let cache = HitCostCache::in_dir(&run);
+        cache.store(&cost(false)).unwrap();
+        // Open to others: neither read nor written.
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(cache.load(false).is_none());
+        assert!(cache.store(&cost(false)).is_err());
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(cache.load(false).is_some());
+        // A symlinked directory is refused.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&run, &link).unwrap();
+        assert!(HitCostCache::in_dir(&link).load(false).is_none());
+        // A file someone else could have written is ignored.
+        let file = run.join("hitcost-nostacks.json");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(cache.load(false).is_none());
+    }
+
+    #[test]
+    fn stale_foreign_or_implausible_entries_are_ignored() {
+        let d = private_dir();
+        let run = d.path().join("run");
+        let cache = HitCostCache::in_dir(&run);
+        cache.store(&cost(true)).unwrap();
+        let file = run.join("hitcost-stacks.json");
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+            f(&mut v);
+            std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+        };
+        edit(&|v| v["measured_unix_s"] = (v["measured_unix_s"].as_u64().unwrap() - 25 * 3600).into());
+        assert!(cache.load(true).is_none(), "older than a day");
+        cache.store(&cost(true)).unwrap();
+        edit(&|v| v["key"]["boot_id"] = "another boot".into());
+        assert!(cache.load(true).is_none(), "another boot");
+        cache.store(&cost(true)).unwrap();
+        edit(&|v| v["cost"]["latency_emulated_ns"] = (-1.0).into());
+        assert!(cache.load(true).is_none(), "implausible");
+        std::fs::write(&file, b"{not json").unwrap();
+        assert!(cache.load(true).is_none());
+        let mut nan = cost(true);
+        nan.stack_ns = f64::NAN;
+        assert!(cache.store(&nan).is_err());
+    }
+}
