@@ -48,9 +48,12 @@ struct {
 } offcpu_start SEC(".maps");
 
 /* CFI rows of the target's mapped files, sorted by address; the loader
- * sizes the map to the rows it has. */
+ * sizes the map to the rows it has and writes them through an mmap of it
+ * (one memcpy: the kernel copying ~175,000 rows in, batched, took ~40 ms
+ * of CPU). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct unwind_row);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::bundle::{self, BundleError, Written};
-use crate::calibrate::{calibrate_or_reuse, CalibrateError, Calibration, HitCost};
+use crate::calibrate::{calibrate_or_reuse, measure_and_keep, CalibrateError, Calibration, HitCost};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError, Counters, LiveProbe};
@@ -76,6 +76,8 @@ pub struct RecordOptions {
     pub governor: Option<GovernorConfig>,
     /// BPF map capacities (hidden `--max-stacks`/`--max-callsites`).
     pub limits: MapLimits,
+    /// Measure the hit cost even when this boot has one (`--recalibrate`).
+    pub recalibrate: bool,
 }
 
 /// Everything decided before touching the kernel.
@@ -108,8 +110,14 @@ impl Plan {
         privileges::check()?;
         crate::kernel::check()?;
         // Calibration probes only innoprof itself; it overlaps resolution.
-        let stacks = opts.capture_stacks;
-        let calibration = Some(std::thread::spawn(move || calibrate_or_reuse(stacks)));
+        let (stacks, fresh) = (opts.capture_stacks, opts.recalibrate);
+        let calibration = Some(std::thread::spawn(move || {
+            if fresh {
+                measure_and_keep(stacks)
+            } else {
+                calibrate_or_reuse(stacks)
+            }
+        }));
         let target = Target::open(opts.pid, opts.force)?;
         let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;

@@ -96,6 +96,10 @@ struct RecordArgs {
     /// are samples. `0`: every hit's stack (exact per stack, dearer on hot probes).
     #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
     stack_interval: Duration,
+    /// Measure what a probe hit costs on this host now, instead of reusing this boot's
+    /// earlier measurement (kept in /run/innoprof for a day; `innoprof calibrate` refreshes it).
+    #[arg(long)]
+    recalibrate: bool,
     /// Do not profile CPU (on-CPU sampling is on by default; `--probes none` records CPU only).
     #[arg(long, conflicts_with_all = ["offcpu", "offcpu_min", "freq"])]
     no_cpu: bool,
@@ -213,6 +217,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             ..GovernorConfig::default()
         }),
         limits: args.limits.limits(),
+        recalibrate: args.recalibrate,
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;

@@ -86,6 +86,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         probes: args.probe.request(),
         debuginfo: args.probe.debug_search(),
         capture_stacks: false,
+        recalibrate: false,
         stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
         cpu: None,
         // Counters stay raw (observed calls only go up); a duty-cycled

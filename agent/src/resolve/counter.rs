@@ -151,10 +151,31 @@ fn resolve_counters_walking(
     let dwarf = super::dwarf::load(elf_data)?.ok_or(CounterError::NoDebugInfo)?;
     let mut results: Vec<Option<Result<CounterLayout, CounterError>>> =
         counters.iter().map(|_| None).collect();
-    let mut headers = dwarf.units();
-    while let Some(header) = headers.next()? {
+    // Units that define the wanted globals, from `.debug_pubnames` when the
+    // binary has one (MySQL 5.6 and MariaDB 10.2 do): walked first, so the
+    // walk usually ends there instead of after most of `.debug_info`
+    // (~55 ms of CPU on MariaDB 10.2.11). The index is only a hint: every
+    // unit is still walked in order until all are found.
+    let hinted = pubname_units(&file, &wanted);
+    let mut visited = std::collections::HashSet::new();
+    let mut in_order = dwarf.units();
+    let mut hints = hinted.into_iter();
+    loop {
         if results.iter().all(Option::is_some) {
             break;
+        }
+        let header = match hints.next() {
+            Some(offset) => match dwarf.debug_info.header_from_offset(offset) {
+                Ok(h) => h,
+                Err(_) => continue,
+            },
+            None => match in_order.next()? {
+                Some(h) => h,
+                None => break,
+            },
+        };
+        if !visited.insert(header.offset().0) {
+            continue;
         }
         at_unit(&header);
         let unit = dwarf.unit(header)?;
@@ -186,6 +207,38 @@ fn resolve_counters_walking(
         .zip(counters)
         .map(|(r, c)| r.unwrap_or_else(|| Err(CounterError::NoSuchGlobal(c.global.clone()))))
         .collect())
+}
+
+/// The units `.debug_pubnames` says define the wanted globals, in the
+/// order of `wanted`; none without the section or when it does not parse.
+fn pubname_units(file: &object::File<'_>, wanted: &[Wanted]) -> Vec<gimli::DebugInfoOffset> {
+    use object::ObjectSection;
+    let Some(data) = file
+        .section_by_name(".debug_pubnames")
+        .and_then(|s| s.data().ok())
+    else {
+        return Vec::new();
+    };
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let pubnames = gimli::DebugPubNames::new(data, endian);
+    let mut units = vec![None; wanted.len()];
+    let mut items = pubnames.items();
+    while let Ok(Some(item)) = items.next() {
+        let name = item.name().slice();
+        for (i, w) in wanted.iter().enumerate() {
+            if units[i].is_none() && name == w.global.as_bytes() {
+                units[i] = Some(item.unit_header_offset());
+            }
+        }
+        if units.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    units.into_iter().flatten().collect()
 }
 
 /// A global's link-time address and type DIE, or why not.
