@@ -91,8 +91,7 @@ impl HitCostCache {
         let path = self.file(stacks);
         let meta = std::fs::symlink_metadata(&path).ok()?;
         // Our own file: a regular file of root's, written by nobody else.
-        if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.len() > 64 << 10
-        {
+        if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.len() > 64 << 10 {
             return None;
         }
         let entry: Entry = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
@@ -107,7 +106,8 @@ impl HitCostCache {
     /// Keeps a fresh measurement; failures only mean the next recording
     /// measures again.
     pub fn store(&self, cost: &HitCost) -> std::io::Result<()> {
-        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+        let bad =
+            |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
         if !plausible(cost) {
             return Err(bad("implausible hit cost"));
         }
@@ -188,7 +188,9 @@ fn plausible(c: &HitCost) -> bool {
         c.count_stepped_ns,
     ];
     let parts = [c.bpf_latency_ns, c.bpf_count_ns, c.stack_ns];
-    per_call.iter().all(|v| v.is_finite() && *v > 0.0 && *v < 1e6)
+    per_call
+        .iter()
+        .all(|v| v.is_finite() && *v > 0.0 && *v < 1e6)
         && parts.iter().all(|v| v.is_finite() && *v >= 0.0 && *v < 1e6)
 }
 
@@ -268,7 +270,9 @@ mod tests {
             f(&mut v);
             std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
         };
-        edit(&|v| v["measured_unix_s"] = (v["measured_unix_s"].as_u64().unwrap() - 25 * 3600).into());
+        edit(&|v| {
+            v["measured_unix_s"] = (v["measured_unix_s"].as_u64().unwrap() - 25 * 3600).into()
+        });
         assert!(cache.load(true).is_none(), "older than a day");
         cache.store(&cost(true)).unwrap();
         edit(&|v| v["key"]["boot_id"] = "another boot".into());

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::bundle::{self, BundleError, Written};
-use crate::calibrate::{calibrate_or_reuse, measure_and_keep, CalibrateError, Calibration, HitCost};
+use crate::calibrate::{
+    calibrate_or_reuse, measure_and_keep, CalibrateError, Calibration, HitCost,
+};
 use crate::callsite::CallsiteNamer;
 use crate::catalog::{CatalogError, Measure};
 use crate::collect::{self, CollectError, Counters, LiveProbe};

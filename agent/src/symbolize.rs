@@ -514,6 +514,8 @@ const TRIM_PERIOD: std::time::Duration = std::time::Duration::from_micros(200);
 /// of the whole file every 200 µs, and the faults that bring back pages
 /// still in use) cost ~0.1 s of CPU per symbolization of a 118 MB server.
 const TRIM_GROWTH_PAGES: u64 = (8 << 20) / 4096;
+/// How often a trim looks for new mappings of the file.
+const TRIM_RESCAN_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl FileTrimmer {
     fn for_file(path: &std::path::Path) -> Option<Self> {
@@ -533,11 +535,19 @@ impl FileTrimmer {
     fn run_until(&self, done: &AtomicBool) {
         let statm = std::fs::File::open("/proc/self/statm").ok();
         let mut floor: Option<u64> = None;
+        let mut scanned: Option<std::time::Instant> = None;
         while !done.load(Ordering::Relaxed) {
             let now = statm.as_ref().and_then(file_backed_pages);
             // Without statm, trim every period (as a fallback, dearer).
             if !matches!((now, floor), (Some(n), Some(f)) if n < f + TRIM_GROWTH_PAGES) {
-                self.trim();
+                // blazesym maps a file once, when it opens it: the maps are
+                // read again only now and then (reading /proc/self/maps
+                // on every trim was ~40 ms of a symbolization).
+                if scanned.is_none_or(|t| t.elapsed() >= TRIM_RESCAN_EVERY) {
+                    self.rescan();
+                    scanned = Some(std::time::Instant::now());
+                }
+                self.release();
                 floor = statm.as_ref().and_then(file_backed_pages);
             }
             std::thread::sleep(TRIM_PERIOD);
@@ -681,7 +691,10 @@ ffffffffc0100000 t mod_fn\t[virtio]
         assert_eq!(k.name(0xffffffffc0100010), Some("mod_fn"));
         assert_eq!(k.name(0xffffffffc0101000), None);
         // Hidden addresses (all zero, no CAP_SYSLOG) name nothing.
-        let hidden = KernelSymbols::parse("0000000000000000 T _stext\n0000000000000000 T schedule\n", "");
+        let hidden = KernelSymbols::parse(
+            "0000000000000000 T _stext\n0000000000000000 T schedule\n",
+            "",
+        );
         assert_eq!(hidden.name(0xffffffff81000200), None);
     }
 

@@ -34,6 +34,69 @@ fn calibration_measures_emulated_and_single_stepped_hits() {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
+/// `calibrate` keeps its measurement for the boot; a recording then reuses
+/// it and says so, and `--recalibrate` measures anew. The cache is
+/// innoprof's own directory, root's alone.
+#[test]
+fn a_recording_reuses_this_boots_calibration_unless_told_not_to() {
+    let _k = kernel_lock();
+    let out = run_innoprof(&["calibrate"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = std::fs::symlink_metadata("/run/innoprof").expect("/run/innoprof kept");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert!(dir.is_dir() && dir.uid() == 0);
+    assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+
+    let record = |extra: &[&str]| {
+        let fx = Fixture::spawn(&fixture_binary(false), [1, 1, 0, 0, 0]);
+        let pid = fx.pid.to_string();
+        let mut args = vec![
+            "--pid",
+            &pid,
+            "--force",
+            "--duration",
+            "1s",
+            "--probe",
+            "fixture_counted",
+        ];
+        args.extend_from_slice(extra);
+        let rec = Recording::start(&args);
+        let (code, stdout, rec) = rec.finish();
+        fx.exit();
+        assert_eq!(code, Some(0), "{}", rec.stderr());
+        (stdout, rec.summary())
+    };
+    let (stdout, s) = record(&[]);
+    let reused = s["overhead"]["calibration_reused"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", s["overhead"]));
+    assert!(reused.contains("in this boot, reused"), "{reused}");
+    assert!(stdout.contains(reused), "{stdout}");
+    assert!(
+        s["overhead"]["calibration_note"].is_null(),
+        "{}",
+        s["overhead"]
+    );
+
+    let (stdout, s) = record(&["--recalibrate"]);
+    assert!(
+        s["overhead"]["calibration_reused"].is_null(),
+        "{}",
+        s["overhead"]
+    );
+    assert!(!stdout.contains("reused from /run/innoprof"), "{stdout}");
+    assert!(
+        s["overhead"]["hit_cost"]["latency_emulated_ns"]
+            .as_f64()
+            .unwrap()
+            > 50.0
+    );
+}
+
 /// The estimate of a cut probe against the fixture's log: the calls in
 /// the time the estimate covers (0 to the end of the last on-window).
 fn check_estimate(

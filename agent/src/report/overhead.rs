@@ -20,8 +20,14 @@ pub fn render(summary: &Summary) -> String {
         o.agent_max_rss_kb / 1024,
     );
     out.push_str(&render_hit_cost(&o.hit_cost));
-    for note in [&o.calibration_note, &o.calibration_reused].into_iter().flatten() {
+    for note in [&o.calibration_note, &o.calibration_reused]
+        .into_iter()
+        .flatten()
+    {
         out.push_str(&format!("  ({note})\n"));
+    }
+    if let Some(note) = stack_sampling_note(summary) {
+        out.push_str(&format!("stacks: {note}\n"));
     }
     for p in &summary.probes {
         if let Some(s) = &p.sampling {
@@ -45,6 +51,22 @@ pub fn render(summary: &Summary) -> String {
         out.push_str(&format!("governor: {e}\n"));
     }
     out
+}
+
+/// How probe stacks were taken, when they were sampled in time: what a
+/// reader of the folded files and wait flame graphs must know.
+pub fn stack_sampling_note(summary: &Summary) -> Option<String> {
+    let interval = summary
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached)
+        .map(|p| p.stacks.interval_ns)
+        .max()
+        .filter(|&ns| ns > 0)?;
+    Some(format!(
+        "a probe's stack is taken at most once per {} on each CPU and carries the hits since the one before: per-stack totals add up exactly, the split between stacks is a sample (`--stack-interval 0` takes every hit's)",
+        units::ns(interval),
+    ))
 }
 
 /// What a cut probe saw and the only estimate made from it, e.g.

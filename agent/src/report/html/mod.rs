@@ -69,6 +69,7 @@ pub fn render(page: &Page) -> String {
                 @if !page.probe_flamegraphs.is_empty() {
                     h2 #waitstacks { "Wait stacks" }
                     p.note { "Per probe: width is wait time (calls for count-only probes). Click a frame to zoom, Ctrl-F to search." }
+                    @if let Some(note) = super::overhead::stack_sampling_note(s) { p.note { "Stacks: " (note) "." } }
                     (flamegraphs(page.probe_flamegraphs))
                 }
             }
