@@ -178,15 +178,25 @@ struct KernelSymbols {
 
 impl KernelSymbols {
     fn read() -> Self {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
         let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-        Self::parse(&kallsyms, &modules)
+        match std::fs::File::open("/proc/kallsyms") {
+            // Line by line: the whole file is ~5 MB, held at the end of a
+            // recording when the agent's memory peaks anyway.
+            Ok(f) => Self::parse(std::io::BufReader::with_capacity(64 << 10, f), &modules),
+            Err(_) => Self::default(),
+        }
     }
 
-    fn parse(kallsyms: &str, modules: &str) -> Self {
-        let mut marks: HashMap<&str, u64> = HashMap::new();
+    fn parse(mut kallsyms: impl std::io::BufRead, modules: &str) -> Self {
+        let mut marks: HashMap<&'static str, u64> = HashMap::new();
         let mut out = Self::default();
-        for line in kallsyms.lines() {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match kallsyms.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
             // `address type name [module]`
             let mut it = line.split_whitespace();
             let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
@@ -195,8 +205,10 @@ impl KernelSymbols {
             let Ok(addr) = u64::from_str_radix(addr, 16) else {
                 continue;
             };
-            if matches!(name, "_stext" | "_etext" | "_sinittext" | "_einittext") {
-                marks.insert(name, addr);
+            for mark in ["_stext", "_etext", "_sinittext", "_einittext"] {
+                if name == mark {
+                    marks.insert(mark, addr);
+                }
             }
             // Text symbols only: data names must not name a code address.
             if addr == 0 || !matches!(ty, "t" | "T" | "w" | "W") {
@@ -212,6 +224,8 @@ impl KernelSymbols {
         // Stable: of equal addresses the first listed stays first.
         out.starts.sort_by_key(|&(addr, _)| addr);
         out.starts.dedup_by_key(|&mut (addr, _)| addr);
+        out.starts.shrink_to_fit();
+        out.names.shrink_to_fit();
         for (start, end) in [("_stext", "_etext"), ("_sinittext", "_einittext")] {
             if let (Some(&s), Some(&e)) = (marks.get(start), marks.get(end)) {
                 out.ranges.push((s, e));
@@ -681,7 +695,7 @@ ffffffffa0001000 t bpf_prog_1234_x\t[bpf]
 ffffffffc0100000 t mod_fn\t[virtio]
 ";
         let modules = "virtio 4096 1 - Live 0xffffffffc0100000\n";
-        let k = KernelSymbols::parse(kallsyms, modules);
+        let k = KernelSymbols::parse(kallsyms.as_bytes(), modules);
         assert_eq!(k.name(0xffffffff81000000), Some("_stext"));
         assert_eq!(k.name(0xffffffff81000150), Some("early_helper"));
         // `some_data` is not code: the text symbol before it names it.
@@ -692,7 +706,7 @@ ffffffffc0100000 t mod_fn\t[virtio]
         assert_eq!(k.name(0xffffffffc0101000), None);
         // Hidden addresses (all zero, no CAP_SYSLOG) name nothing.
         let hidden = KernelSymbols::parse(
-            "0000000000000000 T _stext\n0000000000000000 T schedule\n",
+            "0000000000000000 T _stext\n0000000000000000 T schedule\n".as_bytes(),
             "",
         );
         assert_eq!(hidden.name(0xffffffff81000200), None);

@@ -283,8 +283,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     );
     let deadline = tokio::time::sleep(args.duration);
     tokio::pin!(deadline);
-    // Short ticks: the governor switches probes on and off within a second.
-    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    // The governor's own period (it switches probes within a second); each
+    // wakeup costs the agent CPU, so no more often than that.
+    let mut tick = tokio::time::interval(innoprof::governor::GovernorConfig::default().tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = std::time::Instant::now();
     // Without --interval the branch below is disabled; the period is moot.

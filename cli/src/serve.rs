@@ -121,8 +121,9 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     );
     let live: Shared = Rc::new(RefCell::new(Live { recorder, exporter }));
 
-    // Short ticks: the governor switches probes on and off within a second.
-    let mut tick = tokio::time::interval(Duration::from_millis(25));
+    // The governor's own period (it switches probes within a second); each
+    // wakeup costs the agent CPU, so no more often than that.
+    let mut tick = tokio::time::interval(innoprof::governor::GovernorConfig::default().tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut alive_check = tokio::time::interval(Duration::from_millis(250));
     let guard = ConnectionGuard::new(args.max_connections as usize);
