@@ -294,7 +294,7 @@ fn load_rows(ebpf: &mut Ebpf, rows: &[UnwindRow]) -> Result<(), CpuError> {
 
 // An mmapable array lays its elements out every round_up(value_size, 8)
 // bytes from the mapping's start: exactly a `[UnwindRow]`.
-const _: () = assert!(std::mem::size_of::<UnwindRow>() % 8 == 0);
+const _: () = assert!(std::mem::size_of::<UnwindRow>().is_multiple_of(8));
 
 /// Writes `rows` at indexes 0.. of a `BPF_F_MMAPABLE` array map of at
 /// least `rows.len()` entries, through a shared mapping of it.
