@@ -229,7 +229,10 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     assert!(spent < projected, "spent {spent}% vs {projected}% fully on");
     assert!(stdout.contains("sampled: paced_hit on"), "{stdout}");
     assert!(stdout.contains(&format!("{} seen", p["calls"])), "{stdout}");
-    assert!(stdout.contains("stacks: paced_hit sampled"), "{stdout}");
+    assert!(
+        stdout.contains("stacks sampled by the governor: paced_hit (1 in up to "),
+        "{stdout}"
+    );
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }

@@ -40,12 +40,20 @@ pub fn render(summary: &Summary) -> String {
                 estimate_text(s),
             ));
         }
-        if p.stacks.sampled_every_max > 1 {
-            out.push_str(&format!(
-                "stacks: {} sampled, at times one hit in up to {}; each stack taken carries the hits since the one before (folded totals exact, the split between stacks a sample)\n",
-                p.name, p.stacks.sampled_every_max,
-            ));
-        }
+    }
+    // One line for every probe whose stacks the governor thinned (the
+    // default set under load can be all eight of them).
+    let thinned: Vec<String> = summary
+        .probes
+        .iter()
+        .filter(|p| p.stacks.sampled_every_max > 1)
+        .map(|p| format!("{} (1 in up to {})", p.name, p.stacks.sampled_every_max))
+        .collect();
+    if !thinned.is_empty() {
+        out.push_str(&format!(
+            "stacks sampled by the governor: {}; each stack taken carries the hits since the one before (folded totals exact, the split between stacks a sample)\n",
+            thinned.join(", "),
+        ));
     }
     for e in &o.governor_errors {
         out.push_str(&format!("governor: {e}\n"));
