@@ -50,12 +50,14 @@ def run_once(binary, server_pid, duration, extra, workdir, n):
     out = os.path.join(workdir, f"rec-{n}")
     cmd = [binary, "record", "--pid", str(server_pid), "--duration", f"{duration}s", "--out", out] + extra
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - t0
-    stderr = proc.stderr.read()
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    # stderr to a file, not a pipe: wait4 must not wait on a full pipe.
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stderr}")
     with open(os.path.join(out, "summary.json")) as f:

@@ -164,25 +164,21 @@ impl HitCost {
 #[derive(Debug, Clone, Copy)]
 pub struct Calibration {
     pub cost: HitCost,
-    /// When it was measured, seconds since the epoch.
-    pub measured_unix_s: u64,
-    /// Taken from this boot's cache ([`crate::hitcost_cache`]), not
-    /// measured by this run.
-    pub cached: bool,
+    /// Set when it is this boot's earlier measurement
+    /// ([`crate::hitcost_cache`]), not this run's: how long ago that was.
+    pub reused_age: Option<std::time::Duration>,
 }
 
 /// This boot's cached measurement when there is one for this binary and
 /// stack setting, else a fresh one (kept for the next run).
 pub fn calibrate_or_reuse(capture_stacks: bool) -> Result<Calibration, CalibrateError> {
-    let cache = crate::hitcost_cache::HitCostCache::default();
-    if let Some(c) = cache.load(capture_stacks) {
-        return Ok(Calibration {
+    match crate::hitcost_cache::HitCostCache::default().load(capture_stacks) {
+        Some(c) => Ok(Calibration {
             cost: c.cost,
-            measured_unix_s: c.measured_unix_s,
-            cached: true,
-        });
+            reused_age: Some(c.age),
+        }),
+        None => measure_and_keep(capture_stacks),
     }
-    measure_and_keep(capture_stacks)
 }
 
 /// A fresh measurement, which replaces this boot's cached one.
@@ -193,10 +189,7 @@ pub fn measure_and_keep(capture_stacks: bool) -> Result<Calibration, CalibrateEr
     let _ = crate::hitcost_cache::HitCostCache::default().store(&cost);
     Ok(Calibration {
         cost,
-        measured_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        cached: false,
+        reused_age: None,
     })
 }
 

@@ -52,12 +52,11 @@ struct Entry {
     cost: HitCost,
 }
 
-/// A hit cost and where it came from.
+/// A kept hit cost and how long ago it was measured.
 #[derive(Debug, Clone, Copy)]
 pub struct Cached {
     pub cost: HitCost,
-    /// When it was measured (seconds since the epoch).
-    pub measured_unix_s: u64,
+    pub age: Duration,
 }
 
 pub struct HitCostCache {
@@ -97,9 +96,9 @@ impl HitCostCache {
         let entry: Entry = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
         let fresh = entry.measured_unix_s <= now && now - entry.measured_unix_s < MAX_AGE.as_secs();
-        (entry.key == key && fresh && plausible(&entry.cost)).then_some(Cached {
+        (entry.key == key && fresh && plausible(&entry.cost)).then(|| Cached {
             cost: entry.cost,
-            measured_unix_s: entry.measured_unix_s,
+            age: Duration::from_secs(now - entry.measured_unix_s),
         })
     }
 

@@ -206,7 +206,7 @@ impl Recorder {
             .take()
             .map(|h| h.join().unwrap_or(Err(CalibrateError::Panicked)));
         let calibration_reused = match &calibrated {
-            Some(Ok(c)) if c.cached => Some(reused_note(c.measured_unix_s)),
+            Some(Ok(c)) => c.reused_age.map(reused_note),
             _ => None,
         };
         let (hit_cost, calibration_note) = match calibrated {
@@ -700,13 +700,10 @@ impl Recorder {
 }
 
 /// Says that the hit cost is this boot's cached measurement, and how old.
-fn reused_note(measured_unix_s: u64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let min = now.saturating_sub(measured_unix_s) / 60;
+fn reused_note(age: Duration) -> String {
     format!(
-        "calibrated {min} min ago in this boot, reused from /run/innoprof; `innoprof calibrate` measures again"
+        "calibrated {} min ago in this boot, reused from /run/innoprof; `innoprof calibrate` measures again",
+        age.as_secs() / 60
     )
 }
 

@@ -219,12 +219,7 @@ fn pubname_units(file: &object::File<'_>, wanted: &[Wanted]) -> Vec<gimli::Debug
     else {
         return Vec::new();
     };
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let pubnames = gimli::DebugPubNames::new(data, endian);
+    let pubnames = gimli::DebugPubNames::new(data, super::dwarf::endian(file));
     let mut units = vec![None; wanted.len()];
     let mut items = pubnames.items();
     while let Ok(Some(item)) = items.next() {

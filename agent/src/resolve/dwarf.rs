@@ -8,6 +8,15 @@ use super::ElfImage;
 
 pub type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 
+/// The byte order gimli reads the file's DWARF sections in.
+pub fn endian(file: &object::File<'_>) -> RunTimeEndian {
+    if file.is_little_endian() {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    }
+}
+
 /// The file's DWARF, or None when it has no `.debug_info`. Missing
 /// sections read as empty, as gimli expects.
 pub fn load(elf_data: &[u8]) -> Result<Option<gimli::Dwarf<Reader<'_>>>, object::Error> {
@@ -15,11 +24,7 @@ pub fn load(elf_data: &[u8]) -> Result<Option<gimli::Dwarf<Reader<'_>>>, object:
     if file.section_by_name(".debug_info").is_none() {
         return Ok(None);
     }
-    let endian = if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
+    let endian = endian(&file);
     let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'_>, std::convert::Infallible> {
         let data = file
             .section_by_name(id.name())
