@@ -18,6 +18,8 @@ packages=(
     prometheus                              # a real Prometheus scrapes `innoprof serve` in the tests
     chromium                                # headless browser: the report.html test renders the page
     bpftrace                                # scripts/bench.py compares against it
+    tmux                                    # the `innoprof top` terminal UI test drives it in tmux
+    zsh fish groff-base                     # completions parse in each shell; man pages render
 )
 
 missing=()

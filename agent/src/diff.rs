@@ -29,6 +29,10 @@ pub enum DiffError {
     FlameGraph(#[from] FlameGraphError),
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// A diff written into a bundle would leave its metadata.json file
+    /// list and its .tar.gz stale.
+    #[error("{0} is a recording (it has {file}); write the diff elsewhere with --out DIR", file = crate::bundle::METADATA_JSON)]
+    IntoBundle(PathBuf),
 }
 
 /// The files `write` puts beside the differential folded files and graphs.
@@ -146,7 +150,15 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
 
 impl DiffReport {
     /// Writes the differential files, `diff.json` and `diff.txt` into `dir`.
+    /// Writes the diff's files into `dir` (created if absent), which must
+    /// not be a recording: a diff never changes a bundle.
     pub fn write(&self, dir: &Path) -> Result<(), DiffError> {
+        let is_bundle = [crate::bundle::METADATA_JSON, crate::bundle::SUMMARY_JSON]
+            .iter()
+            .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok());
+        if is_bundle {
+            return Err(DiffError::IntoBundle(dir.into()));
+        }
         report::prepare_dir(dir)?;
         for (name, text) in &self.files {
             report::write_file(&dir.join(name), text.as_bytes())?;

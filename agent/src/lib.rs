@@ -24,6 +24,7 @@ pub mod collect;
 pub mod cost;
 pub mod cpu;
 pub mod diff;
+pub mod discover;
 pub mod estimate;
 pub mod export;
 pub mod governor;

@@ -69,7 +69,7 @@ pub enum Liveness {
 }
 
 /// Process names of the servers innoprof knows.
-const SERVER_NAMES: &[&str] = &["mysqld", "mariadbd", "mysqld-debug", "mariadbd-debug"];
+pub(crate) const SERVER_NAMES: &[&str] = &["mysqld", "mariadbd", "mysqld-debug", "mariadbd-debug"];
 
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -8,7 +8,7 @@ use innoprof::cpu::CpuOptions;
 #[derive(Args, Debug, Clone)]
 pub struct CpuArgs {
     /// CPU sampling rate: cpu-clock samples per second on each CPU.
-    #[arg(long, value_name = "HZ", default_value_t = 99)]
+    #[arg(short = 'F', long, value_name = "HZ", default_value_t = 99)]
     pub freq: u64,
     /// Also profile off-CPU time: where the server's threads block (futex, I/O), by stack.
     /// Costs a stack walk at each context switch of the server.

@@ -1,6 +1,6 @@
 //! `innoprof diff BASELINE INCIDENT`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
@@ -12,14 +12,33 @@ pub struct DiffArgs {
     pub baseline: PathBuf,
     /// Output directory of the recording to compare with it.
     pub incident: PathBuf,
-    /// Where to write diff.*.folded, diff.*.svg, diff.json and diff.txt (default: INCIDENT).
-    #[arg(long)]
+    /// Where to write diff.*.folded, diff.*.svg, diff.json and diff.txt; never a recording
+    /// (default: innoprof-diff-BASELINE-vs-INCIDENT in the current directory).
+    #[arg(short = 'o', long)]
     pub out: Option<PathBuf>,
+}
+
+/// The recordings' own names, so two diffs in one directory do not collide
+/// and the name says what was compared.
+fn default_out(baseline: &Path, incident: &Path) -> PathBuf {
+    let name = |p: &Path| {
+        p.canonicalize()
+            .ok()
+            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "recording".into())
+    };
+    PathBuf::from(format!(
+        "innoprof-diff-{}-vs-{}",
+        name(baseline),
+        name(incident)
+    ))
 }
 
 pub fn run(args: DiffArgs) -> Result<()> {
     let report = diff_dirs(&args.baseline, &args.incident)?;
-    let out = args.out.unwrap_or_else(|| args.incident.clone());
+    let out = args
+        .out
+        .unwrap_or_else(|| default_out(&args.baseline, &args.incident));
     report.write(&out)?;
     print!("{}", report.render());
     eprintln!("innoprof: wrote {}", out.display());

@@ -2,9 +2,11 @@
 
 mod cpu_args;
 mod diff;
+mod docs;
 mod http_guard;
 mod limit_args;
 mod parse;
+mod pid_arg;
 mod probe_args;
 mod probes;
 mod report;
@@ -32,13 +34,39 @@ pub(crate) const EXIT_TARGET_EXITED: u8 = 3;
 /// directory removed); probes are detached and the table went to stdout.
 pub(crate) const EXIT_OUTPUT_FAILED: u8 = 4;
 
+/// `innoprof --version`: which source a copied binary came from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("INNOPROF_GIT_COMMIT"),
+    ", built ",
+    env!("INNOPROF_BUILD_DATE"),
+    ")"
+);
+
+/// Shown under every command's --help: what a script or a service manager
+/// needs to know before running it.
+pub(crate) const AFTER_HELP: &str = "\
+Exit status:
+  0  done (the recording was written, or Ctrl-C/SIGTERM ended it and it was written)
+  1  error: bad input, no such server, not permitted, attach failed (one line on stderr)
+  2  usage error: unknown flag or bad value
+  3  the server exited while attached (record writes what it had)
+  4  the results could not be written (disk full, --out removed); the table went to stdout
+
+Privileges: root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) to load BPF and attach
+uprobes and perf events, and CAP_SYS_PTRACE to read the server's /proc/PID/maps and
+map_files. `innoprof probes --binary` and `report`, `diff`, `top DIR` need none.";
+
 #[derive(Parser)]
 #[command(
     name = "innoprof",
-    version,
-    about = "Where a live MySQL/MariaDB server waits: InnoDB latch, undo and redo latency from eBPF uprobes"
+    version = VERSION,
+    about = "Where a live MySQL/MariaDB server waits: InnoDB latch, undo and redo latency from eBPF uprobes",
+    after_help = AFTER_HELP,
+    propagate_version = true
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -59,6 +87,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure what one probe hit costs on this host (what the overhead governor budgets with).
     Calibrate(CalibrateArgs),
+    /// Print a shell completion script: `innoprof completions bash > /etc/bash_completion.d/innoprof`.
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages: `innoprof manpages /usr/local/share/man/man1`.
+    Manpages(docs::ManpagesArgs),
 }
 
 #[derive(Args)]
@@ -72,17 +104,18 @@ struct CalibrateArgs {
 }
 
 #[derive(Args)]
+#[command(after_help = AFTER_HELP)]
 struct RecordArgs {
-    /// PID of the running mysqld/mariadbd.
-    #[arg(long)]
-    pid: u32,
-    /// How long to record (e.g. 30s, 2m, 500ms).
-    #[arg(long, default_value = "30s", value_parser = parse::recording_duration)]
+    #[command(flatten)]
+    pid: pid_arg::PidArg,
+    /// How long to record: seconds (30, 0.5) or with a unit (30s, 2m, 500ms).
+    #[arg(short = 'd', long, default_value = "30s", value_parser = parse::recording_duration)]
     duration: Duration,
     /// Output directory, written whole at the end with OUT.tar.gz beside it
     /// (must be absent, empty, or an earlier recording, which is replaced).
-    #[arg(long)]
-    out: PathBuf,
+    /// Default: innoprof-PID-YYYYMMDD-HHMMSS (UTC) in the current directory.
+    #[arg(short = 'o', long)]
+    out: Option<PathBuf>,
     #[command(flatten)]
     probe: probe_args::ProbeArgs,
     /// Profile a process that is not mysqld/mariadbd.
@@ -140,6 +173,8 @@ fn main() -> ExitCode {
             Command::Diff(args) => diff::run(args).map(|()| ExitCode::SUCCESS),
             Command::Report(args) => report::run(args).map(|()| ExitCode::SUCCESS),
             Command::Calibrate(args) => calibrate(args),
+            Command::Completions(args) => docs::completions(args).map(|()| ExitCode::SUCCESS),
+            Command::Manpages(args) => docs::manpages(args).map(|()| ExitCode::SUCCESS),
             // Connection tasks share the BPF handles on this one thread.
             Command::Serve(args) => {
                 tokio::task::LocalSet::new()
@@ -203,9 +238,24 @@ pub(crate) fn warn_unattached(plan: &Plan) {
     }
 }
 
+/// `record` without `-o`: a new directory named for the target and the
+/// time, as perf writes perf.data where it runs.
+fn default_out(pid: u32) -> PathBuf {
+    // RFC 3339 in UTC, `2026-11-23T20:41:07Z`, to `20261123-204107`.
+    let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .map(|c| if c == 'T' { '-' } else { c })
+        .collect();
+    PathBuf::from(format!("innoprof-{pid}-{stamp}"))
+}
+
 async fn record(args: RecordArgs) -> Result<ExitCode> {
+    let pid = args.pid.resolve()?;
+    let out = args.out.clone().unwrap_or_else(|| default_out(pid));
     let opts = RecordOptions {
-        pid: args.pid,
+        pid,
         force: args.force,
         probes: args.probe.request(),
         debuginfo: args.probe.debug_search(),
@@ -225,7 +275,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
 
     let plan = Plan::build(&opts)?;
     // Checked before any probe is attached, so a bad --out costs nothing.
-    bundle::prepare(&args.out)?;
+    bundle::prepare(&out)?;
     warn_unattached(&plan);
     let mut recorder = Recorder::start(plan, !args.no_stacks)?;
     let mut series = args
@@ -333,7 +383,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let written = match recording.write(&args.out, &argv) {
+    let written = match recording.write(&out, &argv) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("innoprof: error: {}", innoprof::error_chain(&e));

@@ -10,11 +10,15 @@ const MAX_RECORDING: Duration = Duration::from_secs(30 * 24 * 3600);
 /// innoprof's own CPU %) divide by almost nothing (`1ns` printed 60912 %).
 const MIN_RECORDING: Duration = Duration::from_millis(100);
 
-/// `--duration`: humantime syntax (`500ms`, `30s`, `2m`, `1h 30m`), at
-/// least 100 ms and at most 30 days.
+/// `--duration`: bare seconds as bcc tools take them (`30`, `0.5`) or
+/// humantime syntax (`500ms`, `30s`, `2m`, `1h 30m`), at least 100 ms and
+/// at most 30 days.
 pub fn recording_duration(text: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(text)
-        .map_err(|e| format!("{e} (expected e.g. 500ms, 30s, 2m)"))?;
+    let d = match bare_seconds(text) {
+        Some(d) => d,
+        None => humantime::parse_duration(text)
+            .map_err(|e| format!("{e} (expected e.g. 30, 500ms, 30s, 2m)"))?,
+    };
     if d.is_zero() {
         return Err("must be more than zero (e.g. 30s)".into());
     }
@@ -33,6 +37,17 @@ pub fn recording_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `30` or `2.5`: seconds. Anything else (units, signs, exponents) is
+/// left to humantime; a number too large for a Duration is refused there.
+fn bare_seconds(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    let secs: f64 = t.parse().ok()?;
+    Duration::try_from_secs_f64(secs).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,6 +56,18 @@ mod tests {
     fn accepts_usual_durations_and_refuses_the_rest() {
         assert_eq!(recording_duration("300ms"), Ok(Duration::from_millis(300)));
         assert_eq!(recording_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(recording_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(recording_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert!(recording_duration("0")
+            .unwrap_err()
+            .contains("more than zero"));
+        assert!(recording_duration("0.05")
+            .unwrap_err()
+            .contains("100ms or more"));
+        assert!(recording_duration("1.2.3").is_err());
+        assert!(recording_duration("9999999999999")
+            .unwrap_err()
+            .contains("30 days"));
         assert!(recording_duration("0s")
             .unwrap_err()
             .contains("more than zero"));

@@ -8,12 +8,13 @@ use clap::Args;
 use innoprof::inspect;
 use innoprof::target::Target;
 
+use crate::pid_arg::PidArg;
 use crate::probe_args::ProbeArgs;
 
 #[derive(Args)]
 pub struct ProbesArgs {
-    /// PID of a running mysqld/mariadbd.
-    #[arg(long, conflicts_with = "binary", required_unless_present = "binary")]
+    /// PID of a running mysqld/mariadbd (default without --binary: the only one on this host).
+    #[arg(short = 'p', long, conflicts_with = "binary")]
     pid: Option<u32>,
     /// A server binary on disk.
     #[arg(long)]
@@ -35,13 +36,13 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
         request.selection = Some("all".into());
     }
     let debug = args.probe.debug_search();
-    let inspection = match (args.pid, &args.binary) {
-        (Some(pid), _) => {
+    let inspection = match &args.binary {
+        Some(b) => inspect::inspect(b, &b.display().to_string(), &request, &debug)?,
+        None => {
+            let pid = PidArg { pid: args.pid }.resolve()?;
             let t = Target::open(pid, args.force)?;
             inspect::inspect_target(&t, &request, &debug)?
         }
-        (None, Some(b)) => inspect::inspect(b, &b.display().to_string(), &request, &debug)?,
-        (None, None) => unreachable!("clap requires --pid or --binary"),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&inspection)?);

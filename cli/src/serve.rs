@@ -28,14 +28,15 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::http_guard::{ConnectionGuard, DEFAULT_MAX_CONNECTIONS};
+use crate::pid_arg::PidArg;
 use crate::probe_args::ProbeArgs;
 use crate::EXIT_TARGET_EXITED;
 
 #[derive(Args)]
+#[command(after_help = crate::AFTER_HELP)]
 pub struct ServeArgs {
-    /// PID of the running mysqld/mariadbd.
-    #[arg(long)]
-    pub pid: u32,
+    #[command(flatten)]
+    pub pid: PidArg,
     /// Address for the /metrics endpoint.
     #[arg(long, default_value = "127.0.0.1:9707")]
     pub listen: SocketAddr,
@@ -81,7 +82,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let opts = RecordOptions {
-        pid: args.pid,
+        pid: args.pid.resolve()?,
         force: args.force,
         probes: args.probe.request(),
         debuginfo: args.probe.debug_search(),

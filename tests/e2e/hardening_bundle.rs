@@ -330,15 +330,30 @@ fn out_on_a_users_directory_is_refused_and_left_intact() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-/// innoprof's own bundle, after `diff` and `report` wrote into it and a
-/// killed run left its temporary directory beside it, is replaced whole.
+/// innoprof's own bundle, after an older innoprof's `diff` and `report`
+/// wrote into it and a killed run left its temporary directory beside it,
+/// is replaced whole. (`diff` now refuses to write into a recording.)
 #[test]
 fn out_on_innoprofs_own_earlier_bundle_is_replaced() {
     let root = tempfile::tempdir().unwrap();
     let base = copy_bundle(root.path(), "base");
     let x = copy_bundle(root.path(), "incident");
+    let before = listing(&x);
     let o = diff(&base, &x, &x);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is a recording"));
+    assert_eq!(listing(&x), before, "a refused diff wrote into the bundle");
+    let elsewhere = root.path().join("diff-out");
+    let o = diff(&base, &x, &elsewhere);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in listing(&elsewhere) {
+        std::fs::copy(elsewhere.join(&f), x.join(&f)).unwrap();
+    }
     assert!(x.join("diff.txt").is_file());
     let o = report(&x);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

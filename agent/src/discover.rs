@@ -1,0 +1,159 @@
+//! Finding the server when no PID is given: the mysqld/mariadbd processes
+//! on this host, as `pidof mysqld mariadbd` would list them. With exactly
+//! one, that is the target; with none or several the caller says so and
+//! lists them, never guesses.
+
+use std::path::Path;
+
+use crate::target::SERVER_NAMES;
+
+/// A running server process, as /proc shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerProcess {
+    pub pid: u32,
+    pub comm: String,
+    /// The executable's path as the process sees it (may be in another
+    /// mount namespace); "?" when unreadable.
+    pub exe: String,
+    /// `--port=` and `--socket=` from its command line, where given there.
+    pub listens: Vec<String>,
+}
+
+impl std::fmt::Display for ServerProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} ({})", self.pid, self.comm, self.exe)?;
+        if !self.listens.is_empty() {
+            write!(f, " {}", self.listens.join(" "))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("no mysqld or mariadbd process runs on this host; start the server, or give its PID with -p PID")]
+    None,
+    #[error("{} servers run on this host; choose one with -p PID:\n{}", .0.len(), list(.0))]
+    Several(Vec<ServerProcess>),
+    #[error("listing processes in /proc")]
+    Proc(#[source] std::io::Error),
+}
+
+fn list(servers: &[ServerProcess]) -> String {
+    servers
+        .iter()
+        .map(|s| format!("  {s}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every mysqld/mariadbd process (threads are not listed: /proc's top
+/// level has thread-group leaders only), by PID.
+pub fn servers() -> Result<Vec<ServerProcess>, DiscoverError> {
+    servers_in(Path::new("/proc"))
+}
+
+/// The one server on this host.
+pub fn the_server() -> Result<ServerProcess, DiscoverError> {
+    let mut all = servers()?;
+    match all.len() {
+        0 => Err(DiscoverError::None),
+        1 => Ok(all.remove(0)),
+        _ => Err(DiscoverError::Several(all)),
+    }
+}
+
+fn servers_in(proc_root: &Path) -> Result<Vec<ServerProcess>, DiscoverError> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(proc_root).map_err(DiscoverError::Proc)? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = entry.path();
+        // A process that exits meanwhile is simply not listed.
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim().to_string();
+        if !SERVER_NAMES.contains(&comm.as_str()) {
+            continue;
+        }
+        let exe = std::fs::read_link(dir.join("exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "?".into());
+        let listens = std::fs::read(dir.join("cmdline"))
+            .map(|c| listen_args(&c))
+            .unwrap_or_default();
+        found.push(ServerProcess {
+            pid,
+            comm,
+            exe,
+            listens,
+        });
+    }
+    found.sort_by_key(|s| s.pid);
+    Ok(found)
+}
+
+/// `--port=N` / `--socket=PATH` from a NUL-separated command line: what
+/// tells instances on one host apart. Values are shown, never used.
+fn listen_args(cmdline: &[u8]) -> Vec<String> {
+    cmdline
+        .split(|&b| b == 0)
+        .filter_map(|a| std::str::from_utf8(a).ok())
+        .filter(|a| a.starts_with("--port=") || a.starts_with("--socket="))
+        .map(|a| a.chars().filter(|c| !c.is_control()).take(200).collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_proc(dir: &Path, pid: u32, comm: &str, cmdline: &[u8]) {
+        let p = dir.join(pid.to_string());
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("comm"), format!("{comm}\n")).unwrap();
+        std::fs::write(p.join("cmdline"), cmdline).unwrap();
+    }
+
+    #[test]
+    fn lists_servers_only_with_their_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_proc(
+            dir.path(),
+            300,
+            "mariadbd",
+            b"/usr/sbin/mariadbd\0--port=3307\0--user=mysql\0",
+        );
+        fake_proc(dir.path(), 20, "mysqld", b"mysqld\0--socket=/tmp/a.sock\0");
+        fake_proc(dir.path(), 7, "bash", b"bash\0");
+        std::fs::create_dir_all(dir.path().join("self")).unwrap();
+        let found = servers_in(dir.path()).unwrap();
+        assert_eq!(
+            found
+                .iter()
+                .map(|s| (s.pid, s.comm.as_str()))
+                .collect::<Vec<_>>(),
+            [(20, "mysqld"), (300, "mariadbd")]
+        );
+        assert_eq!(found[1].listens, ["--port=3307"]);
+        assert_eq!(found[0].to_string(), "20 mysqld (?) --socket=/tmp/a.sock");
+        let several = DiscoverError::Several(found).to_string();
+        assert!(
+            several.starts_with("2 servers run on this host; choose one with -p PID:\n  20 mysqld"),
+            "{several}"
+        );
+    }
+
+    #[test]
+    fn this_test_process_is_not_a_server() {
+        let me = std::process::id();
+        assert!(servers().unwrap().iter().all(|s| s.pid != me));
+    }
+}
