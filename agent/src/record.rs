@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
@@ -496,6 +497,9 @@ impl Recorder {
         let mut trap_ns = 0.0;
         let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         let mut symbolizer = StackSymbolizer::new(self.maps.clone());
+        if let (Some(binary), Some(debug)) = (plan.image.file_id, plan.image.debug_open()) {
+            symbolizer.use_debug_file(binary, Arc::clone(debug));
+        }
         let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
         let mut results = Vec::new();
         let mut folded = Vec::new();

@@ -86,6 +86,13 @@ pub struct TargetFile {
 }
 
 impl TargetFile {
+    /// A file innoprof opened itself (a debug file), as one: its identity
+    /// taken from the open file.
+    pub fn from_open(file: File) -> std::io::Result<Self> {
+        let id = FileId::of(&file)?;
+        Ok(Self { file, id })
+    }
+
     /// A path that reaches exactly this open file (the kernel follows the
     /// fd link to its inode; no name is looked up again), for APIs that
     /// take a path: blazesym, libbpf's attach, memmap via `File::open`.

@@ -269,6 +269,9 @@ pub struct StackSymbolizer {
     /// keeps its path (and its parsed cache entry).
     /// With whether blazesym may read its DWARF ([`dwarf_allowed`]).
     held: HashMap<FileId, (Arc<TargetFile>, bool)>,
+    /// Mapped file → its separate debug file (`--debuginfo`, a build-id
+    /// or debuglink match), named from instead of the mapped file.
+    debug_files: HashMap<FileId, Arc<TargetFile>>,
 }
 
 /// Held while a [`FileTrimmer`] works and while a symbolizer drops (which
@@ -307,7 +310,16 @@ impl StackSymbolizer {
             kernel_cache: HashMap::new(),
             kernel_symbols: None,
             held: HashMap::new(),
+            debug_files: HashMap::new(),
         }
+    }
+
+    /// Names frames of the mapped file `binary` from `debug`, a debug file
+    /// already checked to belong to it (see
+    /// [`crate::resolve::debuginfo::attach_debug_info`]).
+    pub fn use_debug_file(&mut self, binary: FileId, debug: Arc<TargetFile>) {
+        self.debug_files.insert(binary, debug);
+        self.cache.clear();
     }
 
     /// Replaces the memory map (a library was loaded or unloaded). Parsed
@@ -373,54 +385,81 @@ impl StackSymbolizer {
             let module = path.rsplit('/').next().unwrap_or(&path).to_string();
             let offsets: Vec<u64> = pairs.iter().map(|(_, off)| *off).collect();
             // A file that could not be opened as mapped stays unnamed.
-            let open = match self.maps.opened(&path) {
+            let named = match self.maps.opened(&path) {
                 Ok(f) => {
-                    let (f, dwarf) = self
-                        .held
-                        .entry(f.id())
-                        .or_insert_with(|| (Arc::clone(f), dwarf_allowed(f)));
-                    Some((f.fd_path(), *dwarf))
+                    let (f, debug) = (Arc::clone(f), self.debug_files.get(&f.id()).cloned());
+                    self.name_file_offsets(&f, debug.as_ref(), &module, &offsets)
                 }
-                Err(_) => None,
+                Err(_) => offsets
+                    .iter()
+                    .map(|off| vec![Frame::unknown(format!("{module}+{off:#x}"), module.clone())])
+                    .collect(),
             };
-            let Some((open, dwarf)) = open else {
-                for (ip, off) in pairs {
-                    let name = format!("{module}+{off:#x}");
-                    self.cache
-                        .insert(ip, vec![Frame::unknown(name, module.clone())]);
-                }
-                continue;
-            };
-            let trimmer = FileTrimmer::for_file(&open);
-            let mut elf = Elf::new(open);
-            elf.debug_syms = dwarf;
-            let src = Source::Elf(elf);
-            let symbolizer = &self.symbolizer;
-            let done = AtomicBool::new(false);
-            let _no_unmapping = trimmer.as_ref().map(|_| blazesym_unmap_lock());
-            let results = std::thread::scope(|scope| {
-                if let Some(t) = &trimmer {
-                    scope.spawn(|| t.run_until(&done));
-                }
-                let r = symbolizer.symbolize(&src, Input::FileOffset(&offsets));
-                done.store(true, Ordering::Relaxed);
-                r
-            })
-            .unwrap_or_default();
-            if let Some(t) = &trimmer {
-                t.trim();
-            }
-            drop(_no_unmapping);
-            for (i, (ip, off)) in pairs.iter().enumerate() {
-                let frames = match results.get(i) {
-                    Some(Symbolized::Sym(sym)) if within(sym) => {
-                        named(sym, &module, FrameKind::User)
-                    }
-                    _ => vec![Frame::unknown(format!("{module}+{off:#x}"), module.clone())],
-                };
+            for ((ip, _), frames) in pairs.iter().zip(named) {
                 self.cache.insert(*ip, frames);
             }
         }
+    }
+
+    /// Names `offsets` of the mapped `file` (shown as `module`): the
+    /// function, then the functions inlined into it there, or
+    /// `module+0xoffset`. What a stack's user frames go through, file by
+    /// file. With `debug`, a stripped file's separate debug file, names
+    /// come from that: its addresses are the binary's, but its file
+    /// offsets are not (its sections hold no code), so the binary's own
+    /// program headers turn offsets into addresses first.
+    pub fn name_file_offsets(
+        &mut self,
+        file: &Arc<TargetFile>,
+        debug: Option<&Arc<TargetFile>>,
+        module: &str,
+        offsets: &[u64],
+    ) -> Vec<Vec<Frame>> {
+        let addresses = debug.and_then(|_| virtual_addresses(file, offsets));
+        let source = match (debug, &addresses) {
+            (Some(d), Some(_)) => d,
+            _ => file,
+        };
+        let (f, dwarf) = self
+            .held
+            .entry(source.id())
+            .or_insert_with(|| (Arc::clone(source), dwarf_allowed(source)));
+        let (open, dwarf) = (f.fd_path(), *dwarf);
+        let trimmer = FileTrimmer::for_file(&open);
+        let mut elf = Elf::new(open);
+        elf.debug_syms = dwarf;
+        let src = Source::Elf(elf);
+        let symbolizer = &self.symbolizer;
+        let done = AtomicBool::new(false);
+        let _no_unmapping = trimmer.as_ref().map(|_| blazesym_unmap_lock());
+        let results = std::thread::scope(|scope| {
+            if let Some(t) = &trimmer {
+                scope.spawn(|| t.run_until(&done));
+            }
+            let input = match &addresses {
+                Some(a) => Input::VirtOffset(a.as_slice()),
+                None => Input::FileOffset(offsets),
+            };
+            let r = symbolizer.symbolize(&src, input);
+            done.store(true, Ordering::Relaxed);
+            r
+        })
+        .unwrap_or_default();
+        if let Some(t) = &trimmer {
+            t.trim();
+        }
+        drop(_no_unmapping);
+        offsets
+            .iter()
+            .enumerate()
+            .map(|(i, off)| match results.get(i) {
+                Some(Symbolized::Sym(sym)) if within(sym) => named(sym, module, FrameKind::User),
+                _ => vec![Frame::unknown(
+                    format!("{module}+{off:#x}"),
+                    module.to_string(),
+                )],
+            })
+            .collect()
     }
 
     fn resolve_kernel(&mut self, ips: &[u64]) {
@@ -449,6 +488,35 @@ impl StackSymbolizer {
             self.kernel_cache.insert(*ip, frames);
         }
     }
+}
+
+/// File offsets of `file` as the virtual addresses its PT_LOAD program
+/// headers map them to (0 where none does: named as unknown); None if its
+/// headers cannot be read.
+fn virtual_addresses(file: &TargetFile, offsets: &[u64]) -> Option<Vec<u64>> {
+    use object::read::elf::ProgramHeader;
+    let map = crate::resolve::mapped::Mapped::of(file.file()).ok()?;
+    let loads: Vec<(u64, u64, u64)> = {
+        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(map.bytes()).ok()?;
+        let endian = elf.endian();
+        elf.elf_program_headers()
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
+            .collect()
+    };
+    map.release();
+    Some(
+        offsets
+            .iter()
+            .map(|&off| {
+                loads
+                    .iter()
+                    .find(|&&(start, size, _)| off >= start && off < start + size)
+                    .map_or(0, |&(start, _, vaddr)| off - start + vaddr)
+            })
+            .collect(),
+    )
 }
 
 /// Whether blazesym may read DWARF for this file. Allowed DWARF, blazesym

@@ -370,6 +370,7 @@ fn stripped_plus_debug_file_resolves_like_original(
         Some(FoundBy::Explicit)
     );
     assert_eq!(resolution_fingerprint(&image, probes), want);
+    stack_frames_from_debug_file_match_original(original, &stripped, &image);
 
     // By build-id under a debug root, when the binary has one.
     let original_image = ElfImage::open(original).unwrap();
@@ -409,6 +410,73 @@ fn stripped_plus_debug_file_resolves_like_original(
     assert_eq!(resolution_fingerprint(&image, probes), want);
 }
 
+/// Stack frames of the stripped binary, named through its debug file (as
+/// `record --debuginfo` names CPU and wait stacks), are exactly those of
+/// the unstripped original, inline frames included; without it they are
+/// not.
+fn stack_frames_from_debug_file_match_original(
+    original: &Path,
+    stripped: &Path,
+    with_debug: &ElfImage,
+) {
+    use innoprof::rootfs::TargetFile;
+    use innoprof::symbolize::{FrameKind, ProcessMaps, StackSymbolizer};
+    use std::sync::Arc;
+    let image = ElfImage::open(original).unwrap();
+    // The middle of ~1,500 functions spread over the text.
+    let funcs: Vec<_> = image.symbols.iter().filter(|s| s.size >= 32).collect();
+    let step = (funcs.len() / 1500).max(1);
+    let offsets: Vec<u64> = funcs
+        .iter()
+        .step_by(step)
+        .filter_map(|s| image.file_offset(s.address + s.size / 2))
+        .collect();
+    let open = |p: &Path| Arc::new(TargetFile::from_open(std::fs::File::open(p).unwrap()).unwrap());
+    let mut symbolizer = StackSymbolizer::new(ProcessMaps::default());
+    let want = symbolizer.name_file_offsets(&open(original), None, "server", &offsets);
+    let debug = with_debug
+        .debug_open()
+        .expect("the debug file is kept open");
+    let stripped = open(stripped);
+    let got = symbolizer.name_file_offsets(&stripped, Some(debug), "server", &offsets);
+    let bare = symbolizer.name_file_offsets(&stripped, None, "server", &offsets);
+    let inlined = want
+        .iter()
+        .flatten()
+        .filter(|f| f.kind == FrameKind::Inlined)
+        .count();
+    let unnamed = |v: &[Vec<innoprof::symbolize::Frame>]| {
+        v.iter()
+            .flatten()
+            .filter(|f| f.kind == FrameKind::Unknown)
+            .count()
+    };
+    println!(
+        "{}: {} offsets, {inlined} inline frames; unnamed: original {}, debug file {}, stripped {}",
+        original.display(),
+        offsets.len(),
+        unnamed(&want),
+        unnamed(&got),
+        unnamed(&bare)
+    );
+    // The fixture's few functions have no inlined code at their middles.
+    assert!(
+        offsets.len() >= 10 && (inlined > 0 || offsets.len() < 100),
+        "{offsets:?}"
+    );
+    assert_eq!(unnamed(&want), 0);
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(w, g, "offset {:#x}", offsets[i]);
+    }
+    // Exported functions keep their .dynsym names; the rest, and every
+    // inline frame, are lost.
+    let differ = want.iter().zip(&bare).filter(|(w, b)| w != b).count();
+    assert!(
+        differ > offsets.len() / 5,
+        "stripping must lose names: {differ}"
+    );
+}
+
 #[test]
 fn stripped_fixture_with_debug_file() {
     let fixture = innoprof_e2e::fixture_binary(true);
@@ -438,6 +506,23 @@ fn stripped_mariadb_10_2_11_with_debug_file() {
         .map(|p| (p.symbols.clone(), p.inline))
         .collect();
     probes.push((vec!["dict_sys_get_new_row_id".to_string()], true));
+    stripped_plus_debug_file_resolves_like_original(&bin, &probes);
+}
+
+#[test]
+fn stripped_mysql_5_6_24_with_debug_file() {
+    let bin = server_binary("mysql-5.6.24");
+    let catalog = Catalog::builtin();
+    let file = catalog
+        .files
+        .iter()
+        .find(|f| f.file == "probes/mysql-5.6.toml")
+        .unwrap();
+    let probes: Vec<(Vec<String>, bool)> = file
+        .probes
+        .iter()
+        .map(|p| (p.symbols.clone(), p.inline))
+        .collect();
     stripped_plus_debug_file_resolves_like_original(&bin, &probes);
 }
 

@@ -101,6 +101,9 @@ pub struct ElfImage {
     pub symbols: Vec<FunctionSymbol>,
     /// Separate debug info in use, if any (symbols and DWARF come from it).
     pub debug_file: Option<PathBuf>,
+    /// The debug file, kept open: the stack symbolizer names frames from
+    /// this very file, not from a path looked up again.
+    debug_open: Option<std::sync::Arc<crate::rootfs::TargetFile>>,
     segments: Vec<LoadSegment>,
     data: Mapped,
     debug_data: Option<Mapped>,
@@ -169,6 +172,7 @@ impl ElfImage {
             segments,
             data,
             debug_data: None,
+            debug_open: None,
         })
     }
 
@@ -183,17 +187,34 @@ impl ElfImage {
     /// `objcopy --only-keep-debug`), whose addresses are the binary's own.
     /// Code bytes and file offsets still come from the binary.
     pub fn use_debug_file(&mut self, path: &Path) -> Result<(), ElfError> {
-        self.use_debug_data(map(path)?, path)
+        let file = std::fs::File::open(path).map_err(|source| ElfError::Read {
+            path: path.into(),
+            source,
+        })?;
+        self.use_debug_open(&file, path)
+    }
+
+    /// The debug file taken by [`Self::use_debug_file`] or
+    /// [`Self::use_debug_open`], open.
+    pub fn debug_open(&self) -> Option<&std::sync::Arc<crate::rootfs::TargetFile>> {
+        self.debug_open.as_ref()
     }
 
     /// [`Self::use_debug_file`] for a file already opened (and checked) by
     /// the caller; `path` is how it is shown.
     pub fn use_debug_open(&mut self, file: &std::fs::File, path: &Path) -> Result<(), ElfError> {
-        let data = Mapped::of(file).map_err(|source| ElfError::Read {
+        let read = |source| ElfError::Read {
             path: path.into(),
             source,
-        })?;
-        self.use_debug_data(data, path)
+        };
+        let data = Mapped::of(file).map_err(read)?;
+        self.use_debug_data(data, path)?;
+        let kept = file
+            .try_clone()
+            .and_then(crate::rootfs::TargetFile::from_open)
+            .map_err(read)?;
+        self.debug_open = Some(std::sync::Arc::new(kept));
+        Ok(())
     }
 
     fn use_debug_data(&mut self, data: Mapped, path: &Path) -> Result<(), ElfError> {
@@ -327,13 +348,6 @@ impl ElfImage {
         self.data.release();
         out
     }
-}
-
-fn map(path: &Path) -> Result<Mapped, ElfError> {
-    Mapped::open(path).map_err(|source| ElfError::Read {
-        path: path.into(),
-        source,
-    })
 }
 
 fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<object::File<'d>, ElfError> {
