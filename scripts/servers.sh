@@ -17,6 +17,9 @@
 #   INNOPROF_CACHE          cache root (default $HOME/.cache/innoprof);
 #                           servers live in $INNOPROF_CACHE/servers/NAME/dist
 #   INNOPROF_START_TIMEOUT  seconds to wait for a started server (default 60)
+#   INNOPROF_SERVER_BINARY  `start` runs this mysqld instead of the fetched one
+#                           (e.g. a stripped copy); basedir and libraries stay
+#                           the fetched server's
 #   INNOPROF_STOP_TIMEOUT   seconds to wait after SIGTERM (default 30)
 #
 # Files written into DIR by `start`: data/ tmp/ mysql.sock mysqld.pid
@@ -331,6 +334,7 @@ cmd_start() {
 
     local bin dist
     bin=$(cmd_fetch "$name") || exit 1
+    bin=${INNOPROF_SERVER_BINARY:-$bin}
     dist=$(dist_dir "$name")
     local libdir="$dist/$(rel_libdir "$name")"
 

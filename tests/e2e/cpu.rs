@@ -751,3 +751,101 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
         "os_event frames in the off-CPU flame graph"
     );
 }
+
+/// Frames of `module` in every folded file of a bundle: (named, unnamed
+/// `module+0x…`, inline).
+fn module_frames(bundle: &std::path::Path, module: &str) -> (u64, u64, u64) {
+    let (mut named, mut unnamed, mut inlined) = (0, 0, 0);
+    let unknown = format!("{module}+0x");
+    for entry in std::fs::read_dir(bundle).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "folded") {
+            continue;
+        }
+        for (stack, _) in folded(&std::fs::read_to_string(&path).unwrap()) {
+            for frame in stack.split(';') {
+                if frame.starts_with(&unknown) {
+                    unnamed += 1;
+                } else if frame.ends_with(" [inlined]") {
+                    inlined += 1;
+                } else {
+                    named += 1;
+                }
+            }
+        }
+    }
+    (named, unnamed, inlined)
+}
+
+/// `--debuginfo` reaches the stack symbolizer, not only probe resolution:
+/// a server stripped of everything (`strip --strip-all`, no debuglink)
+/// runs, and its CPU and wait stacks are named from the split debug file,
+/// inline frames included; the same server recorded without it shows
+/// `mysqld+0x…` frames. (Exact equality of the names with the unstripped
+/// binary's, address by address: tests/e2e/resolve.rs.)
+#[test]
+fn a_stripped_servers_stacks_are_named_from_its_debug_file() {
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let fetched = Command::new(repo_root().join("scripts/servers.sh"))
+        .args(["fetch", "mariadb-10.2.11"])
+        .output()
+        .unwrap();
+    let original = String::from_utf8_lossy(&fetched.stdout).trim().to_string();
+    let debug = dir.path().join("mysqld.debug");
+    let stripped = dir.path().join("mysqld");
+    for (cmd, args) in [
+        (
+            "objcopy",
+            vec!["--only-keep-debug", &original, debug.to_str().unwrap()],
+        ),
+        (
+            "strip",
+            vec!["--strip-all", "-o", stripped.to_str().unwrap(), &original],
+        ),
+    ] {
+        assert!(
+            Command::new(cmd).args(&args).status().unwrap().success(),
+            "{cmd}"
+        );
+    }
+    let t = std::time::Instant::now();
+    let server = Server::start_binary("mariadb-10.2.11", &stripped);
+    println!("split and started in {:.1}s", t.elapsed().as_secs_f64());
+    assert_eq!(server.binary(), stripped);
+    let load = server.sysbench_open_ended("oltp_read_write", 2, &[]);
+    let pid = server.pid.to_string();
+    let record = |extra: &[&str]| {
+        let mut args = vec!["--pid", &pid, "--duration", "3s"];
+        args.extend_from_slice(extra);
+        let t = std::time::Instant::now();
+        let rec = Recording::start(&args);
+        let (code, _, rec) = rec.finish();
+        println!("recorded {extra:?} in {:.1}s", t.elapsed().as_secs_f64());
+        assert_eq!(code, Some(0), "{}", rec.stderr());
+        rec
+    };
+    let named = record(&["--debuginfo", debug.to_str().unwrap()]);
+    let bare = record(&[]);
+    load.stop();
+
+    let (n, u, i) = module_frames(&named.out, "mysqld");
+    let (bn, bu, _) = module_frames(&bare.out, "mysqld");
+    println!(
+        "with --debuginfo: {n} named, {u} unnamed, {i} inline; without: {bn} named, {bu} unnamed"
+    );
+    // PLT stubs have no symbol even in the unstripped binary.
+    assert!(n > 500 && u * 100 <= n, "{n} named, {u} unnamed");
+    assert!(i > 50, "{i} inline frames");
+    // Without it, mysqld's own frames are unnamed (only its few exported
+    // functions keep a .dynsym name).
+    assert!(bu > 100, "without the debug file: {bn} named, {bu} unnamed");
+    let oncpu = named.file("oncpu.folded");
+    let commits = named.file("innodb.redo.write_up_to.folded");
+    for (what, text) in [("oncpu", &oncpu), ("write_up_to", &commits)] {
+        assert!(
+            text.contains(";dispatch_command("),
+            "{what}: no dispatch_command frame"
+        );
+    }
+}

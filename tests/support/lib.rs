@@ -596,11 +596,25 @@ impl Server {
     /// Like `start`, with the server's directory (datadir, socket) under
     /// `parent`, e.g. on a filesystem of the test's own.
     pub fn start_under(name: &str, parent: &Path, extra: &[&str]) -> Self {
+        Self::start_as(name, parent, None, extra)
+    }
+
+    /// Like `start`, running `binary` (e.g. a stripped copy of the server)
+    /// with the fetched server's basedir and libraries.
+    pub fn start_binary(name: &str, binary: &Path) -> Self {
+        Self::start_as(name, &std::env::temp_dir(), Some(binary), &[])
+    }
+
+    fn start_as(name: &str, parent: &Path, binary: Option<&Path>, extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("innoprof-srv-")
             .tempdir_in(parent)
             .unwrap();
-        let out = Command::new(repo_root().join("scripts/servers.sh"))
+        let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
+        if let Some(b) = binary {
+            cmd.env("INNOPROF_SERVER_BINARY", b);
+        }
+        let out = cmd
             .args(["start", name])
             .arg(dir.path())
             .args(extra)
