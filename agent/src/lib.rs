@@ -49,12 +49,55 @@ pub mod timeseries;
 /// (anyhow would print the cause twice), so a message built from an error
 /// for a report, a log line or an HTTP body goes through this.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
+    join_causes(std::iter::successors(Some(e), |c| c.source()))
+}
+
+/// Messages of an error chain joined by `: `, each said once: a cause
+/// whose text its parent already ends with is left out. Errors of other
+/// crates do repeat their source (libbpf's `Permission denied (os error
+/// 13)` over the io::Error saying `Permission denied`), which printed
+/// "…(os error 13): Permission denied".
+pub fn join_causes<'a>(chain: impl Iterator<Item = &'a dyn std::error::Error>) -> String {
+    let mut text = String::new();
+    let mut parent = String::new();
+    for cause in chain {
+        let said = cause.to_string();
+        // `Permission denied (os error 13)` already says `Permission denied`.
+        let bare = said.split(" (os error").next().unwrap_or(&said);
+        if !parent.is_empty()
+            && !bare.is_empty()
+            && (parent.ends_with(&said) || parent.contains(bare))
+        {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+        parent = said;
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("loading BPF: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("attaching probe x")]
+    struct Wraps(#[source] Repeats);
+
+    #[test]
+    fn a_cause_its_parent_already_said_is_said_once() {
+        let io = std::io::Error::from_raw_os_error(libc::EACCES);
+        let e = Wraps(Repeats(io));
+        assert_eq!(
+            super::error_chain(&e),
+            "attaching probe x: loading BPF: Permission denied (os error 13)"
+        );
+        let plain = std::io::Error::other("disk full");
+        assert_eq!(super::error_chain(&plain), "disk full");
+    }
 }

@@ -186,7 +186,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("innoprof: error: {e:#}");
+            eprintln!(
+                "innoprof: error: {}",
+                innoprof::join_causes(e.chain().map(|c| c as &dyn std::error::Error))
+            );
             ExitCode::FAILURE
         }
     }
