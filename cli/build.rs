@@ -41,6 +41,10 @@ fn main() {
     println!("cargo:rustc-env=INNOPROF_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=INNOPROF_BUILD_DATE={y:04}-{m:02}-{d:02}");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    // `innoprof calibrate` probes innoprof's own calibration functions by
+    // name: in .dynsym they survive `strip` (the shipped binary has no
+    // .symtab).
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=innoprof_calib_*");
     // A new commit re-stamps the binary: HEAD moves, or the branch it names does.
     for path in ["HEAD", "packed-refs"] {
         if let Some(p) = git(&["rev-parse", "--git-path", path]) {

@@ -8,12 +8,15 @@
 #   share/innoprof/dashboards/*.json
 #   README.md  GLIBC.txt (the oldest glibc the binary runs on)
 # Prints the tarball's path. A static (musl) build is not offered: aya and
-# libbpf-sys's bundled libbpf link against glibc's libelf and zlib here,
-# and no musl Rust target is installed on these hosts.
+# libbpf-sys's bundled libbpf are built against glibc here,
+# and no musl Rust target is installed on these hosts; libelf and zlib are
+# linked in statically, so the binary needs glibc alone (GLIBC.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-cargo build -q --profile dist -p innoprof-cli
+# libelf and zlib linked statically (libbpf-sys looks for the .a files here).
+LIBBPF_SYS_LIBRARY_PATH=${LIBBPF_SYS_LIBRARY_PATH:-/usr/lib/x86_64-linux-gnu} \
+    cargo build -q --profile dist -p innoprof-cli --features static-libs
 bin="$target_dir/dist/innoprof"
 version=$("$bin" --version | awk '{print $2}')
 name="innoprof-$version-x86_64-linux-gnu"

@@ -20,6 +20,7 @@ packages=(
     bpftrace                                # scripts/bench.py compares against it
     tmux                                    # the `innoprof top` terminal UI test drives it in tmux
     zsh fish groff-base                     # completions parse in each shell; man pages render
+    systemd                                 # systemd-analyze verify checks the shipped unit
 )
 
 missing=()

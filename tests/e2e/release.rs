@@ -22,7 +22,7 @@ fn ok(cmd: &mut Command) -> String {
 
 #[test]
 fn the_release_tarball_runs_outside_the_source_tree() {
-    let tarball = ok(Command::new(repo_root().join("scripts/release.sh")));
+    let tarball = ok(&mut Command::new(repo_root().join("scripts/release.sh")));
     let tarball = Path::new(tarball.trim());
     let name = tarball
         .file_name()
@@ -41,7 +41,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
         .prefix("innoprof-host-")
         .tempdir_in("/tmp")
         .unwrap();
-    ok(Command::new("tar")
+    ok(&mut Command::new("tar")
         .arg("-C")
         .arg(host.path())
         .arg("-xzf")
@@ -65,16 +65,33 @@ fn the_release_tarball_runs_outside_the_source_tree() {
 
     // Stripped: no .symtab, no DWARF, and much smaller than the 60 MB
     // release build with its debug info.
-    let sections = ok(Command::new("readelf").arg("-S").arg(&bin));
+    let sections = ok(&mut Command::new("readelf").arg("-S").arg(&bin));
     assert!(!sections.contains(".symtab") && !sections.contains(".debug_info"));
     let size = std::fs::metadata(&bin).unwrap().len();
     assert!(size < 30 << 20, "{size} bytes");
     let glibc = std::fs::read_to_string(root.join("GLIBC.txt")).unwrap();
     assert!(glibc.contains("needs GLIBC 2."), "{glibc}");
 
+    // Shipped without .symtab, innoprof still finds its own calibration
+    // functions (exported in .dynsym) and loads its embedded BPF objects
+    // through the statically linked libbpf/libelf.
+    let needs = ok(&mut Command::new("ldd").arg(&bin));
+    assert!(
+        !needs.contains("libelf") && !needs.contains("libz"),
+        "{needs}"
+    );
+    let mut calibrate = Command::new(&bin);
+    calibrate.args(["calibrate", "--json"]);
+    clean(&mut calibrate);
+    let cost: serde_json::Value = serde_json::from_str(&ok(&mut calibrate)).unwrap();
+    assert!(
+        cost["latency_emulated_ns"].as_f64().unwrap() > 0.0,
+        "{cost}"
+    );
+
     // The embedded catalog and resolver, on a real server binary.
-    let fetched =
-        ok(Command::new(repo_root().join("scripts/servers.sh")).args(["fetch", "mariadb-10.2.11"]));
+    let fetched = ok(&mut Command::new(repo_root().join("scripts/servers.sh"))
+        .args(["fetch", "mariadb-10.2.11"]));
     let mut probes = Command::new(&bin);
     probes.args(["probes", "--json", "--binary", fetched.trim()]);
     clean(&mut probes);
@@ -109,7 +126,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
         ("zsh", "_innoprof"),
         ("fish", "innoprof.fish"),
     ] {
-        ok(Command::new(shell).arg("-n").arg(completions.join(file)));
+        ok(&mut Command::new(shell).arg("-n").arg(completions.join(file)));
     }
 
     // The unit as systemd reads it, with ExecStart pointing at the
