@@ -1,0 +1,310 @@
+//! `top` in a terminal: ratatui on crossterm, keyboard only (works over
+//! ssh). The screen is owned by [`Screen`]; dropping it (any return, `?`
+//! included) and the panic hook `ratatui::try_init` installs both give
+//! the terminal back.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use innoprof::live::{Frame, SortKey};
+use innoprof::report::top_symbols::TopSymbols;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::DefaultTerminal;
+
+use super::plain;
+
+/// What a key asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Quit,
+    NextSort,
+    TogglePause,
+}
+
+/// A key's action, if it has one: q, Esc, Ctrl-C quit (raw mode turns
+/// Ctrl-C into a key, not SIGINT); s and Tab cycle the sort; p pauses.
+pub fn action(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> {
+    match code {
+        KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Some(Action::Quit),
+        KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => Some(Action::Quit),
+        KeyCode::Char('s') | KeyCode::Char('S') | KeyCode::Tab => Some(Action::NextSort),
+        KeyCode::Char('p') | KeyCode::Char('P') | KeyCode::Char(' ') => Some(Action::TogglePause),
+        _ => None,
+    }
+}
+
+/// The terminal in raw mode on the alternate screen, until dropped.
+pub struct Screen {
+    terminal: DefaultTerminal,
+}
+
+impl Screen {
+    pub fn enter() -> Result<Self> {
+        // try_init installs the restoring panic hook first; if it fails
+        // half-way, restore what it changed.
+        match ratatui::try_init() {
+            Ok(terminal) => Ok(Self { terminal }),
+            Err(e) => {
+                ratatui::restore();
+                Err(e).context("setting up the terminal (try redirecting stdout for plain text)")
+            }
+        }
+    }
+
+    /// The actions of the keys pressed since the last call (never blocks).
+    pub fn actions(&mut self) -> Result<Vec<Action>> {
+        let mut out = Vec::new();
+        while event::poll(Duration::ZERO).context("reading the keyboard")? {
+            match event::read().context("reading the keyboard")? {
+                Event::Key(k) if k.kind != KeyEventKind::Release => {
+                    out.extend(action(k.code, k.modifiers));
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn draw(&mut self, view: &View) -> Result<()> {
+        self.terminal
+            .draw(|f| render(f, view))
+            .context("drawing the terminal")?;
+        Ok(())
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        ratatui::restore();
+    }
+}
+
+/// Everything on the screen.
+pub struct View<'a> {
+    pub title: &'a str,
+    pub frame: &'a Frame,
+    pub sort: SortKey,
+    pub paused: bool,
+    pub refreshes: u64,
+}
+
+fn bold() -> Style {
+    Style::new().add_modifier(Modifier::BOLD)
+}
+
+fn render(f: &mut ratatui::Frame, v: &View) {
+    let frame = v.frame;
+    let [head, waits, sites, cpu, keys] = Layout::vertical([
+        Constraint::Length(2),
+        // Header row and borders, and a row per probe.
+        Constraint::Length(frame.probes.len().clamp(1, 20) as u16 + 3),
+        Constraint::Length(plain::SITE_ROWS as u16 / 2 + 3),
+        Constraint::Min(5),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+    let state = if v.paused { "  [paused]" } else { "" };
+    let heading = vec![
+        Line::styled(
+            format!(
+                "{}  last {:.1} s  sort: {}  refresh #{}{state}",
+                v.title,
+                frame.interval_s,
+                v.sort.header(),
+                v.refreshes
+            ),
+            bold(),
+        ),
+        Line::raw(plain::spend(&frame.spend)),
+    ];
+    f.render_widget(Paragraph::new(heading), head);
+    render_waits(f, waits, v);
+    let [latches, callsites] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(sites);
+    render_sites(f, latches, "top latches by wait", "latch", &frame.latches);
+    render_sites(f, callsites, "top call sites by wait", "call site", &frame.callsites);
+    render_cpu(f, cpu, frame);
+    f.render_widget(
+        Paragraph::new("q/Esc quit   s/Tab sort column   p pause").style(bold()),
+        keys,
+    );
+}
+
+fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
+    let rows = v.frame.probes.iter().map(|r| {
+        Row::new([
+            r.name.clone(),
+            format!("{:>10}", plain::calls(r.calls_per_s)),
+            format!(
+                "{:>12}",
+                if r.timed {
+                    plain::wait(r.wait_ns_per_s)
+                } else {
+                    "-".into()
+                }
+            ),
+            format!("{:>10}", plain::p99(r)),
+            format!("{:>4}", plain::on(r)),
+        ])
+    });
+    let h = plain::headers(v.sort);
+    let header = Row::new([
+        h[0].clone(),
+        format!("{:>10}", h[1]),
+        format!("{:>12}", h[2]),
+        format!("{:>10}", h[3]),
+        format!("{:>4}", h[4]),
+    ])
+    .style(bold());
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Min(24),
+            Constraint::Length(10),
+            Constraint::Length(12),
+            Constraint::Length(10),
+            Constraint::Length(4),
+        ],
+    )
+    .header(header)
+    .block(Block::bordered().title(format!(" waits, sorted by {} ", v.sort.header())));
+    f.render_widget(table, area);
+}
+
+fn render_sites(
+    f: &mut ratatui::Frame,
+    area: Rect,
+    title: &str,
+    what: &str,
+    rows: &[innoprof::live::WaitRow],
+) {
+    let visible = area.height.saturating_sub(3) as usize;
+    let body = rows.iter().take(visible).map(|r| {
+        let [name, probe, calls, wait] = plain::site_row(r);
+        Row::new([name, probe, format!("{calls:>8}"), format!("{wait:>12}")])
+    });
+    let table = Table::new(
+        body,
+        [
+            Constraint::Min(16),
+            Constraint::Min(12),
+            Constraint::Length(8),
+            Constraint::Length(12),
+        ],
+    )
+    .header(
+        Row::new([
+            what.to_string(),
+            "probe".into(),
+            format!("{:>8}", "calls/s"),
+            format!("{:>12}", "wait/s"),
+        ])
+        .style(bold()),
+    )
+    .block(Block::bordered().title(format!(" {title} ")));
+    f.render_widget(table, area);
+}
+
+fn render_cpu(f: &mut ratatui::Frame, area: Rect, frame: &Frame) {
+    let Some(cpu) = &frame.cpu else {
+        f.render_widget(
+            Paragraph::new("not profiled").block(Block::bordered().title(" on-CPU ")),
+            area,
+        );
+        return;
+    };
+    let on = &cpu.oncpu;
+    let title = format!(
+        " on-CPU: {} samples, target ran {:.1}% of {} CPUs ",
+        on.samples, on.target_cpu_pct, on.cpus
+    );
+    let visible = area.height.saturating_sub(3) as usize;
+    let table = Table::new(
+        cpu_rows(&on.top, visible),
+        [
+            Constraint::Length(7),
+            Constraint::Length(8),
+            Constraint::Length(18),
+            Constraint::Min(20),
+        ],
+    )
+    .header(Row::new(["self %", "total %", "module", "symbol"]).style(bold()))
+    .block(Block::bordered().title(title));
+    f.render_widget(table, area);
+}
+
+fn cpu_rows(top: &TopSymbols, n: usize) -> Vec<Row<'static>> {
+    top.rows
+        .iter()
+        .take(n)
+        .map(|r| {
+            Row::new([
+                format!("{:>6.1}", r.self_pct),
+                format!("{:>7.1}", r.total_pct),
+                r.module.clone(),
+                r.symbol.clone(),
+            ])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        let none = KeyModifiers::NONE;
+        assert_eq!(action(KeyCode::Char('q'), none), Some(Action::Quit));
+        assert_eq!(action(KeyCode::Esc, none), Some(Action::Quit));
+        assert_eq!(
+            action(KeyCode::Char('c'), KeyModifiers::CONTROL),
+            Some(Action::Quit)
+        );
+        assert_eq!(action(KeyCode::Char('c'), none), None);
+        assert_eq!(action(KeyCode::Tab, none), Some(Action::NextSort));
+        assert_eq!(action(KeyCode::Char('s'), none), Some(Action::NextSort));
+        assert_eq!(action(KeyCode::Char('p'), none), Some(Action::TogglePause));
+    }
+
+    #[test]
+    fn draws_on_a_test_backend() {
+        let frame = Frame {
+            interval_s: 1.0,
+            probes: vec![innoprof::live::ProbeRow {
+                name: "sql.commit".into(),
+                timed: true,
+                calls_per_s: 120.0,
+                wait_ns_per_s: 3e6,
+                p99_ns: Some(1 << 20),
+                on_fraction: 1.0,
+            }],
+            ..Default::default()
+        };
+        let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(100, 30)).unwrap();
+        let view = View {
+            title: "innoprof top",
+            frame: &frame,
+            sort: SortKey::P99,
+            paused: true,
+            refreshes: 3,
+        };
+        t.draw(|f| render(f, &view)).unwrap();
+        let text: String = t
+            .backend()
+            .buffer()
+            .content()
+            .chunks(100)
+            .map(|l| l.iter().map(|c| c.symbol()).collect::<String>() + "\n")
+            .collect();
+        assert!(text.contains("sort: p99"), "{text}");
+        assert!(text.contains("[paused]"), "{text}");
+        assert!(text.contains("*p99"), "{text}");
+        assert!(text.contains("sql.commit"), "{text}");
+        assert!(text.contains("3.00 ms/s"), "{text}");
+    }
+}
