@@ -547,9 +547,9 @@ mod tests {
         };
         let later = Reading {
             elapsed_s: 12.0,
-            // +200 calls, 198 in [1024, 2048) ns and 2 in [1 Mi, 2 Mi) ns.
+            // +200 calls, 196 in [1024, 2048) ns and 4 in [1 Mi, 2 Mi) ns.
             probes: vec![
-                probe(1200, 1_004_000_000, &[(10, 198), (20, 1002)], 12.0),
+                probe(1200, 1_004_000_000, &[(10, 196), (20, 1004)], 12.0),
                 probe(70, 0, &[], 12.0),
             ],
             agent_cpu_s: Some(1.02),
@@ -560,7 +560,8 @@ mod tests {
         let a = &f.probes[0];
         assert_eq!(a.calls_per_s, 100.0);
         assert_eq!(a.wait_ns_per_s, 2_000_000.0);
-        // 2 of 200 is the 99th percentile's bucket: [1 Mi, 2 Mi).
+        // The 198th of 200 is in the slow bucket: [1 Mi, 2 Mi), the
+        // 1000 slow calls before the interval notwithstanding.
         assert_eq!(a.p99_ns, Some(2 << 20));
         assert_eq!(a.on_fraction, 1.0);
         let b = &f.probes[1];

@@ -167,6 +167,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                             paused = !paused;
                             redraw = true;
                         }
+                        tui::Action::Redraw => redraw = true,
                     }
                 }
                 if quit {

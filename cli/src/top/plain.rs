@@ -19,8 +19,10 @@ pub fn calls(per_s: f64) -> String {
 pub fn wait(ns_per_s: f64) -> String {
     if ns_per_s >= 1e9 {
         format!("{:.2} s/s", ns_per_s / 1e9)
-    } else {
+    } else if ns_per_s >= 1e6 || ns_per_s == 0.0 {
         format!("{:.2} ms/s", ns_per_s / 1e6)
+    } else {
+        format!("{:.1} us/s", ns_per_s / 1e3)
     }
 }
 
@@ -160,6 +162,8 @@ mod tests {
     fn cells() {
         assert_eq!(wait(2_500_000.0), "2.50 ms/s");
         assert_eq!(wait(1.5e9), "1.50 s/s");
+        assert_eq!(wait(1_500.0), "1.5 us/s");
+        assert_eq!(wait(0.0), "0.00 ms/s");
         assert_eq!(calls(45_321.0), "45.3k");
         assert_eq!(calls(12.04), "12");
         assert_eq!(headers(SortKey::P99)[3], "*p99");
@@ -187,8 +191,9 @@ mod tests {
             ..Default::default()
         };
         let text = render("t", &frame, SortKey::WaitPerSec, 5);
-        assert!(text.contains("probe       calls/s     *wait/s"), "{text}");
-        assert!(text.contains("sql.commit      120   3.00 ms/s  1.05 ms  50%"), "{text}");
+        assert!(text.contains("probe       calls/s    *wait/s      p99   on\n"), "{text}");
+        assert!(text.contains("sql.commit      120  3.00 ms/s  1.05 ms  50%\n"), "{text}");
+        assert!(text.contains("trx0trx.cc:120  innodb.mutex.enter       10  1.0 us/s"), "{text}");
         assert!(text.contains("top call sites by wait:"), "{text}");
         assert!(!text.contains("top latches"), "{text}");
         assert!(text.contains("on-CPU: not profiled"), "{text}");

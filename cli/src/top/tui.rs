@@ -23,6 +23,8 @@ pub enum Action {
     Quit,
     NextSort,
     TogglePause,
+    /// The terminal changed size.
+    Redraw,
 }
 
 /// A key's action, if it has one: q, Esc, Ctrl-C quit (raw mode turns
@@ -63,6 +65,7 @@ impl Screen {
                 Event::Key(k) if k.kind != KeyEventKind::Release => {
                     out.extend(action(k.code, k.modifiers));
                 }
+                Event::Resize(..) => out.push(Action::Redraw),
                 _ => {}
             }
         }
