@@ -207,6 +207,7 @@ fn plain_text_when_stdout_is_a_pipe(pid: &str) {
     assert!(!stdout.contains('\x1b'), "escape codes in plain text: {stdout:?}");
     let refreshes: Vec<&str> = stdout.split("innoprof top: pid").skip(1).collect();
     assert_eq!(refreshes.len(), 2, "{stdout}");
+    eprintln!("{stdout}");
     for r in &refreshes {
         assert!(r.contains("waits (sorted by wait/s):"), "{r}");
         assert!(r.contains("probe ") && r.contains("*wait/s"), "{r}");
@@ -239,6 +240,7 @@ fn saved_recording(pid: &str) {
         "{}",
         String::from_utf8_lossy(&top.stderr)
     );
+    eprintln!("{stdout}");
     assert_eq!(stdout.matches("waits (sorted by wait/s):").count(), 1, "{stdout}");
     assert!(stdout.contains("recorded 3."), "{stdout}");
     let calls = calls_of(&stdout, PROBE).unwrap_or(0.0);

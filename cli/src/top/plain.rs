@@ -109,7 +109,7 @@ pub fn render(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> Str
             ]
         })
         .collect();
-    table(&mut out, &headers(sort), &rows);
+    table(&mut out, &headers(sort), &rows, 1);
     for (what, sites) in [
         ("latches", &frame.latches),
         ("call sites", &frame.callsites),
@@ -124,6 +124,7 @@ pub fn render(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> Str
             &mut out,
             &[name.into(), "probe".into(), "calls/s".into(), "wait/s".into()],
             &rows,
+            2,
         );
     }
     match &frame.cpu {
@@ -133,8 +134,13 @@ pub fn render(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> Str
     out
 }
 
-/// Left-aligned first column, the others right-aligned.
-fn table<const N: usize>(out: &mut String, header: &[String; N], rows: &[[String; N]]) {
+/// The first `left` columns (names) left-aligned, the numbers right-aligned.
+fn table<const N: usize>(
+    out: &mut String,
+    header: &[String; N],
+    rows: &[[String; N]],
+    left: usize,
+) {
     let mut width = [0usize; N];
     for r in std::iter::once(header).chain(rows) {
         for (w, cell) in width.iter_mut().zip(r) {
@@ -144,10 +150,11 @@ fn table<const N: usize>(out: &mut String, header: &[String; N], rows: &[[String
     for r in std::iter::once(header).chain(rows) {
         let mut line = String::new();
         for (i, (cell, w)) in r.iter().zip(width).enumerate() {
-            if i == 0 {
-                let _ = write!(line, "{cell:<w$}");
+            let gap = if i == 0 { "" } else { "  " };
+            if i < left {
+                let _ = write!(line, "{gap}{cell:<w$}");
             } else {
-                let _ = write!(line, "  {cell:>w$}");
+                let _ = write!(line, "{gap}{cell:>w$}");
             }
         }
         let _ = writeln!(out, "{}", line.trim_end());

@@ -127,7 +127,9 @@ fn render(f: &mut ratatui::Frame, v: &View) {
     f.render_widget(Paragraph::new(heading), head);
     render_waits(f, waits, v);
     let [latches, callsites] =
-        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(sites);
+        // Latch names ("created in buf_block_init (buf0buf.cc:1530)") are
+        // longer than call sites ("row0row.cc:1069").
+        Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(sites);
     render_sites(f, latches, "top latches by wait", "latch", &frame.latches);
     render_sites(f, callsites, "top call sites by wait", "call site", &frame.callsites);
     render_cpu(f, cpu, frame);
@@ -163,14 +165,17 @@ fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
         format!("{:>4}", h[4]),
     ])
     .style(bold());
+    // Numbers next to the names, not pushed to the far right.
+    let name_width = v.frame.probes.iter().map(|r| r.name.len()).max().unwrap_or(0);
     let table = Table::new(
         rows,
         [
-            Constraint::Min(24),
+            Constraint::Length(name_width.max(5) as u16),
             Constraint::Length(10),
             Constraint::Length(12),
             Constraint::Length(10),
             Constraint::Length(4),
+            Constraint::Fill(1),
         ],
     )
     .header(header)
@@ -190,11 +195,19 @@ fn render_sites(
         let [name, probe, calls, wait] = plain::site_row(r);
         Row::new([name, probe, format!("{calls:>8}"), format!("{wait:>12}")])
     });
+    // The probe column as wide as its longest name, the rest for the site.
+    let probe_width = rows
+        .iter()
+        .take(visible)
+        .map(|r| r.probe.len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
     let table = Table::new(
         body,
         [
-            Constraint::Min(16),
-            Constraint::Min(12),
+            Constraint::Fill(1),
+            Constraint::Length(probe_width as u16),
             Constraint::Length(8),
             Constraint::Length(12),
         ],
