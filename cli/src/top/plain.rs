@@ -33,10 +33,13 @@ pub fn p99(row: &ProbeRow) -> String {
     }
 }
 
-/// Share of the interval the probe was on: blank when all of it.
+/// Share of the interval the probe was on: blank when all of it, `off`
+/// when none (the governor switched it off: its zeros mean nothing).
 pub fn on(row: &ProbeRow) -> String {
     if row.on_fraction >= 0.999 {
         String::new()
+    } else if row.on_fraction < 0.005 {
+        "off".into()
     } else {
         format!("{:.0}%", row.on_fraction * 100.0)
     }

@@ -99,26 +99,42 @@ fn bold() -> Style {
     Style::new().add_modifier(Modifier::BOLD)
 }
 
+/// Rows for the wait table, the site panels and the CPU table in `height`
+/// rows of body: the wait table first (the reason for `top`), up to half
+/// of the body unless it fits; then a site panel of at most
+/// `SITE_ROWS / 2` rows; the CPU table gets the rest.
+fn split_heights(height: u16, probes: usize) -> (u16, u16, u16) {
+    let waits = (probes.max(1) as u16 + 3).min((height / 2).max(6)).min(height);
+    let rest = height - waits;
+    let sites = (plain::SITE_ROWS as u16 / 2 + 3).min(rest / 2);
+    (waits, sites, rest - sites)
+}
+
 fn render(f: &mut ratatui::Frame, v: &View) {
     let frame = v.frame;
-    let [head, waits, sites, cpu, keys] = Layout::vertical([
+    let [head, body, keys] = Layout::vertical([
         Constraint::Length(2),
-        // Header row and borders, and a row per probe.
-        Constraint::Length(frame.probes.len().clamp(1, 20) as u16 + 3),
-        Constraint::Length(plain::SITE_ROWS as u16 / 2 + 3),
-        Constraint::Min(5),
+        Constraint::Fill(1),
         Constraint::Length(1),
     ])
     .areas(f.area());
-    let state = if v.paused { "  [paused]" } else { "" };
+    let (w, s, c) = split_heights(body.height, frame.probes.len());
+    let [waits, sites, cpu] = Layout::vertical([
+        Constraint::Length(w),
+        Constraint::Length(s),
+        Constraint::Length(c),
+    ])
+    .areas(body);
+    // What changes first: the title is the longest and is cut first.
+    let state = if v.paused { "[paused]  " } else { "" };
     let heading = vec![
         Line::styled(
             format!(
-                "{}  last {:.1} s  sort: {}  refresh #{}{state}",
-                v.title,
-                frame.interval_s,
+                "{state}sort: {}  last {:.1} s  #{}  {}",
                 v.sort.header(),
-                v.refreshes
+                frame.interval_s,
+                v.refreshes,
+                v.title,
             ),
             bold(),
         ),
@@ -191,23 +207,30 @@ fn render_sites(
     rows: &[innoprof::live::WaitRow],
 ) {
     let visible = area.height.saturating_sub(3) as usize;
-    let body = rows.iter().take(visible).map(|r| {
-        let [name, probe, calls, wait] = plain::site_row(r);
-        Row::new([name, probe, format!("{calls:>8}"), format!("{wait:>12}")])
-    });
-    // The probe column as wide as its longest name, the rest for the site.
-    let probe_width = rows
+    // Numbers (8 + 12 and the gaps) first; the probe column gets at most
+    // a third of what is left, the site or latch name the rest.
+    let left = area.width.saturating_sub(2 + 8 + 12 + 3);
+    let probe_width = (rows
         .iter()
         .take(visible)
         .map(|r| r.probe.len())
         .max()
         .unwrap_or(0)
-        .max(5);
+        .max(5) as u16)
+        .min(left / 3);
+    // Too narrow for both (an 80-column terminal): the name matters more.
+    let probe_width = if left < 36 { 0 } else { probe_width };
+    let body = rows.iter().take(visible).map(|r| {
+        let [name, probe, calls, wait] = plain::site_row(r);
+        // "created in buf_block_init (…)": the function says it all here.
+        let name = name.strip_prefix("created in ").map_or(name.clone(), String::from);
+        Row::new([name, probe, format!("{calls:>8}"), format!("{wait:>12}")])
+    });
     let table = Table::new(
         body,
         [
-            Constraint::Fill(1),
-            Constraint::Length(probe_width as u16),
+            Constraint::Length(left.saturating_sub(probe_width)),
+            Constraint::Length(probe_width),
             Constraint::Length(8),
             Constraint::Length(12),
         ],
@@ -285,6 +308,16 @@ mod tests {
         assert_eq!(action(KeyCode::Tab, none), Some(Action::NextSort));
         assert_eq!(action(KeyCode::Char('s'), none), Some(Action::NextSort));
         assert_eq!(action(KeyCode::Char('p'), none), Some(Action::TogglePause));
+    }
+
+    #[test]
+    fn the_wait_table_comes_first_on_small_screens() {
+        // 80x24: 21 rows of body.
+        assert_eq!(split_heights(21, 10), (10, 5, 6));
+        // 200x50: every probe, a full site panel, the CPU table the rest.
+        assert_eq!(split_heights(47, 10), (13, 8, 26));
+        assert_eq!(split_heights(3, 10), (3, 0, 0));
+        assert_eq!(split_heights(0, 0), (0, 0, 0));
     }
 
     #[test]
