@@ -216,7 +216,13 @@ impl Frame {
             }
             // Calls seen while on, as a rate: the governor's off time
             // would otherwise read as a drop in the load.
-            let rate = |v: u64| if on_s >= MIN_ON_S { v as f64 / on_s } else { 0.0 };
+            let rate = |v: u64| {
+                if on_s >= MIN_ON_S {
+                    v as f64 / on_s
+                } else {
+                    0.0
+                }
+            };
             let mut hist = [0u64; HIST_SLOTS];
             for (h, (n, b)) in hist.iter_mut().zip(now.hist.iter().zip(&before.hist)) {
                 *h = n.saturating_sub(*b);
@@ -541,7 +547,10 @@ mod tests {
         let earlier = Reading {
             elapsed_s: 10.0,
             // 1000 slow calls before the interval: they must not show.
-            probes: vec![probe(1000, 1_000_000_000, &[(20, 1000)], 10.0), probe(50, 0, &[], 10.0)],
+            probes: vec![
+                probe(1000, 1_000_000_000, &[(20, 1000)], 10.0),
+                probe(50, 0, &[], 10.0),
+            ],
             agent_cpu_s: Some(1.0),
             ..Default::default()
         };
@@ -565,7 +574,10 @@ mod tests {
         assert_eq!(a.p99_ns, Some(2 << 20));
         assert_eq!(a.on_fraction, 1.0);
         let b = &f.probes[1];
-        assert_eq!((b.calls_per_s, b.wait_ns_per_s, b.p99_ns), (10.0, 0.0, None));
+        assert_eq!(
+            (b.calls_per_s, b.wait_ns_per_s, b.p99_ns),
+            (10.0, 0.0, None)
+        );
         // 220 new calls at 1 us each over 2 s: 0.011 % of a core.
         assert!((f.spend.probes_pct_of_core - 0.011).abs() < 1e-9);
         assert_eq!(f.spend.budget_pct_of_core, Some(1.0));
@@ -648,7 +660,10 @@ mod tests {
             .iter()
             .map(|r| (r.name.as_str(), r.calls_per_s, r.wait_ns_per_s))
             .collect();
-        assert_eq!(sites, vec![("y.cc:2", 100.0, 1000.0), ("x.cc:1", 2.0, 100.0)]);
+        assert_eq!(
+            sites,
+            vec![("y.cc:2", 100.0, 1000.0), ("x.cc:1", 2.0, 100.0)]
+        );
         assert_eq!(f.latches.len(), 1);
         assert_eq!(f.latches[0].probe, "a.lat");
         assert_eq!(f.latches[0].wait_ns_per_s, 3000.0);

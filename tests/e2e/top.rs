@@ -193,7 +193,11 @@ fn terminal_ui_under_tmux(pid: &str) {
     assert_eq!(status, Some(0), "{}", err());
     assert!(err().contains("probes detached"), "{}", err());
     // The alternate screen is gone: the pane shows the shell's screen again.
-    assert!(!tmux.screen().contains("sort: calls/s"), "{}", tmux.screen());
+    assert!(
+        !tmux.screen().contains("sort: calls/s"),
+        "{}",
+        tmux.screen()
+    );
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
@@ -214,7 +218,10 @@ fn plain_text_when_stdout_is_a_pipe(pid: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
-    assert!(!stdout.contains('\x1b'), "escape codes in plain text: {stdout:?}");
+    assert!(
+        !stdout.contains('\x1b'),
+        "escape codes in plain text: {stdout:?}"
+    );
     let refreshes: Vec<&str> = stdout.split("innoprof top: pid").skip(1).collect();
     assert_eq!(refreshes.len(), 2, "{stdout}");
     eprintln!("{stdout}");
@@ -252,12 +259,17 @@ fn saved_recording(pid: &str) {
         String::from_utf8_lossy(&top.stderr)
     );
     eprintln!("{stdout}");
-    assert_eq!(stdout.matches("waits (sorted by wait/s):").count(), 1, "{stdout}");
+    assert_eq!(
+        stdout.matches("waits (sorted by wait/s):").count(),
+        1,
+        "{stdout}"
+    );
     assert!(stdout.contains("recorded 3."), "{stdout}");
     let calls = calls_of(&stdout, PROBE).unwrap_or(0.0);
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(Path::new(out).join("summary.json")).unwrap())
-            .unwrap();
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(out).join("summary.json")).unwrap(),
+    )
+    .unwrap();
     let expected = probe(&summary, PROBE)["calls_per_sec"].as_f64().unwrap();
     assert!(calls > 0.0, "{stdout}");
     assert!(
@@ -274,6 +286,9 @@ fn argument_errors() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.contains("--pid PID") && stderr.contains("DIR"), "{stderr}");
+        assert!(
+            stderr.contains("--pid PID") && stderr.contains("DIR"),
+            "{stderr}"
+        );
     }
 }

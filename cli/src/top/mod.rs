@@ -60,7 +60,9 @@ pub async fn run(args: TopArgs) -> Result<ExitCode> {
     match (args.pid, &args.dir) {
         (Some(pid), None) => live(pid, &args).await,
         (None, Some(dir)) => saved(dir, &args),
-        (Some(_), Some(_)) => bail!("give --pid PID (a running server) or DIR (a recording), not both"),
+        (Some(_), Some(_)) => {
+            bail!("give --pid PID (a running server) or DIR (a recording), not both")
+        }
         (None, None) => {
             bail!("innoprof top needs --pid PID (a running server) or DIR (a recording by `innoprof record --out`)")
         }

@@ -106,7 +106,11 @@ pub fn render(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> Str
             [
                 r.name.clone(),
                 calls(r.calls_per_s),
-                if r.timed { wait(r.wait_ns_per_s) } else { "-".into() },
+                if r.timed {
+                    wait(r.wait_ns_per_s)
+                } else {
+                    "-".into()
+                },
                 p99(r),
                 on(r),
             ]
@@ -122,10 +126,19 @@ pub fn render(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> Str
         }
         let _ = writeln!(out, "\ntop {what} by wait:");
         let rows: Vec<[String; 4]> = sites.iter().take(SITE_ROWS).map(site_row).collect();
-        let name = if what == "latches" { "latch" } else { "call site" };
+        let name = if what == "latches" {
+            "latch"
+        } else {
+            "call site"
+        };
         table(
             &mut out,
-            &[name.into(), "probe".into(), "calls/s".into(), "wait/s".into()],
+            &[
+                name.into(),
+                "probe".into(),
+                "calls/s".into(),
+                "wait/s".into(),
+            ],
             &rows,
             2,
         );
@@ -201,9 +214,18 @@ mod tests {
             ..Default::default()
         };
         let text = render("t", &frame, SortKey::WaitPerSec, 5);
-        assert!(text.contains("probe       calls/s    *wait/s      p99   on\n"), "{text}");
-        assert!(text.contains("sql.commit      120  3.00 ms/s  1.05 ms  50%\n"), "{text}");
-        assert!(text.contains("trx0trx.cc:120  innodb.mutex.enter       10  1.0 us/s"), "{text}");
+        assert!(
+            text.contains("probe       calls/s    *wait/s      p99   on\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sql.commit      120  3.00 ms/s  1.05 ms  50%\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("trx0trx.cc:120  innodb.mutex.enter       10  1.0 us/s"),
+            "{text}"
+        );
         assert!(text.contains("top call sites by wait:"), "{text}");
         assert!(!text.contains("top latches"), "{text}");
         assert!(text.contains("on-CPU: not profiled"), "{text}");

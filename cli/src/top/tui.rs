@@ -104,7 +104,9 @@ fn bold() -> Style {
 /// of the body unless it fits; then a site panel of at most
 /// `SITE_ROWS / 2` rows; the CPU table gets the rest.
 fn split_heights(height: u16, probes: usize) -> (u16, u16, u16) {
-    let waits = (probes.max(1) as u16 + 3).min((height / 2).max(6)).min(height);
+    let waits = (probes.max(1) as u16 + 3)
+        .min((height / 2).max(6))
+        .min(height);
     let rest = height - waits;
     let sites = (plain::SITE_ROWS as u16 / 2 + 3).min(rest / 2);
     (waits, sites, rest - sites)
@@ -147,7 +149,13 @@ fn render(f: &mut ratatui::Frame, v: &View) {
         // longer than call sites ("row0row.cc:1069").
         Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(sites);
     render_sites(f, latches, "top latches by wait", "latch", &frame.latches);
-    render_sites(f, callsites, "top call sites by wait", "call site", &frame.callsites);
+    render_sites(
+        f,
+        callsites,
+        "top call sites by wait",
+        "call site",
+        &frame.callsites,
+    );
     render_cpu(f, cpu, frame);
     f.render_widget(
         Paragraph::new("q/Esc quit   s/Tab sort column   p pause").style(bold()),
@@ -182,7 +190,13 @@ fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
     ])
     .style(bold());
     // Numbers next to the names, not pushed to the far right.
-    let name_width = v.frame.probes.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let name_width = v
+        .frame
+        .probes
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(0);
     let table = Table::new(
         rows,
         [
@@ -223,7 +237,9 @@ fn render_sites(
     let body = rows.iter().take(visible).map(|r| {
         let [name, probe, calls, wait] = plain::site_row(r);
         // "created in buf_block_init (…)": the function says it all here.
-        let name = name.strip_prefix("created in ").map_or(name.clone(), String::from);
+        let name = name
+            .strip_prefix("created in ")
+            .map_or(name.clone(), String::from);
         Row::new([name, probe, format!("{calls:>8}"), format!("{wait:>12}")])
     });
     let table = Table::new(
