@@ -9,7 +9,7 @@
 mod plain;
 mod tui;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -92,6 +92,8 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    // The ssh session or terminal went away: detach as on q.
+    let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
     let opts = RecordOptions {
         pid,
         force: args.force,
@@ -152,6 +154,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         tokio::select! {
             _ = sigint.recv() => break ExitCode::SUCCESS,
             _ = sigterm.recv() => break ExitCode::SUCCESS,
+            _ = sighup.recv() => break ExitCode::SUCCESS,
             _ = tick.tick() => {
                 recorder.govern();
                 let Some(s) = screen.as_mut() else { continue };
@@ -193,7 +196,11 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                     Some(s) => draw(s, &title, &shown, sort, paused, refreshes)?,
                     None => {
                         let head = format!("{title}, last {:.1}s", shown.interval_s);
-                        println!("{}", plain::render(&head, &shown, sort, args.rows));
+                        let text = plain::render(&head, &shown, sort, args.rows);
+                        // The reader is gone (`| head`): nothing left to do.
+                        if writeln!(std::io::stdout().lock(), "{text}").is_err() {
+                            break ExitCode::SUCCESS;
+                        }
                     }
                 }
                 if args.iterations.is_some_and(|n| refreshes >= n) {

@@ -82,7 +82,8 @@ impl Screen {
 
 impl Drop for Screen {
     fn drop(&mut self) {
-        ratatui::restore();
+        // Quietly: after a hangup there is no terminal left to restore.
+        let _ = ratatui::try_restore();
     }
 }
 
