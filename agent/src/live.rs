@@ -227,15 +227,10 @@ impl Frame {
             for (h, (n, b)) in hist.iter_mut().zip(now.hist.iter().zip(&before.hist)) {
                 *h = n.saturating_sub(*b);
             }
-            let before_slots: HashMap<usize, u64> = before
-                .slots
-                .iter()
-                .enumerate()
-                .map(|(k, (calls, _))| (k, *calls))
-                .collect();
+            // Slots are the same, in the same order, in every reading.
             for (k, (calls, cost_ns)) in now.slots.iter().enumerate() {
-                let new = calls.saturating_sub(before_slots.get(&k).copied().unwrap_or(0));
-                spent_ns += new as f64 * cost_ns;
+                let earlier_calls = before.slots.get(k).map_or(0, |(c, _)| *c);
+                spent_ns += calls.saturating_sub(earlier_calls) as f64 * cost_ns;
             }
             probes.push(ProbeRow {
                 name: name.name.clone(),
@@ -667,6 +662,32 @@ mod tests {
         assert_eq!(f.latches.len(), 1);
         assert_eq!(f.latches[0].probe, "a.lat");
         assert_eq!(f.latches[0].wait_ns_per_s, 3000.0);
+    }
+
+    #[test]
+    fn a_saved_recording_gives_whole_recording_rates() {
+        let mut summary = crate::report::html::tests::summary();
+        summary.probes[0].latches = vec![crate::report::model::LatchResult {
+            latch: "dict_sys_mutex".into(),
+            calls: 20,
+            wait_ns_total: 50_000,
+            wait_ns_max: 9_000,
+        }];
+        summary.overhead.budget_pct_of_core = Some(1.0);
+        summary.overhead.probes_pct_of_core = 0.4;
+        let f = Frame::from_summary(&summary);
+        assert_eq!(f.interval_s, 10.0);
+        let p = &f.probes[0];
+        assert_eq!(p.name, "innodb.mutex.enter");
+        assert_eq!((p.calls_per_s, p.wait_ns_per_s), (0.3, 300.0));
+        assert_eq!((p.p99_ns, p.on_fraction), (Some(1500), 1.0));
+        assert_eq!(f.callsites[0].name, "btr0cur.cc:304");
+        assert_eq!(f.callsites[0].wait_ns_per_s, 300.0);
+        assert_eq!(f.latches[0].name, "dict_sys_mutex");
+        assert_eq!((f.latches[0].calls_per_s, f.latches[0].wait_ns_per_s), (2.0, 5_000.0));
+        assert_eq!(f.spend.probes_pct_of_core, 0.4);
+        assert_eq!(f.spend.budget_pct_of_core, Some(1.0));
+        assert!(f.cpu.is_none());
     }
 
     #[test]
