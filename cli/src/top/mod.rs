@@ -18,7 +18,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use innoprof::governor::GovernorConfig;
 use innoprof::live::{Frame, LiveView, SortKey};
-use innoprof::record::{Plan, RecordOptions, Recorder};
+use innoprof::catalog::CatalogError;
+use innoprof::probeset::ProbeRequest;
+use innoprof::record::{Plan, RecordError, RecordOptions, Recorder};
 use innoprof::target::Liveness;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -109,7 +111,24 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         }),
         limits: Default::default(),
     };
-    let plan = Plan::build(&opts)?;
+    let plan = match Plan::build(&opts) {
+        // `top --force` on a process no catalog knows (before the wait
+        // probes, top was CPU only): the CPU profile alone, said once.
+        Err(RecordError::Catalog(e @ CatalogError::NoCatalog { .. }))
+            if !opts.probes.is_explicit() =>
+        {
+            eprintln!("innoprof: {e}; showing the CPU profile only");
+            let cpu_only = RecordOptions {
+                probes: ProbeRequest {
+                    selection: Some("none".into()),
+                    ..opts.probes.clone()
+                },
+                ..opts.clone()
+            };
+            Plan::build(&cpu_only)?
+        }
+        plan => plan?,
+    };
     crate::warn_unattached(&plan);
     let mut recorder = Recorder::start(plan, false)?;
     let target = recorder.target().clone();
