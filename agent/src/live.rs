@@ -684,7 +684,10 @@ mod tests {
         assert_eq!(f.callsites[0].name, "btr0cur.cc:304");
         assert_eq!(f.callsites[0].wait_ns_per_s, 300.0);
         assert_eq!(f.latches[0].name, "dict_sys_mutex");
-        assert_eq!((f.latches[0].calls_per_s, f.latches[0].wait_ns_per_s), (2.0, 5_000.0));
+        assert_eq!(
+            (f.latches[0].calls_per_s, f.latches[0].wait_ns_per_s),
+            (2.0, 5_000.0)
+        );
         assert_eq!(f.spend.probes_pct_of_core, 0.4);
         assert_eq!(f.spend.budget_pct_of_core, Some(1.0));
         assert!(f.cpu.is_none());

@@ -85,29 +85,27 @@ impl Tmux {
     }
 
     /// Waits up to `secs` for the screen to satisfy `ok`; returns it.
-    fn wait_for(&self, secs: u64, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    /// `stderr`: innoprof's, for the failure message.
+    fn wait_for(
+        &self,
+        secs: u64,
+        what: &str,
+        stderr: &dyn Fn() -> String,
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let screen = self.screen();
             if ok(&screen) {
                 return screen;
             }
-            assert!(Instant::now() < deadline, "no {what} on screen:\n{screen}");
+            assert!(
+                Instant::now() < deadline,
+                "no {what} on screen:\n{screen}\nstderr: {}",
+                stderr()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
-    }
-
-    /// (dead, exit status) of the pane's command.
-    fn pane_exit(&self) -> (bool, Option<i32>) {
-        let out = self.run(&[
-            "display-message",
-            "-p",
-            "-t",
-            "top",
-            "#{pane_dead} #{pane_dead_status}",
-        ]);
-        let mut f = out.split_whitespace();
-        (f.next() == Some("1"), f.next().and_then(|s| s.parse().ok()))
     }
 }
 
@@ -128,10 +126,15 @@ fn terminal_ui_under_tmux(pid: &str) {
     let tmux = Tmux {
         socket: format!("innoprof-top-{}", std::process::id()),
     };
+    // The shell writes innoprof's exit status to a file: tmux 3.3's
+    // #{pane_dead_status} was sometimes empty after a clean exit 0.
+    let status_file = dir.path().join("status");
     let command = format!(
-        "exec {} top --pid {pid} 2>{}",
+        // The sleep keeps the pane (and its screen) after innoprof exits.
+        "{} top --pid {pid} 2>{}; echo $? >{}; sleep 60",
         innoprof().display(),
-        stderr.display()
+        stderr.display(),
+        status_file.display()
     );
     tmux.run(&[
         "new-session",
@@ -144,16 +147,24 @@ fn terminal_ui_under_tmux(pid: &str) {
         "top",
         &command,
     ]);
-    // Keep the pane after innoprof exits, to read its exit status.
-    tmux.run(&["set-option", "-t", "top", "remain-on-exit", "on"]);
-    let innoprof_pid: u32 = tmux
+    // innoprof is the pane shell's child.
+    let shell = tmux
         .run(&["display-message", "-p", "-t", "top", "#{pane_pid}"])
         .trim()
-        .parse()
-        .unwrap();
+        .to_string();
+    let children = format!("/proc/{shell}/task/{shell}/children");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let innoprof_pid: u32 = loop {
+        let pids = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(p) = pids.split_whitespace().next() {
+            break p.parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "innoprof did not start in tmux");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let err = || std::fs::read_to_string(&stderr).unwrap_or_default();
 
-    let screen = tmux.wait_for(60, "nonzero sql.commit row", |s| {
+    let screen = tmux.wait_for(60, "nonzero sql.commit row", &err, |s| {
         calls_of(s, PROBE).is_some_and(|c| c > 0.0)
     });
     eprintln!("{screen}");
@@ -172,22 +183,24 @@ fn terminal_ui_under_tmux(pid: &str) {
     );
 
     tmux.run(&["send-keys", "-t", "top", "s"]);
-    let screen = tmux.wait_for(5, "sort moved to p99", |s| {
+    let screen = tmux.wait_for(5, "sort moved to p99", &err, |s| {
         s.contains("sort: p99") && s.contains("*p99")
     });
     assert!(!screen.contains("*wait/s"), "{screen}");
     tmux.run(&["send-keys", "-t", "top", "Tab"]);
-    tmux.wait_for(5, "sort moved to calls/s", |s| s.contains("*calls/s"));
+    tmux.wait_for(5, "sort moved to calls/s", &err, |s| s.contains("*calls/s"));
     tmux.run(&["send-keys", "-t", "top", "p"]);
-    tmux.wait_for(5, "paused", |s| s.contains("[paused]"));
+    tmux.wait_for(5, "paused", &err, |s| s.contains("[paused]"));
 
     tmux.run(&["send-keys", "-t", "top", "q"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        match tmux.pane_exit() {
-            (true, status) => break status,
-            _ => assert!(Instant::now() < deadline, "q did not quit: {}", err()),
+        if let Ok(s) = std::fs::read_to_string(&status_file) {
+            if s.ends_with('\n') {
+                break s.trim().parse::<i32>().ok();
+            }
         }
+        assert!(Instant::now() < deadline, "q did not quit: {}", err());
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(status, Some(0), "{}", err());

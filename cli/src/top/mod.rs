@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use innoprof::catalog::CatalogError;
 use innoprof::governor::GovernorConfig;
 use innoprof::live::{Frame, LiveView, SortKey};
-use innoprof::catalog::CatalogError;
 use innoprof::probeset::ProbeRequest;
 use innoprof::record::{Plan, RecordError, RecordOptions, Recorder};
 use innoprof::target::Liveness;
