@@ -18,6 +18,7 @@ packages=(
     prometheus                              # a real Prometheus scrapes `innoprof serve` in the tests
     chromium                                # headless browser: the report.html test renders the page
     bpftrace                                # scripts/bench.py compares against it
+    tmux                                    # the `innoprof top` UI test drives it in a tmux pane
 )
 
 missing=()
