@@ -118,7 +118,7 @@ struct RecordArgs {
 }
 
 /// Intervals shorter than 100 ms would be mostly read jitter.
-fn parse_interval(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_millis(100) {
         return Err(format!("{s} is too short; use 100ms or more"));

@@ -45,7 +45,7 @@ pub struct TopArgs {
     #[arg(long, default_value = "1", value_parser = crate::parse_budget)]
     pub max_overhead: crate::Budget,
     /// Refresh interval (each refresh shows that interval).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = crate::parse_interval)]
     pub interval: Duration,
     /// Stop after this many refreshes (default: until q or Ctrl-C).
     #[arg(long)]
@@ -153,12 +153,11 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     } else {
         None
     };
-    let mut sort = SortKey::default();
-    let mut paused = false;
+    let mut keys = tui::Controls::default();
     let mut shown = Frame::default();
     let mut refreshes = 0u64;
     if let Some(s) = screen.as_mut() {
-        draw(s, &title, &shown, sort, paused, refreshes)?;
+        draw(s, &title, &shown, keys, refreshes)?;
     }
 
     // The governor's period; keys are read on the same tick (50 ms is
@@ -177,45 +176,32 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
             _ = tick.tick() => {
                 recorder.govern();
                 let Some(s) = screen.as_mut() else { continue };
-                let mut quit = false;
-                let mut redraw = false;
-                for a in s.actions()? {
-                    match a {
-                        tui::Action::Quit => quit = true,
-                        tui::Action::NextSort => {
-                            sort = sort.next();
-                            shown.sort(sort);
-                            redraw = true;
-                        }
-                        tui::Action::TogglePause => {
-                            paused = !paused;
-                            redraw = true;
-                        }
-                        tui::Action::Redraw => redraw = true,
-                    }
-                }
-                if quit {
+                let actions = s.actions()?;
+                if actions.contains(&tui::Action::Quit) {
                     break ExitCode::SUCCESS;
                 }
-                if redraw {
-                    draw(s, &title, &shown, sort, paused, refreshes)?;
+                if !actions.is_empty() {
+                    for a in actions {
+                        keys.apply(a, &mut shown);
+                    }
+                    draw(s, &title, &shown, keys, refreshes)?;
                 }
             }
             _ = refresh.tick() => {
                 // Read even when paused: unpausing then shows the last
                 // interval, not everything since the pause.
                 let mut frame = view.refresh(&recorder)?;
-                if paused {
+                if keys.paused {
                     continue;
                 }
-                frame.sort(sort);
+                frame.sort(keys.sort);
                 shown = frame;
                 refreshes += 1;
                 match screen.as_mut() {
-                    Some(s) => draw(s, &title, &shown, sort, paused, refreshes)?,
+                    Some(s) => draw(s, &title, &shown, keys, refreshes)?,
                     None => {
                         let head = format!("{title}, last {:.1}s", shown.interval_s);
-                        let text = plain::render(&head, &shown, sort, args.rows);
+                        let text = plain::render(&head, &shown, keys.sort, args.rows);
                         // The reader is gone (`| head`): nothing left to do.
                         if writeln!(std::io::stdout().lock(), "{text}").is_err() {
                             break ExitCode::SUCCESS;
@@ -246,15 +232,13 @@ fn draw(
     screen: &mut tui::Screen,
     title: &str,
     frame: &Frame,
-    sort: SortKey,
-    paused: bool,
+    controls: tui::Controls,
     refreshes: u64,
 ) -> Result<()> {
     screen.draw(&tui::View {
         title,
         frame,
-        sort,
-        paused,
+        controls,
         refreshes,
     })
 }

@@ -25,17 +25,52 @@ pub enum Action {
     TogglePause,
     /// The terminal changed size.
     Redraw,
+    /// Scroll the wait table (when it has more probes than rows).
+    Down,
+    Up,
 }
 
 /// A key's action, if it has one: q, Esc, Ctrl-C quit (raw mode turns
-/// Ctrl-C into a key, not SIGINT); s and Tab cycle the sort; p pauses.
+/// Ctrl-C into a key, not SIGINT); s and Tab cycle the sort; p pauses;
+/// j/k or the arrows scroll the wait table.
 pub fn action(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> {
     match code {
         KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Some(Action::Quit),
         KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => Some(Action::Quit),
         KeyCode::Char('s') | KeyCode::Char('S') | KeyCode::Tab => Some(Action::NextSort),
         KeyCode::Char('p') | KeyCode::Char('P') | KeyCode::Char(' ') => Some(Action::TogglePause),
+        KeyCode::Char('j') | KeyCode::Down => Some(Action::Down),
+        KeyCode::Char('k') | KeyCode::Up => Some(Action::Up),
         _ => None,
+    }
+}
+
+/// What the keys have set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Controls {
+    pub sort: SortKey,
+    pub paused: bool,
+    /// Wait-table rows scrolled past (clamped when drawn).
+    pub scroll: usize,
+}
+
+impl Controls {
+    /// Applies a key's action to the controls and the frame shown (its
+    /// rows re-sorted at once, not at the next refresh). `Quit` is the
+    /// caller's.
+    pub fn apply(&mut self, action: Action, shown: &mut Frame) {
+        match action {
+            Action::NextSort => {
+                self.sort = self.sort.next();
+                shown.sort(self.sort);
+            }
+            Action::TogglePause => self.paused = !self.paused,
+            Action::Down => {
+                self.scroll = (self.scroll + 1).min(shown.probes.len().saturating_sub(1))
+            }
+            Action::Up => self.scroll = self.scroll.saturating_sub(1),
+            Action::Quit | Action::Redraw => {}
+        }
     }
 }
 
@@ -91,8 +126,7 @@ impl Drop for Screen {
 pub struct View<'a> {
     pub title: &'a str,
     pub frame: &'a Frame,
-    pub sort: SortKey,
-    pub paused: bool,
+    pub controls: Controls,
     pub refreshes: u64,
 }
 
@@ -129,12 +163,12 @@ fn render(f: &mut ratatui::Frame, v: &View) {
     ])
     .areas(body);
     // What changes first: the title is the longest and is cut first.
-    let state = if v.paused { "[paused]  " } else { "" };
+    let state = if v.controls.paused { "[paused]  " } else { "" };
     let heading = vec![
         Line::styled(
             format!(
                 "{state}sort: {}  last {:.1} s  #{}  {}",
-                v.sort.header(),
+                v.controls.sort.header(),
                 frame.interval_s,
                 v.refreshes,
                 v.title,
@@ -159,13 +193,18 @@ fn render(f: &mut ratatui::Frame, v: &View) {
     );
     render_cpu(f, cpu, frame);
     f.render_widget(
-        Paragraph::new("q/Esc quit   s/Tab sort column   p pause").style(bold()),
+        Paragraph::new("q/Esc quit   s/Tab sort column   p pause   j/k scroll").style(bold()),
         keys,
     );
 }
 
 fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
-    let rows = v.frame.probes.iter().map(|r| {
+    let visible = area.height.saturating_sub(3) as usize;
+    let skip = v
+        .controls
+        .scroll
+        .min(v.frame.probes.len().saturating_sub(visible));
+    let rows = v.frame.probes.iter().skip(skip).map(|r| {
         Row::new([
             r.name.clone(),
             format!("{:>10}", plain::calls(r.calls_per_s)),
@@ -181,7 +220,7 @@ fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
             format!("{:>4}", plain::on(r)),
         ])
     });
-    let h = plain::headers(v.sort);
+    let h = plain::headers(v.controls.sort);
     let header = Row::new([
         h[0].clone(),
         format!("{:>10}", h[1]),
@@ -210,7 +249,15 @@ fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
         ],
     )
     .header(header)
-    .block(Block::bordered().title(format!(" waits, sorted by {} ", v.sort.header())));
+    .block(Block::bordered().title(format!(
+        " waits, sorted by {}{} ",
+        v.controls.sort.header(),
+        if skip > 0 {
+            format!(", from #{}", skip + 1)
+        } else {
+            String::new()
+        }
+    )));
     f.render_widget(table, area);
 }
 
@@ -325,6 +372,44 @@ mod tests {
         assert_eq!(action(KeyCode::Tab, none), Some(Action::NextSort));
         assert_eq!(action(KeyCode::Char('s'), none), Some(Action::NextSort));
         assert_eq!(action(KeyCode::Char('p'), none), Some(Action::TogglePause));
+        assert_eq!(action(KeyCode::Down, none), Some(Action::Down));
+        assert_eq!(action(KeyCode::Char('k'), none), Some(Action::Up));
+    }
+
+    #[test]
+    fn controls() {
+        let row = |name: &str, calls| innoprof::live::ProbeRow {
+            name: name.into(),
+            timed: true,
+            calls_per_s: calls,
+            wait_ns_per_s: 1.0 / calls,
+            p99_ns: None,
+            on_fraction: 1.0,
+        };
+        let mut shown = Frame {
+            probes: vec![row("a", 1.0), row("b", 2.0)],
+            ..Default::default()
+        };
+        let mut c = Controls::default();
+        c.apply(Action::NextSort, &mut shown);
+        c.apply(Action::NextSort, &mut shown);
+        c.apply(Action::NextSort, &mut shown);
+        // wait/s -> p99 -> calls/s -> back to wait/s, rows re-sorted each time.
+        assert_eq!(c.sort, SortKey::WaitPerSec);
+        assert_eq!(shown.probes[0].name, "a");
+        c.apply(Action::NextSort, &mut shown);
+        c.apply(Action::NextSort, &mut shown);
+        assert_eq!(c.sort, SortKey::CallsPerSec);
+        assert_eq!(shown.probes[0].name, "b");
+        for _ in 0..5 {
+            c.apply(Action::Down, &mut shown);
+        }
+        assert_eq!(c.scroll, 1);
+        c.apply(Action::Up, &mut shown);
+        c.apply(Action::Up, &mut shown);
+        assert_eq!(c.scroll, 0);
+        c.apply(Action::TogglePause, &mut shown);
+        assert!(c.paused);
     }
 
     #[test]
@@ -355,8 +440,11 @@ mod tests {
         let view = View {
             title: "innoprof top",
             frame: &frame,
-            sort: SortKey::P99,
-            paused: true,
+            controls: Controls {
+                sort: SortKey::P99,
+                paused: true,
+                scroll: 5,
+            },
             refreshes: 3,
         };
         t.draw(|f| render(f, &view)).unwrap();
