@@ -86,8 +86,18 @@ fn saved(dir: &std::path::Path, args: &TopArgs) -> Result<ExitCode> {
         t.server_version.as_deref().unwrap_or("version unknown"),
         summary.duration_s
     );
-    print!("{}", plain::render(&title, &frame, sort, args.rows));
+    print_text(&plain::render(&title, &frame, sort, args.rows))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` to stdout; false when the reader is gone (`| head`):
+/// nothing left to do then, and no error to report.
+fn print_text(text: &str) -> Result<bool> {
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("writing to stdout"),
+    }
 }
 
 async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
@@ -202,8 +212,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                     None => {
                         let head = format!("{title}, last {:.1}s", shown.interval_s);
                         let text = plain::render(&head, &shown, keys.sort, args.rows);
-                        // The reader is gone (`| head`): nothing left to do.
-                        if writeln!(std::io::stdout().lock(), "{text}").is_err() {
+                        if !print_text(&(text + "\n"))? {
                             break ExitCode::SUCCESS;
                         }
                     }
