@@ -134,6 +134,17 @@ pub fn write(
     install(out, &files, metadata.ended_unix_ms / 1000)
 }
 
+/// A saved bundle's `summary.json` (`innoprof top DIR`, `report DIR`).
+pub fn read_summary(dir: &Path) -> Result<Summary, BundleError> {
+    let bytes = BundleDir::new(dir)
+        .read(SUMMARY_JSON)?
+        .ok_or_else(|| BundleError::NotABundle(dir.into()))?;
+    serde_json::from_slice(&bytes).map_err(|source| BundleError::Parse {
+        path: dir.join(SUMMARY_JSON),
+        source,
+    })
+}
+
 /// `innoprof report DIR`: rebuilds `report.html` and `summary.txt` in a
 /// saved bundle from its `summary.json` and other files.
 pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
@@ -145,9 +156,7 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
         let path = dir.join(name);
         move |source| BundleError::Parse { path, source }
     };
-    let summary_bytes = read(SUMMARY_JSON)?.ok_or_else(|| BundleError::NotABundle(dir.into()))?;
-    let summary: Summary =
-        serde_json::from_slice(&summary_bytes).map_err(parse_err(SUMMARY_JSON))?;
+    let summary = read_summary(dir)?;
     let metadata: Option<Metadata> = read(METADATA_JSON)?
         .map(|b| serde_json::from_slice(&b))
         .transpose()

@@ -9,7 +9,8 @@
 //! [`bundle`] (the output directory and its tarball). [`record`] wires them.
 //! Alongside, [`cpu`] samples on-CPU stacks and off-CPU time, and [`diff`]
 //! compares two recordings. [`timeseries`] turns live reads of the counters
-//! into per-interval deltas, and [`export`] serves them to Prometheus.
+//! into per-interval deltas, [`export`] serves them to Prometheus, and
+//! [`live`] turns them into the tables of `innoprof top`.
 
 pub mod attach;
 pub mod attach_errno;
@@ -32,6 +33,7 @@ pub mod histogram;
 pub mod hitcost_cache;
 pub mod inspect;
 pub mod kernel;
+pub mod live;
 pub mod memcounters;
 pub mod privileges;
 pub mod probeset;

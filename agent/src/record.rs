@@ -103,6 +103,17 @@ pub struct Plan {
 
 impl Plan {
     /// `stack_interval` as the BPF side and the summary keep it.
+    /// A symbolizer over `maps` that names the server binary's frames
+    /// from its debug file when one was found (`--debuginfo`, build-id,
+    /// debuglink).
+    pub fn stack_symbolizer(&self, maps: ProcessMaps) -> StackSymbolizer {
+        let mut symbolizer = StackSymbolizer::new(maps);
+        if let (Some(binary), Some(debug)) = (self.image.file_id, self.image.debug_open()) {
+            symbolizer.use_debug_file(binary, Arc::clone(debug));
+        }
+        symbolizer
+    }
+
     pub fn stack_interval_ns(&self) -> u64 {
         u64::try_from(self.stack_interval.as_nanos()).unwrap_or(u64::MAX)
     }
@@ -370,6 +381,26 @@ impl Recorder {
             .collect()
     }
 
+    /// The CPU profiler's totals so far, still sampling (None: no profiler).
+    pub fn cpu_snapshot(&self) -> Option<Result<crate::cpu::RawCpuProfile, crate::cpu::CpuError>> {
+        self.cpu.as_ref().map(CpuProfiler::snapshot)
+    }
+
+    /// What one call at `slot` costs the server now, in ns: the calibrated
+    /// trap plus the programs' measured run time (as the governor charges).
+    pub fn per_call_ns(&self, slot: u64) -> Option<f64> {
+        let s = self.session.as_ref()?.slots.get(slot as usize)?;
+        Some(match &self.cost {
+            Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
+            None => self.hit_cost.per_call_ns(s.measure, s.symbol.entry),
+        })
+    }
+
+    /// CPU time innoprof itself has used since it started attaching.
+    pub fn agent_cpu(&self) -> Duration {
+        own_cpu_time().saturating_sub(self.agent_cpu_at_start)
+    }
+
     /// The counters as they stand, read while the probes stay attached.
     pub fn read_counters(&self) -> Result<Counters, CollectError> {
         match &self.session {
@@ -496,10 +527,7 @@ impl Recorder {
         };
         let mut trap_ns = 0.0;
         let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
-        let mut symbolizer = StackSymbolizer::new(self.maps.clone());
-        if let (Some(binary), Some(debug)) = (plan.image.file_id, plan.image.debug_open()) {
-            symbolizer.use_debug_file(binary, Arc::clone(debug));
-        }
+        let mut symbolizer = plan.stack_symbolizer(self.maps.clone());
         let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
         let mut results = Vec::new();
         let mut folded = Vec::new();
@@ -777,19 +805,19 @@ fn own_max_rss_kb() -> u64 {
 }
 
 /// Names for the latch ids a probe read (`dict_sys_mutex`).
-struct LatchNames<'a> {
+pub(crate) struct LatchNames<'a> {
     plan: Option<(&'a crate::catalog::LatchSpec, &'a crate::attach::LatchPlan)>,
 }
 
 impl<'a> LatchNames<'a> {
-    fn new(planned: &'a crate::attach::PlannedProbe) -> Self {
+    pub(crate) fn new(planned: &'a crate::attach::PlannedProbe) -> Self {
         Self {
             plan: planned.spec.latch.as_ref().zip(planned.latch.as_ref()),
         }
     }
 
     /// The latch id's name, else the latch's creation site.
-    fn of(&self, site: &Callsite, namer: &mut CallsiteNamer) -> Option<String> {
+    pub(crate) fn of(&self, site: &Callsite, namer: &mut CallsiteNamer) -> Option<String> {
         if let Some(id) = site.latch_id() {
             return Some(match self.plan {
                 Some((spec, plan)) => plan.layout.name_of(id, spec),

@@ -77,7 +77,7 @@ enum Command {
     Record(RecordArgs),
     /// What each catalog probe resolves to in a server (by PID) or a binary: symbols, addresses, cost, or why not.
     Probes(probes::ProbesArgs),
-    /// Live table of the server's hottest functions (on-CPU samples), refreshed every few seconds.
+    /// Live waits (probes, latches, call sites) and on-CPU top of a server, or the tables of a saved recording.
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),
@@ -151,7 +151,7 @@ struct RecordArgs {
 }
 
 /// Intervals shorter than 100 ms would be mostly read jitter.
-fn parse_interval(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_millis(100) {
         return Err(format!("{s} is too short; use 100ms or more"));

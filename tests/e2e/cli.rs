@@ -220,7 +220,11 @@ fn the_only_server_is_found_short_flags_work_and_diff_leaves_bundles_alone() {
     std::fs::copy("/bin/sleep", &fake).unwrap();
     let mut decoy = Command::new(&fake).arg("60").spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    for args in [&["record", "-d", "1"][..], &["probes"]] {
+    for args in [
+        &["record", "-d", "1"][..],
+        &["probes"],
+        &["top", "--iterations", "1"],
+    ] {
         let o = innoprof_in(cwd.path(), args);
         let all = text(&o);
         assert_eq!(o.status.code(), Some(1), "{all}");
