@@ -41,7 +41,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
         .prefix("innoprof-host-")
         .tempdir_in("/tmp")
         .unwrap();
-    ok(&mut Command::new("tar")
+    ok(Command::new("tar")
         .arg("-C")
         .arg(host.path())
         .arg("-xzf")
@@ -65,7 +65,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
 
     // Stripped: no .symtab, no DWARF, and much smaller than the 60 MB
     // release build with its debug info.
-    let sections = ok(&mut Command::new("readelf").arg("-S").arg(&bin));
+    let sections = ok(Command::new("readelf").arg("-S").arg(&bin));
     assert!(!sections.contains(".symtab") && !sections.contains(".debug_info"));
     let size = std::fs::metadata(&bin).unwrap().len();
     assert!(size < 30 << 20, "{size} bytes");
@@ -75,7 +75,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
     // Shipped without .symtab, innoprof still finds its own calibration
     // functions (exported in .dynsym) and loads its embedded BPF objects
     // through the statically linked libbpf/libelf.
-    let needs = ok(&mut Command::new("ldd").arg(&bin));
+    let needs = ok(Command::new("ldd").arg(&bin));
     assert!(
         !needs.contains("libelf") && !needs.contains("libz"),
         "{needs}"
@@ -90,7 +90,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
     );
 
     // The embedded catalog and resolver, on a real server binary.
-    let fetched = ok(&mut Command::new(repo_root().join("scripts/servers.sh"))
+    let fetched = ok(Command::new(repo_root().join("scripts/servers.sh"))
         .args(["fetch", "mariadb-10.2.11"]));
     let mut probes = Command::new(&bin);
     probes.args(["probes", "--json", "--binary", fetched.trim()]);
@@ -126,7 +126,7 @@ fn the_release_tarball_runs_outside_the_source_tree() {
         ("zsh", "_innoprof"),
         ("fish", "innoprof.fish"),
     ] {
-        ok(&mut Command::new(shell).arg("-n").arg(completions.join(file)));
+        ok(Command::new(shell).arg("-n").arg(completions.join(file)));
     }
 
     // The unit as systemd reads it, with ExecStart pointing at the
