@@ -156,7 +156,9 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
         let path = dir.join(name);
         move |source| BundleError::Parse { path, source }
     };
-    let summary = read_summary(dir)?;
+    let mut summary = read_summary(dir)?;
+    // Findings from today's rules, also for a bundle recorded before them.
+    summary.findings = crate::findings::evaluate(&summary);
     let metadata: Option<Metadata> = read(METADATA_JSON)?
         .map(|b| serde_json::from_slice(&b))
         .transpose()

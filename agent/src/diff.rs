@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::bundle_read::{BundleDir, BundleReadError};
+use crate::findings::change::CpuShift;
 use crate::report::flamegraph::{self, FlameGraphError};
 use crate::report::top_symbols::{self, SelfFrame, TopSymbols};
 use crate::report::{self, units, OutputError};
@@ -46,6 +47,11 @@ const SYMBOL_ROWS: usize = 30;
 pub struct DiffReport {
     pub baseline: PathBuf,
     pub incident: PathBuf,
+    /// What the change brought: the incident's findings the baseline had
+    /// not at that severity, and where CPU moved; most severe first.
+    pub findings: Vec<crate::findings::Finding>,
+    /// Rules that fired in the baseline too (`latch_hotspot (warning)`).
+    pub findings_also_in_baseline: Vec<String>,
     pub profiles: Vec<ProfileDiff>,
     pub probes: Vec<ProbeDelta>,
     #[serde(skip)]
@@ -107,6 +113,8 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         incident: incident.to_path_buf(),
         profiles: Vec::new(),
         probes: probe_deltas(&base_summary, &inc_summary),
+        findings: Vec::new(),
+        findings_also_in_baseline: Vec::new(),
         files: Vec::new(),
     };
     for (kind, unit, mode, by_total) in PROFILES {
@@ -145,6 +153,27 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             ));
         }
     }
+    // Findings need the typed summaries; a bundle too old to parse has
+    // its numbers compared above, without findings.
+    let typed = |dir: &Path| crate::bundle::read_summary(dir).ok();
+    if let (Some(b), Some(i)) = (typed(baseline), typed(incident)) {
+        let shifts: Vec<CpuShift> = report
+            .profiles
+            .iter()
+            .filter(|p| p.kind == "oncpu")
+            .flat_map(|p| &p.symbols)
+            .map(|s| CpuShift {
+                symbol: s.symbol.clone(),
+                module: s.module.clone(),
+                baseline_pct: s.baseline_self_pct,
+                incident_pct: s.incident_self_pct,
+                baseline_total_pct: s.baseline_total_pct,
+                incident_total_pct: s.incident_total_pct,
+            })
+            .collect();
+        report.findings = crate::findings::change::of_change(&b, &i, &shifts);
+        report.findings_also_in_baseline = crate::findings::change::also_in_baseline(&b, &i);
+    }
     Ok(report)
 }
 
@@ -177,6 +206,13 @@ impl DiffReport {
             self.baseline.display(),
             self.incident.display()
         );
+        out.push_str(&crate::findings::render(&self.findings));
+        if !self.findings_also_in_baseline.is_empty() {
+            out.push_str(&format!(
+                "in the baseline as well (not listed): {}\n",
+                self.findings_also_in_baseline.join(", ")
+            ));
+        }
         let right = |t: &mut Table, cols: std::ops::Range<usize>| {
             for c in cols {
                 if let Some(col) = t.column_mut(c) {
@@ -340,6 +376,8 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
     };
     let mut out: Vec<ProbeDelta> = names
         .into_iter()
+        // Silent in both: nothing changed, and nothing is `new`.
+        .filter(|n| find(&b, n).0 > 0.0 || find(&a, n).0 > 0.0)
         .map(|n| {
             let (bc, bw) = find(&b, n);
             let (ac, aw) = find(&a, n);

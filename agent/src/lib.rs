@@ -28,6 +28,7 @@ pub mod diff;
 pub mod discover;
 pub mod estimate;
 pub mod export;
+pub mod findings;
 pub mod governor;
 pub mod histogram;
 pub mod hitcost_cache;

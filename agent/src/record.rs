@@ -696,7 +696,7 @@ impl Recorder {
         if let Some(c) = &cpu {
             folded.extend(c.files()?);
         }
-        let summary = Summary {
+        let mut summary = Summary {
             tool: "innoprof".to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
             target: TargetInfo {
@@ -726,7 +726,9 @@ impl Recorder {
             cpu: cpu.map(|c| c.summary),
             overhead,
             timeseries: None,
+            findings: Vec::new(),
         };
+        summary.findings = crate::findings::evaluate(&summary);
         Ok(Recording { summary, folded })
     }
 }

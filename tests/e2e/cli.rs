@@ -26,16 +26,6 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Names of the entries of `dir`, sorted.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn version_help_completions_and_man_pages_are_generated_and_parse() {
     let o = run_innoprof(&["--version"]);

@@ -258,15 +258,6 @@ fn record_refused(out: &Path) -> Output {
         .unwrap()
 }
 
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    v.sort();
-    v
-}
-
 /// A summary.json is no proof of an earlier recording: a directory holding
 /// the user's own files beside it is refused, and left exactly as it was.
 #[test]

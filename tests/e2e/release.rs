@@ -90,8 +90,8 @@ fn the_release_tarball_runs_outside_the_source_tree() {
     );
 
     // The embedded catalog and resolver, on a real server binary.
-    let fetched = ok(Command::new(repo_root().join("scripts/servers.sh"))
-        .args(["fetch", "mariadb-10.2.11"]));
+    let fetched =
+        ok(Command::new(repo_root().join("scripts/servers.sh")).args(["fetch", "mariadb-10.2.11"]));
     let mut probes = Command::new(&bin);
     probes.args(["probes", "--json", "--binary", fetched.trim()]);
     clean(&mut probes);

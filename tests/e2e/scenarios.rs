@@ -138,6 +138,44 @@ fn calls_under(folded: &Path, frames: &[&str]) -> u64 {
         .sum()
 }
 
+/// A recording's (or a diff's) findings as (rule, severity), printed with
+/// their evidence.
+fn findings_of(what: &str, json: &serde_json::Value) -> Vec<(String, String)> {
+    let all = json["findings"].as_array().unwrap();
+    for f in all {
+        println!(
+            "{what}: [{}] {} {}",
+            f["severity"], f["title"], f["evidence"]
+        );
+    }
+    if all.is_empty() {
+        println!("{what}: no finding");
+    }
+    all.iter()
+        .map(|f| {
+            (
+                f["rule"].as_str().unwrap().to_string(),
+                f["severity"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `rule` fired above info.
+fn raised(findings: &[(String, String)], rule: &str) -> bool {
+    findings.iter().any(|(r, s)| r == rule && s != "info")
+}
+
+/// The first finding is `rule`, above info: what the DBA reads first.
+fn first_is(findings: &[(String, String)], rule: &str) {
+    assert!(
+        findings
+            .first()
+            .is_some_and(|(r, s)| r == rule && s != "info"),
+        "the first finding should be {rule}: {findings:?}"
+    );
+}
+
 /// Runs `innoprof diff`, returns diff.json and prints diff.txt's head.
 fn diff(baseline: &Path, incident: &Path, out: &Path, lines: usize) -> serde_json::Value {
     let o = run_innoprof(&[
@@ -317,8 +355,24 @@ fn many_row_versions(server_name: &str) {
     );
     assert_eq!(d["probes"][0]["name"], undo, "{}", d["probes"]);
 
+    // The findings say it first, in the incident and in the diff, and not
+    // in the baseline.
+    first_is(
+        &findings_of(&format!("S1 {server_name} incident"), &inc.probes),
+        "many_row_versions",
+    );
+    let base_findings = findings_of(&format!("S1 {server_name} baseline"), &base.probes);
+    assert!(
+        !raised(&base_findings, "many_row_versions"),
+        "{base_findings:?}"
+    );
+    first_is(
+        &findings_of(&format!("S1 {server_name} diff"), &d),
+        "many_row_versions",
+    );
+
     // S6: the oprofile-style CPU table of the same pair, no probes attached.
-    diff(
+    let dc = diff(
         &dir.join("baseline-cpu"),
         &dir.join("incident-cpu"),
         &dir.join("diff-cpu"),
@@ -339,6 +393,20 @@ fn many_row_versions(server_name: &str) {
         assert!(
             b < 1.0 && i > 2.0,
             "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
+        );
+    }
+    let cpu_findings = findings_of(&format!("S6 {server_name} CPU diff"), &dc);
+    // Where CPU moved, by subsystem: the undo walk, first, except on 8.0
+    // whose spinning log threads dilute it (above).
+    if server_name != "mysql-8.0.15" {
+        first_is(&cpu_findings, "cpu_hot_path");
+        assert!(
+            dc["findings"][0]["title"]
+                .as_str()
+                .unwrap()
+                .contains("undo and MVCC"),
+            "{}",
+            dc["findings"][0]
         );
     }
 }
@@ -541,6 +609,24 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
     assert_eq!(
         pk_waits, 0,
         "dict_sys row-id waits without row-id allocations"
+    );
+    // The finding: raised in the recording without a primary key, absent
+    // with one. Not first: on this 2-core VM the dictionary mutex itself
+    // barely queues (0-70 waits per 60,000 rows), while the inserts queue
+    // on an index latch (5.6.24: the index tree lock, 4-5 threads waiting,
+    // and 8 with a primary key too; 10.2.11: the last page's latch, ~1
+    // thread, none with a key), which the latch finding ranks above it.
+    let without_pk = findings_of(&format!("S2 {server_name} without a primary key"), &nopk);
+    let with_pk = findings_of(&format!("S2 {server_name} with a primary key"), &pk);
+    assert!(
+        raised(&without_pk, "tables_without_primary_key"),
+        "{without_pk:?}"
+    );
+    assert!(
+        with_pk
+            .iter()
+            .all(|(r, _)| r != "tables_without_primary_key"),
+        "{with_pk:?}"
     );
     if waits_visible {
         // 8-16 connections on 2 CPUs: 1-20 contended entries per 20,000 rows
@@ -806,11 +892,14 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
         "redo fsync mean {b_redo} ns -> {s_redo} ns"
     );
     // The data files live on the unthrottled disk: their fsyncs (if the
-    // page cleaner flushed any) did not move with the redo log's.
+    // page cleaner flushed any) did not move with the redo log's. They
+    // are few (10-20 in a phase), so one stalled flush moves their mean:
+    // a CI run saw 0.43 -> 6.95 ms (15 calls) beside redo's 0.13 -> 31.7
+    // ms. Stalls or not, they stay well below the throttled redo fsyncs.
     if b_data_n > 0 && s_data_n > 0 {
         assert!(
-            s_data < (3.0 * b_data).max(2e6),
-            "data-file fsync {b_data} ns -> {s_data} ns"
+            s_data < (3.0 * b_data).max(2e6) || s_data * 3.0 < s_redo,
+            "data-file fsync {b_data} ns -> {s_data} ns, redo {b_redo} ns -> {s_redo} ns"
         );
     }
     if let Some(p) = redo_flush_probe {
@@ -825,6 +914,12 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
         );
         assert!(b < 0.05 && s > 0.2, "{p}: share >= 8 ms {b:.3} -> {s:.3}");
     }
+    first_is(
+        &findings_of(&format!("S5 {server_name} slow redo"), &slow),
+        "redo_flush_latency",
+    );
+    let calm = findings_of(&format!("S5 {server_name} baseline"), &base);
+    assert!(!raised(&calm, "redo_flush_latency"), "{calm:?}");
     drop(server);
 }
 

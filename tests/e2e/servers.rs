@@ -34,6 +34,19 @@ fn record_under_load(server: &Server, probes: &str, secs: u32) -> (serde_json::V
         "left behind: {progs:?} {links:?}"
     );
     let s = rec.summary();
+    // No crying wolf: a healthy sysbench load, every probe fully on, has
+    // no finding above info.
+    let findings = s["findings"].as_array().unwrap();
+    for f in findings {
+        println!(
+            "finding on a healthy load: [{}] {} {}",
+            f["severity"], f["title"], f["evidence"]
+        );
+    }
+    assert!(
+        findings.iter().all(|f| f["severity"] == "info"),
+        "a healthy load raised {findings:?}"
+    );
     // Folded files exist for every probe with stacks.
     for p in s["probes"].as_array().unwrap() {
         if let Some(f) = p["stacks"]["folded_by_count"].as_str() {

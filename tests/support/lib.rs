@@ -112,6 +112,16 @@ pub const FIXTURE_MUTEX_PROBE: &str = "name = 'fixture.mutex.enter'\n\
 pub const FIXTURE_SLEEP_PROBE: &str =
     "name = 'fixture.sleep'\nsymbols = ['fixture_sleep']\nmeasure = 'latency'\ncost = 'rare'\n";
 
+/// Names of the entries of `dir`, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 pub fn run_innoprof(args: &[&str]) -> Output {
     Command::new(innoprof()).args(args).output().unwrap()
 }

@@ -39,6 +39,10 @@ pub struct Summary {
     /// The interval series written beside, with `--interval`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<TimeseriesNote>,
+    /// What is wrong, most severe first (`crate::findings`); empty when no
+    /// rule fired, and in recordings made before findings existed.
+    #[serde(default)]
+    pub findings: Vec<crate::findings::Finding>,
 }
 
 /// What the recording cost, as measured and as projected from probe hits.

@@ -16,6 +16,8 @@ pub fn render(summary: &Summary) -> String {
         summary.duration_s,
         end_text(summary.end_reason)
     );
+    // What is wrong first; the numbers behind it follow.
+    out.push_str(&crate::findings::render(&summary.findings));
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
     table.set_header([

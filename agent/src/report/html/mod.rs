@@ -56,6 +56,7 @@ pub fn render(page: &Page) -> String {
             body {
                 h1 { (title) " " span.badge.(if s.complete { "ok" } else { "partial" }) { (table::end_text(s.end_reason)) } }
                 (about(page))
+                (findings(s))
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
                 (counters(s))
@@ -107,6 +108,32 @@ fn about(page: &Page) -> Markup {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
                 } }
+            }
+        }
+    }
+}
+
+/// What is wrong, first: each finding with its evidence linked to the
+/// section below that shows it.
+fn findings(s: &Summary) -> Markup {
+    html! {
+        h2 #findings { "Findings" }
+        @if s.findings.is_empty() {
+            p.note { "No rule fired: nothing stood out. The tables below have every number." }
+        }
+        @for f in &s.findings {
+            div.finding.(f.severity.to_string()) {
+                h3 { span.sev { (f.severity) } " " (f.title) }
+                ul {
+                    @for e in &f.evidence {
+                        li { (e.text) " " a href=(format!("#{}", e.anchor)) { "(see " (e.anchor) ")" } }
+                    }
+                }
+                p { b { "Likely cause: " } (f.cause) }
+                @if !f.next.is_empty() {
+                    p { b { "Next:" } }
+                    ol { @for n in &f.next { li { (n) } } }
+                }
             }
         }
     }
@@ -407,6 +434,11 @@ td.sym { max-width: 760px; overflow-wrap: anywhere; }
 .grid { display: flex; flex-wrap: wrap; gap: 8px 18px; }
 figure { margin: 0; } figcaption { font-size: 12px; }
 svg.chart text { font-size: 10px; fill: #444; } svg.chart text.axis { fill: #777; }
+div.finding { border-left: 6px solid #999; padding: 0.2em 1em; margin: 0.8em 0; background: #fafafa; }
+div.finding.critical { border-color: #c0392b; }
+div.finding.warning { border-color: #e67e22; }
+div.finding.info { border-color: #2980b9; }
+span.sev { text-transform: uppercase; font-size: 0.8em; letter-spacing: 0.05em; }
 iframe.flamegraph { width: 1220px; max-width: 100%; border: 1px solid #ddd; display: block; }
 ";
 

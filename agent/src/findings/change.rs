@@ -1,0 +1,289 @@
+//! Findings of a change (`innoprof diff`): what the incident has that the
+//! baseline had not (or had milder), and where the server's CPU moved,
+//! by InnoDB/SQL subsystem (S6).
+
+use super::{rank, Evidence, Finding, Severity};
+use crate::report::model::Summary;
+
+/// One function's share of on-CPU samples before and after (self %).
+#[derive(Debug, Clone)]
+pub struct CpuShift {
+    pub symbol: String,
+    pub module: String,
+    pub baseline_pct: f64,
+    pub incident_pct: f64,
+    /// Total (inclusive) shares: the function and what it calls.
+    pub baseline_total_pct: f64,
+    pub incident_total_pct: f64,
+}
+
+/// Subsystems by function-name prefix, and what they do. First match wins.
+const SUBSYSTEMS: &[(&[&str], &str, &str)] = &[
+    (
+        &[
+            "trx_undo_",
+            "row_vers_",
+            "trx_purge",
+            "row_purge",
+            "trx_undo",
+        ],
+        "undo and MVCC",
+        "rebuilding old row versions for consistent reads, and purging them",
+    ),
+    (
+        &[
+            "ut_delay",
+            "sync_array",
+            "rw_lock_",
+            "mutex_",
+            "PolicyMutex",
+            "TTASEventMutex",
+            "os_event",
+            "sync_",
+        ],
+        "latch spinning and waiting",
+        "threads spinning on or sleeping for InnoDB mutexes and rw-locks",
+    ),
+    (
+        &["lock_"],
+        "row locks",
+        "taking, checking and releasing row locks",
+    ),
+    (
+        &["log_", "mtr_"],
+        "redo log",
+        "writing mini-transactions to the redo log buffer and flushing it",
+    ),
+    (
+        &["buf_"],
+        "buffer pool",
+        "finding, reading and evicting pages in the buffer pool",
+    ),
+    (
+        &["btr_", "page_", "rec_", "cmp_"],
+        "B-tree access",
+        "searching and modifying index pages",
+    ),
+    (
+        &[
+            "row_ins",
+            "row_upd",
+            "row_sel",
+            "row_search",
+            "row_",
+            "que_",
+        ],
+        "InnoDB row operations",
+        "inserts, updates and reads of rows inside InnoDB",
+    ),
+    (&["dict_"], "data dictionary", "table and index metadata"),
+    (
+        &["fil_", "os_file", "os_aio", "fsp_"],
+        "file I/O",
+        "tablespace files and their I/O",
+    ),
+    (
+        &["trx_"],
+        "transactions",
+        "starting, committing and tracking transactions",
+    ),
+];
+
+fn subsystem(symbol: &str, module: &str) -> (&'static str, &'static str) {
+    if module == crate::symbolize::KERNEL_MODULE {
+        return ("kernel", "system calls, scheduling, I/O and page faults");
+    }
+    SUBSYSTEMS
+        .iter()
+        .find(|(prefixes, _, _)| prefixes.iter().any(|p| symbol.starts_with(p)))
+        .map(|(_, name, what)| (*name, *what))
+        .unwrap_or(if module.starts_with("lib") {
+            (
+                "libraries",
+                "libc and other shared libraries (memory allocation, copying)",
+            )
+        } else {
+            (
+                "SQL layer and other",
+                "parsing, optimising and executing statements, and the rest of the server",
+            )
+        })
+}
+
+/// Growth of a subsystem's share of CPU samples, in points of %.
+const INFO_POINTS: f64 = 5.0;
+const WARN_POINTS: f64 = 10.0;
+const CRITICAL_POINTS: f64 = 25.0;
+
+/// Where CPU moved: the subsystem whose functions' self share grew most.
+pub fn cpu_hot_path(shifts: &[CpuShift]) -> Option<Finding> {
+    // Per subsystem: the sum of its functions' self-share growth, or the
+    // largest growth of one of its functions' total share (an entry point
+    // whose callees are elsewhere: the undo walk's time is partly in
+    // memcpy and the heap), whichever is larger. Totals of one stack
+    // overlap, so they are not added.
+    let mut by: Vec<(&str, &str, f64, f64, Vec<&CpuShift>)> = Vec::new();
+    for s in shifts {
+        let (name, what) = subsystem(&s.symbol, &s.module);
+        let own = s.incident_pct - s.baseline_pct;
+        let total = s.incident_total_pct - s.baseline_total_pct;
+        match by.iter_mut().find(|b| b.0 == name) {
+            Some(b) => {
+                b.2 += own;
+                b.3 = b.3.max(total);
+                b.4.push(s);
+            }
+            None => by.push((name, what, own, total, vec![s])),
+        }
+    }
+    let (name, what, points, mut members) = by
+        .into_iter()
+        .map(|(n, w, own, total, m)| (n, w, own.max(total), m))
+        .max_by(|a, b| a.2.total_cmp(&b.2))?;
+    let severity = if points >= CRITICAL_POINTS {
+        Severity::Critical
+    } else if points >= WARN_POINTS {
+        Severity::Warning
+    } else if points >= INFO_POINTS {
+        Severity::Info
+    } else {
+        return None;
+    };
+    let growth = |m: &CpuShift| {
+        (m.incident_pct - m.baseline_pct).max(m.incident_total_pct - m.baseline_total_pct)
+    };
+    members.sort_by(|a, b| growth(b).total_cmp(&growth(a)));
+    let evidence = members
+        .iter()
+        .take(3)
+        .map(|m| Evidence {
+            text: format!(
+                "{}{}: {:.1} % -> {:.1} % of CPU samples in it (total), {:.1} % -> {:.1} % in itself",
+                short_name(&m.symbol),
+                if m.module.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", m.module)
+                },
+                m.baseline_total_pct,
+                m.incident_total_pct,
+                m.baseline_pct,
+                m.incident_pct
+            ),
+            anchor: "cpu".into(),
+        })
+        .collect();
+    Some(Finding {
+        rule: "cpu_hot_path".into(),
+        severity,
+        title: format!("CPU moved to {name}: +{points:.0} points of the server's CPU samples"),
+        evidence,
+        cause: format!("The server now spends more of its CPU in {name}: {what}."),
+        next: vec![
+            "Open diff.oncpu.svg: red frames grew; the stacks above them say which statements pay."
+                .into(),
+            "Read the findings of the incident recording itself for the cause behind the shift."
+                .into(),
+        ],
+        weight: points / 100.0,
+    })
+}
+
+/// A C++ name without its argument list: `trx_undo_prev_version_build`.
+fn short_name(symbol: &str) -> &str {
+    symbol.split('(').next().unwrap_or(symbol)
+}
+
+/// The incident's findings the baseline did not have at that severity,
+/// with where CPU moved, most severe first.
+pub fn of_change(baseline: &Summary, incident: &Summary, shifts: &[CpuShift]) -> Vec<Finding> {
+    let before = super::evaluate(baseline);
+    let mut found: Vec<Finding> = super::evaluate(incident)
+        .into_iter()
+        .filter(|f| {
+            !before
+                .iter()
+                .any(|b| b.rule == f.rule && b.severity >= f.severity)
+        })
+        .collect();
+    found.extend(cpu_hot_path(shifts));
+    rank(&mut found);
+    found
+}
+
+/// `2 findings in the baseline as well: latch_hotspot (warning), …`
+pub fn also_in_baseline(baseline: &Summary, incident: &Summary) -> Vec<String> {
+    let before = super::evaluate(baseline);
+    super::evaluate(incident)
+        .into_iter()
+        .filter_map(|f| {
+            before
+                .iter()
+                .find(|b| b.rule == f.rule && b.severity >= f.severity)
+                .map(|b| format!("{} ({})", b.rule, b.severity))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shift(symbol: &str, module: &str, b: f64, a: f64) -> CpuShift {
+        CpuShift {
+            symbol: symbol.into(),
+            module: module.into(),
+            baseline_pct: b,
+            incident_pct: a,
+            baseline_total_pct: b,
+            incident_total_pct: a,
+        }
+    }
+
+    #[test]
+    fn cpu_growth_is_grouped_by_subsystem() {
+        let f = cpu_hot_path(&[
+            shift("trx_undo_prev_version_build", "mysqld", 0.0, 8.0),
+            shift("row_vers_build_for_consistent_read", "mysqld", 0.5, 7.0),
+            shift("trx_undo_get_undo_rec_low", "mysqld", 0.0, 6.0),
+            shift("MYSQLparse(THD*)", "mysqld", 9.0, 4.0),
+            shift("ut_delay(unsigned long)", "mysqld", 3.0, 5.0),
+        ])
+        .unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(
+            f.title,
+            "CPU moved to undo and MVCC: +20 points of the server's CPU samples"
+        );
+        assert!(
+            f.evidence[0].text.starts_with(
+                "trx_undo_prev_version_build (mysqld): 0.0 % -> 8.0 % of CPU samples in it"
+            ),
+            "{:?}",
+            f.evidence
+        );
+        assert_eq!(f.evidence.len(), 3);
+        // An entry point whose time is in its callees: its total share.
+        let mut entry = shift(
+            "row_vers_build_for_consistent_read(unsigned char const*)",
+            "",
+            0.0,
+            0.5,
+        );
+        entry.incident_total_pct = 18.0;
+        let f = cpu_hot_path(&[entry]).unwrap();
+        assert_eq!(
+            f.title,
+            "CPU moved to undo and MVCC: +18 points of the server's CPU samples"
+        );
+        assert!(
+            f.evidence[0]
+                .text
+                .starts_with("row_vers_build_for_consistent_read: 0.0 % -> 18.0 %"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(cpu_hot_path(&[shift("ut_delay(unsigned long)", "mysqld", 3.0, 5.0)]).is_none());
+        assert_eq!(super::super::thousands(999.0), "999");
+    }
+}

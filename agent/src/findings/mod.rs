@@ -1,0 +1,174 @@
+//! Findings: what is wrong, in plain words, with the numbers that show it.
+//!
+//! Each rule is one small module under `rules/` that reads a finished
+//! recording (its [`Summary`]) and returns at most one [`Finding`]: a
+//! title a DBA reads first, the evidence (each item a number from the
+//! recording and where in report.html it is), the likely cause and what
+//! to check next. Rules only read what the recording measured: a rate is
+//! per second the probe was watched (a duty-cycled probe is not projected
+//! over time it was off), and a rule whose probe was not attached says
+//! nothing rather than guessing.
+//!
+//! Findings are ranked by severity, then by `weight`: the share of the
+//! server's time the finding explains (thread-seconds of waiting per
+//! second, or the share of CPU samples), so a large absolute cost outranks
+//! a large ratio of small numbers.
+
+pub mod change;
+mod rules;
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::model::{ProbeResult, ProbeStatus, Summary};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Worth knowing; nothing to act on by itself.
+    Info,
+    /// Costs the server noticeably; look at it.
+    Warning,
+    /// Dominates where the server's time goes.
+    Critical,
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        })
+    }
+}
+
+/// One number that triggered a finding, and where it is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// `innodb.undo.prev_version: 41,200 calls/s while watched (x310 per transaction)`
+    pub text: String,
+    /// The report.html section holding it (`summary`, `cpu`, `latches`…).
+    pub anchor: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The rule's name (`many_row_versions`), stable: Prometheus labels it.
+    pub rule: String,
+    pub severity: Severity,
+    /// What is wrong, in plain words.
+    pub title: String,
+    pub evidence: Vec<Evidence>,
+    /// Why this usually happens.
+    pub cause: String,
+    /// What to check or do next.
+    pub next: Vec<String>,
+    /// Share of the server's time it explains: thread-seconds per second
+    /// of waiting, or the fraction of CPU samples. Ranks findings of one
+    /// severity.
+    pub weight: f64,
+}
+
+/// Every rule's finding on `summary`, most severe and heaviest first.
+pub fn evaluate(summary: &Summary) -> Vec<Finding> {
+    let mut found: Vec<Finding> = rules::ALL.iter().filter_map(|rule| rule(summary)).collect();
+    rank(&mut found);
+    found
+}
+
+fn rank(found: &mut [Finding]) {
+    found.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(b.weight.total_cmp(&a.weight))
+            .then_with(|| a.rule.cmp(&b.rule))
+    });
+}
+
+/// The findings as the text summary's first lines.
+pub fn render(findings: &[Finding]) -> String {
+    if findings.is_empty() {
+        return "findings: none (no rule fired; see the tables below)\n".into();
+    }
+    let mut out = String::from("findings:\n");
+    for (i, f) in findings.iter().enumerate() {
+        out.push_str(&format!("{}. [{}] {}\n", i + 1, f.severity, f.title));
+        for e in &f.evidence {
+            out.push_str(&format!("   - {}\n", e.text));
+        }
+        out.push_str(&format!("   cause: {}\n", f.cause));
+        for n in &f.next {
+            out.push_str(&format!("   next: {n}\n"));
+        }
+    }
+    out
+}
+
+/// An attached probe by name.
+pub(crate) fn probe<'a>(summary: &'a Summary, name: &str) -> Option<&'a ProbeResult> {
+    summary
+        .probes
+        .iter()
+        .find(|p| p.name == name && p.status == ProbeStatus::Attached)
+}
+
+/// Seconds the probe was watched (attached): the recording, times the
+/// fraction the governor kept it on.
+pub(crate) fn watched_s(summary: &Summary, p: &ProbeResult) -> f64 {
+    summary.duration_s * p.sampling_ratio()
+}
+
+/// Calls per second while watched; None if it was never on.
+pub(crate) fn watched_rate(summary: &Summary, p: &ProbeResult) -> Option<f64> {
+    let s = watched_s(summary, p);
+    (s > 0.0).then(|| p.calls as f64 / s)
+}
+
+/// Thread-seconds waited per second while watched (1.0: one thread
+/// waiting all the time).
+pub(crate) fn waiting_threads(summary: &Summary, p: &ProbeResult) -> Option<f64> {
+    let s = watched_s(summary, p);
+    (s > 0.0).then(|| p.wait_ns_total as f64 / 1e9 / s)
+}
+
+/// An exact in-memory counter's rate (`innodb.trx_sys.trx_ids`).
+pub(crate) fn counter_rate(summary: &Summary, name: &str) -> Option<f64> {
+    summary
+        .counters
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.per_sec)
+}
+
+/// The share (0..1) of on-CPU samples whose stacks pass through a
+/// function whose name starts with one of `prefixes` (total %).
+pub(crate) fn cpu_share(summary: &Summary, prefixes: &[&str]) -> Option<f64> {
+    let on = &summary.cpu.as_ref()?.oncpu;
+    if on.samples == 0 {
+        return None;
+    }
+    let best = on
+        .top
+        .rows
+        .iter()
+        .filter(|r| prefixes.iter().any(|p| r.symbol.starts_with(p)))
+        .map(|r| r.total_pct)
+        .fold(0.0, f64::max);
+    Some(best / 100.0)
+}
+
+/// `12,345`
+pub(crate) fn thousands(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,21 @@
+//! The rules, one per file. A rule reads a recording and returns at most
+//! one finding; thresholds are constants at the top of its file, each with
+//! the measurement it came from.
+
+mod latch_hotspot;
+mod many_row_versions;
+mod redo_flush_latency;
+mod tables_without_primary_key;
+
+use super::Finding;
+use crate::report::model::Summary;
+
+pub(super) type Rule = fn(&Summary) -> Option<Finding>;
+
+/// Every rule, evaluated in this order (ranking sorts the results).
+pub(super) const ALL: &[Rule] = &[
+    many_row_versions::check,
+    tables_without_primary_key::check,
+    latch_hotspot::check,
+    redo_flush_latency::check,
+];

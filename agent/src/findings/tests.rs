@@ -1,0 +1,207 @@
+//! Each rule on a hand-made recording: fires at its thresholds with the
+//! evidence it names, stays silent below them, and ranks by severity then
+//! by the share of the server's time it explains.
+
+use super::*;
+use crate::histogram::Bucket;
+use crate::report::model::{CallsiteResult, LatchResult, Sampling};
+
+/// The fixture summary (10 s) with its one probe renamed and reshaped.
+fn with_probe(name: &str, calls: u64, wait_ns_total: u64) -> Summary {
+    let mut s = crate::report::html::tests::summary();
+    let p = &mut s.probes[0];
+    p.name = name.into();
+    p.calls = calls;
+    p.calls_per_sec = calls as f64 / s.duration_s;
+    p.wait_ns_total = wait_ns_total;
+    p.cost = crate::catalog::CostClass::Contended;
+    p.callsites.clear();
+    s
+}
+
+#[test]
+fn undo_walks_fire_on_chain_length_or_rate_over_the_watched_time_only() {
+    // 150,000 walks in 10 s without the consistent-read probe: 15,000/s,
+    // below the warning.
+    assert!(evaluate(&with_probe("innodb.undo.prev_version", 150_000, 0)).is_empty());
+    // The same seen in the 0.5 s the governor kept it on: 300,000/s.
+    let mut s = with_probe("innodb.undo.prev_version", 150_000, 0);
+    s.probes[0].sampling = Some(serde_json::from_value::<Sampling>(serde_json::json!({
+        "state": "duty_cycled", "attached_fraction": 0.05, "observed_calls": 150000,
+        "calls_before_start": 0, "windows": [],
+        "estimate": {"observed_calls": 150000, "calls": 150000.0, "calls_bound": 0.0, "wait_ns": 0.0,
+                     "wait_ns_bound": 0.0, "covered_s": 0.5, "gap_s": 0.0, "windows": 1,
+                     "confidence": 0.95, "assumption": ""},
+        "projected_full_pct_of_core": 5.0
+    })).unwrap());
+    let f = evaluate(&s);
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        (f[0].rule.as_str(), f[0].severity),
+        ("many_row_versions", Severity::Critical)
+    );
+    assert!(
+        f[0].evidence[0]
+            .text
+            .contains("300,000 old row versions rebuilt per second while watched (5 %"),
+        "{:?}",
+        f[0].evidence
+    );
+    assert!(f[0].next[0].contains("information_schema.innodb_trx"));
+
+    // With the reads watched, the chain length decides: a healthy load
+    // walks ~2 versions per read, however many walks that makes.
+    let with_reads = |walks: u64, reads: u64| {
+        let mut s = with_probe("innodb.undo.prev_version", walks, 0);
+        let mut r = s.probes[0].clone();
+        r.name = "innodb.row_vers.consistent_read".into();
+        r.calls = reads;
+        r.wait_ns_avg = Some(61_000_000);
+        s.probes.push(r);
+        evaluate(&s)
+    };
+    assert!(with_reads(40_000, 16_000).is_empty());
+    let f = with_reads(40_000, 200);
+    assert_eq!(f[0].severity, Severity::Warning);
+    assert!(f[0].evidence[1].text.contains("20 reads a second needed an old version, each walking ~200 versions back, taking 61.00 ms on average"), "{:?}", f[0].evidence);
+    assert_eq!(with_reads(400_000, 200)[0].severity, Severity::Critical);
+}
+
+#[test]
+fn row_ids_are_info_when_few_and_critical_when_the_dictionary_mutex_queues() {
+    // A few rows into a table without a PK: said, as info.
+    let f = evaluate(&with_probe("innodb.dict_sys.row_id", 50, 0));
+    assert_eq!(
+        (f[0].rule.as_str(), f[0].severity),
+        ("tables_without_primary_key", Severity::Info)
+    );
+    assert!(f[0].evidence[0]
+        .text
+        .starts_with("5 hidden row ids allocated per second"));
+    let f = evaluate(&with_probe("innodb.dict_sys.row_id", 50_000, 0));
+    assert_eq!(f[0].severity, Severity::Warning);
+    // Plus the dictionary mutex: 5 s of waiting in 10 s, 0.5 threads.
+    let mut s = with_probe("innodb.dict_sys.row_id", 50_000, 0);
+    let mut lock = s.probes[0].clone();
+    lock.name = "innodb.dict_sys.lock".into();
+    lock.wait_ns_total = 5_000_000_000;
+    s.probes.push(lock);
+    let f = evaluate(&s);
+    assert_eq!(f[0].severity, Severity::Critical);
+    assert!(
+        f[0].evidence[1]
+            .text
+            .contains("0.50 threads waiting on the dictionary mutex"),
+        "{:?}",
+        f[0].evidence
+    );
+}
+
+#[test]
+fn a_latch_with_threads_queued_is_named_with_its_call_site() {
+    let mut s = with_probe("innodb.rwlock.s_wait", 1_000, 0);
+    s.probes[0].latches = vec![
+        LatchResult {
+            latch: "buf_block_init (buf0buf.cc:1471)".into(),
+            calls: 900,
+            wait_ns_total: 3_000_000_000,
+            wait_ns_max: 0,
+        },
+        LatchResult {
+            latch: "btr_search_sys_create (btr0sea.cc:193)".into(),
+            calls: 100,
+            wait_ns_total: 1_000_000_000,
+            wait_ns_max: 0,
+        },
+    ];
+    s.probes[0].callsites = vec![CallsiteResult {
+        site: "btr0cur.cc:5528".into(),
+        file: None,
+        line: 5528,
+        latch: Some("buf_block_init (buf0buf.cc:1471)".into()),
+        calls: 800,
+        wait_ns_total: 2_500_000_000,
+        wait_ns_max: 0,
+    }];
+    let f = evaluate(&s);
+    assert_eq!(
+        (f[0].rule.as_str(), f[0].severity),
+        ("latch_hotspot", Severity::Warning)
+    );
+    assert_eq!(
+        f[0].title,
+        "Threads queue on one InnoDB latch: buf_block_init (buf0buf.cc:1471)"
+    );
+    assert!(
+        f[0].evidence[0]
+            .text
+            .contains("0.30 threads waiting on average (90 waits/s"),
+        "{:?}",
+        f[0].evidence
+    );
+    assert!(f[0].evidence[0].text.contains("75 % of all latch waiting"));
+    assert!(f[0].evidence[1].text.contains("btr0cur.cc:5528"));
+    assert!(f[0].cause.contains("one buffer-pool page"));
+    // The same on a hot probe (every acquisition timed, contended or
+    // not): not queueing, no finding.
+    let mut hot = s.clone();
+    hot.probes[0].cost = crate::catalog::CostClass::Hot;
+    assert!(evaluate(&hot).is_empty());
+    // A tenth of that: healthy, no finding.
+    for l in &mut s.probes[0].latches {
+        l.wait_ns_total /= 10;
+    }
+    assert!(evaluate(&s).is_empty());
+}
+
+#[test]
+fn slow_redo_flushes_fire_on_the_share_of_slow_ones() {
+    let bucket = |low_ns: u64, count: u64| Bucket {
+        low_ns,
+        high_ns: low_ns * 2,
+        count,
+    };
+    let mut s = with_probe("innodb.redo.flush", 100, 0);
+    s.probes[0].histogram = vec![bucket(1 << 20, 95), bucket(1 << 23, 5)];
+    assert!(evaluate(&s).is_empty(), "5 % slow is not a slow device");
+    s.probes[0].histogram = vec![bucket(1 << 20, 40), bucket(1 << 23, 60)];
+    let f = evaluate(&s);
+    assert_eq!(
+        (f[0].rule.as_str(), f[0].severity),
+        ("redo_flush_latency", Severity::Critical)
+    );
+    assert!(f[0].evidence[0]
+        .text
+        .contains("60 % of 100 redo flushes took 8 ms or more"));
+    // Too few flushes to judge a device.
+    s.probes[0].calls = 10;
+    assert!(evaluate(&s).is_empty());
+}
+
+#[test]
+fn ranking_is_severity_then_weight() {
+    let f = |rule: &str, severity, weight| Finding {
+        rule: rule.into(),
+        severity,
+        title: String::new(),
+        evidence: vec![],
+        cause: String::new(),
+        next: vec![],
+        weight,
+    };
+    let mut all = vec![
+        f("a", Severity::Info, 9.0),
+        f("b", Severity::Warning, 0.1),
+        f("c", Severity::Warning, 0.5),
+        f("d", Severity::Critical, 0.0),
+    ];
+    rank(&mut all);
+    let order: Vec<&str> = all.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(order, ["d", "c", "b", "a"]);
+    assert!(render(&all).starts_with("findings:\n1. [critical] \n"));
+    assert_eq!(
+        render(&[]),
+        "findings: none (no rule fired; see the tables below)\n"
+    );
+    assert_eq!(thousands(1234567.0), "1,234,567");
+}
