@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
@@ -30,7 +29,7 @@ use crate::report::{self, OutputError};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
 use crate::resolve::{ElfError, ElfImage, SkipReason, Unresolved};
 use crate::server::ServerInfo;
-use crate::symbolize::{ProcessMaps, StackSymbolizer};
+use crate::symbolize::{DebugFile, ProcessMaps, StackSymbolizer};
 use crate::target::{Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
@@ -102,18 +101,18 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// `stack_interval` as the BPF side and the summary keep it.
     /// A symbolizer over `maps` that names the server binary's frames
     /// from its debug file when one was found (`--debuginfo`, build-id,
     /// debuglink).
     pub fn stack_symbolizer(&self, maps: ProcessMaps) -> StackSymbolizer {
         let mut symbolizer = StackSymbolizer::new(maps);
-        if let (Some(binary), Some(debug)) = (self.image.file_id, self.image.debug_open()) {
-            symbolizer.use_debug_file(binary, Arc::clone(debug));
+        if let (Some(binary), Some(debug)) = (self.image.file_id, DebugFile::of(&self.image)) {
+            symbolizer.use_debug_file(binary, debug);
         }
         symbolizer
     }
 
+    /// `stack_interval` as the BPF side and the summary keep it.
     pub fn stack_interval_ns(&self) -> u64 {
         u64::try_from(self.stack_interval.as_nanos()).unwrap_or(u64::MAX)
     }

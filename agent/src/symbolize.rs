@@ -271,7 +271,27 @@ pub struct StackSymbolizer {
     held: HashMap<FileId, (Arc<TargetFile>, bool)>,
     /// Mapped file → its separate debug file (`--debuginfo`, a build-id
     /// or debuglink match), named from instead of the mapped file.
-    debug_files: HashMap<FileId, Arc<TargetFile>>,
+    debug_files: HashMap<FileId, DebugFile>,
+}
+
+/// A stripped binary's separate debug file, open, with the binary's own
+/// offset-to-address map: the debug file has the binary's addresses, but
+/// its sections hold no code, so its file offsets are not the binary's.
+#[derive(Debug, Clone)]
+pub struct DebugFile {
+    pub file: Arc<TargetFile>,
+    pub offsets: crate::resolve::elf::OffsetMap,
+}
+
+impl DebugFile {
+    /// The debug file `image` took, if it took one (see
+    /// [`crate::resolve::debuginfo::attach_debug_info`]).
+    pub fn of(image: &crate::resolve::elf::ElfImage) -> Option<Self> {
+        Some(Self {
+            file: Arc::clone(image.debug_open()?),
+            offsets: image.offset_map(),
+        })
+    }
 }
 
 /// Held while a [`FileTrimmer`] works and while a symbolizer drops (which
@@ -315,9 +335,8 @@ impl StackSymbolizer {
     }
 
     /// Names frames of the mapped file `binary` from `debug`, a debug file
-    /// already checked to belong to it (see
-    /// [`crate::resolve::debuginfo::attach_debug_info`]).
-    pub fn use_debug_file(&mut self, binary: FileId, debug: Arc<TargetFile>) {
+    /// already checked to belong to it.
+    pub fn use_debug_file(&mut self, binary: FileId, debug: DebugFile) {
         self.debug_files.insert(binary, debug);
         self.cache.clear();
     }
@@ -404,22 +423,23 @@ impl StackSymbolizer {
     /// Names `offsets` of the mapped `file` (shown as `module`): the
     /// function, then the functions inlined into it there, or
     /// `module+0xoffset`. What a stack's user frames go through, file by
-    /// file. With `debug`, a stripped file's separate debug file, names
-    /// come from that: its addresses are the binary's, but its file
-    /// offsets are not (its sections hold no code), so the binary's own
-    /// program headers turn offsets into addresses first.
+    /// file. With `debug` (a stripped file's), names come from the debug
+    /// file, looked up by address.
     pub fn name_file_offsets(
         &mut self,
         file: &Arc<TargetFile>,
-        debug: Option<&Arc<TargetFile>>,
+        debug: Option<&DebugFile>,
         module: &str,
         offsets: &[u64],
     ) -> Vec<Vec<Frame>> {
-        let addresses = debug.and_then(|_| virtual_addresses(file, offsets));
-        let source = match (debug, &addresses) {
-            (Some(d), Some(_)) => d,
-            _ => file,
-        };
+        // 0 where no segment holds the offset: named as unknown.
+        let addresses: Option<Vec<u64>> = debug.map(|d| {
+            offsets
+                .iter()
+                .map(|&o| d.offsets.address_of(o).unwrap_or(0))
+                .collect()
+        });
+        let source = debug.map_or(file, |d| &d.file);
         let (f, dwarf) = self
             .held
             .entry(source.id())
@@ -488,35 +508,6 @@ impl StackSymbolizer {
             self.kernel_cache.insert(*ip, frames);
         }
     }
-}
-
-/// File offsets of `file` as the virtual addresses its PT_LOAD program
-/// headers map them to (0 where none does: named as unknown); None if its
-/// headers cannot be read.
-fn virtual_addresses(file: &TargetFile, offsets: &[u64]) -> Option<Vec<u64>> {
-    use object::read::elf::ProgramHeader;
-    let map = crate::resolve::mapped::Mapped::of(file.file()).ok()?;
-    let loads: Vec<(u64, u64, u64)> = {
-        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(map.bytes()).ok()?;
-        let endian = elf.endian();
-        elf.elf_program_headers()
-            .iter()
-            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
-            .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
-            .collect()
-    };
-    map.release();
-    Some(
-        offsets
-            .iter()
-            .map(|&off| {
-                loads
-                    .iter()
-                    .find(|&&(start, size, _)| off >= start && off < start + size)
-                    .map_or(0, |&(start, _, vaddr)| off - start + vaddr)
-            })
-            .collect(),
-    )
 }
 
 /// Whether blazesym may read DWARF for this file. Allowed DWARF, blazesym

@@ -81,6 +81,21 @@ struct LoadSegment {
     executable: bool,
 }
 
+/// A binary's loaded segments as (file offset, size in the file,
+/// address): file offsets to addresses, the inverse of
+/// [`ElfImage::file_offset`].
+#[derive(Debug, Clone, Default)]
+pub struct OffsetMap(Vec<(u64, u64, u64)>);
+
+impl OffsetMap {
+    pub fn address_of(&self, file_offset: u64) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|&&(start, size, _)| file_offset >= start && file_offset - start < size)
+            .map(|&(start, _, vaddr)| file_offset - start + vaddr)
+    }
+}
+
 #[derive(Debug)]
 pub struct ElfImage {
     /// The binary's path as shown to the user (a target's: as it sees it).
@@ -257,6 +272,17 @@ impl ElfImage {
                 address >= s.vaddr && address < s.vaddr + s.memsz && address - s.vaddr < s.filesz
             })
             .map(|s| address - s.vaddr + s.file_offset)
+    }
+
+    /// How file offsets of this binary map to its addresses, kept apart
+    /// from the image (the stack symbolizer outlives the resolution).
+    pub fn offset_map(&self) -> OffsetMap {
+        OffsetMap(
+            self.segments
+                .iter()
+                .map(|s| (s.file_offset, s.filesz, s.vaddr))
+                .collect(),
+        )
     }
 
     /// The file holding DWARF: the debug file if one is in use.
