@@ -155,8 +155,8 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
     }
     // Findings need the typed summaries; a bundle too old to parse has
     // its numbers compared above, without findings.
-    let typed = |dir: &Path| crate::bundle::read_summary(dir).ok();
-    if let (Some(b), Some(i)) = (typed(baseline), typed(incident)) {
+    let typed = |v| serde_json::from_value::<crate::report::model::Summary>(v).ok();
+    if let (Some(b), Some(i)) = (typed(base_summary), typed(inc_summary)) {
         let shifts: Vec<CpuShift> = report
             .profiles
             .iter()
@@ -171,8 +171,9 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
                 incident_total_pct: s.incident_total_pct,
             })
             .collect();
-        report.findings = crate::findings::change::of_change(&b, &i, &shifts);
-        report.findings_also_in_baseline = crate::findings::change::also_in_baseline(&b, &i);
+        let change = crate::findings::change::of_change(&b, &i, &shifts);
+        report.findings = change.new;
+        report.findings_also_in_baseline = change.also_in_baseline;
     }
     Ok(report)
 }

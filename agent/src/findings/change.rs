@@ -194,35 +194,34 @@ fn short_name(symbol: &str) -> &str {
     symbol.split('(').next().unwrap_or(symbol)
 }
 
-/// The incident's findings the baseline did not have at that severity,
-/// with where CPU moved, most severe first.
-pub fn of_change(baseline: &Summary, incident: &Summary, shifts: &[CpuShift]) -> Vec<Finding> {
-    let before = super::evaluate(baseline);
-    let mut found: Vec<Finding> = super::evaluate(incident)
-        .into_iter()
-        .filter(|f| {
-            !before
-                .iter()
-                .any(|b| b.rule == f.rule && b.severity >= f.severity)
-        })
-        .collect();
-    found.extend(cpu_hot_path(shifts));
-    rank(&mut found);
-    found
+/// What a change brought, for `innoprof diff`.
+#[derive(Debug, Clone, Default)]
+pub struct ChangeFindings {
+    /// The incident's findings the baseline did not have at that
+    /// severity, with where CPU moved; most severe first.
+    pub new: Vec<Finding>,
+    /// The incident's findings the baseline had too: `latch_hotspot (warning)`.
+    pub also_in_baseline: Vec<String>,
 }
 
-/// `2 findings in the baseline as well: latch_hotspot (warning), …`
-pub fn also_in_baseline(baseline: &Summary, incident: &Summary) -> Vec<String> {
+/// Each recording's findings, evaluated once, compared.
+pub fn of_change(baseline: &Summary, incident: &Summary, shifts: &[CpuShift]) -> ChangeFindings {
     let before = super::evaluate(baseline);
-    super::evaluate(incident)
-        .into_iter()
-        .filter_map(|f| {
-            before
-                .iter()
-                .find(|b| b.rule == f.rule && b.severity >= f.severity)
-                .map(|b| format!("{} ({})", b.rule, b.severity))
-        })
-        .collect()
+    let mut out = ChangeFindings::default();
+    for f in super::evaluate(incident) {
+        match before
+            .iter()
+            .find(|b| b.rule == f.rule && b.severity >= f.severity)
+        {
+            Some(b) => out
+                .also_in_baseline
+                .push(format!("{} ({})", b.rule, b.severity)),
+            None => out.new.push(f),
+        }
+    }
+    out.new.extend(cpu_hot_path(shifts));
+    rank(&mut out.new);
+    out
 }
 
 #[cfg(test)]
