@@ -198,6 +198,16 @@ fn main() -> ExitCode {
 #[derive(Clone, Copy)]
 pub(crate) struct Budget(pub(crate) Option<f64>);
 
+impl Budget {
+    /// The governor for this budget (default tick and windows); None: off.
+    pub(crate) fn governor(self) -> Option<GovernorConfig> {
+        self.0.map(|budget_pct| GovernorConfig {
+            budget_pct,
+            ..GovernorConfig::default()
+        })
+    }
+}
+
 pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
     if s.eq_ignore_ascii_case("off") {
         return Ok(Budget(None));
@@ -265,10 +275,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         capture_stacks: !args.no_stacks,
         stack_interval: args.stack_interval,
         cpu: (!args.no_cpu).then(|| args.cpu.options()),
-        governor: args.max_overhead.0.map(|budget_pct| GovernorConfig {
-            budget_pct,
-            ..GovernorConfig::default()
-        }),
+        governor: args.max_overhead.governor(),
         limits: args.limits.limits(),
         recalibrate: args.recalibrate,
     };

@@ -21,7 +21,6 @@ use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
-use innoprof::governor::GovernorConfig;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::target::Liveness;
 use tokio::net::TcpListener;
@@ -92,10 +91,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         cpu: None,
         // Counters stay raw (observed calls only go up); a duty-cycled
         // probe's rate is recovered from its attached-seconds counter.
-        governor: args.max_overhead.0.map(|budget_pct| GovernorConfig {
-            budget_pct,
-            ..GovernorConfig::default()
-        }),
+        governor: args.max_overhead.governor(),
         limits: Default::default(),
     };
     let plan = Plan::build(&opts)?;

@@ -114,10 +114,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         recalibrate: false,
         stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
         cpu: Some(args.cpu.options()),
-        governor: args.max_overhead.0.map(|budget_pct| GovernorConfig {
-            budget_pct,
-            ..GovernorConfig::default()
-        }),
+        governor: args.max_overhead.governor(),
         limits: Default::default(),
     };
     let plan = match Plan::build(&opts) {
