@@ -8,9 +8,10 @@ use crate::findings::{thousands, watched_s, Evidence, Finding, Severity};
 use crate::report::model::{ProbeStatus, Summary};
 
 /// Threads waiting on one latch on average (thread-seconds per second).
-/// Healthy sysbench on these servers: under 0.01 (MariaDB 10.2.11's
-/// busiest, a buffer block's rw-lock, 0.003 at ~1,000 tps).
-const WARN_WAITING: f64 = 0.1;
+/// Healthy sysbench on these servers: 0.003 (MariaDB 10.2.11, 2 threads,
+/// ~1,000 tps) up to 0.10 (MySQL 5.6.24, 4 threads on 2 CPUs, a buffer
+/// block's rw-lock, seen once in CI); S2's insert load: 0.8 to 5.
+const WARN_WAITING: f64 = 0.25;
 const CRITICAL_WAITING: f64 = 0.5;
 
 /// What a latch protects, by the start of its name (latch id or creation
