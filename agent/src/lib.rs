@@ -43,6 +43,7 @@ pub mod report;
 pub mod resolve;
 pub mod rootfs;
 pub mod server;
+pub mod server_state;
 pub mod symbolize;
 pub mod target;
 pub mod timeseries;

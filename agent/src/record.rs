@@ -726,6 +726,7 @@ impl Recorder {
             overhead,
             timeseries: None,
             findings: Vec::new(),
+            server_state: None,
         };
         summary.findings = crate::findings::evaluate(&summary);
         Ok(Recording { summary, folded })
@@ -971,5 +972,19 @@ impl Recording {
     pub fn write(&self, out: &Path, command_line: &[String]) -> Result<Written, BundleError> {
         report::check_dir_still_there(out)?;
         bundle::write(self, out, command_line)
+    }
+
+    /// Adds what the server said of itself over SQL: kept in the summary,
+    /// SHOW ENGINE INNODB STATUS beside it, and the findings evaluated
+    /// again with it (they can then name a transaction or a table).
+    pub fn add_server_state(&mut self, state: crate::server_state::ServerState) {
+        for (when, snap) in [("start", &state.start), ("end", &state.end)] {
+            if let Some(text) = snap.as_ref().and_then(|s| s.innodb_status.as_ref()) {
+                self.folded
+                    .push((format!("innodb_status.{when}.txt"), text.clone()));
+            }
+        }
+        self.summary.server_state = Some(state);
+        self.summary.findings = crate::findings::evaluate(&self.summary);
     }
 }

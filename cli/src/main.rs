@@ -11,6 +11,7 @@ mod probe_args;
 mod probes;
 mod report;
 mod serve;
+mod state_args;
 mod top;
 
 use std::path::PathBuf;
@@ -148,6 +149,8 @@ struct RecordArgs {
     interval: Option<Duration>,
     #[command(flatten)]
     limits: limit_args::LimitArgs,
+    #[command(flatten)]
+    state: state_args::StateArgs,
 }
 
 /// Intervals shorter than 100 ms would be mostly read jitter.
@@ -287,6 +290,8 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     // Checked before any probe is attached, so a bad --out costs nothing.
     bundle::prepare(&out)?;
     warn_unattached(&plan);
+    // Before attaching: its queries are not what the probes should see.
+    let state = args.state.start(pid);
     let mut recorder = Recorder::start(plan, !args.no_stacks)?;
     let mut series = args
         .interval
@@ -370,6 +375,8 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         }
     };
     bar.finish_and_clear();
+    // When the recording's clock ends, not after detaching and symbolizing.
+    let state = state.finish();
     match end {
         EndReason::Interrupted => {
             eprintln!("innoprof: interrupted; detaching and writing what was collected")
@@ -383,6 +390,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
 
     let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
     let mut recording = recorder.finish(end)?;
+    if let Some(state) = state {
+        recording.add_server_state(state);
+    }
     if let Some(series) = &series {
         recording.folded.extend(series.files());
         recording.summary.timeseries = Some(series.note());

@@ -202,6 +202,9 @@ fn diff(baseline: &Path, incident: &Path, out: &Path, lines: usize) -> serde_jso
 struct RowVersionsPhase {
     probes: serde_json::Value,
     rows_updated: u64,
+    /// The connection holding the oldest transaction as the recording
+    /// ended (the incident's snapshot reader), by the server's own view.
+    oldest_trx_connection: Option<u64>,
 }
 
 /// The default set: it holds the undo walk (`innodb.undo.prev_version`,
@@ -263,6 +266,11 @@ fn row_versions_phase(
         secs(4),
         "Handler_update",
     );
+    let oldest_trx_connection = server
+        .sql("SELECT trx_mysql_thread_id FROM information_schema.innodb_trx ORDER BY trx_started LIMIT 1")
+        .trim()
+        .parse()
+        .ok();
     drop(reader);
     drop(load);
     assert!(
@@ -272,6 +280,7 @@ fn row_versions_phase(
     RowVersionsPhase {
         probes,
         rows_updated,
+        oldest_trx_connection,
     }
 }
 
@@ -360,6 +369,36 @@ fn many_row_versions(server_name: &str) {
     first_is(
         &findings_of(&format!("S1 {server_name} incident"), &inc.probes),
         "many_row_versions",
+    );
+    // It names the connection whose snapshot holds purge back, as the
+    // server itself lists it (read by innoprof over the server's socket).
+    let holder = inc
+        .oldest_trx_connection
+        .expect("the incident's snapshot is an open transaction");
+    let title = inc.probes["findings"][0]["title"].as_str().unwrap();
+    assert!(
+        title.contains(&format!(
+            "connection {holder} has kept a REPEATABLE READ transaction open"
+        )),
+        "{title}"
+    );
+    let state = &inc.probes["server_state"];
+    assert!(state["error"].is_null(), "{state}");
+    for snap in ["start", "end"] {
+        assert_eq!(
+            state[snap]["errors"],
+            serde_json::json!([]),
+            "{snap}: {state}"
+        );
+        assert!(
+            state[snap]["history_list_length"].as_u64().is_some(),
+            "{state}"
+        );
+    }
+    assert!(
+        state["end"]["history_list_length"].as_u64()
+            > state["start"]["history_list_length"].as_u64(),
+        "purge held back: {state}"
     );
     let base_findings = findings_of(&format!("S1 {server_name} baseline"), &base.probes);
     assert!(

@@ -11,6 +11,7 @@ pub mod metadata;
 pub mod model;
 pub mod overhead;
 pub mod pprof;
+pub mod state_text;
 pub mod table;
 pub mod top_symbols;
 pub mod units;

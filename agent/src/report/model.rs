@@ -43,6 +43,11 @@ pub struct Summary {
     /// rule fired, and in recordings made before findings existed.
     #[serde(default)]
     pub findings: Vec<crate::findings::Finding>,
+    /// The server's own state at start and end, read over SQL
+    /// (`crate::server_state`); absent without a login or with
+    /// `--no-server-state`, and in recordings made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_state: Option<crate::server_state::ServerState>,
 }
 
 /// What the recording cost, as measured and as projected from probe hits.

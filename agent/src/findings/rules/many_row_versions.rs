@@ -8,6 +8,7 @@ use crate::findings::{
     counter_rate, cpu_share, probe, thousands, watched_rate, Evidence, Finding, Severity,
 };
 use crate::report::model::Summary;
+use crate::server_state::HolderEvidence;
 
 const UNDO: &str = "innodb.undo.prev_version";
 const CONSISTENT_READ: &str = "innodb.row_vers.consistent_read";
@@ -109,17 +110,97 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "cpu".into(),
         });
     }
+    let state = s.server_state.as_ref();
+    let held = state.and_then(|st| st.snapshot_holder());
+    let holder = held.map(|(t, _)| t);
+    if let Some((t, how)) = held {
+        evidence.push(Evidence {
+            text: match how {
+                HolderEvidence::ReadView => format!("the oldest read view (InnoDB's status): {}", describe(t)),
+                HolderEvidence::Isolation => format!(
+                    "the oldest {} transaction, which keeps the read view of its first read until it ends: {}",
+                    t.isolation.as_deref().unwrap_or(""),
+                    describe(t)
+                ),
+            },
+            anchor: "server-state".into(),
+        });
+    }
+    if let Some(st) = state {
+        let hll = |snap: &Option<crate::server_state::Snapshot>| {
+            snap.as_ref().and_then(|s| s.history_list_length)
+        };
+        if let (Some(a), Some(b)) = (hll(&st.start), hll(&st.end)) {
+            evidence.push(Evidence {
+                text: format!(
+                    "History list length {} at the start, {} at the end: undo that purge could not remove yet",
+                    thousands(a as f64),
+                    thousands(b as f64)
+                ),
+                anchor: "server-state".into(),
+            });
+        }
+    }
+    let title = match holder.and_then(|t| t.connection.map(|c| (c, t))) {
+        Some((c, t)) => format!(
+            "Reads rebuild old row versions from the undo log: connection {c} has kept a {} transaction open for {} s, holding back purge",
+            t.isolation.as_deref().unwrap_or("snapshot"),
+            t.age_s
+        ),
+        None => "Reads rebuild old row versions from the undo log: a long-open read view is holding back purge".into(),
+    };
+    let mut next: Vec<String> = Vec::new();
+    if let Some((c, t)) = holder.and_then(|t| t.connection.map(|c| (c, t))) {
+        next.push(format!(
+            "End transaction {} of connection {c}{}: commit it in the application, or KILL {c};",
+            t.trx_id,
+            t.user
+                .as_deref()
+                .map(|u| format!(" ({u}@{})", t.host.as_deref().unwrap_or("?")))
+                .unwrap_or_default()
+        ));
+    }
     Some(Finding {
         rule: "many_row_versions".into(),
         severity,
-        title: "Reads rebuild old row versions from the undo log: a long-open read view is holding back purge".into(),
+        title,
         evidence,
         cause: "A transaction that opened its read view long ago (REPEATABLE READ, START TRANSACTION WITH CONSISTENT SNAPSHOT, a long SELECT or an idle open transaction) keeps purge from removing old versions; every read of a row updated since walks the undo log back to the version that snapshot sees, once per version, and the chains grow with every update.".into(),
-        next: vec![
+        next: next.into_iter().chain([
             "Find the oldest transactions: SELECT trx_id, trx_started, trx_state, trx_isolation_level, trx_mysql_thread_id, trx_query FROM information_schema.innodb_trx ORDER BY trx_started LIMIT 5;".into(),
             "Check `History list length` in SHOW ENGINE INNODB STATUS: it grows while purge is held back.".into(),
             "Commit or end that transaction (or KILL its thread id); keep snapshots short, or read at READ COMMITTED where the application allows.".into(),
-        ],
+        ]).collect(),
         weight: cpu.unwrap_or(rate * WALK_COST_S),
     })
+}
+
+/// `transaction 421…, connection 9 (root@localhost, db sbtest), open 37 s,
+/// REPEATABLE READ, idle (Sleep)` or `…, running: SELECT …`.
+fn describe(t: &crate::server_state::Transaction) -> String {
+    let who = match (&t.user, &t.host) {
+        (Some(u), Some(h)) => format!(
+            " ({u}@{h}{})",
+            t.db.as_deref()
+                .map(|d| format!(", db {d}"))
+                .unwrap_or_default()
+        ),
+        _ => String::new(),
+    };
+    let conn = t
+        .connection
+        .map(|c| format!(", connection {c}"))
+        .unwrap_or_default();
+    let doing = match (&t.query, &t.command) {
+        (Some(q), _) => format!("running: {}", q.chars().take(200).collect::<String>()),
+        (None, Some(c)) => format!("between statements ({c})"),
+        (None, None) => "between statements".into(),
+    };
+    format!(
+        "transaction {}{conn}{who}, open {} s, {}, {} rows modified, {doing}",
+        t.trx_id,
+        t.age_s,
+        t.isolation.as_deref().unwrap_or("isolation unknown"),
+        t.rows_modified.unwrap_or(0),
+    )
 }

@@ -4,6 +4,7 @@
 
 mod latch_hotspot;
 mod many_row_versions;
+mod performance_schema;
 mod redo_flush_latency;
 mod tables_without_primary_key;
 
@@ -18,4 +19,5 @@ pub(super) const ALL: &[Rule] = &[
     tables_without_primary_key::check,
     latch_hotspot::check,
     redo_flush_latency::check,
+    performance_schema::check,
 ];

@@ -19,6 +19,13 @@ const DICT_LOCK: &str = "innodb.dict_sys.lock";
 const WARN_ROW_IDS_PER_S: f64 = 100.0;
 /// Threads waiting on the dictionary mutex (thread-seconds per second).
 const CRITICAL_DICT_WAITING: f64 = 0.25;
+/// Tables named in the finding; the rest are in summary.json.
+const MAX_TABLES_NAMED: usize = 5;
+
+/// InnoDB's `schema/table` as SQL writes it, `schema.table`.
+fn dotted(name: &str) -> String {
+    name.replacen('/', ".", 1)
+}
 
 pub(super) fn check(s: &Summary) -> Option<Finding> {
     let (rate, source) = match counter_rate(s, ROW_IDS) {
@@ -52,16 +59,51 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "summary".into(),
         });
     }
+    // The tables, by name, when the server said which were written.
+    let written = s
+        .server_state
+        .as_ref()
+        .map(|st| st.no_pk_tables_written())
+        .unwrap_or_default();
+    if !written.is_empty() {
+        evidence.push(Evidence {
+            text: format!(
+                "tables without a primary key written while recording (InnoDB's rows-changed counter): {}",
+                written
+                    .iter()
+                    .take(MAX_TABLES_NAMED)
+                    .map(|(t, n)| format!("{} (>= {} rows)", dotted(t), thousands(*n as f64)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            anchor: "server-state".into(),
+        });
+    }
+    let title = match written.len() {
+        0 => "Inserts into tables without a primary key: each takes the global dictionary mutex for a hidden row id".to_string(),
+        n => format!(
+            "Inserts into {} without a primary key: each takes the global dictionary mutex for a hidden row id",
+            if n == 1 { dotted(&written[0].0) } else { format!("{n} tables ({}, …)", dotted(&written[0].0)) }
+        ),
+    };
+    let mut next: Vec<String> = written
+        .iter()
+        .take(MAX_TABLES_NAMED)
+        .map(|(t, _)| format!("Give {} a primary key (an AUTO_INCREMENT id if nothing else is unique): ALTER TABLE {} ADD COLUMN id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY;", dotted(t), dotted(t)))
+        .collect();
+    if next.is_empty() {
+        next = vec![
+            "List them: SELECT t.table_schema, t.table_name FROM information_schema.tables t LEFT JOIN information_schema.statistics s ON s.table_schema = t.table_schema AND s.table_name = t.table_name AND s.index_name = 'PRIMARY' WHERE t.engine = 'InnoDB' AND s.index_name IS NULL AND t.table_schema NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema');".into(),
+            "Add a primary key to the tables being inserted into (an AUTO_INCREMENT id if nothing else is unique).".into(),
+        ];
+    }
     Some(Finding {
         rule: "tables_without_primary_key".into(),
         severity,
-        title: "Inserts into tables without a primary key: each takes the global dictionary mutex for a hidden row id".into(),
+        title,
         evidence,
         cause: "InnoDB clusters every table by its primary key; a table without one (and without a NOT NULL UNIQUE key) gets a hidden 6-byte DB_ROW_ID from one server-wide counter, allocated under dict_sys->mutex on every insert, so concurrent inserts into such tables serialise on that mutex.".into(),
-        next: vec![
-            "List them: SELECT t.table_schema, t.table_name FROM information_schema.tables t LEFT JOIN information_schema.statistics s ON s.table_schema = t.table_schema AND s.table_name = t.table_name AND s.index_name = 'PRIMARY' WHERE t.engine = 'InnoDB' AND s.index_name IS NULL AND t.table_schema NOT IN ('mysql', 'sys', 'information_schema', 'performance_schema');".into(),
-            "Add a primary key to the tables being inserted into (an AUTO_INCREMENT id if nothing else is unique).".into(),
-        ],
+        next,
         weight: waiting.unwrap_or(0.0).max(rate * 1e-7),
     })
 }

@@ -60,6 +60,7 @@ pub fn render(page: &Page) -> String {
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
                 (counters(s))
+                @if let Some(st) = &s.server_state { (server_state(st)) }
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
@@ -133,6 +134,96 @@ fn findings(s: &Summary) -> Markup {
                 @if !f.next.is_empty() {
                     p { b { "Next:" } }
                     ol { @for n in &f.next { li { (n) } } }
+                }
+            }
+        }
+    }
+}
+
+/// What the server said of itself over SQL at the start and end.
+fn server_state(st: &crate::server_state::ServerState) -> Markup {
+    use crate::findings::thousands;
+    let latest = st.latest();
+    let hll = |s: &Option<crate::server_state::Snapshot>| {
+        s.as_ref()
+            .and_then(|s| s.history_list_length)
+            .map(|n| thousands(n as f64))
+            .unwrap_or_else(|| "-".into())
+    };
+    // Global status that moved, most first.
+    let mut moved: Vec<(&String, u64)> = st
+        .end
+        .iter()
+        .flat_map(|e| e.status.keys())
+        .filter_map(|k| st.status_delta(k).filter(|d| *d > 0).map(|d| (k, d)))
+        .collect();
+    moved.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    html! {
+        h2 #server-state { "Server state" }
+        @if let Some(e) = &st.error {
+            p.note { "Not read: " (e) }
+        } @else {
+            p.note {
+                "Read over SQL as " code { (st.user) } " on " code { (st.socket) }
+                " at the start and end (SHOW ENGINE INNODB STATUS in "
+                a href="innodb_status.start.txt" { "innodb_status.start.txt" } " and "
+                a href="innodb_status.end.txt" { "innodb_status.end.txt" } ")."
+            }
+            table {
+                tr { th { "history list length" } td { (hll(&st.start)) " → " (hll(&st.end)) } }
+                @if let Some(l) = latest {
+                    @for (k, v) in &l.variables { tr { th { (k) } td { (v) } } }
+                    @if let Some(p) = &l.performance_schema {
+                        tr { th { "performance_schema" } td {
+                            (p.enabled) " of " (p.instruments) " instruments enabled, " (p.timed) " timed ("
+                            (p.synch_timed) " wait/synch); consumers: " (p.consumers.join(", "))
+                        } }
+                    }
+                }
+            }
+            @if let Some(l) = latest {
+                h3 { "Oldest transactions (at the end)" }
+                @if l.transactions.is_empty() { p.note { "None open." } } @else {
+                    table {
+                        tr { th { "trx" } th { "connection" } th { "user@host" } th { "open s" } th { "state" } th { "isolation" } th { "rows locked / modified" } th { "read view" } th { "statement" } }
+                        @for t in &l.transactions {
+                            tr {
+                                td { (t.trx_id) }
+                                td { (t.connection.map(|c| c.to_string()).unwrap_or_default()) }
+                                td { (t.user.as_deref().unwrap_or("")) "@" (t.host.as_deref().unwrap_or("")) }
+                                td.num { (t.age_s) }
+                                td { (t.state) }
+                                td { (t.isolation.as_deref().unwrap_or("")) }
+                                td.num { (t.rows_locked.unwrap_or(0)) " / " (t.rows_modified.unwrap_or(0)) }
+                                td { (if t.read_view { "yes" } else { "" }) }
+                                td { code { (t.query.as_deref().unwrap_or("")) } }
+                            }
+                        }
+                    }
+                }
+                @let written = st.no_pk_tables_written();
+                @if !written.is_empty() {
+                    h3 { "Tables without a primary key written while recording" }
+                    ul { @for (t, n) in &written { li { code { (t) } " — at least " (thousands(*n as f64)) " rows changed" } } }
+                }
+                @if !l.errors.is_empty() {
+                    h3 { "Not read" }
+                    ul { @for e in &l.errors { li { (e.what) ": " (e.error) } } }
+                }
+            }
+            @if !moved.is_empty() {
+                h3 { "Global status: what moved while recording" }
+                table {
+                    tr { th { "variable" } th { "delta" } th { "per second" } }
+                    @for (k, d) in moved.iter().take(40) {
+                        tr { td { (k) } td.num { (thousands(*d as f64)) } td.num {
+                            (match (&st.start, &st.end) {
+                                (Some(a), Some(b)) if b.taken_unix_ms > a.taken_unix_ms =>
+                                    format!("{:.1}", *d as f64 / ((b.taken_unix_ms - a.taken_unix_ms) as f64 / 1e3)),
+                                _ => "-".into(),
+                            })
+                        } }
+                    }
                 }
             }
         }

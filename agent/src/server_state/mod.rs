@@ -1,0 +1,526 @@
+//! The server's own account of itself, read over SQL at the start and end
+//! of a recording: what the probes cannot say (which transaction holds the
+//! snapshot, which tables have no primary key, which durability settings
+//! are in force, whether performance_schema times everything).
+//!
+//! Optional by design: without a login (or with `--no-server-state`) a
+//! recording is complete without it, and the findings that would name a
+//! transaction or a table say what they can from the probes alone.
+//! Capture is read-only (SHOW and SELECT on information_schema and
+//! performance_schema), bounded in time (each query [`QUERY_TIMEOUT`], each
+//! snapshot [`SNAPSHOT_BUDGET`]) and size (row limits, truncated text), and
+//! a failing query is recorded in the snapshot, never fatal.
+
+pub mod connect;
+pub mod innodb_status;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use serde::{Deserialize, Serialize};
+
+pub use connect::{connect, ConnectError, Session, StateSource, QUERY_TIMEOUT};
+
+/// A snapshot stops issuing queries once it has taken this long.
+pub const SNAPSHOT_BUDGET: Duration = Duration::from_secs(6);
+/// The oldest transactions kept per snapshot.
+const MAX_TRANSACTIONS: usize = 20;
+/// Statement text kept per transaction.
+const MAX_QUERY_CHARS: usize = 1024;
+/// SHOW ENGINE INNODB STATUS kept per snapshot (the server caps it near
+/// 1 MB itself).
+const MAX_STATUS_BYTES: usize = 1 << 20;
+/// Tables without a primary key kept per snapshot.
+const MAX_NO_PK_TABLES: usize = 200;
+
+/// Variables that explain findings: durability, isolation, sizes,
+/// concurrency, instrumentation. Spelt as each server line names them
+/// (`tx_isolation` before MySQL 8.0 / MariaDB 11.1, `transaction_isolation`
+/// after); a server without one leaves it out.
+const VARIABLES: &[&str] = &[
+    "version",
+    "version_comment",
+    "innodb_flush_log_at_trx_commit",
+    "sync_binlog",
+    "log_bin",
+    "innodb_flush_method",
+    "innodb_doublewrite",
+    "tx_isolation",
+    "transaction_isolation",
+    "innodb_buffer_pool_size",
+    "innodb_log_file_size",
+    "innodb_log_files_in_group",
+    "innodb_log_buffer_size",
+    "innodb_thread_concurrency",
+    "innodb_purge_threads",
+    "innodb_autoinc_lock_mode",
+    "max_connections",
+    "performance_schema",
+];
+
+/// Global status kept: InnoDB's and the handler's counters, statements by
+/// kind, threads.
+fn keep_status(name: &str) -> bool {
+    ["Innodb_", "Handler_", "Com_"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || matches!(
+            name,
+            "Threads_running" | "Threads_connected" | "Questions" | "Uptime" | "Slow_queries"
+        )
+}
+
+/// One transaction, oldest first: information_schema.innodb_trx joined
+/// with the processlist, and whether InnoDB's status shows a read view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transaction {
+    pub trx_id: String,
+    pub state: String,
+    pub started: String,
+    /// Seconds since it started, by the server's clock.
+    pub age_s: u64,
+    pub isolation: Option<String>,
+    pub rows_locked: Option<u64>,
+    pub rows_modified: Option<u64>,
+    /// The connection (processlist id, `KILL` takes it).
+    pub connection: Option<u64>,
+    pub user: Option<String>,
+    pub host: Option<String>,
+    pub db: Option<String>,
+    /// Processlist command (`Sleep` while it idles between statements).
+    pub command: Option<String>,
+    /// The running statement, or none between statements.
+    pub query: Option<String>,
+    /// It holds a consistent-read snapshot (read view).
+    pub read_view: bool,
+}
+
+/// A table whose clustered index InnoDB generated (`GEN_CLUST_INDEX`): no
+/// primary key and no unique NOT NULL key, so every insert takes a row id
+/// from the one server-wide counter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoPkTable {
+    /// `schema/table`, as InnoDB names it.
+    pub name: String,
+    /// Rows changed since InnoDB last computed its statistics
+    /// (MODIFIED_COUNTER; it restarts at each automatic recalculation).
+    pub modified: u64,
+    /// InnoDB's row estimate.
+    pub rows: u64,
+}
+
+/// performance_schema's instrumentation, when it is on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerfSchemaState {
+    pub instruments: u64,
+    pub enabled: u64,
+    pub timed: u64,
+    /// Mutex, rw-lock and condition instruments enabled and timed: the
+    /// dearest, hit on every latch acquisition.
+    pub synch_timed: u64,
+    pub consumers: Vec<String>,
+}
+
+/// A query that failed, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryError {
+    pub what: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub taken_unix_ms: u128,
+    /// How long the snapshot's queries took.
+    pub took_ms: f64,
+    pub variables: BTreeMap<String, String>,
+    /// Numeric global status kept by [`keep_status`].
+    pub status: BTreeMap<String, u64>,
+    pub history_list_length: Option<u64>,
+    pub transactions: Vec<Transaction>,
+    pub no_pk_tables: Vec<NoPkTable>,
+    pub performance_schema: Option<PerfSchemaState>,
+    pub errors: Vec<QueryError>,
+    /// SHOW ENGINE INNODB STATUS, written beside the summary
+    /// (innodb_status.start.txt / .end.txt), not inside it.
+    #[serde(skip)]
+    pub innodb_status: Option<String>,
+}
+
+/// What was captured over a recording.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerState {
+    /// The socket and user logged in with; empty when no login worked.
+    pub socket: String,
+    pub user: String,
+    /// Why nothing was captured (no socket, login refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub start: Option<Snapshot>,
+    pub end: Option<Snapshot>,
+}
+
+impl ServerState {
+    /// The end snapshot, else the start one.
+    pub fn latest(&self) -> Option<&Snapshot> {
+        self.end.as_ref().or(self.start.as_ref())
+    }
+
+    pub fn variable(&self, name: &str) -> Option<&str> {
+        self.latest()?.variables.get(name).map(String::as_str)
+    }
+
+    /// How much a global status counter grew between start and end.
+    pub fn status_delta(&self, name: &str) -> Option<u64> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        Some(e.status.get(name)?.saturating_sub(*s.status.get(name)?))
+    }
+
+    /// The transaction whose snapshot holds purge back, at the end (else
+    /// at the start), and whether the server said so: the oldest one
+    /// InnoDB's status shows with a read view (MySQL 5.6-8.0 list every
+    /// transaction there), else the oldest in REPEATABLE READ or
+    /// SERIALIZABLE open for a second or more, which keeps the read view
+    /// of its first read until it ends (MariaDB 10.2's status leaves
+    /// read-only transactions out of its list).
+    pub fn snapshot_holder(&self) -> Option<(&Transaction, HolderEvidence)> {
+        let txs = &self.latest()?.transactions;
+        if let Some(t) = txs.iter().filter(|t| t.read_view).max_by_key(|t| t.age_s) {
+            return Some((t, HolderEvidence::ReadView));
+        }
+        txs.iter()
+            .filter(|t| {
+                t.age_s >= 1
+                    && t.isolation
+                        .as_deref()
+                        .is_some_and(|i| i.starts_with("REPEATABLE") || i == "SERIALIZABLE")
+            })
+            .max_by_key(|t| t.age_s)
+            .map(|t| (t, HolderEvidence::Isolation))
+    }
+
+    /// Tables without a primary key that were written while recording:
+    /// (name, rows changed at least), most first. A counter that went down
+    /// was reset by a statistics recalculation: what it shows since is the
+    /// lower bound.
+    pub fn no_pk_tables_written(&self) -> Vec<(String, u64)> {
+        let Some(end) = self.end.as_ref() else {
+            return Vec::new();
+        };
+        let before: BTreeMap<&str, u64> = self
+            .start
+            .iter()
+            .flat_map(|s| s.no_pk_tables.iter().map(|t| (t.name.as_str(), t.modified)))
+            .collect();
+        let mut written: Vec<(String, u64)> = end
+            .no_pk_tables
+            .iter()
+            .filter_map(|t| {
+                let grew = match before.get(t.name.as_str()) {
+                    Some(&b) if t.modified >= b => t.modified - b,
+                    _ => t.modified,
+                };
+                (grew > 0).then(|| (t.name.clone(), grew))
+            })
+            .collect();
+        written.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        written
+    }
+}
+
+/// How [`ServerState::snapshot_holder`] knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderEvidence {
+    /// InnoDB's status lists its read view.
+    ReadView,
+    /// Its isolation level keeps one for its whole life.
+    Isolation,
+}
+
+/// An open session and what it has captured so far.
+pub struct StateCapture {
+    session: Session,
+    /// Our own connection, left out of the transaction list.
+    own_id: Option<u64>,
+    start: Option<Snapshot>,
+}
+
+impl StateCapture {
+    /// Logs in (see [`connect`]) and takes the start snapshot.
+    pub fn start(pid: u32, source: &StateSource) -> Result<Self, ConnectError> {
+        let mut session = connect(pid, source)?;
+        let own_id = session
+            .conn
+            .query_first::<u64, _>("SELECT CONNECTION_ID()")
+            .ok()
+            .flatten();
+        let mut capture = Self {
+            session,
+            own_id,
+            start: None,
+        };
+        capture.start = Some(capture.snapshot());
+        Ok(capture)
+    }
+
+    /// Takes the end snapshot and returns both.
+    pub fn finish(mut self) -> ServerState {
+        let end = self.snapshot();
+        ServerState {
+            socket: self.session.socket.clone(),
+            user: self.session.user.clone(),
+            error: None,
+            start: self.start.take(),
+            end: Some(end),
+        }
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        let began = Instant::now();
+        let mut snap = Snapshot {
+            taken_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0),
+            ..Default::default()
+        };
+        let conn = &mut self.session.conn;
+        let mut run = |what: &str, q: &str, snap: &mut Snapshot| -> Option<Vec<mysql::Row>> {
+            if began.elapsed() > SNAPSHOT_BUDGET {
+                snap.errors.push(QueryError {
+                    what: what.into(),
+                    error: format!(
+                        "skipped: the snapshot had taken {:.1} s already",
+                        began.elapsed().as_secs_f64()
+                    ),
+                });
+                return None;
+            }
+            match conn.query::<mysql::Row, _>(q) {
+                Ok(rows) => Some(rows),
+                Err(e) => {
+                    snap.errors.push(QueryError {
+                        what: what.into(),
+                        error: crate::error_chain(&e),
+                    });
+                    None
+                }
+            }
+        };
+
+        let names = VARIABLES
+            .iter()
+            .map(|v| format!("'{v}'"))
+            .collect::<Vec<_>>()
+            .join(",");
+        if let Some(rows) = run(
+            "variables",
+            &format!("SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})"),
+            &mut snap,
+        ) {
+            for r in rows {
+                if let (Some(k), Some(v)) = (cell(&r, 0), cell(&r, 1)) {
+                    snap.variables.insert(k.to_ascii_lowercase(), v);
+                }
+            }
+        }
+        if let Some(rows) = run("status", "SHOW GLOBAL STATUS", &mut snap) {
+            for r in rows {
+                if let (Some(k), Some(v)) = (cell(&r, 0), cell(&r, 1)) {
+                    if let (true, Ok(v)) = (keep_status(&k), v.parse::<u64>()) {
+                        snap.status.insert(k, v);
+                    }
+                }
+            }
+        }
+        let mut read_views = std::collections::HashSet::new();
+        if let Some(rows) = run("innodb status", "SHOW ENGINE INNODB STATUS", &mut snap) {
+            if let Some(mut text) = rows.first().and_then(|r| cell(r, 2)) {
+                snap.history_list_length = innodb_status::history_list_length(&text);
+                for t in innodb_status::transactions(&text) {
+                    if let (true, Some(id)) = (t.read_view, t.thread_id) {
+                        read_views.insert(id);
+                    }
+                }
+                if text.len() > MAX_STATUS_BYTES {
+                    let mut cut = MAX_STATUS_BYTES;
+                    while !text.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    text.truncate(cut);
+                }
+                snap.innodb_status = Some(text);
+            }
+        }
+        let own = self
+            .own_id
+            .map(|id| format!("AND t.trx_mysql_thread_id <> {id}"))
+            .unwrap_or_default();
+        if let Some(rows) = run(
+            "transactions",
+            &format!(
+                "SELECT t.trx_id, t.trx_state, t.trx_started, \
+                 TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), t.trx_isolation_level, \
+                 t.trx_rows_locked, t.trx_rows_modified, t.trx_mysql_thread_id, \
+                 p.USER, p.HOST, p.DB, p.COMMAND, LEFT(COALESCE(t.trx_query, p.INFO), {MAX_QUERY_CHARS}) \
+                 FROM information_schema.INNODB_TRX t \
+                 LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+                 WHERE 1=1 {own} ORDER BY t.trx_started LIMIT {MAX_TRANSACTIONS}"
+            ),
+            &mut snap,
+        ) {
+            snap.transactions = rows
+                .iter()
+                .map(|r| {
+                    let connection = num(r, 7);
+                    Transaction {
+                        trx_id: cell(r, 0).unwrap_or_default(),
+                        state: cell(r, 1).unwrap_or_default(),
+                        started: cell(r, 2).unwrap_or_default(),
+                        age_s: num(r, 3).unwrap_or(0),
+                        isolation: cell(r, 4),
+                        rows_locked: num(r, 5),
+                        rows_modified: num(r, 6),
+                        connection,
+                        user: cell(r, 8),
+                        host: cell(r, 9),
+                        db: cell(r, 10),
+                        command: cell(r, 11),
+                        query: cell(r, 12),
+                        read_view: connection.is_some_and(|c| read_views.contains(&c)),
+                    }
+                })
+                .collect();
+        }
+        // InnoDB's dictionary: MySQL 5.6 and MariaDB name these views
+        // INNODB_SYS_*, MySQL 8.0 INNODB_*. Only tables InnoDB has open
+        // have statistics, which the tables being written to are.
+        let no_pk = |prefix: &str| {
+            format!(
+                "SELECT ts.NAME, ts.MODIFIED_COUNTER, ts.NUM_ROWS \
+                 FROM information_schema.INNODB_{prefix}TABLESTATS ts \
+                 JOIN information_schema.INNODB_{prefix}INDEXES i ON i.TABLE_ID = ts.TABLE_ID \
+                 WHERE i.NAME = 'GEN_CLUST_INDEX' \
+                 ORDER BY ts.MODIFIED_COUNTER DESC LIMIT {MAX_NO_PK_TABLES}"
+            )
+        };
+        let eight = snap
+            .variables
+            .get("version")
+            .is_some_and(|v| v.starts_with("8.") || v.starts_with("9."));
+        let query = no_pk(if eight { "" } else { "SYS_" });
+        if let Some(rows) = run("tables without a primary key", &query, &mut snap) {
+            snap.no_pk_tables = rows
+                .iter()
+                .filter_map(|r| {
+                    Some(NoPkTable {
+                        name: cell(r, 0)?,
+                        modified: num(r, 1).unwrap_or(0),
+                        rows: num(r, 2).unwrap_or(0),
+                    })
+                })
+                .collect();
+        }
+        if snap
+            .variables
+            .get("performance_schema")
+            .is_some_and(|v| v.eq_ignore_ascii_case("ON"))
+        {
+            let counts = run(
+                "performance_schema instruments",
+                "SELECT COUNT(*), SUM(ENABLED='YES'), SUM(ENABLED='YES' AND TIMED='YES'), \
+                 SUM(ENABLED='YES' AND TIMED='YES' AND NAME LIKE 'wait/synch/%') \
+                 FROM performance_schema.setup_instruments",
+                &mut snap,
+            );
+            let consumers = run(
+                "performance_schema consumers",
+                "SELECT NAME FROM performance_schema.setup_consumers WHERE ENABLED='YES'",
+                &mut snap,
+            );
+            if let Some(r) = counts.as_ref().and_then(|rows| rows.first()) {
+                snap.performance_schema = Some(PerfSchemaState {
+                    instruments: num(r, 0).unwrap_or(0),
+                    enabled: num(r, 1).unwrap_or(0),
+                    timed: num(r, 2).unwrap_or(0),
+                    synch_timed: num(r, 3).unwrap_or(0),
+                    consumers: consumers
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|r| cell(r, 0))
+                        .collect(),
+                });
+            }
+        }
+        snap.took_ms = began.elapsed().as_secs_f64() * 1e3;
+        snap
+    }
+}
+
+/// A cell as text (the text protocol sends every value as bytes).
+fn cell(row: &mysql::Row, i: usize) -> Option<String> {
+    match row.as_ref(i)? {
+        mysql::Value::NULL => None,
+        mysql::Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        mysql::Value::Int(n) => Some(n.to_string()),
+        mysql::Value::UInt(n) => Some(n.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+fn num(row: &mysql::Row, i: usize) -> Option<u64> {
+    cell(row, i)?.trim().parse::<f64>().ok().map(|f| f as u64)
+}
+
+/// Why a server state could not be captured, as a [`ServerState`] that
+/// says so (written to summary.json like a captured one).
+pub fn failed(error: &ConnectError) -> ServerState {
+    ServerState {
+        error: Some(crate::error_chain(error)),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(tables: &[(&str, u64)]) -> Snapshot {
+        Snapshot {
+            no_pk_tables: tables
+                .iter()
+                .map(|&(n, m)| NoPkTable {
+                    name: n.into(),
+                    modified: m,
+                    rows: 0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Growth since start; a reset counter counts from zero; untouched
+    /// tables are left out.
+    #[test]
+    fn tables_written_are_the_ones_whose_counter_moved() {
+        let state = ServerState {
+            start: Some(snap(&[("db/a", 10), ("db/b", 500), ("db/c", 7)])),
+            end: Some(snap(&[
+                ("db/a", 110),
+                ("db/b", 40),
+                ("db/c", 7),
+                ("db/d", 3),
+            ])),
+            ..Default::default()
+        };
+        assert_eq!(
+            state.no_pk_tables_written(),
+            vec![
+                ("db/a".to_string(), 100),
+                ("db/b".to_string(), 40),
+                ("db/d".to_string(), 3)
+            ]
+        );
+    }
+}

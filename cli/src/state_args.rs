@@ -1,0 +1,73 @@
+//! How to reach the target's SQL interface for its own state (InnoDB
+//! status, transactions, tables without a primary key, settings): optional,
+//! on by default through the target's own socket and the usual client
+//! option files; never a password on the command line.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use innoprof::server_state::{self, ServerState, StateCapture, StateSource};
+
+#[derive(Args, Clone, Debug)]
+pub struct StateArgs {
+    /// Unix socket of the server (default: the one it listens on, found from its open files).
+    #[arg(long, value_name = "PATH")]
+    pub mysql_socket: Option<PathBuf>,
+    /// SQL user for reading the server's state (default: `user` in [client] of the option
+    /// files, else root). The password comes from the option files (/etc/my.cnf,
+    /// /etc/mysql/my.cnf, ~/.my.cnf, their !include) or MYSQL_PWD.
+    #[arg(long, value_name = "USER")]
+    pub mysql_user: Option<String>,
+    /// Read login options from this file only (like the client's --defaults-file).
+    #[arg(long, value_name = "PATH")]
+    pub mysql_defaults_file: Option<PathBuf>,
+    /// Do not log in to the server to read its state (InnoDB status, transactions, settings).
+    #[arg(long, conflicts_with_all = ["mysql_socket", "mysql_user", "mysql_defaults_file"])]
+    pub no_server_state: bool,
+}
+
+/// A started capture, or why there is none.
+pub enum Capture {
+    Off,
+    Failed(ServerState),
+    On(StateCapture),
+}
+
+impl StateArgs {
+    fn source(&self) -> StateSource {
+        StateSource {
+            socket: self.mysql_socket.clone(),
+            user: self.mysql_user.clone(),
+            defaults_file: self.mysql_defaults_file.clone(),
+        }
+    }
+
+    /// Logs in and takes the start snapshot; a failure is said on stderr
+    /// and kept (summary.json says why there is no state), never fatal.
+    pub fn start(&self, pid: u32) -> Capture {
+        if self.no_server_state {
+            return Capture::Off;
+        }
+        match StateCapture::start(pid, &self.source()) {
+            Ok(c) => Capture::On(c),
+            Err(e) => {
+                eprintln!(
+                    "innoprof: note: server state not read: {}",
+                    innoprof::error_chain(&e)
+                );
+                Capture::Failed(server_state::failed(&e))
+            }
+        }
+    }
+}
+
+impl Capture {
+    /// The end snapshot with the start one; None when capture was off.
+    pub fn finish(self) -> Option<ServerState> {
+        match self {
+            Capture::Off => None,
+            Capture::Failed(s) => Some(s),
+            Capture::On(c) => Some(c.finish()),
+        }
+    }
+}
