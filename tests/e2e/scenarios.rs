@@ -661,6 +661,28 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
         raised(&without_pk, "tables_without_primary_key"),
         "{without_pk:?}"
     );
+    // Named by table, from the server's dictionary (GEN_CLUST_INDEX) and
+    // its rows-changed counter, read over its socket.
+    let f = nopk["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "tables_without_primary_key")
+        .unwrap();
+    assert!(
+        f["title"]
+            .as_str()
+            .unwrap()
+            .contains("Inserts into sbtest.t_nopk without a primary key"),
+        "{f}"
+    );
+    assert!(
+        f["next"][0]
+            .as_str()
+            .unwrap()
+            .contains("ALTER TABLE sbtest.t_nopk ADD"),
+        "{f}"
+    );
     assert!(
         with_pk
             .iter()
@@ -688,6 +710,78 @@ fn s2_tables_without_primary_key_mariadb_10_2_11() {
     // only a wait that reaches the OS (sync_array_wait_event) is visible,
     // and none did in any run here (8-16 connections, 2 CPUs).
     tables_without_primary_key("mariadb-10.2.11", "innodb.sync.wait_event", false);
+}
+
+// ---------------------------------------------------------------------------
+// S4: performance_schema timing everything (seed 001)
+// ---------------------------------------------------------------------------
+
+/// oltp_read_only with performance_schema as shipped, then with every
+/// instrument enabled and timed and every consumer on (what seed 001
+/// measured at 4-20 % of throughput): the finding is info first, then a
+/// warning ranked first, naming the latch timers, with innoprof's own
+/// cost beside it.
+#[test]
+fn s4_performance_schema_all_timed_mysql_5_6_24() {
+    let _k = kernel_lock();
+    let dir = ScenarioDir::new("s4", "mysql-5.6.24");
+    let server = Server::start("mysql-5.6.24", &[]);
+    server.prepare("oltp_read_only");
+    let load = server.sysbench_load("oltp_read_only", 2, (8 + 2 * secs(4) + 8) as u32);
+    std::thread::sleep(Duration::from_secs(2));
+    let (base, base_selects) = record_with_counter(
+        &server,
+        &["--probes", "default"],
+        &dir.join("baseline"),
+        secs(4),
+        "Com_select",
+    );
+    server.sql(
+        "UPDATE performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES'; \
+         UPDATE performance_schema.setup_consumers SET ENABLED='YES'",
+    );
+    let (inc, inc_selects) = record_with_counter(
+        &server,
+        &["--probes", "default"],
+        &dir.join("incident"),
+        secs(4),
+        "Com_select",
+    );
+    load.join().unwrap();
+    println!(
+        "S4: {} -> {} SELECTs/s with every instrument timed; innoprof's probes {:.2} % of a core (estimate)",
+        base_selects / secs(4),
+        inc_selects / secs(4),
+        inc["overhead"]["probes_pct_of_core"].as_f64().unwrap()
+    );
+    let base_findings = findings_of("S4 shipped performance_schema", &base);
+    assert!(
+        !raised(&base_findings, "performance_schema_overhead"),
+        "{base_findings:?}"
+    );
+    assert!(
+        base_findings
+            .iter()
+            .any(|(r, _)| r == "performance_schema_overhead"),
+        "performance_schema ON is said, as info: {base_findings:?}"
+    );
+    let found = findings_of("S4 all timed", &inc);
+    first_is(&found, "performance_schema_overhead");
+    let f = &inc["findings"][0];
+    let pfs = &inc["server_state"]["end"]["performance_schema"];
+    assert!(pfs["synch_timed"].as_u64().unwrap() > 100, "{pfs}");
+    assert_eq!(pfs["timed"], pfs["instruments"], "{pfs}");
+    let evidence = f["evidence"].to_string();
+    assert!(evidence.contains("mutex/rw-lock/condition timers"), "{f}");
+    // Its own functions, in the server's CPU samples, and innoprof's cost beside.
+    assert!(
+        evidence.contains("of the server's CPU samples are in performance_schema's own functions"),
+        "{f}"
+    );
+    assert!(
+        evidence.contains("innoprof, for comparison: its probes cost"),
+        "{f}"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -34,6 +34,7 @@ fn record_under_load(server: &Server, probes: &str, secs: u32) -> (serde_json::V
         "left behind: {progs:?} {links:?}"
     );
     let s = rec.summary();
+    assert_state_read(&s, &rec, server);
     // No crying wolf: a healthy sysbench load, every probe fully on, has
     // no finding above info.
     let findings = s["findings"].as_array().unwrap();
@@ -60,6 +61,41 @@ fn record_under_load(server: &Server, probes: &str, secs: u32) -> (serde_json::V
         }
     }
     (s, rec)
+}
+
+/// The server's own state was read over its socket at start and end, every
+/// query answered, and it agrees with what the server says now.
+fn assert_state_read(s: &serde_json::Value, rec: &Recording, server: &Server) {
+    let st = &s["server_state"];
+    assert!(st["error"].is_null(), "{st}");
+    assert!(
+        st["socket"].as_str().unwrap().ends_with("mysql.sock"),
+        "{st}"
+    );
+    for snap in ["start", "end"] {
+        let sn = &st[snap];
+        assert_eq!(sn["errors"], serde_json::json!([]), "{snap}: {sn}");
+        assert!(sn["history_list_length"].as_u64().is_some(), "{sn}");
+        assert!(sn["took_ms"].as_f64().unwrap() < 3000.0, "{sn}");
+        let text = rec.file(&format!("innodb_status.{snap}.txt"));
+        assert!(text.contains("History list length"), "{snap}: {text}");
+    }
+    let vars = &st["end"]["variables"];
+    assert_eq!(
+        vars["innodb_flush_log_at_trx_commit"].as_str().unwrap(),
+        server.sql("SELECT @@innodb_flush_log_at_trx_commit").trim()
+    );
+    assert_eq!(
+        vars["version"].as_str().unwrap(),
+        server.sql("SELECT @@version").trim()
+    );
+    // sysbench committed while recording: the server's own counter moved.
+    let commits = |snap: &str| st[snap]["status"]["Com_commit"].as_u64().unwrap();
+    assert!(commits("end") > commits("start") + 100, "{st}");
+    assert!(rec
+        .file("summary.txt")
+        .contains("server state (as root on "));
+    assert!(rec.file("report.html").contains("id=\"server-state\""));
 }
 
 /// Call sites of a probe are real `name.cc:LINE` (or `.h`/`.ic`) keys
@@ -259,6 +295,55 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
         "innoprof's peak RSS {rss_kb} KiB > 96 MiB"
     );
 
+    // Server state that cannot be read leaves the recording whole and says
+    // why: a socket served by another process (the peer check), a user the
+    // server refuses.
+    let other = tempfile::tempdir().unwrap();
+    let sock = other.path().join("not-mysqld.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    // A wrong password, from an option file as a DBA keeps one (0600).
+    let cnf = other.path().join("wrong.cnf");
+    std::fs::write(&cnf, "[client]\nuser=root\npassword=\"not root's\"\n").unwrap();
+    std::fs::set_permissions(&cnf, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let pid = server.pid.to_string();
+    for (args, said) in [
+        (
+            vec!["--mysql-socket", sock.to_str().unwrap()],
+            format!("is served by pid {}, not the target", std::process::id()),
+        ),
+        (
+            vec!["--mysql-defaults-file", cnf.to_str().unwrap()],
+            "logging in as root on ".to_string(),
+        ),
+    ] {
+        let mut full = vec!["--pid", &pid, "--duration", "1s", "--probes", "none"];
+        full.extend(args.iter().copied());
+        let rec = Recording::start(&full);
+        let (code, _, rec) = rec.finish();
+        assert_eq!(code, Some(0), "{}", rec.stderr());
+        assert!(
+            rec.stderr().contains("note: server state not read: ") && rec.stderr().contains(&said),
+            "{}",
+            rec.stderr()
+        );
+        let st = &rec.summary()["server_state"];
+        assert!(st["error"].as_str().unwrap().contains(&said), "{st}");
+        assert!(st["start"].is_null(), "{st}");
+    }
+    // --no-server-state: no login at all.
+    let rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "1s",
+        "--probes",
+        "none",
+        "--no-server-state",
+    ]);
+    let (code, _, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    assert!(rec.summary().get("server_state").is_none());
+
     // kill -9 of innoprof mid-recording: the kernel drops every probe, and
     // mysqld carries on serving.
     let load = server.sysbench_load("oltp_read_write", 2, 8);
@@ -354,6 +439,8 @@ fn debian_stripped_mariadb_degrades_clearly() {
         rec.stderr()
     );
     let s = rec.summary();
+    // Debian's root logs in by its unix_socket plugin.
+    assert_state_read(&s, &rec, &server);
     assert_eq!(s["target"]["has_symtab"], false);
     let probes = s["probes"].as_array().unwrap();
     assert!(!probes.is_empty());

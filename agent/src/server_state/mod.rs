@@ -201,25 +201,35 @@ impl ServerState {
     }
 
     /// Tables without a primary key that were written while recording:
-    /// (name, rows changed at least), most first. A counter that went down
-    /// was reset by a statistics recalculation: what it shows since is the
-    /// lower bound.
+    /// (name, rows changed), most first. Not exact: the rows-changed
+    /// counter restarts at every statistics recalculation, and the row
+    /// count is InnoDB's estimate; the larger of the two changes is shown.
     pub fn no_pk_tables_written(&self) -> Vec<(String, u64)> {
         let Some(end) = self.end.as_ref() else {
             return Vec::new();
         };
-        let before: BTreeMap<&str, u64> = self
+        let before: BTreeMap<&str, &NoPkTable> = self
             .start
             .iter()
-            .flat_map(|s| s.no_pk_tables.iter().map(|t| (t.name.as_str(), t.modified)))
+            .flat_map(|s| s.no_pk_tables.iter().map(|t| (t.name.as_str(), t)))
             .collect();
         let mut written: Vec<(String, u64)> = end
             .no_pk_tables
             .iter()
             .filter_map(|t| {
+                // A statistics recalculation (InnoDB's background thread,
+                // after 10 % of a table changed) restarts the counter and
+                // refreshes the row estimate: either one moving shows writes.
                 let grew = match before.get(t.name.as_str()) {
-                    Some(&b) if t.modified >= b => t.modified - b,
-                    _ => t.modified,
+                    Some(b) => {
+                        let modified = if t.modified >= b.modified {
+                            t.modified - b.modified
+                        } else {
+                            t.modified
+                        };
+                        modified.max(t.rows.abs_diff(b.rows))
+                    }
+                    None => t.modified,
                 };
                 (grew > 0).then(|| (t.name.clone(), grew))
             })
@@ -486,37 +496,44 @@ pub fn failed(error: &ConnectError) -> ServerState {
 mod tests {
     use super::*;
 
-    fn snap(tables: &[(&str, u64)]) -> Snapshot {
+    fn snap(tables: &[(&str, u64, u64)]) -> Snapshot {
         Snapshot {
             no_pk_tables: tables
                 .iter()
-                .map(|&(n, m)| NoPkTable {
+                .map(|&(n, m, rows)| NoPkTable {
                     name: n.into(),
                     modified: m,
-                    rows: 0,
+                    rows,
                 })
                 .collect(),
             ..Default::default()
         }
     }
 
-    /// Growth since start; a reset counter counts from zero; untouched
-    /// tables are left out.
+    /// Growth since start; a reset counter counts from zero, or the row
+    /// estimate's change when larger; untouched tables are left out.
     #[test]
     fn tables_written_are_the_ones_whose_counter_moved() {
         let state = ServerState {
-            start: Some(snap(&[("db/a", 10), ("db/b", 500), ("db/c", 7)])),
+            start: Some(snap(&[
+                ("db/a", 10, 0),
+                ("db/b", 500, 0),
+                ("db/c", 7, 0),
+                ("db/e", 900, 1000),
+            ])),
             end: Some(snap(&[
-                ("db/a", 110),
-                ("db/b", 40),
-                ("db/c", 7),
-                ("db/d", 3),
+                ("db/a", 110, 0),
+                ("db/b", 40, 0),
+                ("db/c", 7, 0),
+                ("db/d", 3, 0),
+                ("db/e", 0, 1500),
             ])),
             ..Default::default()
         };
         assert_eq!(
             state.no_pk_tables_written(),
             vec![
+                ("db/e".to_string(), 500),
                 ("db/a".to_string(), 100),
                 ("db/b".to_string(), 40),
                 ("db/d".to_string(), 3)

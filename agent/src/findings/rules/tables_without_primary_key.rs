@@ -68,11 +68,11 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
     if !written.is_empty() {
         evidence.push(Evidence {
             text: format!(
-                "tables without a primary key written while recording (InnoDB's rows-changed counter): {}",
+                "tables without a primary key written while recording (InnoDB's rows-changed counter and row estimate, approximate): {}",
                 written
                     .iter()
                     .take(MAX_TABLES_NAMED)
-                    .map(|(t, n)| format!("{} (>= {} rows)", dotted(t), thousands(*n as f64)))
+                    .map(|(t, n)| format!("{} (~{} rows)", dotted(t), thousands(*n as f64)))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),

@@ -204,7 +204,7 @@ fn server_state(st: &crate::server_state::ServerState) -> Markup {
                 @let written = st.no_pk_tables_written();
                 @if !written.is_empty() {
                     h3 { "Tables without a primary key written while recording" }
-                    ul { @for (t, n) in &written { li { code { (t) } " — at least " (thousands(*n as f64)) " rows changed" } } }
+                    ul { @for (t, n) in &written { li { code { (t) } " — ~" (thousands(*n as f64)) " rows changed (InnoDB's counter and estimate)" } } }
                 }
                 @if !l.errors.is_empty() {
                     h3 { "Not read" }
