@@ -105,6 +105,26 @@ const PROFILES: [(&str, &str, SelfFrame, bool); 2] = [
     ("offcpu", "us", SelfFrame::UserLeaf, true),
 ];
 
+/// Symbol → module, from the top-symbols tables of recordings' summaries
+/// (`cpu.oncpu.top.rows`, `cpu.offcpu.top.rows`).
+fn modules_of(
+    summaries: &[&serde_json::Value],
+    kind: &str,
+) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    for s in summaries {
+        let rows = s["cpu"][kind]["top"]["rows"].as_array();
+        for r in rows.into_iter().flatten() {
+            if let (Some(sym), Some(m)) = (r["symbol"].as_str(), r["module"].as_str()) {
+                if !m.is_empty() {
+                    out.entry(sym.to_string()).or_insert_with(|| m.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
 pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffError> {
     let base_summary = read_summary(baseline)?;
     let inc_summary = read_summary(incident)?;
@@ -134,8 +154,18 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             incident.display()
         );
         let svg = flamegraph::render(&diff_folded, &title, unit)?;
-        let before_top = top_symbols::from_folded(&before, mode.clone(), unit);
-        let after_top = top_symbols::from_folded(&after, mode, unit);
+        let mut before_top = top_symbols::from_folded(&before, mode.clone(), unit);
+        let mut after_top = top_symbols::from_folded(&after, mode, unit);
+        // Folded stacks carry no module: take it from the recordings' own
+        // tables, which symbolization filled (mysqld, libc.so.6, kernel).
+        let modules = modules_of(&[&base_summary, &inc_summary], kind);
+        for top in [&mut before_top, &mut after_top] {
+            for r in top.rows.iter_mut().filter(|r| r.module.is_empty()) {
+                if let Some(m) = modules.get(&r.symbol) {
+                    r.module = m.clone();
+                }
+            }
+        }
         report.profiles.push(ProfileDiff {
             kind: kind.to_string(),
             unit: unit.to_string(),

@@ -434,6 +434,22 @@ fn many_row_versions(server_name: &str) {
             "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
         );
     }
+    // The server's frames keep their module in the diff's table.
+    let walk_row = dc["profiles"][0]["symbols"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["symbol"]
+                .as_str()
+                .unwrap()
+                .starts_with("trx_undo_prev_version_build")
+        })
+        .unwrap_or_else(|| panic!("no undo walk row: {}", dc["profiles"][0]));
+    assert!(
+        ["mysqld", "mariadbd"].contains(&walk_row["module"].as_str().unwrap()),
+        "{walk_row}"
+    );
     let cpu_findings = findings_of(&format!("S6 {server_name} CPU diff"), &dc);
     // Where CPU moved, by subsystem: the undo walk, first, except on 8.0
     // whose spinning log threads dilute it (above).
