@@ -60,12 +60,13 @@ pub fn render(page: &Page) -> String {
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
                 (counters(s))
-                @if let Some(st) = &s.server_state { (server_state(st)) }
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
                 (latches(s))
                 (callsites(s))
+                // Long (settings, transactions, status): below the graphs.
+                @if let Some(st) = &s.server_state { (server_state(st)) }
                 h2 #overhead { "Overhead" }
                 pre { (super::overhead::render(s)) }
                 @if !page.probe_flamegraphs.is_empty() {
