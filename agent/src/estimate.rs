@@ -54,6 +54,25 @@ pub struct CallEstimate {
     pub assumption: String,
 }
 
+impl CallEstimate {
+    /// What was seen and nothing more: no gap interpolated (a live window,
+    /// whose rate is read per second the probe was on).
+    pub fn seen_only(calls: u64, wait_ns: u64, covered_s: f64) -> Self {
+        Self {
+            observed_calls: calls,
+            calls: calls as f64,
+            calls_bound: 0.0,
+            wait_ns: wait_ns as f64,
+            wait_ns_bound: 0.0,
+            covered_s,
+            gap_s: 0.0,
+            windows: 0,
+            confidence: 0.95,
+            assumption: "seen only: nothing interpolated".into(),
+        }
+    }
+}
+
 /// What the bound assumes, stated in every output that carries it.
 pub const ASSUMPTION: &str = "95 %: the call rate in a gap lies within the spread of the on-windows' rates (1.96 sd, added over gaps) around the mean of the two windows around it, plus Poisson noise and the calls in flight at each switch-off";
 

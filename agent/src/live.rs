@@ -45,7 +45,7 @@ impl Counts {
 
     /// Counters only grow; a smaller later value (a map entry evicted and
     /// recreated) counts as zero rather than wrapping.
-    fn since(self, earlier: Counts) -> Counts {
+    pub fn since(self, earlier: Counts) -> Counts {
         Counts {
             calls: self.calls.saturating_sub(earlier.calls),
             wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
@@ -439,6 +439,20 @@ impl LiveView {
             self.last_cpu = Some(cpu);
         }
         Ok(frame)
+    }
+
+    /// Reads the counters now and returns the reading before it and this
+    /// one (the next call starts from it): for callers that build their own
+    /// view of the window (`serve`'s findings).
+    pub fn advance(&mut self, recorder: &Recorder) -> Result<(Reading, Reading), LiveError> {
+        let now = self.read(recorder)?;
+        let before = std::mem::replace(&mut self.last, now.clone());
+        Ok((before, now))
+    }
+
+    /// The probes the readings hold, in their order.
+    pub fn probes(&self) -> &[crate::collect::LiveProbe] {
+        &self.probes
     }
 
     fn read(&mut self, recorder: &Recorder) -> Result<Reading, LiveError> {

@@ -101,6 +101,27 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The target as summaries describe it.
+    pub fn target_info(&self) -> TargetInfo {
+        let t = &self.target;
+        TargetInfo {
+            pid: t.pid,
+            comm: t.comm.clone(),
+            binary: t.exe.display().to_string(),
+            build_id: self.image.build_id.clone(),
+            server_version: self.server.version.map(|v| v.to_string()),
+            server: self.server.clone(),
+            position_independent: self.image.position_independent,
+            has_symtab: self.image.has_symtab,
+            has_debug_info: self.image.has_debug_info,
+            debug_file: self
+                .image
+                .debug_file
+                .as_ref()
+                .map(|p| p.display().to_string()),
+        }
+    }
+
     /// A symbolizer over `maps` that names the server binary's frames
     /// from its debug file when one was found (`--debuginfo`, build-id,
     /// debuglink).
@@ -690,7 +711,6 @@ impl Recorder {
             trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
         };
 
-        let t = &plan.target;
         let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
         if let Some(c) = &cpu {
             folded.extend(c.files()?);
@@ -698,22 +718,7 @@ impl Recorder {
         let mut summary = Summary {
             tool: "innoprof".to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            target: TargetInfo {
-                pid: t.pid,
-                comm: t.comm.clone(),
-                binary: t.exe.display().to_string(),
-                build_id: plan.image.build_id.clone(),
-                server_version: plan.server.version.map(|v| v.to_string()),
-                server: plan.server.clone(),
-                position_independent: plan.image.position_independent,
-                has_symtab: plan.image.has_symtab,
-                has_debug_info: plan.image.has_debug_info,
-                debug_file: plan
-                    .image
-                    .debug_file
-                    .as_ref()
-                    .map(|p| p.display().to_string()),
-            },
+            target: plan.target_info(),
             catalog: plan.catalog_file.clone(),
             started_unix_ms: self.started_unix_ms,
             duration_s,

@@ -21,6 +21,7 @@ use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
+use innoprof::live::LiveView;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::target::Liveness;
 use tokio::net::TcpListener;
@@ -61,6 +62,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_connections: u32,
+    /// Evaluate the findings rules over windows of this length and export them as
+    /// innoprof_finding{rule,severity} (1 while the last window raised it).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse_interval)]
+    pub findings_window: Duration,
 }
 
 /// Pause after a failed accept(2): out of descriptors or memory, the next
@@ -71,6 +76,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 struct Live {
     recorder: Recorder,
     exporter: Exporter,
+    /// Reads the counters per findings window.
+    view: LiveView,
 }
 
 type Shared = Rc<RefCell<Live>>;
@@ -116,7 +123,17 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         recorder.plan().server,
         listener.local_addr().unwrap_or(args.listen)
     );
-    let live: Shared = Rc::new(RefCell::new(Live { recorder, exporter }));
+    let view = LiveView::new(&recorder)?;
+    let live: Shared = Rc::new(RefCell::new(Live {
+        recorder,
+        exporter,
+        view,
+    }));
+    let mut findings_tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + args.findings_window,
+        args.findings_window,
+    );
+    findings_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     // The governor's own period (it switches probes within a second); each
     // wakeup costs the agent CPU, so no more often than that.
@@ -152,6 +169,24 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             _ = sigint.recv() => break ExitCode::SUCCESS,
             _ = sigterm.recv() => break ExitCode::SUCCESS,
             _ = tick.tick() => live.borrow_mut().recorder.govern(),
+            _ = findings_tick.tick() => {
+                let Live { recorder, exporter, view } = &mut *live.borrow_mut();
+                match view.advance(recorder) {
+                    Ok((before, now)) => {
+                        let window = innoprof::findings::window::summary(
+                            recorder.plan(),
+                            view.probes(),
+                            &before,
+                            &now,
+                        );
+                        exporter.set_findings(&window.findings);
+                    }
+                    Err(e) => eprintln!(
+                        "innoprof: findings not evaluated this window: {}",
+                        innoprof::error_chain(&e)
+                    ),
+                }
+            }
             _ = alive_check.tick() => match target.liveness() {
                 Liveness::Alive => check_failing = false,
                 Liveness::Gone => {

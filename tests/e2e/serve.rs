@@ -560,3 +560,66 @@ fn serve_survives_running_out_of_descriptors() {
     fx.exit();
     assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
 }
+
+/// The findings rules run over serve's windows too: the many-row-versions
+/// incident (seed S1: an open REPEATABLE READ snapshot while one row is
+/// updated) raises `innoprof_finding{rule="many_row_versions"}` while the
+/// snapshot is held, and the next windows drop it once it is gone.
+#[test]
+fn serve_exports_a_finding_while_it_lasts() {
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &["--innodb-flush-log-at-trx-commit=2"]);
+    let table = ["--tables=1", "--table-size=1"];
+    let mut prepare = vec!["prepare", "oltp_update_non_index"];
+    prepare.extend(table);
+    server.sysbench_ok(&prepare);
+    let pid = server.pid.to_string();
+    let serve = Serve::start(&["--pid", &pid, "--findings-window", "2s"]);
+    let mut run = vec!["run", "oltp_update_non_index", "--threads=2", "--time=120"];
+    run.extend(table);
+    let mut sysbench = server.sysbench(&run);
+    sysbench.stdout(Stdio::null()).stderr(Stdio::null());
+    let load = Background::spawn(sysbench);
+    let mut script = String::from("USE sbtest;\nSTART TRANSACTION WITH CONSISTENT SNAPSHOT;\n");
+    for _ in 0..1200 {
+        script.push_str("SELECT c FROM sbtest1 LIMIT 1; SELECT SLEEP(0.1);\n");
+    }
+    let reader = server.sql_background(&script);
+    let finding = |serve: &Serve| {
+        value(
+            &metric_samples(&serve.scrape()),
+            "innoprof_finding",
+            &[("rule", "many_row_versions")],
+        )
+    };
+    let until = |want: bool, serve: &Serve| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = finding(serve).is_some();
+            if now == want || Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    assert!(
+        until(true, &serve),
+        "no finding while the snapshot is held\n{}",
+        serve.stderr()
+    );
+    let body = serve.scrape();
+    assert!(
+        body.lines().any(|l| l.starts_with("innoprof_finding{")
+            && l.contains("rule=\"many_row_versions\"")
+            && (l.contains("severity=\"critical\"") || l.contains("severity=\"warning\""))
+            && l.ends_with(" 1")),
+        "{body}"
+    );
+    drop(reader);
+    assert!(
+        !until(false, &serve),
+        "the finding stayed after the snapshot ended"
+    );
+    drop(load);
+    drop(serve);
+}

@@ -169,6 +169,8 @@ pub struct Exporter {
     /// In-memory counters: (index in the recorder's counters, name, value
     /// at start, increase last reported).
     counters: Vec<(usize, String, u64, u64)>,
+    /// The findings of the last evaluated window: (rule, severity).
+    findings: Vec<(String, String)>,
 }
 
 impl Exporter {
@@ -190,7 +192,16 @@ impl Exporter {
             callsites,
             estimates: Vec::new(),
             counters: Vec::new(),
+            findings: Vec::new(),
         }
+    }
+
+    /// The findings to export until the next window's replace them.
+    pub fn set_findings(&mut self, findings: &[crate::findings::Finding]) {
+        self.findings = findings
+            .iter()
+            .map(|f| (f.rule.clone(), f.severity.to_string()))
+            .collect();
     }
 
     /// Exports these in-memory counters (index, name, value at start).
@@ -317,6 +328,7 @@ impl Exporter {
             drops: counters.drops.clone(),
             target: self.target.clone(),
             attached_uprobes: self.attached_uprobes,
+            findings: self.findings.clone(),
         };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(scrape));
@@ -347,6 +359,7 @@ struct Scrape {
     drops: Drops,
     target: TargetLabels,
     attached_uprobes: usize,
+    findings: Vec<(String, String)>,
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -374,6 +387,21 @@ fn buckets(hist: &[u64; HIST_SLOTS]) -> Vec<(f64, u64)> {
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let seconds_unit = Unit::Seconds;
+        {
+            let mut m = enc.encode_descriptor(
+                "innoprof_finding",
+                "1 for each finding of the last evaluated window (serve --findings-window), by \
+                 rule and severity; absent when no rule fired",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (rule, severity) in &self.findings {
+                ConstGauge::new(1i64).encode(m.encode_family(&[
+                    ("rule", rule.as_str()),
+                    ("severity", severity.as_str()),
+                ])?)?;
+            }
+        }
         {
             let mut m = enc.encode_descriptor(
                 "innoprof_probe_calls",

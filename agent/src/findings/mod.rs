@@ -16,6 +16,7 @@
 
 pub mod change;
 mod rules;
+pub mod window;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,131 @@
+//! Findings over a window of a live session (`serve`): the rules read a
+//! [`Summary`], so one is made of the difference of two live readings —
+//! each probe's calls, wait, histogram, call sites and latches in the
+//! window, and the share of it the governor kept the probe on. Serve
+//! samples no CPU and reads no server state, so the rules or evidence that
+//! need them stay silent; nothing is projected over time a probe was off.
+
+use crate::collect::LiveProbe;
+use crate::histogram::Log2Histogram;
+use crate::live::{Reading, SiteKey};
+use crate::record::Plan;
+use crate::report::model::{
+    CallsiteResult, EndReason, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState,
+    StackStats, Summary,
+};
+
+/// The window between `earlier` and `later` (readings of `probes`, in that
+/// order) as a summary the rules can read.
+pub fn summary(plan: &Plan, probes: &[LiveProbe], earlier: &Reading, later: &Reading) -> Summary {
+    let window_s = (later.elapsed_s - earlier.elapsed_s).max(0.0);
+    let results = probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let spec = &plan.probes.get(p.probe)?.spec;
+            let (a, b) = (earlier.probes.get(i)?, later.probes.get(i)?);
+            let calls = b.counts.calls.saturating_sub(a.counts.calls);
+            let wait = b.counts.wait_ns.saturating_sub(a.counts.wait_ns);
+            let mut hist = [0u64; crate::bpf_abi::HIST_SLOTS];
+            for (h, (x, y)) in hist.iter_mut().zip(a.hist.iter().zip(b.hist.iter())) {
+                *h = y.saturating_sub(*x);
+            }
+            let on = if window_s > 0.0 {
+                ((b.attached_s - a.attached_s) / window_s).clamp(0.0, 1.0)
+            } else {
+                1.0
+            };
+            let sites = |map: &std::collections::BTreeMap<SiteKey, crate::live::Counts>,
+                         before: &std::collections::BTreeMap<SiteKey, crate::live::Counts>| {
+                map.iter()
+                    .filter(|(k, _)| k.probe == i)
+                    .map(|(k, v)| {
+                        let d = before.get(k).map_or(*v, |e| v.since(*e));
+                        (k.name.clone(), d)
+                    })
+                    .filter(|(_, d)| d.calls > 0)
+                    .collect::<Vec<_>>()
+            };
+            let timed = spec.measure == crate::catalog::Measure::Latency;
+            Some(ProbeResult {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                measure: spec.measure,
+                cost: spec.cost,
+                status: ProbeStatus::Attached,
+                reason: None,
+                symbols: Vec::new(),
+                skipped: Vec::new(),
+                calls,
+                calls_per_sec: if window_s > 0.0 {
+                    calls as f64 / window_s
+                } else {
+                    0.0
+                },
+                wait_ns_total: wait,
+                wait_ns_max: 0,
+                wait_ns_avg: (timed && calls > 0).then(|| wait / calls),
+                wait_ns_p50: None,
+                wait_ns_p99: None,
+                histogram: Log2Histogram::new(&hist).buckets(),
+                callsites: sites(&later.callsites, &earlier.callsites)
+                    .into_iter()
+                    .map(|(site, d)| CallsiteResult {
+                        line: site
+                            .rsplit_once(':')
+                            .and_then(|(_, l)| l.parse().ok())
+                            .unwrap_or(0),
+                        site,
+                        file: None,
+                        latch: None,
+                        calls: d.calls,
+                        wait_ns_total: d.wait_ns,
+                        wait_ns_max: 0,
+                    })
+                    .collect(),
+                latches: sites(&later.latches, &earlier.latches)
+                    .into_iter()
+                    .map(|(latch, d)| LatchResult {
+                        latch,
+                        calls: d.calls,
+                        wait_ns_total: d.wait_ns,
+                        wait_ns_max: 0,
+                    })
+                    .collect(),
+                latch_note: None,
+                sampling: (on < 1.0).then(|| Sampling {
+                    state: SamplingState::DutyCycled,
+                    attached_fraction: on,
+                    observed_calls: calls,
+                    calls_before_start: 0,
+                    windows: Vec::new(),
+                    estimate: crate::estimate::CallEstimate::seen_only(calls, wait, window_s),
+                    off_at_end_s: None,
+                    projected_full_pct_of_core: 0.0,
+                }),
+                overhead_pct_of_core: 0.0,
+                stacks: StackStats::default(),
+            })
+        })
+        .collect();
+    let mut summary = Summary {
+        tool: "innoprof".to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: plan.target_info(),
+        catalog: plan.catalog_file.clone(),
+        started_unix_ms: 0,
+        duration_s: window_s,
+        end_reason: EndReason::Duration,
+        complete: true,
+        probes: results,
+        counters: Vec::new(),
+        drops: Default::default(),
+        cpu: None,
+        overhead: Default::default(),
+        timeseries: None,
+        findings: Vec::new(),
+        server_state: None,
+    };
+    summary.findings = super::evaluate(&summary);
+    summary
+}
