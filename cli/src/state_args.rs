@@ -48,7 +48,7 @@ impl StateArgs {
         if self.no_server_state {
             return Capture::Off;
         }
-        match StateCapture::start(pid, &self.source()) {
+        match StateCapture::start_within(pid, &self.source()) {
             Ok(c) => Capture::On(c),
             Err(e) => {
                 eprintln!(
@@ -67,7 +67,7 @@ impl Capture {
         match self {
             Capture::Off => None,
             Capture::Failed(s) => Some(s),
-            Capture::On(c) => Some(c.finish()),
+            Capture::On(c) => Some(c.finish_within()),
         }
     }
 }

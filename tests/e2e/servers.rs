@@ -330,6 +330,35 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
         assert!(st["error"].as_str().unwrap().contains(&said), "{st}");
         assert!(st["start"].is_null(), "{st}");
     }
+    // A server that does not answer (stopped, as a hung server would be):
+    // the login gives up (3 s read timeout, 8 s at most in all) and the
+    // recording goes on.
+    struct Resume(u32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the test's own server.
+            unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+        }
+    }
+    let resume = Resume(server.pid);
+    // SAFETY: kill(2) on the test's own server; resumed by `resume`.
+    unsafe { libc::kill(server.pid as i32, libc::SIGSTOP) };
+    let started = std::time::Instant::now();
+    let rec = Recording::start(&["--pid", &pid, "--duration", "1s", "--probes", "none"]);
+    let (code, _, rec) = rec.finish();
+    let took = started.elapsed();
+    drop(resume);
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    assert!(
+        rec.stderr()
+            .contains("note: server state not read: talking to the server on ")
+            && rec.stderr().contains("(no answer within 3 s"),
+        "{}",
+        rec.stderr()
+    );
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    assert_eq!(server.sql("select 1").trim(), "1", "server answers again");
+
     // --no-server-state: no login at all.
     let rec = Recording::start(&[
         "--pid",

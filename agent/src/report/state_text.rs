@@ -21,10 +21,14 @@ pub fn render(state: Option<&ServerState>) -> String {
     let Some(st) = state else {
         return String::new();
     };
-    if let Some(e) = &st.error {
-        return format!("server state: not read ({e})\n");
-    }
+    let Some(latest) = st.latest() else {
+        let why = st.error.as_deref().unwrap_or("no snapshot");
+        return format!("server state: not read ({why})\n");
+    };
     let mut out = format!("server state (as {} on {}):\n", st.user, st.socket);
+    if let Some(e) = &st.error {
+        out.push_str(&format!("  {e}\n"));
+    }
     let hll =
         |s: &Option<crate::server_state::Snapshot>| s.as_ref().and_then(|s| s.history_list_length);
     if let (Some(a), Some(b)) = (hll(&st.start), hll(&st.end)) {
@@ -34,7 +38,7 @@ pub fn render(state: Option<&ServerState>) -> String {
             thousands(b as f64)
         ));
     }
-    if let Some(latest) = st.latest() {
+    {
         let settings: Vec<String> = SHOWN_VARIABLES
             .iter()
             .filter_map(|v| latest.variables.get(*v).map(|x| format!("{v}={x}")))

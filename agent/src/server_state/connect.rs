@@ -24,6 +24,10 @@ pub struct StateSource {
 
 #[derive(Debug, Error)]
 pub enum ConnectError {
+    #[error("pid {pid} did not answer over SQL within {} s", after.as_secs())]
+    NoAnswer { pid: u32, after: Duration },
+    #[error("--mysql-socket {0} is relative; give the absolute path as the server sees it")]
+    RelativeSocket(String),
     #[error("no listening Unix socket found among pid {pid}'s open files; give --mysql-socket")]
     NoSocket { pid: u32 },
     #[error("socket {path} is served by pid {peer}, not the target (pid {pid})")]
@@ -42,6 +46,15 @@ pub enum ConnectError {
     },
     #[error("logging in as {user} on {path} (set a password in [client] of ~/.my.cnf or MYSQL_PWD, or choose --mysql-user)")]
     Login {
+        user: String,
+        path: String,
+        #[source]
+        source: mysql::Error,
+    },
+    /// Not a refusal: no answer within [`QUERY_TIMEOUT`], or the
+    /// connection broke.
+    #[error("talking to the server on {path} as {user} (no answer within {} s, or the connection broke)", QUERY_TIMEOUT.as_secs())]
+    Unanswered {
         user: String,
         path: String,
         #[source]
@@ -330,6 +343,9 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> 
     let opts = ClientOptions::read(source.defaults_file.as_deref())?;
     let listening = listening_sockets(pid);
     let socket = match (&source.socket, &opts.socket) {
+        (Some(s), _) if s.is_relative() => {
+            return Err(ConnectError::RelativeSocket(s.display().to_string()))
+        }
         (Some(s), _) => s.to_string_lossy().into_owned(),
         (None, Some(s)) if listening.iter().any(|l| l == s) => s.clone(),
         _ => listening
@@ -368,10 +384,13 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> 
         .prefer_socket(false)
         .stmt_cache_size(0)
         .connect_attrs(Some(HashMap::from([("program_name", "innoprof")])));
-    let conn = mysql::Conn::new(builder).map_err(|source| ConnectError::Login {
-        user: user.clone(),
-        path: socket.clone(),
-        source,
+    let conn = mysql::Conn::new(builder).map_err(|source| {
+        let (user, path) = (user.clone(), socket.clone());
+        match source {
+            // The server answered, and said no (access denied, unknown user…).
+            mysql::Error::MySqlError(_) => ConnectError::Login { user, path, source },
+            _ => ConnectError::Unanswered { user, path, source },
+        }
     })?;
     Ok(Session { conn, socket, user })
 }

@@ -256,7 +256,60 @@ pub struct StateCapture {
     start: Option<Snapshot>,
 }
 
+/// The most a login with the start snapshot, or the end snapshot, may hold
+/// up a recording. A server in trouble may never answer: its socket's
+/// backlog full (a Unix `connect` then blocks, with no timeout of its own)
+/// or the process stopped. The work goes on in a thread that is abandoned
+/// when this passes.
+pub const CAPTURE_DEADLINE: Duration = Duration::from_secs(8);
+
+/// Runs `work` in a thread, waiting at most `deadline` for it.
+fn within<T: Send + 'static>(
+    deadline: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("innoprof-sql".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .ok()?;
+    rx.recv_timeout(deadline).ok()
+}
+
 impl StateCapture {
+    /// [`Self::start`], given up after [`CAPTURE_DEADLINE`].
+    pub fn start_within(pid: u32, source: &StateSource) -> Result<Self, ConnectError> {
+        let source = source.clone();
+        within(CAPTURE_DEADLINE, move || Self::start(pid, &source)).unwrap_or(Err(
+            ConnectError::NoAnswer {
+                pid,
+                after: CAPTURE_DEADLINE,
+            },
+        ))
+    }
+
+    /// [`Self::finish`], given up after [`CAPTURE_DEADLINE`]: then the
+    /// start snapshot is kept and the end one says why it is missing.
+    pub fn finish_within(self) -> ServerState {
+        let (socket, user, start) = (
+            self.session.socket.clone(),
+            self.session.user.clone(),
+            self.start.clone(),
+        );
+        within(CAPTURE_DEADLINE, move || self.finish()).unwrap_or_else(|| ServerState {
+            socket,
+            user,
+            error: Some(format!(
+                "the end snapshot got no answer within {} s",
+                CAPTURE_DEADLINE.as_secs()
+            )),
+            start,
+            end: None,
+        })
+    }
+
     /// Logs in (see [`connect`]) and takes the start snapshot.
     pub fn start(pid: u32, source: &StateSource) -> Result<Self, ConnectError> {
         let mut session = connect(pid, source)?;
@@ -508,6 +561,29 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// A capture that does not finish in time is given up, not waited for.
+    #[test]
+    fn work_past_its_deadline_is_abandoned() {
+        let slow = within(Duration::from_millis(50), || {
+            std::thread::sleep(Duration::from_secs(2));
+            1
+        });
+        assert_eq!(slow, None);
+        assert_eq!(within(Duration::from_secs(5), || 2), Some(2));
+    }
+
+    #[test]
+    fn a_relative_socket_is_refused_before_connecting() {
+        let source = StateSource {
+            socket: Some("mysql.sock".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            connect(std::process::id(), &source),
+            Err(ConnectError::RelativeSocket(_))
+        ));
     }
 
     /// Growth since start; a reset counter counts from zero, or the row

@@ -163,7 +163,8 @@ fn server_state(st: &crate::server_state::ServerState) -> Markup {
         h2 #server-state { "Server state" }
         @if let Some(e) = &st.error {
             p.note { "Not read: " (e) }
-        } @else {
+        }
+        @if latest.is_some() {
             p.note {
                 "Read over SQL as " code { (st.user) } " on " code { (st.socket) }
                 " at the start and end (SHOW ENGINE INNODB STATUS in "
