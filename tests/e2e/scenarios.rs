@@ -434,22 +434,22 @@ fn many_row_versions(server_name: &str) {
             "{f}: {b:.2} % -> {i:.2} % of on-CPU samples"
         );
     }
-    // The server's frames keep their module in the diff's table.
-    let walk_row = dc["profiles"][0]["symbols"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| {
-            r["symbol"]
-                .as_str()
-                .unwrap()
-                .starts_with("trx_undo_prev_version_build")
-        })
-        .unwrap_or_else(|| panic!("no undo walk row: {}", dc["profiles"][0]));
-    assert!(
-        ["mysqld", "mariadbd"].contains(&walk_row["module"].as_str().unwrap()),
-        "{walk_row}"
-    );
+    // The server's frames keep their module in the diff's table (those in
+    // either recording's own top table, its 50 heaviest by self time; the
+    // undo walk's row, where it made the table: not on 8.0, diluted).
+    let rows = dc["profiles"][0]["symbols"].as_array().unwrap();
+    let server_module = |r: &serde_json::Value| {
+        ["mysqld", "mariadbd"].contains(&r["module"].as_str().unwrap_or_default())
+    };
+    assert!(rows.iter().any(server_module), "{}", dc["profiles"][0]);
+    if let Some(walk_row) = rows.iter().find(|r| {
+        r["symbol"]
+            .as_str()
+            .unwrap()
+            .starts_with("trx_undo_prev_version_build")
+    }) {
+        assert!(server_module(walk_row), "{walk_row}");
+    }
     let cpu_findings = findings_of(&format!("S6 {server_name} CPU diff"), &dc);
     // Where CPU moved, by subsystem: the undo walk, first, except on 8.0
     // whose spinning log threads dilute it (above).
