@@ -77,6 +77,42 @@ impl Default for ProbeReading {
     }
 }
 
+/// A probe's change between two readings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeDelta {
+    pub counts: Counts,
+    pub hist: [u64; HIST_SLOTS],
+    /// Seconds it was switched on in between (the governor's account; not
+    /// clamped to the interval, which callers know).
+    pub on_s: f64,
+}
+
+impl ProbeReading {
+    /// What changed since `earlier`, a reading of the same probe.
+    pub fn since(&self, earlier: &ProbeReading) -> ProbeDelta {
+        let mut hist = [0u64; HIST_SLOTS];
+        for (h, (n, b)) in hist.iter_mut().zip(self.hist.iter().zip(&earlier.hist)) {
+            *h = n.saturating_sub(*b);
+        }
+        ProbeDelta {
+            counts: self.counts.since(earlier.counts),
+            hist,
+            on_s: self.attached_s - earlier.attached_s,
+        }
+    }
+}
+
+/// The call sites (or latches) that moved between two readings, with
+/// their change; a key new in `now` counts from zero.
+pub fn moved<'a>(
+    now: &'a BTreeMap<SiteKey, Counts>,
+    before: &'a BTreeMap<SiteKey, Counts>,
+) -> impl Iterator<Item = (&'a SiteKey, Counts)> + 'a {
+    now.iter()
+        .map(|(key, c)| (key, c.since(before.get(key).copied().unwrap_or_default())))
+        .filter(|(_, d)| d.calls > 0)
+}
+
 /// A call site or a latch of one probe.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SiteKey {
@@ -209,8 +245,12 @@ impl Frame {
         for (i, name) in names.iter().enumerate() {
             let now = later.probes.get(i).unwrap_or(&empty);
             let before = earlier.probes.get(i).unwrap_or(&empty);
-            let d = now.counts.since(before.counts);
-            let on_s = (now.attached_s - before.attached_s).clamp(0.0, dt);
+            let ProbeDelta {
+                counts: d,
+                hist,
+                on_s,
+            } = now.since(before);
+            let on_s = on_s.clamp(0.0, dt);
             if on_s + MIN_ON_S < dt {
                 cut += 1;
             }
@@ -223,10 +263,6 @@ impl Frame {
                     0.0
                 }
             };
-            let mut hist = [0u64; HIST_SLOTS];
-            for (h, (n, b)) in hist.iter_mut().zip(now.hist.iter().zip(&before.hist)) {
-                *h = n.saturating_sub(*b);
-            }
             // Slots are the same, in the same order, in every reading.
             for (k, (calls, cost_ns)) in now.slots.iter().enumerate() {
                 let earlier_calls = before.slots.get(k).map_or(0, |(c, _)| *c);
@@ -246,18 +282,14 @@ impl Frame {
             });
         }
         let rows = |now: &BTreeMap<SiteKey, Counts>, before: &BTreeMap<SiteKey, Counts>| {
-            let mut out: Vec<WaitRow> = now
-                .iter()
-                .filter_map(|(key, c)| {
-                    let d = c.since(before.get(key).copied().unwrap_or_default());
-                    (d.calls > 0).then(|| WaitRow {
-                        probe: names
-                            .get(key.probe)
-                            .map_or_else(String::new, |n| n.name.clone()),
-                        name: key.name.clone(),
-                        calls_per_s: per_s(d.calls),
-                        wait_ns_per_s: per_s(d.wait_ns),
-                    })
+            let mut out: Vec<WaitRow> = moved(now, before)
+                .map(|(key, d)| WaitRow {
+                    probe: names
+                        .get(key.probe)
+                        .map_or_else(String::new, |n| n.name.clone()),
+                    name: key.name.clone(),
+                    calls_per_s: per_s(d.calls),
+                    wait_ns_per_s: per_s(d.wait_ns),
                 })
                 .collect();
             sort_by_wait(&mut out);

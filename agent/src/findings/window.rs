@@ -7,7 +7,7 @@
 
 use crate::collect::LiveProbe;
 use crate::histogram::Log2Histogram;
-use crate::live::{Reading, SiteKey};
+use crate::live::{moved, Reading};
 use crate::record::Plan;
 use crate::report::model::{
     CallsiteResult, EndReason, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState,
@@ -24,26 +24,17 @@ pub fn summary(plan: &Plan, probes: &[LiveProbe], earlier: &Reading, later: &Rea
         .filter_map(|(i, p)| {
             let spec = &plan.probes.get(p.probe)?.spec;
             let (a, b) = (earlier.probes.get(i)?, later.probes.get(i)?);
-            let calls = b.counts.calls.saturating_sub(a.counts.calls);
-            let wait = b.counts.wait_ns.saturating_sub(a.counts.wait_ns);
-            let mut hist = [0u64; crate::bpf_abi::HIST_SLOTS];
-            for (h, (x, y)) in hist.iter_mut().zip(a.hist.iter().zip(b.hist.iter())) {
-                *h = y.saturating_sub(*x);
-            }
+            let d = b.since(a);
+            let (calls, wait) = (d.counts.calls, d.counts.wait_ns);
             let on = if window_s > 0.0 {
-                ((b.attached_s - a.attached_s) / window_s).clamp(0.0, 1.0)
+                (d.on_s / window_s).clamp(0.0, 1.0)
             } else {
                 1.0
             };
-            let sites = |map: &std::collections::BTreeMap<SiteKey, crate::live::Counts>,
-                         before: &std::collections::BTreeMap<SiteKey, crate::live::Counts>| {
-                map.iter()
+            let sites = |now, before| {
+                moved(now, before)
                     .filter(|(k, _)| k.probe == i)
-                    .map(|(k, v)| {
-                        let d = before.get(k).map_or(*v, |e| v.since(*e));
-                        (k.name.clone(), d)
-                    })
-                    .filter(|(_, d)| d.calls > 0)
+                    .map(|(k, d)| (k.name.clone(), d))
                     .collect::<Vec<_>>()
             };
             let timed = spec.measure == crate::catalog::Measure::Latency;
@@ -67,7 +58,7 @@ pub fn summary(plan: &Plan, probes: &[LiveProbe], earlier: &Reading, later: &Rea
                 wait_ns_avg: (timed && calls > 0).then(|| wait / calls),
                 wait_ns_p50: None,
                 wait_ns_p99: None,
-                histogram: Log2Histogram::new(&hist).buckets(),
+                histogram: Log2Histogram::new(&d.hist).buckets(),
                 callsites: sites(&later.callsites, &earlier.callsites)
                     .into_iter()
                     .map(|(site, d)| CallsiteResult {

@@ -29,42 +29,38 @@ pub fn render(state: Option<&ServerState>) -> String {
     if let Some(e) = &st.error {
         out.push_str(&format!("  {e}\n"));
     }
-    let hll =
-        |s: &Option<crate::server_state::Snapshot>| s.as_ref().and_then(|s| s.history_list_length);
-    if let (Some(a), Some(b)) = (hll(&st.start), hll(&st.end)) {
+    if let (Some(a), Some(b)) = st.history_list_lengths() {
         out.push_str(&format!(
             "  history list length: {} -> {}\n",
             thousands(a as f64),
             thousands(b as f64)
         ));
     }
-    {
-        let settings: Vec<String> = SHOWN_VARIABLES
-            .iter()
-            .filter_map(|v| latest.variables.get(*v).map(|x| format!("{v}={x}")))
-            .collect();
-        if !settings.is_empty() {
-            out.push_str(&format!("  settings: {}\n", settings.join(" ")));
-        }
-        if let Some(t) = latest.transactions.first() {
-            out.push_str(&format!(
-                "  oldest transaction: {} (connection {}), open {} s, {}{}\n",
-                t.trx_id,
-                t.connection
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "?".into()),
-                t.age_s,
-                t.state,
-                if t.read_view {
-                    ", holds a read view"
-                } else {
-                    ""
-                }
-            ));
-        }
-        for e in &latest.errors {
-            out.push_str(&format!("  not read: {}: {}\n", e.what, e.error));
-        }
+    let settings: Vec<String> = SHOWN_VARIABLES
+        .iter()
+        .filter_map(|v| latest.variables.get(*v).map(|x| format!("{v}={x}")))
+        .collect();
+    if !settings.is_empty() {
+        out.push_str(&format!("  settings: {}\n", settings.join(" ")));
+    }
+    if let Some(t) = latest.transactions.first() {
+        out.push_str(&format!(
+            "  oldest transaction: {} (connection {}), open {} s, {}{}\n",
+            t.trx_id,
+            t.connection
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "?".into()),
+            t.age_s,
+            t.state,
+            if t.read_view {
+                ", holds a read view"
+            } else {
+                ""
+            }
+        ));
+    }
+    for e in &latest.errors {
+        out.push_str(&format!("  not read: {}: {}\n", e.what, e.error));
     }
     out
 }

@@ -167,8 +167,10 @@ impl ServerState {
         self.end.as_ref().or(self.start.as_ref())
     }
 
-    pub fn variable(&self, name: &str) -> Option<&str> {
-        self.latest()?.variables.get(name).map(String::as_str)
+    /// History list length at the start and at the end, where read.
+    pub fn history_list_lengths(&self) -> (Option<u64>, Option<u64>) {
+        let at = |s: &Option<Snapshot>| s.as_ref().and_then(|s| s.history_list_length);
+        (at(&self.start), at(&self.end))
     }
 
     /// How much a global status counter grew between start and end.

@@ -126,20 +126,15 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "server-state".into(),
         });
     }
-    if let Some(st) = state {
-        let hll = |snap: &Option<crate::server_state::Snapshot>| {
-            snap.as_ref().and_then(|s| s.history_list_length)
-        };
-        if let (Some(a), Some(b)) = (hll(&st.start), hll(&st.end)) {
-            evidence.push(Evidence {
-                text: format!(
-                    "History list length {} at the start, {} at the end: undo that purge could not remove yet",
-                    thousands(a as f64),
-                    thousands(b as f64)
-                ),
-                anchor: "server-state".into(),
-            });
-        }
+    if let Some((Some(a), Some(b))) = state.map(|st| st.history_list_lengths()) {
+        evidence.push(Evidence {
+            text: format!(
+                "History list length {} at the start, {} at the end: undo that purge could not remove yet",
+                thousands(a as f64),
+                thousands(b as f64)
+            ),
+            anchor: "server-state".into(),
+        });
     }
     let title = match holder.and_then(|t| t.connection.map(|c| (c, t))) {
         Some((c, t)) => format!(

@@ -145,12 +145,8 @@ fn findings(s: &Summary) -> Markup {
 fn server_state(st: &crate::server_state::ServerState) -> Markup {
     use crate::findings::thousands;
     let latest = st.latest();
-    let hll = |s: &Option<crate::server_state::Snapshot>| {
-        s.as_ref()
-            .and_then(|s| s.history_list_length)
-            .map(|n| thousands(n as f64))
-            .unwrap_or_else(|| "-".into())
-    };
+    let (hll_start, hll_end) = st.history_list_lengths();
+    let hll = |n: Option<u64>| n.map(|n| thousands(n as f64)).unwrap_or_else(|| "-".into());
     // Global status that moved, most first.
     let mut moved: Vec<(&String, u64)> = st
         .end
@@ -172,7 +168,7 @@ fn server_state(st: &crate::server_state::ServerState) -> Markup {
                 a href="innodb_status.end.txt" { "innodb_status.end.txt" } ")."
             }
             table {
-                tr { th { "history list length" } td { (hll(&st.start)) " → " (hll(&st.end)) } }
+                tr { th { "history list length" } td { (hll(hll_start)) " → " (hll(hll_end)) } }
                 @if let Some(l) = latest {
                     @for (k, v) in &l.variables { tr { th { (k) } td { (v) } } }
                     @if let Some(p) = &l.performance_schema {
