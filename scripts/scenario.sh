@@ -7,7 +7,7 @@
 # s1/s6  hot row + long REPEATABLE READ snapshot (seed 003): undo version
 #        builds per updated row, their stacks, `innoprof diff`, and the
 #        oprofile-style CPU table before/after
-# s2     INSERTs into a table without a primary key (seed 000): row-id
+# s2     INSERTs into tables without a primary key (seed 000): row-id
 #        allocations vs rows inserted, dict_sys mutex waits
 # s3     mutex waits over time (seed 000): a 1 s time series while sysbench
 #        goes from 2 to 16 threads (MariaDB 10.2.11 only)

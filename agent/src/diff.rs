@@ -54,6 +54,8 @@ pub struct DiffReport {
     pub findings_also_in_baseline: Vec<String>,
     pub profiles: Vec<ProfileDiff>,
     pub probes: Vec<ProbeDelta>,
+    /// The server's own state side by side, when both recordings read it.
+    pub server_state: Option<crate::server_state::StateComparison>,
     #[serde(skip)]
     files: Vec<(String, String)>,
 }
@@ -106,7 +108,8 @@ const PROFILES: [(&str, &str, SelfFrame, bool); 2] = [
 ];
 
 /// Symbol → module, from the top-symbols tables of recordings' summaries
-/// (`cpu.oncpu.top.rows`, `cpu.offcpu.top.rows`).
+/// (`cpu.oncpu.top.rows`, `cpu.offcpu.top.rows`) and the modules of the
+/// other functions that had a visible share (`top.modules`).
 fn modules_of(
     summaries: &[&serde_json::Value],
     kind: &str,
@@ -118,6 +121,18 @@ fn modules_of(
             if let (Some(sym), Some(m)) = (r["symbol"].as_str(), r["module"].as_str()) {
                 if !m.is_empty() {
                     out.entry(sym.to_string()).or_insert_with(|| m.to_string());
+                }
+            }
+        }
+        if let Some(modules) = s["cpu"][kind]["top"]["modules"].as_object() {
+            for (m, names) in modules {
+                for sym in names
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| n.as_str())
+                {
+                    out.entry(sym.to_string()).or_insert_with(|| m.clone());
                 }
             }
         }
@@ -135,6 +150,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         probes: probe_deltas(&base_summary, &inc_summary),
         findings: Vec::new(),
         findings_also_in_baseline: Vec::new(),
+        server_state: None,
         files: Vec::new(),
     };
     for (kind, unit, mode, by_total) in PROFILES {
@@ -201,6 +217,11 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
                 incident_total_pct: s.incident_total_pct,
             })
             .collect();
+        report.server_state = b
+            .server_state
+            .as_ref()
+            .zip(i.server_state.as_ref())
+            .and_then(|(b, i)| b.compare(i));
         let change = crate::findings::change::of_change(&b, &i, &shifts);
         report.findings = change.new;
         report.findings_also_in_baseline = change.also_in_baseline;
@@ -313,8 +334,57 @@ impl DiffReport {
         if self.profiles.is_empty() {
             out.push_str("\nno CPU profile in both recordings (record without --no-cpu)\n");
         }
+        if let Some(st) = &self.server_state {
+            out.push_str(&render_state(st));
+        }
         out
     }
+}
+
+/// The server's state of both recordings: settings that differ, history
+/// list length and oldest transaction at the end, status rates.
+fn render_state(st: &crate::server_state::StateComparison) -> String {
+    use comfy_table::presets::ASCII_MARKDOWN;
+    use comfy_table::{CellAlignment, Table};
+    let n = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| units::count(v as f64));
+    let mut out = String::from("\nserver state (as each recording's server reported it):\n");
+    if st.settings_changed.is_empty() {
+        out.push_str("  settings: the same in both\n");
+    }
+    for c in &st.settings_changed {
+        out.push_str(&format!(
+            "  setting changed: {} {} -> {}\n",
+            c.name,
+            c.baseline.as_deref().unwrap_or("(unset)"),
+            c.incident.as_deref().unwrap_or("(unset)")
+        ));
+    }
+    out.push_str(&format!(
+        "  history list length at the end: {} -> {}\n  oldest transaction at the end: {} -> {} s\n",
+        n(st.history_list_length[0]),
+        n(st.history_list_length[1]),
+        n(st.oldest_trx_age_s[0]),
+        n(st.oldest_trx_age_s[1]),
+    ));
+    if !st.rates.is_empty() {
+        let mut t = Table::new();
+        t.load_preset(ASCII_MARKDOWN);
+        t.set_header(["status", "per s before", "per s now"]);
+        for r in &st.rates {
+            t.add_row([
+                r.name.clone(),
+                units::count(r.baseline_per_s),
+                units::count(r.incident_per_s),
+            ]);
+        }
+        for c in 1..3 {
+            if let Some(col) = t.column_mut(c) {
+                col.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        out.push_str(&format!("{t}\n"));
+    }
+    out
 }
 
 /// inferno's difffolded, baseline scaled to the incident, lines sorted so

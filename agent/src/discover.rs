@@ -100,6 +100,64 @@ fn servers_in(proc_root: &Path) -> Result<Vec<ServerProcess>, DiscoverError> {
     Ok(found)
 }
 
+/// What one server instance is across its restarts: its data directory.
+/// mysqld and mariadbd chdir into it at start (`my_setwd`), and two
+/// running servers cannot share one, so the process whose working
+/// directory it is, is the instance, whatever its PID, and whatever binary
+/// an upgrade put at the same path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// As the server sees it (inside its mount namespace).
+    pub datadir: std::path::PathBuf,
+    /// The executable the instance ran, for the log (a restart may run another).
+    pub exe: String,
+}
+
+impl std::fmt::Display for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "datadir {}", self.datadir.display())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("reading the working directory (datadir) of pid {pid}")]
+pub struct InstanceError {
+    pub pid: u32,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl Instance {
+    /// The instance a running server process belongs to.
+    pub fn of(pid: u32) -> Result<Self, InstanceError> {
+        Self::of_in(Path::new("/proc"), pid)
+    }
+
+    fn of_in(proc_root: &Path, pid: u32) -> Result<Self, InstanceError> {
+        let dir = proc_root.join(pid.to_string());
+        let datadir =
+            std::fs::read_link(dir.join("cwd")).map_err(|source| InstanceError { pid, source })?;
+        let exe = std::fs::read_link(dir.join("exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "?".into());
+        Ok(Self { datadir, exe })
+    }
+
+    /// The server process now running this instance. None while none
+    /// runs, or while a starting one has not yet entered its datadir: the
+    /// caller asks again. An exited one is never it, even as a zombie
+    /// (its `cwd` link no longer reads).
+    pub fn running(&self) -> Result<Option<ServerProcess>, DiscoverError> {
+        self.running_in(Path::new("/proc"))
+    }
+
+    fn running_in(&self, proc_root: &Path) -> Result<Option<ServerProcess>, DiscoverError> {
+        Ok(servers_in(proc_root)?
+            .into_iter()
+            .find(|s| Self::of_in(proc_root, s.pid).is_ok_and(|i| i.datadir == self.datadir)))
+    }
+}
+
 /// `--port=N` / `--socket=PATH` from a NUL-separated command line: what
 /// tells instances on one host apart. Values are shown, never used.
 fn listen_args(cmdline: &[u8]) -> Vec<String> {
@@ -149,6 +207,35 @@ mod tests {
             several.starts_with("2 servers run on this host; choose one with -p PID:\n  20 mysqld"),
             "{several}"
         );
+    }
+
+    #[test]
+    fn an_instance_is_found_again_by_its_datadir_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let datadir = root.join("data");
+        std::fs::create_dir(&datadir).unwrap();
+        fake_proc(root, 10, "mysqld", b"mysqld\0");
+        std::os::unix::fs::symlink(&datadir, root.join("10/cwd")).unwrap();
+        let inst = Instance::of_in(root, 10).unwrap();
+        assert_eq!(inst.datadir, datadir);
+        assert_eq!(inst.to_string(), format!("datadir {}", datadir.display()));
+        assert_eq!(inst.running_in(root).unwrap().unwrap().pid, 10);
+        // Once exited (no cwd link): gone. A server elsewhere, one still starting (cwd not yet its datadir),
+        // and a non-server in the datadir are not it.
+        fake_proc(root, 11, "mysqld", b"mysqld\0");
+        std::os::unix::fs::symlink(root, root.join("11/cwd")).unwrap();
+        fake_proc(root, 12, "bash", b"bash\0");
+        std::os::unix::fs::symlink(&datadir, root.join("12/cwd")).unwrap();
+        fake_proc(root, 13, "mariadbd", b"mariadbd\0");
+        std::fs::remove_file(root.join("10/cwd")).unwrap();
+        assert_eq!(inst.running_in(root).unwrap(), None);
+        // An upgrade to another binary name, in the same datadir, is.
+        std::os::unix::fs::symlink(&datadir, root.join("13/cwd")).unwrap();
+        let again = inst.running_in(root).unwrap().unwrap();
+        assert_eq!((again.pid, again.comm.as_str()), (13, "mariadbd"));
+        let err = Instance::of_in(root, 12345).unwrap_err();
+        assert!(std::error::Error::source(&err).is_some());
     }
 
     #[test]

@@ -499,6 +499,7 @@ impl Recorder {
         if let Some(session) = self.session.as_mut() {
             session.detach();
         }
+        debug_phase("after detach");
         let snapshot = match &self.session {
             Some(session) => session.read_all(),
             None => Ok(collect::Snapshot::default()),
@@ -526,6 +527,7 @@ impl Recorder {
             _ => None,
         };
         let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
+        debug_phase("after CPU profiler stop");
         let snapshot = snapshot?;
         let cpu_raw = cpu_raw?;
         if self.plan.target.is_alive() {
@@ -711,7 +713,9 @@ impl Recorder {
             trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
         };
 
+        debug_phase("after probe results");
         let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
+        debug_phase("after CPU stacks named");
         if let Some(c) = &cpu {
             folded.extend(c.files()?);
         }
@@ -790,8 +794,21 @@ fn describe_sampling(r: &mut ProbeResult, duty: &DutyReport, duration_s: f64) {
     });
 }
 
+/// `INNOPROF_DEBUG_PHASES=1`: innoprof's own CPU (user + system) and peak
+/// RSS so far, on stderr, at each phase of a recording: where its cost
+/// goes (issue 12's agent footprint), without a profiler.
+pub fn debug_phase(name: &str) {
+    if std::env::var_os("INNOPROF_DEBUG_PHASES").is_some() {
+        eprintln!(
+            "innoprof: {name}: CPU {:.3} s, peak RSS {} MiB",
+            own_cpu_time().as_secs_f64(),
+            own_max_rss_kb() / 1024
+        );
+    }
+}
+
 /// CPU time (user + system) innoprof itself has used so far.
-fn own_cpu_time() -> Duration {
+pub(crate) fn own_cpu_time() -> Duration {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct it is given.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {

@@ -159,6 +159,15 @@ impl Target {
         })
     }
 
+    /// A MySQL-family server by its process or executable name (not a
+    /// process profiled with `force`).
+    pub fn is_server(&self) -> bool {
+        let exe_name = self.exe.file_name().map(|n| n.to_string_lossy());
+        SERVER_NAMES
+            .iter()
+            .any(|n| *n == self.comm || exe_name.as_deref() == Some(*n))
+    }
+
     /// Where the executable lives, to look beside it (its debug file)
     /// inside the target's root.
     pub fn home(&self) -> Home {

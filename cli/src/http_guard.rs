@@ -91,19 +91,38 @@ where
         inner: stream,
         last: last.clone(),
     });
+    // A request being answered is not idle time: a pprof profile holds its
+    // response for the seconds it asked for, with no traffic meanwhile.
+    let answering = Rc::new(Cell::new(0usize));
+    let service = Rc::new(service);
+    let counted = {
+        let (answering, last) = (answering.clone(), last.clone());
+        hyper::service::service_fn(move |req: Request<Incoming>| {
+            let (answering, last, service) = (answering.clone(), last.clone(), service.clone());
+            answering.set(answering.get() + 1);
+            async move {
+                let response = service.call(req).await;
+                answering.set(answering.get() - 1);
+                last.set(Instant::now());
+                response
+            }
+        })
+    };
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);
-    let conn = builder.serve_connection(io, service);
+    let conn = builder.serve_connection(io, counted);
     tokio::pin!(conn);
     loop {
         let deadline = last.get() + IDLE_TIMEOUT;
         tokio::select! {
             _ = &mut conn => return,
             _ = tokio::time::sleep_until(deadline.into()) => {
-                // Dropping the connection closes the socket.
-                if last.get() + IDLE_TIMEOUT <= Instant::now() {
+                if answering.get() > 0 {
+                    last.set(Instant::now());
+                } else if last.get() + IDLE_TIMEOUT <= Instant::now() {
+                    // Dropping the connection closes the socket.
                     return;
                 }
             }

@@ -52,7 +52,8 @@ Exit status:
   0  done (the recording was written, or Ctrl-C/SIGTERM ended it and it was written)
   1  error: bad input, no such server, not permitted, attach failed (one line on stderr)
   2  usage error: unknown flag or bad value
-  3  the server exited while attached (record writes what it had)
+  3  the server exited while attached (record writes what it had; serve waits for
+     it to start again unless --exit-with-target)
   4  the results could not be written (disk full, --out removed); the table went to stdout
 
 Privileges: root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) to load BPF and attach
@@ -144,7 +145,9 @@ struct RecordArgs {
     max_overhead: Budget,
     #[command(flatten)]
     cpu: cpu_args::CpuArgs,
-    /// Also write calls and wait time per interval of this length (e.g. 1s) to timeseries.json/.csv.
+    /// Also write calls and wait time per interval of this length (e.g. 1s) to timeseries.json/.csv,
+    /// and read the server's cheap state (history list length, oldest transaction, status
+    /// counters) at each interval when logged in (summary.json `server_state.samples`).
     #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
     interval: Option<Duration>,
     #[command(flatten)]
@@ -286,13 +289,17 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
 
+    innoprof::record::debug_phase("start");
     let plan = Plan::build(&opts)?;
+    innoprof::record::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
     bundle::prepare(&out)?;
     warn_unattached(&plan);
     // Before attaching: its queries are not what the probes should see.
-    let state = args.state.start(pid);
+    let state = args.state.start(pid).sampling(args.interval);
+    innoprof::record::debug_phase("after start snapshot");
     let mut recorder = Recorder::start(plan, !args.no_stacks)?;
+    innoprof::record::debug_phase("after attach");
     let mut series = args
         .interval
         .map(|d| IntervalSeries::for_recorder(&recorder, d));
@@ -375,6 +382,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         }
     };
     bar.finish_and_clear();
+    innoprof::record::debug_phase("after recording");
     // When the recording's clock ends, not after detaching and symbolizing.
     let state = state.finish();
     match end {
@@ -389,7 +397,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     }
 
     let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
+    innoprof::record::debug_phase("after end snapshot");
     let mut recording = recorder.finish(end)?;
+    innoprof::record::debug_phase("after finish");
     if let Some(state) = state {
         recording.add_server_state(state);
     }
@@ -410,6 +420,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
         }
     };
+    innoprof::record::debug_phase("after write");
     eprintln!(
         "innoprof: wrote {} and {}; open {}",
         written.dir.display(),

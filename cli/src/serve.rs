@@ -17,13 +17,14 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
+use innoprof::discover::Instance;
 use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
 use innoprof::live::LiveView;
 use innoprof::record::{Plan, RecordOptions, Recorder};
-use innoprof::target::Liveness;
+use innoprof::target::{Liveness, Target};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -63,9 +64,15 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_connections: u32,
     /// Evaluate the findings rules over windows of this length and export them as
-    /// innoprof_finding{rule,severity} (1 while the last window raised it).
+    /// innoprof_finding{rule,severity} (1 while the last window raised it), whole at /findings.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse_interval)]
     pub findings_window: Duration,
+    #[command(flatten)]
+    pub state: crate::state_args::StateArgs,
+    /// Exit (status 3) when the server exits. Without it serve waits for the
+    /// same server (the same datadir) to start again, and attaches to it.
+    #[arg(long)]
+    pub exit_with_target: bool,
 }
 
 /// Pause after a failed accept(2): out of descriptors or memory, the next
@@ -74,10 +81,99 @@ pub struct ServeArgs {
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 struct Live {
-    recorder: Recorder,
+    /// None while the server is down and serve waits for it.
+    run: Option<Run>,
+    /// Kept across the server's restarts: its series carry on.
     exporter: Exporter,
+    /// The server's own state, snapshotted once per findings window.
+    state: Option<innoprof::server_state::StateWatcher>,
+    /// The last window's findings, served whole at /findings.
+    findings: Vec<innoprof::findings::Finding>,
+    /// An on-CPU profile is being taken for /debug/pprof/profile (one at
+    /// a time: each is a sampler of its own on every CPU).
+    profiling: bool,
+}
+
+/// The probes on one run of the server (one process).
+struct Run {
+    recorder: Recorder,
     /// Reads the counters per findings window.
     view: LiveView,
+}
+
+/// The answer while the server is down.
+fn server_down() -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        TEXT,
+        "the server is not running; serve waits for it to start again\n",
+    )
+}
+
+/// Clears `profiling` however the request ends (answered, or dropped by a
+/// client that went away mid-profile: the profiler is dropped with it).
+struct ProfilingSlot(Shared);
+
+impl Drop for ProfilingSlot {
+    fn drop(&mut self) {
+        self.0.borrow_mut().profiling = false;
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("Content-Type", content_type)
+        .body(Full::new(body.into()))
+        .expect("static response parts")
+}
+
+/// `/debug/pprof/profile?seconds=N`: the target's on-CPU stacks over the
+/// next N seconds, gzipped pprof (see innoprof::export::pprof_http).
+async fn pprof_profile(live: Shared, query: Option<&str>) -> Response<Full<Bytes>> {
+    use innoprof::export::pprof_http::{requested_seconds, PendingProfile};
+    let text = |status: StatusCode, body: String| reply(status, TEXT, body + "\n");
+    let seconds = match requested_seconds(query) {
+        Ok(s) => s,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let (pending, pid) = {
+        let mut l = live.borrow_mut();
+        let Some(pid) = l.run.as_ref().map(|r| r.recorder.target().pid) else {
+            return server_down();
+        };
+        if l.profiling {
+            return text(
+                StatusCode::CONFLICT,
+                "a profile is being taken already; try again when it is done".into(),
+            );
+        }
+        match PendingProfile::start(pid) {
+            Ok(p) => {
+                l.profiling = true;
+                (p, pid)
+            }
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, innoprof::error_chain(&e)),
+        }
+    };
+    let _slot = ProfilingSlot(live.clone());
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let l = live.borrow();
+    // The server restarted meanwhile: its samples are of the old run.
+    let Some(run) = l.run.as_ref().filter(|r| r.recorder.target().pid == pid) else {
+        return server_down();
+    };
+    match pending.finish(run.recorder.plan()) {
+        Ok(gz) => Response::builder()
+            .status(StatusCode::OK)
+            .header("Content-Type", "application/octet-stream")
+            .header("Content-Disposition", "attachment; filename=\"profile\"")
+            .body(Full::new(Bytes::from(gz)))
+            .expect("static response parts"),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, innoprof::error_chain(&e)),
+    }
 }
 
 type Shared = Rc<RefCell<Live>>;
@@ -107,14 +203,20 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {} (choose another --listen)", args.listen))?;
     crate::warn_unattached(&plan);
+    // A server is followed across restarts by its datadir; a process of
+    // another name (--force) is not a server instance, and ends serve.
+    let instance = if args.exit_with_target || !plan.target.is_server() {
+        None
+    } else {
+        Some(Instance::of(plan.target.pid)?)
+    };
     let recorder = Recorder::start(plan, false)?;
-    let exporter = Exporter::for_recorder(
-        &recorder,
-        ExporterOptions {
-            callsite_limit: args.callsite_limit,
-        },
-    );
-    let target = recorder.target().clone();
+    let export_opts = ExporterOptions {
+        callsite_limit: args.callsite_limit,
+        commit: env!("INNOPROF_GIT_COMMIT").to_string(),
+    };
+    let exporter = Exporter::for_recorder(&recorder, export_opts.clone());
+    let mut target = recorder.target().clone();
     eprintln!(
         "innoprof: attached {} uprobes to {} (pid {}, {}); serving http://{}/metrics",
         recorder.attached_links(),
@@ -124,10 +226,13 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         listener.local_addr().unwrap_or(args.listen)
     );
     let view = LiveView::new(&recorder)?;
+    let state = args.state.watcher(target.pid, args.findings_window);
     let live: Shared = Rc::new(RefCell::new(Live {
-        recorder,
+        run: Some(Run { recorder, view }),
         exporter,
-        view,
+        state,
+        findings: Vec::new(),
+        profiling: false,
     }));
     let mut findings_tick = tokio::time::interval_at(
         tokio::time::Instant::now() + args.findings_window,
@@ -146,6 +251,11 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     // Local failures are said once per streak, not every 100 ms.
     let mut accept_failing = false;
     let mut check_failing = false;
+    let mut follower = instance.map(|instance| Follower {
+        instance,
+        down_since: None,
+        last_failure: None,
+    });
     let code = loop {
         let resume = accept_again.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
@@ -168,9 +278,12 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             _ = tokio::time::sleep_until(resume), if accept_again.is_some() => accept_again = None,
             _ = sigint.recv() => break ExitCode::SUCCESS,
             _ = sigterm.recv() => break ExitCode::SUCCESS,
-            _ = tick.tick() => live.borrow_mut().recorder.govern(),
+            _ = tick.tick() => if let Some(run) = &mut live.borrow_mut().run {
+                run.recorder.govern();
+            },
             _ = findings_tick.tick() => {
-                let Live { recorder, exporter, view } = &mut *live.borrow_mut();
+                let Live { run, exporter, state, findings, .. } = &mut *live.borrow_mut();
+                let Some(Run { recorder, view }) = run else { continue };
                 match view.advance(recorder) {
                     Ok((before, now)) => {
                         let window = innoprof::findings::window::summary(
@@ -178,8 +291,10 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                             view.probes(),
                             &before,
                             &now,
+                            state.as_ref().and_then(|s| s.latest()),
                         );
                         exporter.set_findings(&window.findings);
+                        *findings = window.findings;
                     }
                     Err(e) => eprintln!(
                         "innoprof: findings not evaluated this window: {}",
@@ -187,12 +302,28 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                     ),
                 }
             }
-            _ = alive_check.tick() => match target.liveness() {
-                Liveness::Alive => check_failing = false,
-                Liveness::Gone => {
-                    eprintln!("innoprof: pid {} exited; detaching", target.pid);
-                    break ExitCode::from(EXIT_TARGET_EXITED);
+            _ = alive_check.tick() => {
+                if let Some(f) = follower.as_mut().filter(|f| f.down_since.is_some()) {
+                    if let Some(run) = f.look_again(&opts) {
+                        let mut l = live.borrow_mut();
+                        let mut fresh = Exporter::for_recorder(&run.recorder, export_opts.clone());
+                        fresh.carry_on_from(&l.exporter);
+                        l.exporter = fresh;
+                        target = run.recorder.target().clone();
+                        l.state = args.state.watcher(target.pid, args.findings_window);
+                        l.run = Some(run);
+                    }
+                    continue;
                 }
+                match target.liveness() {
+                Liveness::Alive => check_failing = false,
+                Liveness::Gone => match follower.as_mut() {
+                    Some(f) => f.went_down(&mut live.borrow_mut(), &target),
+                    None => {
+                        eprintln!("innoprof: pid {} exited; detaching", target.pid);
+                        break ExitCode::from(EXIT_TARGET_EXITED);
+                    }
+                },
                 // Our failure (out of descriptors, say), not the target's.
                 Liveness::Unknown(e) => {
                     if !check_failing {
@@ -203,48 +334,154 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                         check_failing = true;
                     }
                 }
-            },
+                }
+            }
         }
     };
     // Connection tasks may still hold the state: detach explicitly.
-    live.borrow_mut().recorder.detach_probes();
-    eprintln!("innoprof: probes detached");
+    if let Some(run) = &mut live.borrow_mut().run {
+        run.recorder.detach_probes();
+        eprintln!("innoprof: probes detached");
+    }
     Ok(code)
+}
+
+/// Follows one server instance (its datadir) across restarts.
+struct Follower {
+    instance: Instance,
+    /// Set while the server is down.
+    down_since: Option<std::time::Instant>,
+    /// The last failure to attach to the new run (said once).
+    last_failure: Option<String>,
+}
+
+impl Follower {
+    /// The server exited: read its counters one last time, detach, wait.
+    fn went_down(&mut self, live: &mut Live, target: &Target) {
+        let Some(mut run) = live.run.take() else {
+            return;
+        };
+        if let Err(e) = live.exporter.retire(&run.recorder) {
+            eprintln!(
+                "innoprof: the last counts of pid {} are lost: {}",
+                target.pid,
+                innoprof::error_chain(&e)
+            );
+        }
+        run.recorder.detach_probes();
+        live.state = None;
+        live.findings.clear();
+        self.down_since = Some(std::time::Instant::now());
+        eprintln!(
+            "innoprof: pid {} exited; probes detached; waiting for the server in {} to start again",
+            target.pid,
+            self.instance.datadir.display()
+        );
+    }
+
+    /// The instance's new run, attached, once it has started (None while
+    /// it has not, or cannot be attached to yet: tried again next time).
+    fn look_again(&mut self, opts: &RecordOptions) -> Option<Run> {
+        let started = match self.instance.running() {
+            Ok(found) => found?,
+            Err(e) => {
+                self.say_once(format!(
+                    "cannot look for the server: {}",
+                    innoprof::error_chain(&e)
+                ));
+                return None;
+            }
+        };
+        let opts = RecordOptions {
+            pid: started.pid,
+            ..opts.clone()
+        };
+        match attach_again(&opts) {
+            Ok(run) => {
+                let down = self
+                    .down_since
+                    .take()
+                    .map(|t| t.elapsed())
+                    .unwrap_or_default();
+                self.last_failure = None;
+                let target = run.recorder.target();
+                eprintln!(
+                    "innoprof: the server in {} is back as pid {} after {:.1} s down; attached {} \
+                     uprobes to {} ({})",
+                    self.instance.datadir.display(),
+                    target.pid,
+                    down.as_secs_f64(),
+                    run.recorder.attached_links(),
+                    target.exe.display(),
+                    run.recorder.plan().server,
+                );
+                Some(run)
+            }
+            Err(e) => {
+                self.say_once(format!(
+                    "cannot attach to pid {} yet: {e:#}; retrying",
+                    started.pid
+                ));
+                None
+            }
+        }
+    }
+
+    fn say_once(&mut self, message: String) {
+        if self.last_failure.as_ref() != Some(&message) {
+            eprintln!("innoprof: {message}");
+            self.last_failure = Some(message);
+        }
+    }
+}
+
+/// Plans and attaches the probes to a restarted server (its binary may
+/// have been upgraded: everything is resolved anew).
+fn attach_again(opts: &RecordOptions) -> Result<Run> {
+    let plan = Plan::build(opts)?;
+    crate::warn_unattached(&plan);
+    let recorder = Recorder::start(plan, false)?;
+    let view = LiveView::new(&recorder)?;
+    Ok(Run { recorder, view })
 }
 
 async fn respond(
     live: Shared,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let reply = |status: StatusCode, content_type: &str, body: String| {
-        Response::builder()
-            .status(status)
-            .header("Content-Type", content_type)
-            .body(Full::new(Bytes::from(body)))
-            .expect("static response parts")
-    };
-    let text = "text/plain; charset=utf-8";
+    if req.method() == Method::GET && req.uri().path() == "/debug/pprof/profile" {
+        return Ok(pprof_profile(live, req.uri().query()).await);
+    }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let live = &mut *live.borrow_mut();
-            match live.exporter.scrape(&live.recorder) {
+            let scraped = match &live.run {
+                Some(run) => live.exporter.scrape(&run.recorder),
+                None => live.exporter.scrape_while_down(),
+            };
+            match scraped {
                 Ok(body) => reply(StatusCode::OK, CONTENT_TYPE, body),
                 Err(e) => reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    text,
+                    TEXT,
                     format!("{}\n", innoprof::error_chain(&e)),
                 ),
             }
         }
+        // The last window's findings with their titles, evidence and next
+        // steps (the metric carries only rule and severity).
+        (&Method::GET, "/findings") => reply(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_string_pretty(&live.borrow().findings).unwrap_or_else(|_| "[]".into())
+                + "\n",
+        ),
         (&Method::GET, "/") => reply(
             StatusCode::OK,
-            text,
-            "innoprof exporter: see /metrics\n".into(),
+            TEXT,
+            "innoprof exporter: see /metrics, /findings (the last window's findings, JSON) and \
+             /debug/pprof/profile?seconds=N (on-CPU pprof)\n",
         ),
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            text,
-            "not found: see /metrics\n".into(),
-        ),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: see /metrics\n"),
     })
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use innoprof::server_state::{self, ServerState, StateCapture, StateSource};
+use innoprof::server_state::{self, SamplingCapture, ServerState, StateCapture, StateSource};
 
 #[derive(Args, Clone, Debug)]
 pub struct StateArgs {
@@ -29,8 +29,10 @@ pub struct StateArgs {
 /// A started capture, or why there is none.
 pub enum Capture {
     Off,
-    Failed(ServerState),
+    Failed(Box<ServerState>),
     On(StateCapture),
+    /// Reading the cheap state at each `--interval` as well.
+    Sampling(SamplingCapture),
 }
 
 impl StateArgs {
@@ -40,6 +42,17 @@ impl StateArgs {
             user: self.mysql_user.clone(),
             defaults_file: self.mysql_defaults_file.clone(),
         }
+    }
+
+    /// For `serve`: a watcher snapshotting the state every `period`, or
+    /// None with `--no-server-state`.
+    pub fn watcher(
+        &self,
+        pid: u32,
+        period: std::time::Duration,
+    ) -> Option<server_state::StateWatcher> {
+        (!self.no_server_state)
+            .then(|| server_state::StateWatcher::start(pid, self.source(), period))
     }
 
     /// Logs in and takes the start snapshot; a failure is said on stderr
@@ -55,19 +68,29 @@ impl StateArgs {
                     "innoprof: note: server state not read: {}",
                     innoprof::error_chain(&e)
                 );
-                Capture::Failed(server_state::failed(&e))
+                Capture::Failed(Box::new(server_state::failed(&e)))
             }
         }
     }
 }
 
 impl Capture {
+    /// With `Some(interval)`, reads the cheap state at each interval too
+    /// (in its own thread) until [`Self::finish`].
+    pub fn sampling(self, interval: Option<std::time::Duration>) -> Self {
+        match (self, interval) {
+            (Capture::On(c), Some(every)) => Capture::Sampling(c.sample_every(every)),
+            (other, _) => other,
+        }
+    }
+
     /// The end snapshot with the start one; None when capture was off.
     pub fn finish(self) -> Option<ServerState> {
         match self {
             Capture::Off => None,
-            Capture::Failed(s) => Some(s),
+            Capture::Failed(s) => Some(*s),
             Capture::On(c) => Some(c.finish_within()),
+            Capture::Sampling(c) => Some(c.finish_within()),
         }
     }
 }

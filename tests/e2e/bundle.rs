@@ -125,26 +125,11 @@ fn assert_report_rerenders(out: &Path) {
     assert_eq!(mode(&out.join("report.html")), 0o640);
 }
 
-fn go() -> String {
-    for go in ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"] {
-        if Command::new(go)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return go.to_string();
-        }
-    }
-    panic!("no Go toolchain: scripts/setup.sh installs golang-go");
-}
-
 /// `go tool pprof -top` of a profile: (function, flat) rows, names as stored.
 fn pprof_top(file: &Path, sample_index: &str) -> Vec<(String, i64)> {
     let cwd = tempfile::tempdir().unwrap();
-    let out = Command::new(go())
+    let out = go_tool_pprof(cwd.path())
         .args([
-            "tool",
-            "pprof",
             "-symbolize=none",
             "-top",
             "-nodecount=1000000",
@@ -153,9 +138,6 @@ fn pprof_top(file: &Path, sample_index: &str) -> Vec<(String, i64)> {
             &format!("-sample_index={sample_index}"),
         ])
         .arg(file)
-        .current_dir(cwd.path())
-        .env("GOTOOLCHAIN", "local")
-        .env("HOME", cwd.path())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

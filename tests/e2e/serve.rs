@@ -242,6 +242,10 @@ fn serve_feeds_a_real_prometheus() {
         "default,innodb.mutex.enter",
         "--callsite-limit",
         &limit,
+        // On, with room for every probe (none is cut: counts stay exact),
+        // so the budget is exported for the dashboard's cost panel.
+        "--max-overhead",
+        "100",
     ]);
 
     let dir = tempfile::tempdir().unwrap();
@@ -615,6 +619,32 @@ fn serve_exports_a_finding_while_it_lasts() {
             && l.ends_with(" 1")),
         "{body}"
     );
+    // Logged in over the server's socket, serve names the connection whose
+    // snapshot holds purge back, as the server lists it, at /findings.
+    let holder: u64 = server
+        .sql("SELECT trx_mysql_thread_id FROM information_schema.innodb_trx ORDER BY trx_started LIMIT 1")
+        .trim()
+        .parse()
+        .unwrap();
+    let named = format!("connection {holder} has kept a REPEATABLE READ transaction open");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let title = loop {
+        let (status, body) = http_get(serve.port, "/findings").unwrap();
+        assert_eq!(status, 200, "{body}");
+        let all: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let title = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["rule"] == "many_row_versions")
+            .map(|f| f["title"].as_str().unwrap().to_string())
+            .unwrap_or_default();
+        if title.contains(&named) || Instant::now() > deadline {
+            break title;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(title.contains(&named), "{title}\n{}", serve.stderr());
     drop(reader);
     assert!(
         !until(false, &serve),
@@ -622,4 +652,238 @@ fn serve_exports_a_finding_while_it_lasts() {
     );
     drop(load);
     drop(serve);
+}
+
+/// Go's pprof client fetches `/debug/pprof/profile?seconds=N` as Parca and
+/// Pyroscope scrape it: a parsable on-CPU profile of the server, with its
+/// frames named, whose samples agree with a `record` of the same seconds.
+#[test]
+fn serve_answers_pprof_profiles_for_continuous_profilers() {
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &[]);
+    server.prepare("oltp_read_only");
+    let mut sysbench = server.sysbench(&["run", "oltp_read_only", "--threads=2", "--time=300"]);
+    sysbench.stdout(Stdio::null()).stderr(Stdio::null());
+    // Runs until dropped.
+    let load = Background::spawn(sysbench);
+    let pid = server.pid.to_string();
+    let serve = Serve::start(&["--pid", &pid]);
+    let started = Instant::now();
+    // A bad request is refused in one line, and samples nothing.
+    let (status, body) = http_get(serve.port, "/debug/pprof/profile?seconds=0").unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("seconds=0: expected a whole number"),
+        "{body}"
+    );
+
+    // While one profile is taken, a second request is told to wait.
+    let first = std::thread::spawn({
+        let port = serve.port;
+        move || http_get_bytes(port, "/debug/pprof/profile?seconds=3")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let (status, body) = http_get(serve.port, "/debug/pprof/profile?seconds=1").unwrap();
+    assert_eq!(status, 409, "{body}");
+    let (status, gz) = first.join().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip");
+
+    // go's profile spans 6 s; a `record` of 3 s runs inside it. Go builds
+    // its pprof tool on first use into GOCACHE (under HOME here): built
+    // first, or the build's CPU and time would fall into the windows.
+    let home = tempfile::tempdir().unwrap();
+    let built = go_tool_pprof(home.path()).arg("-h").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&built.stderr).contains("usage"),
+        "{built:?}"
+    );
+    let url = format!("http://127.0.0.1:{}/debug/pprof/profile", serve.port);
+    let go_pprof = go_tool_pprof(home.path())
+        .args(["-raw", "-seconds", "6", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("go tool pprof (scripts/setup.sh installs golang-go)");
+    std::thread::sleep(Duration::from_millis(1500));
+    let t_rec = Instant::now();
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "3s", "--probes", "none"]);
+    rec.wait_attached();
+    let (code, _, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    eprintln!("record took {:?}", t_rec.elapsed());
+    let out = go_pprof.wait_with_output().unwrap();
+    let raw = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}{raw}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(load);
+    eprintln!("profiles taken in {:?}", started.elapsed());
+
+    assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
+    // Samples: "  COUNT  NANOS: LOCATION IDS"; locations name the frames.
+    let samples: u64 = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .skip(2)
+        .take_while(|l| l.contains(':') && !l.starts_with("Locations"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    let duration: f64 = raw
+        .lines()
+        .find_map(|l| l.strip_prefix("Duration: "))
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Duration in {raw}"));
+    for f in ["do_command(THD*)", "handle_one_connection"] {
+        assert!(raw.contains(f), "{f} not named:\n{raw}");
+    }
+    // The same load, sampled by `record`'s own sampler at the same 99 Hz
+    // inside the profile's seconds: the same rate within a fifth.
+    let s = rec.summary();
+    let recorded = s["cpu"]["oncpu"]["samples"].as_u64().unwrap();
+    let rec_s = s["duration_s"].as_f64().unwrap();
+    let (rate, rec_rate) = (samples as f64 / duration, recorded as f64 / rec_s);
+    eprintln!(
+        "pprof over HTTP: {samples} samples in {duration} s ({rate:.0}/s); record inside it: \
+         {recorded} in {rec_s:.2} s ({rec_rate:.0}/s)"
+    );
+    assert!(samples > 50, "{raw}");
+    let ratio = rate / rec_rate;
+    assert!(
+        (0.8..=1.25).contains(&ratio),
+        "pprof {rate:.0} vs record {rec_rate:.0} samples/s"
+    );
+}
+
+/// GET of a binary body: (status, body).
+fn http_get_bytes(port: u16, path: &str) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, raw[split + 4..].to_vec())
+}
+
+/// Waits until serve's stderr contains `needle` (or panics with it).
+fn wait_stderr(serve: &Serve, needle: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !serve.stderr().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} within {within:?}: {}",
+            serve.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every counter (`*_total`) of `before` is in `after`, not lower.
+fn counters_never_go_back(before: &[MetricSample], after: &[MetricSample]) {
+    let mut n = 0;
+    for b in before.iter().filter(|s| s.name.ends_with("_total")) {
+        let a = after
+            .iter()
+            .find(|a| a.name == b.name && a.labels == b.labels)
+            .unwrap_or_else(|| panic!("{} {:?} is gone", b.name, b.labels));
+        assert!(
+            a.value >= b.value,
+            "{} {:?}: {} -> {}",
+            b.name,
+            b.labels,
+            b.value,
+            a.value
+        );
+        n += 1;
+    }
+    assert!(n > 20, "only {n} counters");
+}
+
+/// serve follows a restarted server (issue 16): when mysqld exits, serve
+/// detaches and waits (target_up 0; every counter keeps its last value;
+/// pprof answers 503); when a server starts again on the same datadir it
+/// attaches to it (target_up 1, restarts 1, the new pid), and every
+/// counter carries on from there: the commits of the second load are
+/// added to those of the first.
+#[test]
+fn serve_follows_the_server_across_a_restart() {
+    let _k = kernel_lock();
+    let mut server = Server::start("mariadb-10.2.11", &[]);
+    let first_pid = server.pid.to_string();
+    let mut serve = Serve::start(&["--pid", &first_pid, "--max-overhead", "off"]);
+    let commits = |s: &[MetricSample]| {
+        value(s, "innoprof_probe_calls_total", &[("probe", "sql.commit")]).unwrap()
+    };
+    let txns = |report: String| sysbench_number(&report, "transactions:");
+    let first_txns = txns(
+        server
+            .sysbench_load("oltp_read_write", 2, 3)
+            .join()
+            .unwrap(),
+    );
+    let up = metric_samples(&serve.scrape());
+    assert_eq!(value(&up, "innoprof_target_up", &[]), Some(1.0));
+    assert_eq!(value(&up, "innoprof_target_restarts_total", &[]), Some(0.0));
+    assert!(
+        commits(&up) >= first_txns,
+        "{} < {first_txns}",
+        commits(&up)
+    );
+
+    server.stop();
+    wait_stderr(&serve, "waiting for the server in", Duration::from_secs(10));
+    let down = metric_samples(&serve.scrape());
+    assert_eq!(value(&down, "innoprof_target_up", &[]), Some(0.0));
+    assert_eq!(value(&down, "innoprof_attached_uprobes", &[]), Some(0.0));
+    counters_never_go_back(&up, &down);
+    let (status, body) = http_get(serve.port, "/debug/pprof/profile?seconds=1").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(innoprof_links().is_empty(), "{:?}", innoprof_links());
+
+    server.start_again();
+    assert_ne!(server.pid.to_string(), first_pid);
+    wait_stderr(
+        &serve,
+        &format!("is back as pid {}", server.pid),
+        Duration::from_secs(20),
+    );
+    let back = metric_samples(&serve.scrape());
+    assert_eq!(value(&back, "innoprof_target_up", &[]), Some(1.0));
+    assert_eq!(
+        value(&back, "innoprof_target_restarts_total", &[]),
+        Some(1.0)
+    );
+    let info = back
+        .iter()
+        .find(|s| s.name == "innoprof_target_info")
+        .unwrap();
+    assert_eq!(info.label("pid"), Some(server.pid.to_string().as_str()));
+    counters_never_go_back(&down, &back);
+
+    let second_txns = txns(
+        server
+            .sysbench_load("oltp_read_write", 2, 3)
+            .join()
+            .unwrap(),
+    );
+    let after = metric_samples(&serve.scrape());
+    counters_never_go_back(&back, &after);
+    let added = commits(&after) - commits(&back);
+    assert!(added >= second_txns, "{added} < {second_txns}");
+    assert!(
+        commits(&after) >= first_txns + second_txns,
+        "{} < {first_txns} + {second_txns}",
+        commits(&after)
+    );
+    serve.signal(libc::SIGTERM);
+    assert_eq!(serve.wait_exit(), Some(0), "{}", serve.stderr());
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+    println!("{}", serve.stderr());
 }

@@ -359,6 +359,40 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
     assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
     assert_eq!(server.sql("select 1").trim(), "1", "server answers again");
 
+    // `diff` compares the server's own state too: a durability setting
+    // changed between two recordings is a finding of the change.
+    let quick = ["--pid", &pid, "--duration", "1s", "--probes", "none"];
+    let (code, _, before) = Recording::start(&quick).finish();
+    assert_eq!(code, Some(0), "{}", before.stderr());
+    server.sql("SET GLOBAL sync_binlog = 1");
+    let (code, _, after) = Recording::start(&quick).finish();
+    server.sql("SET GLOBAL sync_binlog = 0");
+    assert_eq!(code, Some(0), "{}", after.stderr());
+    let out = tempfile::tempdir().unwrap();
+    let o = run_innoprof(&[
+        "diff",
+        before.out.to_str().unwrap(),
+        after.out.to_str().unwrap(),
+        "--out",
+        out.path().join("d").to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains(
+            "[warning] The server's settings differ from the baseline: sync_binlog 0 -> 1"
+        ) && text.contains("  setting changed: sync_binlog 0 -> 1"),
+        "{text}"
+    );
+    let d: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("d").join("diff.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        d["server_state"]["settings_changed"],
+        serde_json::json!([{"name": "sync_binlog", "baseline": "0", "incident": "1"}]),
+        "{d}"
+    );
+
     // --no-server-state: no login at all.
     let rec = Recording::start(&[
         "--pid",
@@ -500,4 +534,29 @@ fn debian_stripped_mariadb_degrades_clearly() {
         progs.is_empty() && links.is_empty(),
         "left behind: {progs:?} {links:?}"
     );
+}
+
+/// No crying wolf on the newer lines too: the default recording (probes,
+/// CPU, server state) of a healthy oltp_read_write load raises nothing
+/// above info, and the server's state is read whole.
+fn healthy_default_recording(name: &str) {
+    let _k = kernel_lock();
+    let server = Server::start(name, &[]);
+    let (s, rec) = record_under_load(&server, "default", 5);
+    assert_eq!(
+        s["target"]["server_version"],
+        name.rsplit_once('-').unwrap().1
+    );
+    // record_under_load checked the findings and the state.
+    assert!(rec.file("summary.txt").contains("findings:"));
+}
+
+#[test]
+fn mariadb_11_4_5_healthy_default_recording() {
+    healthy_default_recording("mariadb-11.4.5");
+}
+
+#[test]
+fn mysql_8_0_15_healthy_default_recording() {
+    healthy_default_recording("mysql-8.0.15");
 }

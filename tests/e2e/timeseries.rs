@@ -268,6 +268,29 @@ fn s3_mutex_waits_follow_load_change() {
     assert!(sysbench_number(&high, "transactions:") > 100.0, "{high}");
 
     let s = rec.summary();
+    // The finding says it first: threads queue on one latch, named by
+    // where it was created, with the busiest call site.
+    let findings = s["findings"].as_array().unwrap();
+    for f in findings {
+        eprintln!(
+            "S3 finding: [{}] {} {}",
+            f["severity"], f["title"], f["evidence"]
+        );
+    }
+    let first = &findings[0];
+    assert!(
+        first["rule"] == "latch_hotspot"
+            && first["severity"] != "info"
+            && first["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("Threads queue on one InnoDB latch: created in ")
+            && first["evidence"][1]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("busiest call site: "),
+        "{first}"
+    );
     let (json, points) = points(&rec);
     let started = u(&json["started_unix_ms"]);
     let name = "innodb.sync.wait_event";

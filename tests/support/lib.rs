@@ -596,6 +596,8 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub pid: u32,
     prepared: std::cell::Cell<bool>,
+    /// The first start's extra mysqld options, for `start_again`.
+    extra: Vec<String>,
 }
 
 impl Server {
@@ -641,11 +643,38 @@ impl Server {
             dir,
             pid,
             prepared: false.into(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         }
     }
 
     pub fn binary(&self) -> PathBuf {
         std::fs::read_link(format!("/proc/{}/exe", self.pid)).unwrap()
+    }
+
+    /// Stops the server as an administrator would (SIGTERM, waits for it).
+    pub fn stop(&self) {
+        let status = Command::new(repo_root().join("scripts/servers.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Starts the stopped server again on the same datadir (a new pid).
+    pub fn start_again(&mut self) {
+        let out = Command::new(repo_root().join("scripts/servers.sh"))
+            .args(["start", &self.name])
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "starting {} again failed", self.name);
+        self.pid = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("servers.sh prints the pid");
     }
 
     pub fn sql(&self, sql: &str) -> String {
@@ -1128,4 +1157,33 @@ pub fn fails_with(args: &[&str], needles: &[&str]) -> String {
         "{stderr}"
     );
     stderr.into_owned()
+}
+
+/// `go tool pprof` with `args`, run in `home` (HOME and PPROF_TMPDIR, so
+/// nothing is written elsewhere) but with Go's own build cache: Go 1.26
+/// builds its pprof tool on first use (~20 s here), which a HOME of its
+/// own would repeat at every call.
+pub fn go_tool_pprof(home: &Path) -> Command {
+    static CACHE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    let (go, cache) = CACHE.get_or_init(|| {
+        for go in ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"] {
+            if let Ok(o) = Command::new(go).args(["env", "GOCACHE"]).output() {
+                if o.status.success() {
+                    return (
+                        go.to_string(),
+                        String::from_utf8_lossy(&o.stdout).trim().to_string(),
+                    );
+                }
+            }
+        }
+        panic!("no Go toolchain: scripts/setup.sh installs golang-go");
+    });
+    let mut cmd = Command::new(go);
+    cmd.args(["tool", "pprof"])
+        .current_dir(home)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOCACHE", cache)
+        .env("HOME", home)
+        .env("PPROF_TMPDIR", home);
+    cmd
 }

@@ -1,6 +1,7 @@
 //! Live exporters: the counters as they stand, read while the probes stay
 //! attached, in formats other tools scrape.
 
+pub mod pprof_http;
 pub mod prometheus;
 
 use std::net::SocketAddr;

@@ -29,7 +29,7 @@
 //! what "other" already counted for it there, so every series stays a
 //! monotonic counter (no false resets in `rate()`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -64,15 +64,18 @@ pub enum ExportError {
     Encode(#[from] std::fmt::Error),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExporterOptions {
     /// Call-site labels per probe before the rest goes to "other".
     pub callsite_limit: usize,
+    /// innoprof's commit, for `innoprof_build_info` (the CLI knows it).
+    pub commit: String,
 }
 
 impl Default for ExporterOptions {
     fn default() -> Self {
         Self {
+            commit: String::new(),
             callsite_limit: DEFAULT_CALLSITE_LIMIT,
         }
     }
@@ -171,6 +174,94 @@ pub struct Exporter {
     counters: Vec<(usize, String, u64, u64)>,
     /// The findings of the last evaluated window: (rule, severity).
     findings: Vec<(String, String)>,
+    commit: String,
+    /// Server CPU time probe hits cost, summed per scrape as each slot's
+    /// new calls at its current per-call cost (so it only grows, though
+    /// the cost model is re-estimated), and each slot's calls then.
+    probe_cost_s: f64,
+    slot_calls: HashMap<u64, u64>,
+    /// What the server's earlier runs counted (serve follows it across
+    /// restarts): added to this run's series so each keeps growing.
+    carried: Totals,
+    /// This run's last scrape with `carried` added: what a follower
+    /// exporter carries on from, and what is served while the server is down.
+    last: Option<Scrape>,
+    /// Times the server restarted while watched.
+    restarts: u64,
+}
+
+/// Cumulative series a restarted server's new run continues from.
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    probes: Vec<ProbeMetrics>,
+    counters: Vec<(String, u64)>,
+    drops: Drops,
+    governor_switches: u64,
+}
+
+impl Totals {
+    /// Adds these totals to a scrape of a later run, series by series
+    /// (probe and counter by name, call site by label); a series the later
+    /// run lacks (its build dropped a probe) stays, at its last value.
+    fn add_to(&self, scrape: &mut Scrape) {
+        for old in &self.probes {
+            match scrape.probes.iter_mut().find(|p| p.name == old.name) {
+                Some(p) => p.add(old),
+                None => scrape.probes.push(old.clone()),
+            }
+        }
+        for (name, n) in &self.counters {
+            match scrape.counters.iter_mut().find(|(c, _)| c == name) {
+                Some((_, v)) => *v += n,
+                None => scrape.counters.push((name.clone(), *n)),
+            }
+        }
+        add_drops(&mut scrape.drops, &self.drops);
+        scrape.me.governor_switches += self.governor_switches;
+    }
+
+    fn of(scrape: &Scrape) -> Self {
+        Self {
+            probes: scrape.probes.clone(),
+            counters: scrape.counters.clone(),
+            drops: scrape.drops.clone(),
+            governor_switches: scrape.me.governor_switches,
+        }
+    }
+}
+
+fn add_drops(to: &mut Drops, d: &Drops) {
+    to.stack_map_full += d.stack_map_full;
+    to.stack_errors += d.stack_errors;
+    to.stack_key_map_full += d.stack_key_map_full;
+    to.inflight_map_full += d.inflight_map_full;
+    to.returns_without_entry += d.returns_without_entry;
+    to.stats_map_full += d.stats_map_full;
+    to.callsite_map_full += d.callsite_map_full;
+    to.stack_busy += d.stack_busy;
+}
+
+/// innoprof's account of itself, exported beside the server's numbers.
+#[derive(Debug, Clone, Default)]
+struct SelfStats {
+    commit: String,
+    /// The whole process's CPU (user + system) since it started.
+    cpu_s: f64,
+    rss_bytes: u64,
+    probe_cost_s: f64,
+    /// The governor's budget, in cores (None: governor off).
+    budget_cores: Option<f64>,
+    attach_s: f64,
+    governor_switches: u64,
+}
+
+/// This process's resident set, from /proc/self/statm.
+fn resident_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    pages * crate::resolve::mapped::page_size() as u64
 }
 
 impl Exporter {
@@ -193,7 +284,60 @@ impl Exporter {
             estimates: Vec::new(),
             counters: Vec::new(),
             findings: Vec::new(),
+            commit: opts.commit,
+            probe_cost_s: 0.0,
+            slot_calls: HashMap::new(),
+            carried: Totals::default(),
+            last: None,
+            restarts: 0,
         }
+    }
+
+    /// Makes this exporter, for the new run of a server that restarted,
+    /// carry on from `previous` (the old run's exporter, [`Exporter::retire`]d):
+    /// every counter goes on from its last value, and
+    /// `innoprof_target_restarts_total` counts one more.
+    pub fn carry_on_from(&mut self, previous: &Exporter) {
+        if let Some(last) = &previous.last {
+            self.carried = Totals::of(last);
+        }
+        self.probe_cost_s = previous.probe_cost_s;
+        self.restarts = previous.restarts + 1;
+    }
+
+    /// Reads the old run's counters one last time (the BPF maps outlive
+    /// the target process), so what it counted until it exited is carried.
+    pub fn retire(&mut self, recorder: &Recorder) -> Result<(), ExportError> {
+        self.scrape(recorder).map(drop)
+    }
+
+    /// A scrape while the server is down: the last values (so nothing
+    /// goes back), `innoprof_target_up 0`, no uprobes, no findings.
+    pub fn scrape_while_down(&mut self) -> Result<String, ExportError> {
+        let mut scrape = match &self.last {
+            Some(last) => last.clone(),
+            None => Scrape {
+                probes: Vec::new(),
+                counters: Vec::new(),
+                drops: Drops::default(),
+                target: self.target.clone(),
+                attached_uprobes: 0,
+                findings: Vec::new(),
+                me: SelfStats::default(),
+                up: false,
+                restarts: self.restarts,
+            },
+        };
+        for p in &mut scrape.probes {
+            p.estimate = None;
+        }
+        scrape.attached_uprobes = 0;
+        scrape.findings.clear();
+        scrape.up = false;
+        scrape.me.cpu_s = crate::record::own_cpu_time().as_secs_f64();
+        scrape.me.rss_bytes = resident_bytes();
+        scrape.me.commit = self.commit.clone();
+        Ok(render(scrape)?)
     }
 
     /// The findings to export until the next window's replace them.
@@ -282,7 +426,22 @@ impl Exporter {
             .into_iter()
             .map(|e| e.map(|e| (e.calls, e.calls_bound)))
             .collect();
-        self.encode(&counters, &sites, &recorder.attached_seconds())
+        for (slot, st) in &counters.slots {
+            let before = self.slot_calls.insert(*slot, st.calls).unwrap_or(0);
+            let new = st.calls.saturating_sub(before);
+            self.probe_cost_s += new as f64 * recorder.per_call_ns(*slot).unwrap_or(0.0) / 1e9;
+        }
+        let own = recorder.attach_info();
+        let me = SelfStats {
+            commit: self.commit.clone(),
+            cpu_s: crate::record::own_cpu_time().as_secs_f64(),
+            rss_bytes: resident_bytes(),
+            probe_cost_s: self.probe_cost_s,
+            budget_cores: recorder.plan().governor.map(|g| g.budget_pct / 100.0),
+            attach_s: own.map_or(0.0, |a| a.attach_ms / 1e3),
+            governor_switches: own.map_or(0, |a| a.governor_switches),
+        };
+        self.encode(&counters, &sites, &recorder.attached_seconds(), me)
     }
 
     /// Encodes counters whose call sites are already summed per label;
@@ -292,6 +451,7 @@ impl Exporter {
         counters: &Counters,
         sites: &[BTreeMap<String, Counts>],
         attached: &[f64],
+        me: SelfStats,
     ) -> Result<String, ExportError> {
         let mut probes = Vec::with_capacity(self.probes.len());
         for (((p, labels), now), max_on) in self
@@ -318,7 +478,7 @@ impl Exporter {
                 },
             });
         }
-        let scrape = Scrape {
+        let mut scrape = Scrape {
             counters: self
                 .counters
                 .iter()
@@ -329,16 +489,52 @@ impl Exporter {
             target: self.target.clone(),
             attached_uprobes: self.attached_uprobes,
             findings: self.findings.clone(),
+            me,
+            up: true,
+            restarts: self.restarts,
         };
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(scrape));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)?;
-        Ok(text)
+        self.carried.add_to(&mut scrape);
+        self.last = Some(scrape.clone());
+        Ok(render(scrape)?)
     }
 }
 
-#[derive(Debug)]
+fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+impl ProbeMetrics {
+    /// Adds an earlier run's totals of the same probe.
+    fn add(&mut self, old: &ProbeMetrics) {
+        // An estimate stands for the calls; a run without one was exact.
+        if self.estimate.is_some() || old.estimate.is_some() {
+            let (e, b) = self.estimate.unwrap_or((self.calls as f64, 0.0));
+            let (oe, ob) = old.estimate.unwrap_or((old.calls as f64, 0.0));
+            self.estimate = Some((e + oe, b + ob));
+        }
+        self.calls += old.calls;
+        self.wait_ns += old.wait_ns;
+        self.attached_s += old.attached_s;
+        for (h, o) in self.hist.iter_mut().zip(&old.hist) {
+            *h += o;
+        }
+        for (label, c) in &old.callsites {
+            match self.callsites.iter_mut().find(|(l, _)| l == label) {
+                Some((_, n)) => {
+                    n.calls += c.calls;
+                    n.wait_ns += c.wait_ns;
+                }
+                None => self.callsites.push((label.clone(), *c)),
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
 struct ProbeMetrics {
     name: String,
     estimate: Option<(f64, f64)>,
@@ -351,7 +547,7 @@ struct ProbeMetrics {
 }
 
 /// One scrape's values, encoded by prometheus-client.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Scrape {
     probes: Vec<ProbeMetrics>,
     /// In-memory counters: name, increase since start.
@@ -360,6 +556,10 @@ struct Scrape {
     target: TargetLabels,
     attached_uprobes: usize,
     findings: Vec<(String, String)>,
+    me: SelfStats,
+    /// The server is running and watched (serve waits for it otherwise).
+    up: bool,
+    restarts: u64,
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -551,6 +751,94 @@ impl Collector for Scrape {
             ConstGauge::new(self.attached_uprobes as i64).encode(m)?;
         }
         {
+            let info = Info::new(vec![
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("commit", self.me.commit.clone()),
+            ]);
+            let m = enc.encode_descriptor(
+                "innoprof_build",
+                "innoprof's version and commit",
+                None,
+                info.metric_type(),
+            )?;
+            info.encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_agent_cpu",
+                "CPU time (user + system) innoprof itself has used since it started",
+                Some(&seconds_unit),
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(self.me.cpu_s).encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_agent_resident_bytes",
+                "innoprof's resident set size",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(self.me.rss_bytes as i64).encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_probe_cost",
+                "Server CPU time the probe hits cost, as innoprof estimates it (its calls at the \
+                 governor's per-call cost); rate() is the share of one core",
+                Some(&seconds_unit),
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(self.me.probe_cost_s).encode(m)?;
+        }
+        if let Some(budget) = self.me.budget_cores {
+            let m = enc.encode_descriptor(
+                "innoprof_budget_cores",
+                "The governor's budget for probe hits (--max-overhead), in cores; absent when off",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(budget).encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_attach",
+                "Time the start's attach of every probe took",
+                Some(&seconds_unit),
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(self.me.attach_s).encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_governor_switches",
+                "Links the overhead governor created or destroyed to switch probes",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(self.me.governor_switches).encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_target_up",
+                "1 while the server runs and is watched; 0 while serve waits for it to start \
+                 again (its counters then keep their last values)",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(i64::from(self.up)).encode(m)?;
+        }
+        {
+            let m = enc.encode_descriptor(
+                "innoprof_target_restarts",
+                "Times the server restarted (a new process for the same datadir) while serve \
+                 watched it",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(self.restarts).encode(m)?;
+        }
+        {
             let t = &self.target;
             let info = Info::new(vec![
                 ("family", t.family.clone()),
@@ -677,7 +965,9 @@ mod tests {
             },
         );
         let site_counts = vec![sites(&[("btr0cur.cc:304", 6)]), BTreeMap::new()];
-        let text = e.encode(&c, &site_counts, &[2.5, 0.25]).unwrap();
+        let text = e
+            .encode(&c, &site_counts, &[2.5, 0.25], SelfStats::default())
+            .unwrap();
         for line in [
             "innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"} 6",
             "innoprof_probe_calls_total{probe=\"innodb.dict_sys.row_id\"} 7",
@@ -699,7 +989,9 @@ mod tests {
         }
         // Attached time and counters never go back, whatever a later read says.
         e.update_counters(&[Ok(1), Err("gone".into())]);
-        let again = e.encode(&c, &site_counts, &[1.0, 0.5]).unwrap();
+        let again = e
+            .encode(&c, &site_counts, &[1.0, 0.5], SelfStats::default())
+            .unwrap();
         assert!(again
             .contains("innoprof_probe_attached_seconds_total{probe=\"innodb.mutex.enter\"} 2.5\n"));
         assert!(again.contains("innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096\n"));

@@ -248,8 +248,62 @@ pub fn of_change(baseline: &Summary, incident: &Summary, shifts: &[CpuShift]) ->
         }
     }
     out.new.extend(cpu_hot_path(shifts));
+    out.new.extend(settings_changed(baseline, incident));
     rank(&mut out.new);
     out
+}
+
+/// The server ran with other settings in the incident than in the
+/// baseline: often the whole explanation, and the first thing to rule out.
+fn settings_changed(baseline: &Summary, incident: &Summary) -> Option<Finding> {
+    let cmp = baseline
+        .server_state
+        .as_ref()?
+        .compare(incident.server_state.as_ref()?)?;
+    if cmp.settings_changed.is_empty() {
+        return None;
+    }
+    let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(unset)".into());
+    let consequential = cmp
+        .settings_changed
+        .iter()
+        .any(|c| crate::server_state::is_consequential(&c.name));
+    let names: Vec<String> = cmp
+        .settings_changed
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} -> {}",
+                c.name,
+                shown(&c.baseline),
+                shown(&c.incident)
+            )
+        })
+        .collect();
+    Some(Finding {
+        rule: "settings_changed".into(),
+        severity: if consequential {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
+        title: format!("The server's settings differ from the baseline: {}", names.join(", ")),
+        evidence: names
+            .iter()
+            .map(|n| Evidence {
+                text: format!("{n} (SHOW GLOBAL VARIABLES at each recording's end)"),
+                anchor: "server-state".into(),
+            })
+            .collect(),
+        cause: "The two recordings ran with different server settings (SET GLOBAL, an edited option file and a restart, or an upgrade). Durability, isolation, buffer and concurrency settings change the cost of every commit or read, and can explain the difference on their own.".into(),
+        next: vec![
+            "Check whether the change was intended: compare SHOW GLOBAL VARIABLES now with the baseline's summary.json (server_state.end.variables), and the option files' history.".into(),
+            "Record the incident's load again with the baseline's settings to see how much of the change they explain.".into(),
+        ],
+        // Not a share of server time: it ranks after measured findings of
+        // the same severity.
+        weight: 0.0,
+    })
 }
 
 #[cfg(test)]

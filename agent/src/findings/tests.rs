@@ -205,3 +205,80 @@ fn ranking_is_severity_then_weight() {
     );
     assert_eq!(thousands(1234567.0), "1,234,567");
 }
+
+/// A recording's server state with these variables and a status counter
+/// that grew `commits` over 10 s.
+fn with_settings(vars: &[(&str, &str)], commits: u64) -> Summary {
+    use crate::server_state::{ServerState, Snapshot};
+    let mut s = crate::report::html::tests::summary();
+    let snap = |at: u128, c: u64| Snapshot {
+        taken_unix_ms: at,
+        variables: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        status: [("Com_commit".to_string(), c)].into(),
+        ..Default::default()
+    };
+    s.server_state = Some(ServerState {
+        start: Some(snap(1_000, 500)),
+        end: Some(snap(11_000, 500 + commits)),
+        ..Default::default()
+    });
+    s
+}
+
+/// `diff`: a durability setting that changed is a warning naming it; a
+/// setting only one side has (renamed across versions) is no change; the
+/// same settings raise nothing; status rates are per second of each.
+#[test]
+fn a_changed_setting_is_a_finding_of_the_change() {
+    let base = with_settings(
+        &[
+            ("innodb_flush_log_at_trx_commit", "2"),
+            ("tx_isolation", "REPEATABLE-READ"),
+        ],
+        1_000,
+    );
+    let inc = with_settings(
+        &[
+            ("innodb_flush_log_at_trx_commit", "1"),
+            ("transaction_isolation", "REPEATABLE-READ"),
+        ],
+        300,
+    );
+    let change = change::of_change(&base, &inc, &[]);
+    let f = change
+        .new
+        .iter()
+        .find(|f| f.rule == "settings_changed")
+        .expect("raised");
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(
+        f.title,
+        "The server's settings differ from the baseline: innodb_flush_log_at_trx_commit 2 -> 1"
+    );
+    let cmp = base
+        .server_state
+        .as_ref()
+        .unwrap()
+        .compare(inc.server_state.as_ref().unwrap())
+        .unwrap();
+    let commits = cmp.rates.iter().find(|r| r.name == "Com_commit").unwrap();
+    assert_eq!(
+        (commits.baseline_per_s, commits.incident_per_s),
+        (100.0, 30.0)
+    );
+
+    let same = change::of_change(&base, &base, &[]);
+    assert!(same.new.iter().all(|f| f.rule != "settings_changed"));
+    // Another setting than the consequential ones: info.
+    let a = with_settings(&[("max_connections", "151")], 10);
+    let b = with_settings(&[("max_connections", "500")], 10);
+    let f = change::of_change(&a, &b, &[])
+        .new
+        .into_iter()
+        .find(|f| f.rule == "settings_changed")
+        .unwrap();
+    assert_eq!(f.severity, Severity::Info);
+}

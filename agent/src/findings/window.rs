@@ -1,9 +1,10 @@
 //! Findings over a window of a live session (`serve`): the rules read a
 //! [`Summary`], so one is made of the difference of two live readings —
 //! each probe's calls, wait, histogram, call sites and latches in the
-//! window, and the share of it the governor kept the probe on. Serve
-//! samples no CPU and reads no server state, so the rules or evidence that
-//! need them stay silent; nothing is projected over time a probe was off.
+//! window, and the share of it the governor kept the probe on, with the
+//! server's last two state snapshots when serve is logged in. Serve
+//! samples no CPU, so the rules or evidence that need it stay silent;
+//! nothing is projected over time a probe was off.
 
 use crate::collect::LiveProbe;
 use crate::histogram::Log2Histogram;
@@ -15,8 +16,15 @@ use crate::report::model::{
 };
 
 /// The window between `earlier` and `later` (readings of `probes`, in that
-/// order) as a summary the rules can read.
-pub fn summary(plan: &Plan, probes: &[LiveProbe], earlier: &Reading, later: &Reading) -> Summary {
+/// order) as a summary the rules can read, with the server's own state
+/// when a [`crate::server_state::StateWatcher`] has it.
+pub fn summary(
+    plan: &Plan,
+    probes: &[LiveProbe],
+    earlier: &Reading,
+    later: &Reading,
+    server_state: Option<crate::server_state::ServerState>,
+) -> Summary {
     let window_s = (later.elapsed_s - earlier.elapsed_s).max(0.0);
     let results = probes
         .iter()
@@ -115,7 +123,7 @@ pub fn summary(plan: &Plan, probes: &[LiveProbe], earlier: &Reading, later: &Rea
         overhead: Default::default(),
         timeseries: None,
         findings: Vec::new(),
-        server_state: None,
+        server_state,
     };
     summary.findings = super::evaluate(&summary);
     summary

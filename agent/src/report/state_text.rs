@@ -36,6 +36,9 @@ pub fn render(state: Option<&ServerState>) -> String {
             thousands(b as f64)
         ));
     }
+    if !st.samples.is_empty() {
+        out.push_str(&samples_line(st));
+    }
     let settings: Vec<String> = SHOWN_VARIABLES
         .iter()
         .filter_map(|v| latest.variables.get(*v).map(|x| format!("{v}={x}")))
@@ -63,4 +66,98 @@ pub fn render(state: Option<&ServerState>) -> String {
         out.push_str(&format!("  not read: {}: {}\n", e.what, e.error));
     }
     out
+}
+
+/// One line for the interval samples: how far the history list length and
+/// the oldest transaction went, and the most threads running.
+fn samples_line(st: &ServerState) -> String {
+    let hll: Vec<u64> = st
+        .samples
+        .iter()
+        .filter_map(|p| p.history_list_length)
+        .collect();
+    let mut parts = Vec::new();
+    if let (Some(first), Some(last), Some(max)) = (hll.first(), hll.last(), hll.iter().max()) {
+        parts.push(format!(
+            "history list length {} -> {} (max {})",
+            thousands(*first as f64),
+            thousands(*last as f64),
+            thousands(*max as f64)
+        ));
+    }
+    if let Some(max) = st
+        .samples
+        .iter()
+        .filter_map(|p| p.status.get("Threads_running"))
+        .max()
+    {
+        parts.push(format!("threads running up to {max}"));
+    }
+    if let Some(p) = st
+        .samples
+        .iter()
+        .filter(|p| p.oldest_trx_age_s.is_some())
+        .max_by_key(|p| p.oldest_trx_age_s)
+    {
+        parts.push(format!(
+            "oldest transaction up to {} s (connection {})",
+            p.oldest_trx_age_s.unwrap_or(0),
+            p.oldest_trx_connection
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "?".into())
+        ));
+    }
+    let failed = st.samples.iter().filter(|p| !p.errors.is_empty()).count();
+    if failed > 0 {
+        parts.push(format!("{failed} samples with a failed query"));
+    }
+    format!(
+        "  at each interval ({} samples): {}\n",
+        st.samples.len(),
+        parts.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server_state::{Snapshot, StatePoint};
+
+    fn point(hll: Option<u64>, running: u64, oldest: Option<(u64, u64)>) -> StatePoint {
+        StatePoint {
+            history_list_length: hll,
+            oldest_trx_connection: oldest.map(|o| o.0),
+            oldest_trx_age_s: oldest.map(|o| o.1),
+            status: [("Threads_running".to_string(), running)].into(),
+            ..Default::default()
+        }
+    }
+
+    /// The interval line says where the history list length went (first,
+    /// last, max), the most threads running, and the oldest transaction at
+    /// its oldest, from the samples that have each.
+    #[test]
+    fn interval_samples_are_one_line() {
+        let st = ServerState {
+            user: "root".into(),
+            socket: "/s".into(),
+            start: Some(Snapshot::default()),
+            end: Some(Snapshot::default()),
+            samples: vec![
+                point(Some(120), 3, Some((23, 4))),
+                point(None, 9, None),
+                point(Some(4_800), 2, Some((23, 6))),
+                point(Some(3_000), 1, Some((23, 7))),
+            ],
+            ..Default::default()
+        };
+        let text = render(Some(&st));
+        assert!(
+            text.contains(
+                "  at each interval (4 samples): history list length 120 -> 3,000 (max 4,800); \
+                 threads running up to 9; oldest transaction up to 7 s (connection 23)\n"
+            ),
+            "{text}"
+        );
+    }
 }

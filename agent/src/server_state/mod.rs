@@ -59,6 +59,25 @@ const VARIABLES: &[&str] = &[
     "performance_schema",
 ];
 
+/// Of [`VARIABLES`], those whose change does not by itself change the cost
+/// of commits, reads or latches; every other one does (`diff` warns when
+/// one changed: see [`is_consequential`]).
+const INCIDENTAL_VARIABLES: &[&str] = &[
+    "version_comment",
+    "innodb_log_buffer_size",
+    "innodb_log_files_in_group",
+    "innodb_purge_threads",
+    "innodb_autoinc_lock_mode",
+    "max_connections",
+];
+
+/// A setting whose change alone can change what every commit, read or
+/// latch costs (durability, isolation, sizes, concurrency,
+/// performance_schema, the version).
+pub fn is_consequential(variable: &str) -> bool {
+    VARIABLES.contains(&variable) && !INCIDENTAL_VARIABLES.contains(&variable)
+}
+
 /// Global status kept: InnoDB's and the handler's counters, statements by
 /// kind, threads.
 fn keep_status(name: &str) -> bool {
@@ -148,6 +167,49 @@ pub struct Snapshot {
     pub innodb_status: Option<String>,
 }
 
+/// Global status read at each `--interval`: the counters whose rate tells
+/// the story of an incident (throughput, row work, waits), and threads.
+const SAMPLED_STATUS: &[&str] = &[
+    "Threads_running",
+    "Threads_connected",
+    "Questions",
+    "Com_commit",
+    "Com_select",
+    "Com_insert",
+    "Com_update",
+    "Com_delete",
+    "Innodb_rows_read",
+    "Innodb_rows_inserted",
+    "Innodb_rows_updated",
+    "Innodb_rows_deleted",
+    "Innodb_row_lock_current_waits",
+    "Innodb_row_lock_waits",
+    "Innodb_log_waits",
+    "Innodb_os_log_fsyncs",
+    "Innodb_data_fsyncs",
+    "Innodb_buffer_pool_pages_dirty",
+];
+
+/// The cheap part of the server's state, read at each `--interval` of a
+/// recording: three short queries (about a millisecond here), no SHOW
+/// ENGINE INNODB STATUS (which walks every transaction under a global
+/// mutex) and no dictionary scan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatePoint {
+    pub taken_unix_ms: u128,
+    pub took_ms: f64,
+    /// From InnoDB's `trx_rseg_history_len` metric (enabled by default on
+    /// every server line here; never enabled by innoprof, which only reads).
+    pub history_list_length: Option<u64>,
+    /// The oldest open transaction (our own left out): its connection and
+    /// age in seconds, by the server's clock.
+    pub oldest_trx_connection: Option<u64>,
+    pub oldest_trx_age_s: Option<u64>,
+    /// [`SAMPLED_STATUS`] counters the server has.
+    pub status: BTreeMap<String, u64>,
+    pub errors: Vec<QueryError>,
+}
+
 /// What was captured over a recording.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerState {
@@ -159,6 +221,9 @@ pub struct ServerState {
     pub error: Option<String>,
     pub start: Option<Snapshot>,
     pub end: Option<Snapshot>,
+    /// Read at each `--interval` between the two, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<StatePoint>,
 }
 
 impl ServerState {
@@ -241,6 +306,108 @@ impl ServerState {
     }
 }
 
+/// Of [`SAMPLED_STATUS`], the gauges (levels, not counts): `diff`
+/// compares the rest per second.
+const STATUS_GAUGES: &[&str] = &[
+    "Threads_running",
+    "Threads_connected",
+    "Innodb_row_lock_current_waits",
+    "Innodb_buffer_pool_pages_dirty",
+];
+
+/// Two recordings' server state side by side (`innoprof diff`): what a
+/// DBA compares first when "it was fine yesterday".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateComparison {
+    /// Settings whose value differs (each recording's latest snapshot).
+    pub settings_changed: Vec<SettingChange>,
+    /// At each recording's end.
+    pub history_list_length: [Option<u64>; 2],
+    /// The oldest open transaction's age at each recording's end.
+    pub oldest_trx_age_s: [Option<u64>; 2],
+    /// [`SAMPLED_STATUS`]' counters per second over each recording, where both
+    /// recordings have the counter.
+    pub rates: Vec<RateChange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SettingChange {
+    pub name: String,
+    pub baseline: Option<String>,
+    pub incident: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateChange {
+    pub name: String,
+    pub baseline_per_s: f64,
+    pub incident_per_s: f64,
+}
+
+/// `delta` per second between two readings taken at these times.
+fn per_second(earlier_ms: u128, later_ms: u128, delta: Option<u64>) -> Option<f64> {
+    let dt = later_ms.checked_sub(earlier_ms)? as f64 / 1e3;
+    (dt > 0.0).then(|| delta.map(|d| d as f64 / dt))?
+}
+
+impl StatePoint {
+    /// A status counter's growth per second since `earlier`; None when
+    /// either lacks it or it went back (a server restart).
+    pub fn rate_since(&self, earlier: &StatePoint, name: &str) -> Option<f64> {
+        let delta = self
+            .status
+            .get(name)?
+            .checked_sub(*earlier.status.get(name)?);
+        per_second(earlier.taken_unix_ms, self.taken_unix_ms, delta)
+    }
+}
+
+impl ServerState {
+    /// A status counter's growth per second between start and end.
+    pub fn status_rate(&self, name: &str) -> Option<f64> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        per_second(s.taken_unix_ms, e.taken_unix_ms, self.status_delta(name))
+    }
+
+    /// This recording (the baseline) against `incident`; None unless both
+    /// have a snapshot.
+    pub fn compare(&self, incident: &ServerState) -> Option<StateComparison> {
+        let (b, i) = (self.latest()?, incident.latest()?);
+        let names: std::collections::BTreeSet<&String> =
+            b.variables.keys().chain(i.variables.keys()).collect();
+        let settings_changed = names
+            .into_iter()
+            .filter(|n| b.variables.get(*n) != i.variables.get(*n))
+            // A setting only one side has is a rename across versions
+            // (tx_isolation, transaction_isolation), not a change.
+            .filter(|n| b.variables.contains_key(*n) && i.variables.contains_key(*n))
+            .map(|n| SettingChange {
+                name: n.clone(),
+                baseline: b.variables.get(n).cloned(),
+                incident: i.variables.get(n).cloned(),
+            })
+            .collect();
+        let oldest = |s: &Snapshot| s.transactions.iter().map(|t| t.age_s).max();
+        let rates = SAMPLED_STATUS
+            .iter()
+            .filter(|n| !STATUS_GAUGES.contains(n))
+            .filter_map(|n| {
+                Some(RateChange {
+                    name: n.to_string(),
+                    baseline_per_s: self.status_rate(n)?,
+                    incident_per_s: incident.status_rate(n)?,
+                })
+            })
+            .collect();
+        Some(StateComparison {
+            settings_changed,
+            history_list_length: [b.history_list_length, i.history_list_length],
+            oldest_trx_age_s: [oldest(b), oldest(i)],
+            rates,
+        })
+    }
+}
+
 /// How [`ServerState::snapshot_holder`] knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HolderEvidence {
@@ -256,6 +423,7 @@ pub struct StateCapture {
     /// Our own connection, left out of the transaction list.
     own_id: Option<u64>,
     start: Option<Snapshot>,
+    samples: Vec<StatePoint>,
 }
 
 /// The most a login with the start snapshot, or the end snapshot, may hold
@@ -295,10 +463,11 @@ impl StateCapture {
     /// [`Self::finish`], given up after [`CAPTURE_DEADLINE`]: then the
     /// start snapshot is kept and the end one says why it is missing.
     pub fn finish_within(self) -> ServerState {
-        let (socket, user, start) = (
+        let (socket, user, start, samples) = (
             self.session.socket.clone(),
             self.session.user.clone(),
             self.start.clone(),
+            self.samples.clone(),
         );
         within(CAPTURE_DEADLINE, move || self.finish()).unwrap_or_else(|| ServerState {
             socket,
@@ -309,7 +478,40 @@ impl StateCapture {
             )),
             start,
             end: None,
+            samples,
         })
+    }
+
+    /// Reads [`StatePoint`]s every `interval` in a thread of its own, so a
+    /// slow server never delays the recording's loop, until
+    /// [`SamplingCapture::finish_within`].
+    pub fn sample_every(self, interval: Duration) -> SamplingCapture {
+        let (socket, user, start) = (
+            self.session.socket.clone(),
+            self.session.user.clone(),
+            self.start.clone(),
+        );
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (back, returned) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("innoprof-sql".into())
+            .spawn(move || {
+                let mut capture = self;
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(interval)
+                {
+                    let point = capture.sample();
+                    capture.samples.push(point);
+                }
+                let _ = back.send(capture);
+            });
+        SamplingCapture {
+            stop: spawned.is_ok().then_some(stop),
+            returned,
+            socket,
+            user,
+            start,
+        }
     }
 
     /// Logs in (see [`connect`]) and takes the start snapshot.
@@ -324,6 +526,7 @@ impl StateCapture {
             session,
             own_id,
             start: None,
+            samples: Vec::new(),
         };
         capture.start = Some(capture.snapshot());
         Ok(capture)
@@ -338,16 +541,70 @@ impl StateCapture {
             error: None,
             start: self.start.take(),
             end: Some(end),
+            samples: std::mem::take(&mut self.samples),
         }
+    }
+
+    /// The cheap state: history list length, the oldest transaction, and
+    /// [`SAMPLED_STATUS`]. Each query bounded by [`QUERY_TIMEOUT`]; a
+    /// failing one is listed in the point's `errors`.
+    pub fn sample(&mut self) -> StatePoint {
+        let began = Instant::now();
+        let mut point = StatePoint {
+            taken_unix_ms: unix_ms(),
+            ..Default::default()
+        };
+        let conn = &mut self.session.conn;
+        let names = quoted(SAMPLED_STATUS);
+        if let Some(rows) = query_noting(
+            conn,
+            "status",
+            &format!("SHOW GLOBAL STATUS WHERE Variable_name IN ({names})"),
+            &mut point.errors,
+        ) {
+            for r in rows {
+                if let (Some(k), Some(v)) = (cell(&r, 0), num(&r, 1)) {
+                    point.status.insert(k, v);
+                }
+            }
+        }
+        // A metric someone disabled reads a stale count: left out then.
+        if let Some(rows) = query_noting(
+            conn,
+            "history list length",
+            "SELECT COUNT FROM information_schema.INNODB_METRICS \
+             WHERE NAME = 'trx_rseg_history_len' \
+             AND TIME_ENABLED IS NOT NULL AND TIME_DISABLED IS NULL",
+            &mut point.errors,
+        ) {
+            point.history_list_length = rows.first().and_then(|r| num(r, 0));
+        }
+        let own = self
+            .own_id
+            .map(|id| format!("WHERE trx_mysql_thread_id <> {id}"))
+            .unwrap_or_default();
+        if let Some(rows) = query_noting(
+            conn,
+            "oldest transaction",
+            &format!(
+                "SELECT trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx_started, NOW()) \
+                 FROM information_schema.INNODB_TRX {own} ORDER BY trx_started LIMIT 1"
+            ),
+            &mut point.errors,
+        ) {
+            if let Some(r) = rows.first() {
+                point.oldest_trx_connection = num(r, 0);
+                point.oldest_trx_age_s = num(r, 1);
+            }
+        }
+        point.took_ms = began.elapsed().as_secs_f64() * 1e3;
+        point
     }
 
     fn snapshot(&mut self) -> Snapshot {
         let began = Instant::now();
         let mut snap = Snapshot {
-            taken_unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or(0),
+            taken_unix_ms: unix_ms(),
             ..Default::default()
         };
         let conn = &mut self.session.conn;
@@ -362,23 +619,10 @@ impl StateCapture {
                 });
                 return None;
             }
-            match conn.query::<mysql::Row, _>(q) {
-                Ok(rows) => Some(rows),
-                Err(e) => {
-                    snap.errors.push(QueryError {
-                        what: what.into(),
-                        error: crate::error_chain(&e),
-                    });
-                    None
-                }
-            }
+            query_noting(conn, what, q, &mut snap.errors)
         };
 
-        let names = VARIABLES
-            .iter()
-            .map(|v| format!("'{v}'"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let names = quoted(VARIABLES);
         if let Some(rows) = run(
             "variables",
             &format!("SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})"),
@@ -520,6 +764,175 @@ impl StateCapture {
         }
         snap.took_ms = began.elapsed().as_secs_f64() * 1e3;
         snap
+    }
+}
+
+/// Runs `q`; a failure is noted in `errors` as `what`, not returned.
+fn query_noting(
+    conn: &mut mysql::Conn,
+    what: &str,
+    q: &str,
+    errors: &mut Vec<QueryError>,
+) -> Option<Vec<mysql::Row>> {
+    match conn.query::<mysql::Row, _>(q) {
+        Ok(rows) => Some(rows),
+        Err(e) => {
+            errors.push(QueryError {
+                what: what.into(),
+                error: crate::error_chain(&e),
+            });
+            None
+        }
+    }
+}
+
+/// `'a','b'` for a `Variable_name IN (...)`.
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|v| format!("'{v}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// A capture reading [`StatePoint`]s in its own thread
+/// ([`StateCapture::sample_every`]).
+pub struct SamplingCapture {
+    /// Dropped to stop the sampler; `None` when its thread did not start.
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    returned: std::sync::mpsc::Receiver<StateCapture>,
+    socket: String,
+    user: String,
+    start: Option<Snapshot>,
+}
+
+impl SamplingCapture {
+    /// Stops sampling and takes the end snapshot, all given up after
+    /// [`CAPTURE_DEADLINE`] (a sample in flight included): then the start
+    /// snapshot is kept and the error says why the rest is missing.
+    pub fn finish_within(mut self) -> ServerState {
+        drop(self.stop.take());
+        match self.returned.recv_timeout(CAPTURE_DEADLINE) {
+            Ok(capture) => capture.finish_within(),
+            Err(_) => ServerState {
+                socket: self.socket,
+                user: self.user,
+                error: Some(format!(
+                    "the server state sampler got no answer within {} s",
+                    CAPTURE_DEADLINE.as_secs()
+                )),
+                start: self.start,
+                end: None,
+                samples: Vec::new(),
+            },
+        }
+    }
+}
+
+/// The server's state for a long-running session (`serve`): a thread of
+/// its own takes a full snapshot every `period` and keeps the last two, so
+/// the findings of each window read "start" and "end" without waiting on
+/// SQL. It logs in again after a failed login or a broken connection (each
+/// said once on stderr, with the recovery), and stops when dropped.
+pub struct StateWatcher {
+    latest: std::sync::Arc<std::sync::Mutex<Option<ServerState>>>,
+    /// Dropped with the watcher: its thread stops at its next wakeup.
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
+impl StateWatcher {
+    pub fn start(pid: u32, source: StateSource, period: Duration) -> Self {
+        let latest = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let shared = latest.clone();
+        let _ = std::thread::Builder::new()
+            .name("innoprof-sql".into())
+            .spawn(move || {
+                let mut capture: Option<StateCapture> = None;
+                let mut failing = false;
+                // The last snapshot: the next one's "start".
+                let mut last_end: Option<Snapshot> = None;
+                loop {
+                    let state = match capture.as_mut() {
+                        None => match StateCapture::start(pid, &source) {
+                            // The login's snapshot is the first "end".
+                            Ok(c) => {
+                                if failing {
+                                    eprintln!("innoprof: server state: logged in again");
+                                }
+                                failing = false;
+                                let state = ServerState {
+                                    socket: c.session.socket.clone(),
+                                    user: c.session.user.clone(),
+                                    end: c.start.clone(),
+                                    ..Default::default()
+                                };
+                                capture = Some(c);
+                                state
+                            }
+                            Err(e) => {
+                                if !failing {
+                                    eprintln!(
+                                        "innoprof: note: server state not read: {}; trying again every {} s",
+                                        crate::error_chain(&e),
+                                        period.as_secs()
+                                    );
+                                }
+                                failing = true;
+                                failed(&e)
+                            }
+                        },
+                        Some(c) => {
+                            let state = ServerState {
+                                socket: c.session.socket.clone(),
+                                user: c.session.user.clone(),
+                                error: None,
+                                start: last_end.take(),
+                                end: Some(c.snapshot()),
+                                samples: Vec::new(),
+                            };
+                            // A dead connection (connection killed, server
+                            // restarting) fails every query: log in anew.
+                            if c.session.conn.ping().is_err() {
+                                eprintln!(
+                                    "innoprof: server state: the connection broke; logging in again"
+                                );
+                                failing = true;
+                                capture = None;
+                            }
+                            state
+                        }
+                    };
+                    last_end = state.end.clone();
+                    *shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+                    if !matches!(
+                        stopped.recv_timeout(period),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    ) {
+                        break;
+                    }
+                }
+            });
+        Self {
+            latest,
+            _stop: stop,
+        }
+    }
+
+    /// The last two snapshots (start = the one before), or why there are
+    /// none; `None` until the first login was tried.
+    pub fn latest(&self) -> Option<ServerState> {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

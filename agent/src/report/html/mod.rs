@@ -209,21 +209,71 @@ fn server_state(st: &crate::server_state::ServerState) -> Markup {
                     ul { @for e in &l.errors { li { (e.what) ": " (e.error) } } }
                 }
             }
+            @if !st.samples.is_empty() {
+                (state_samples(st))
+            }
             @if !moved.is_empty() {
                 h3 { "Global status: what moved while recording" }
                 table {
                     tr { th { "variable" } th { "delta" } th { "per second" } }
                     @for (k, d) in moved.iter().take(40) {
                         tr { td { (k) } td.num { (thousands(*d as f64)) } td.num {
-                            (match (&st.start, &st.end) {
-                                (Some(a), Some(b)) if b.taken_unix_ms > a.taken_unix_ms =>
-                                    format!("{:.1}", *d as f64 / ((b.taken_unix_ms - a.taken_unix_ms) as f64 / 1e3)),
-                                _ => "-".into(),
-                            })
+                            (st.status_rate(k).map_or_else(|| "-".into(), |r| format!("{r:.1}")))
                         } }
                     }
                 }
             }
+        }
+    }
+}
+
+/// Rows of the interval table shown at most (summary.json has them all).
+const MAX_SAMPLE_ROWS: usize = 300;
+
+/// The cheap state read at each `--interval`: one row per sample, rates
+/// over the time since the previous one.
+fn state_samples(st: &crate::server_state::ServerState) -> Markup {
+    use crate::findings::thousands;
+    let t0 = st
+        .start
+        .as_ref()
+        .map(|s| s.taken_unix_ms)
+        .or_else(|| st.samples.first().map(|p| p.taken_unix_ms))
+        .unwrap_or(0);
+    let opt = |n: Option<u64>| n.map(|n| thousands(n as f64)).unwrap_or_else(|| "-".into());
+    let rate = |prev: Option<&crate::server_state::StatePoint>,
+                p: &crate::server_state::StatePoint,
+                k: &str| { p.rate_since(prev?, k).map(thousands) };
+    html! {
+        h3 { "At each interval" }
+        p.note {
+            (st.samples.len()) " samples of the cheap state (history list length from InnoDB's "
+            code { "trx_rseg_history_len" } " metric, the oldest transaction, global status); rates are per second since the previous sample."
+            @if st.samples.len() > MAX_SAMPLE_ROWS { " The first " (MAX_SAMPLE_ROWS) " are shown; summary.json has all." }
+        }
+        table {
+            tr { th { "s" } th { "history list length" } th { "threads running" } th { "oldest transaction (connection, open s)" } th { "commits/s" } th { "rows read/s" } th { "rows inserted/s" } th { "rows updated/s" } th { "row lock waits" } }
+            @for (i, p) in st.samples.iter().enumerate().take(MAX_SAMPLE_ROWS) {
+                @let prev = if i > 0 { st.samples.get(i - 1) } else { None };
+                tr {
+                    td.num { (format!("{:.1}", p.taken_unix_ms.saturating_sub(t0) as f64 / 1e3)) }
+                    td.num { (opt(p.history_list_length)) }
+                    td.num { (opt(p.status.get("Threads_running").copied())) }
+                    td { (match (p.oldest_trx_connection, p.oldest_trx_age_s) {
+                        (Some(c), Some(a)) => format!("{c}, {a} s"),
+                        _ => "-".into(),
+                    }) }
+                    td.num { (rate(prev, p, "Com_commit").unwrap_or_else(|| "-".into())) }
+                    td.num { (rate(prev, p, "Innodb_rows_read").unwrap_or_else(|| "-".into())) }
+                    td.num { (rate(prev, p, "Innodb_rows_inserted").unwrap_or_else(|| "-".into())) }
+                    td.num { (rate(prev, p, "Innodb_rows_updated").unwrap_or_else(|| "-".into())) }
+                    td.num { (opt(p.status.get("Innodb_row_lock_current_waits").copied())) }
+                }
+            }
+        }
+        @let failed: Vec<_> = st.samples.iter().flat_map(|p| p.errors.iter()).collect();
+        @if let Some(e) = failed.first() {
+            p.note { (failed.len()) " sample queries failed; the first: " (e.what) ": " (e.error) }
         }
     }
 }

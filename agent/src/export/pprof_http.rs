@@ -1,0 +1,113 @@
+//! On-demand on-CPU profiles for continuous profilers (Parca, Grafana
+//! Pyroscope, Alloy's `pyroscope.scrape`): Go's `/debug/pprof/profile?
+//! seconds=N` contract, a gzipped pprof of the target's on-CPU stacks over
+//! the next N seconds. `serve` samples no CPU between requests: each request
+//! starts the profiler (the same BPF sampler as `record`, 99 Hz per CPU,
+//! filtered to the target), waits, stops it and names the stacks with a
+//! symbolizer dropped afterwards (its parsed DWARF would otherwise stay in
+//! serve's resident set).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
+use crate::record::Plan;
+use crate::report::pprof;
+use crate::symbolize::ProcessMaps;
+
+/// Go's default when `seconds` is absent.
+pub const DEFAULT_SECONDS: u64 = 30;
+/// The longest profile one request may hold the sampler for.
+pub const MAX_SECONDS: u64 = 300;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileRequestError {
+    #[error("seconds={0}: expected a whole number of seconds from 1 to {MAX_SECONDS}")]
+    Seconds(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("cannot sample the target's CPU")]
+    Cpu(#[source] CpuError),
+    #[error("cannot read the target's memory map to name its stacks")]
+    Maps(#[source] std::io::Error),
+}
+
+/// `seconds` from a request's query string (`seconds=10&…`).
+pub fn requested_seconds(query: Option<&str>) -> Result<u64, ProfileRequestError> {
+    let value = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == "seconds")
+        .map(|(_, v)| v);
+    match value {
+        None => Ok(DEFAULT_SECONDS),
+        Some(v) => match v.parse::<u64>() {
+            Ok(s) if (1..=MAX_SECONDS).contains(&s) => Ok(s),
+            _ => Err(ProfileRequestError::Seconds(v.chars().take(32).collect())),
+        },
+    }
+}
+
+/// A profile being taken: started now, ended by [`Self::finish`].
+pub struct PendingProfile {
+    profiler: CpuProfiler,
+    pid: u32,
+    started_unix_ms: u64,
+}
+
+impl PendingProfile {
+    pub fn start(pid: u32) -> Result<Self, ProfileError> {
+        let profiler =
+            CpuProfiler::start(pid, &CpuOptions::default()).map_err(ProfileError::Cpu)?;
+        Ok(Self {
+            profiler,
+            pid,
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        })
+    }
+
+    /// Stops sampling and encodes the stacks seen since the start as a
+    /// gzipped pprof (`samples/count`, `cpu/nanoseconds`), named as `record`
+    /// names them (frames from `plan`'s binary and debug file).
+    pub fn finish(self, plan: &Plan) -> Result<Vec<u8>, ProfileError> {
+        let freq = self.profiler.options().frequency_hz;
+        let raw = self.profiler.stop().map_err(ProfileError::Cpu)?;
+        let maps = ProcessMaps::read(self.pid).map_err(ProfileError::Maps)?;
+        let mut symbolizer = plan.stack_symbolizer(maps);
+        let named = raw.symbolize(&mut symbolizer);
+        let duration = Duration::from_secs_f64(raw.duration_s);
+        let profile = pprof::cpu_profile(
+            &named.oncpu_folded,
+            freq,
+            self.started_unix_ms,
+            duration.as_nanos() as i64,
+        );
+        Ok(pprof::encode_gz(&profile))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_follow_gos_contract_within_bounds() {
+        assert_eq!(requested_seconds(None).unwrap(), DEFAULT_SECONDS);
+        assert_eq!(requested_seconds(Some("debug=1")).unwrap(), DEFAULT_SECONDS);
+        assert_eq!(requested_seconds(Some("seconds=5")).unwrap(), 5);
+        assert_eq!(requested_seconds(Some("a=b&seconds=12")).unwrap(), 12);
+        for bad in [
+            "seconds=0",
+            "seconds=301",
+            "seconds=-1",
+            "seconds=1.5",
+            "seconds=",
+        ] {
+            assert!(requested_seconds(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
