@@ -244,6 +244,27 @@ fn open_pidfd(pid: u32, start_time: u64) -> Option<Arc<OwnedFd>> {
 }
 
 /// State and start time from /proc/PID/stat (comm may contain spaces and parens).
+/// How long ago process `pid` started (None when it cannot be read).
+pub fn process_age(pid: u32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, start_ticks) = parse_stat(&stat)?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return None;
+    }
+    let started = start_ticks as f64 / hz as f64;
+    Some(std::time::Duration::from_secs_f64(
+        (uptime - started).max(0.0),
+    ))
+}
+
 fn parse_stat(stat: &str) -> Option<(char, u64)> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();

@@ -1,12 +1,15 @@
-//! `innoprof serve --pid PID`: keeps the probes attached and serves the
-//! live counters at `/metrics` for Prometheus. The metrics are built in
+//! `innoprof serve --pid PID` (or `--all`): keeps the probes attached and
+//! serves the live counters at `/metrics` for Prometheus, following each
+//! server across its restarts. The metrics are built in
 //! the library (`innoprof::export::prometheus`); this is the HTTP wiring:
 //! hyper's HTTP/1 server on tokio, one connection task each, on this
 //! thread (the BPF handles stay single-threaded).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use innoprof::discover::Instance;
 use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
-    Exporter, ExporterOptions, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
+    render, Exporter, ExporterOptions, Scrape, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
 use innoprof::live::LiveView;
 use innoprof::record::{Plan, RecordOptions, Recorder};
@@ -38,6 +41,10 @@ use crate::EXIT_TARGET_EXITED;
 pub struct ServeArgs {
     #[command(flatten)]
     pub pid: PidArg,
+    /// Watch every mysqld/mariadbd on this host, and each that starts later, each under
+    /// its own --max-overhead budget; every series is labelled server="DATADIR".
+    #[arg(long, conflicts_with_all = ["pid", "force", "exit_with_target", "mysql_socket"])]
+    pub all: bool,
     /// Address for the /metrics endpoint.
     #[arg(long, default_value = "127.0.0.1:9707")]
     pub listen: SocketAddr,
@@ -80,7 +87,25 @@ pub struct ServeArgs {
 /// governor and the liveness check.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// With `--all`: how often the host is searched for servers started since.
+const DISCOVER_EVERY: Duration = Duration::from_secs(1);
+/// With `--all`: the age at which a new server process is taken (see
+/// `discover_new`).
+const SETTLE: Duration = Duration::from_secs(1);
+
 struct Live {
+    /// One per server instance (one without `--all`).
+    servers: Vec<Watched>,
+    /// `--all`: several servers, series labelled by server.
+    all: bool,
+    commit: String,
+    /// An on-CPU profile is being taken for /debug/pprof/profile (one at
+    /// a time: each is a sampler of its own on every CPU).
+    profiling: bool,
+}
+
+/// One server instance and what serve keeps of it.
+struct Watched {
     /// None while the server is down and serve waits for it.
     run: Option<Run>,
     /// Kept across the server's restarts: its series carry on.
@@ -89,9 +114,13 @@ struct Live {
     state: Option<innoprof::server_state::StateWatcher>,
     /// The last window's findings, served whole at /findings.
     findings: Vec<innoprof::findings::Finding>,
-    /// An on-CPU profile is being taken for /debug/pprof/profile (one at
-    /// a time: each is a sampler of its own on every CPU).
-    profiling: bool,
+    /// The process watched (the one that exited, while down).
+    target: Target,
+    /// Follows it across restarts (None: a `--force` target, or
+    /// `--exit-with-target`: its exit ends serve).
+    follower: Option<Follower>,
+    /// A liveness check failed (said once per streak).
+    check_failing: bool,
 }
 
 /// The probes on one run of the server (one process).
@@ -101,13 +130,170 @@ struct Run {
     view: LiveView,
 }
 
-/// The answer while the server is down.
-fn server_down() -> Response<Full<Bytes>> {
-    reply(
-        StatusCode::SERVICE_UNAVAILABLE,
-        TEXT,
-        "the server is not running; serve waits for it to start again\n",
-    )
+/// What every server is watched with.
+struct Setup {
+    opts: RecordOptions,
+    export: ExporterOptions,
+    state: crate::state_args::StateArgs,
+    findings_window: Duration,
+    all: bool,
+}
+
+impl Setup {
+    /// Attaches to `pid` and starts watching it; `follow`: across restarts.
+    fn watch(&self, pid: u32, follow: bool) -> Result<Watched> {
+        let opts = RecordOptions {
+            pid,
+            ..self.opts.clone()
+        };
+        let plan = Plan::build(&opts)?;
+        crate::warn_unattached(&plan);
+        // A server is followed by its datadir; a process of another name
+        // (--force) is no server instance, and its exit ends serve.
+        let instance = if follow && plan.target.is_server() {
+            Some(Instance::of(pid)?)
+        } else {
+            None
+        };
+        let run = Run::start(plan)?;
+        let export = ExporterOptions {
+            server: self
+                .all
+                .then(|| instance.as_ref().map(|i| i.datadir.display().to_string()))
+                .flatten(),
+            ..self.export.clone()
+        };
+        let exporter = Exporter::for_recorder(&run.recorder, export);
+        let target = run.recorder.target().clone();
+        eprintln!(
+            "innoprof: attached {} uprobes to {} (pid {}, {})",
+            run.recorder.attached_links(),
+            target.exe.display(),
+            target.pid,
+            run.recorder.plan().server,
+        );
+        Ok(Watched {
+            state: self.state.watcher(target.pid, self.findings_window),
+            run: Some(run),
+            exporter,
+            findings: Vec::new(),
+            target,
+            follower: instance.map(|instance| Follower {
+                instance,
+                down_since: None,
+                last_failure: None,
+            }),
+            check_failing: false,
+        })
+    }
+}
+
+impl Run {
+    fn start(plan: Plan) -> Result<Self> {
+        let recorder = Recorder::start(plan, false)?;
+        let view = LiveView::new(&recorder)?;
+        Ok(Self { recorder, view })
+    }
+}
+
+impl Watched {
+    /// Checks the server is still there, follows it when it went or came
+    /// back; Err(exit code) when its exit ends serve.
+    fn check(&mut self, setup: &Setup) -> Result<(), ExitCode> {
+        if let Some(f) = self.follower.as_mut().filter(|f| f.down_since.is_some()) {
+            if let Some(run) = f.look_again(&setup.opts) {
+                let mut fresh = Exporter::for_recorder(&run.recorder, self.exporter.options());
+                fresh.carry_on_from(&self.exporter);
+                self.exporter = fresh;
+                self.target = run.recorder.target().clone();
+                self.state = setup.state.watcher(self.target.pid, setup.findings_window);
+                self.run = Some(run);
+            }
+            return Ok(());
+        }
+        match self.target.liveness() {
+            Liveness::Alive => self.check_failing = false,
+            Liveness::Gone => {
+                if self.follower.is_none() {
+                    eprintln!("innoprof: pid {} exited; detaching", self.target.pid);
+                    return Err(ExitCode::from(EXIT_TARGET_EXITED));
+                }
+                self.went_down();
+            }
+            // Our failure (out of descriptors, say), not the target's.
+            Liveness::Unknown(e) => {
+                if !self.check_failing {
+                    eprintln!(
+                        "innoprof: cannot check pid {} ({e}); still serving",
+                        self.target.pid
+                    );
+                    self.check_failing = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The server exited: read its counters one last time, detach, wait.
+    fn went_down(&mut self) {
+        let Some(mut run) = self.run.take() else {
+            return;
+        };
+        if let Err(e) = self.exporter.retire(&run.recorder) {
+            eprintln!(
+                "innoprof: the last counts of pid {} are lost: {}",
+                self.target.pid,
+                innoprof::error_chain(&e)
+            );
+        }
+        run.recorder.detach_probes();
+        self.state = None;
+        self.findings.clear();
+        if let Some(f) = &mut self.follower {
+            f.down_since = Some(std::time::Instant::now());
+            eprintln!(
+                "innoprof: pid {} exited; probes detached; waiting for the server in {} to \
+                 start again",
+                self.target.pid,
+                f.instance.datadir.display()
+            );
+        }
+    }
+
+    /// Evaluates the findings rules over the window since the last call.
+    fn findings_window(&mut self) {
+        let Some(Run { recorder, view }) = &mut self.run else {
+            return;
+        };
+        match view.advance(recorder) {
+            Ok((before, now)) => {
+                let window = innoprof::findings::window::summary(
+                    recorder.plan(),
+                    view.probes(),
+                    &before,
+                    &now,
+                    self.state.as_ref().and_then(|s| s.latest()),
+                );
+                self.exporter.set_findings(&window.findings);
+                self.findings = window.findings;
+            }
+            Err(e) => eprintln!(
+                "innoprof: findings not evaluated this window: {}",
+                innoprof::error_chain(&e)
+            ),
+        }
+    }
+
+    fn read(&mut self) -> Result<Scrape, innoprof::export::prometheus::ExportError> {
+        match &self.run {
+            Some(run) => self.exporter.read(&run.recorder),
+            None => Ok(self.exporter.read_while_down()),
+        }
+    }
+
+    fn datadir(&self) -> Option<&std::path::Path> {
+        self.follower.as_ref().map(|f| f.instance.datadir.as_path())
+    }
 }
 
 /// Clears `profiling` however the request ends (answered, or dropped by a
@@ -130,19 +316,50 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
         .expect("static response parts")
 }
 
-/// `/debug/pprof/profile?seconds=N`: the target's on-CPU stacks over the
-/// next N seconds, gzipped pprof (see innoprof::export::pprof_http).
+/// The answer while no server runs.
+fn server_down() -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        TEXT,
+        "the server is not running; serve waits for it to start again\n",
+    )
+}
+
+/// `/debug/pprof/profile?seconds=N[&pid=P]`: the target's on-CPU stacks
+/// over the next N seconds, gzipped pprof (see
+/// innoprof::export::pprof_http). `pid` chooses among several servers.
 async fn pprof_profile(live: Shared, query: Option<&str>) -> Response<Full<Bytes>> {
-    use innoprof::export::pprof_http::{requested_seconds, PendingProfile};
+    use innoprof::export::pprof_http::{requested_pid, requested_seconds, PendingProfile};
     let text = |status: StatusCode, body: String| reply(status, TEXT, body + "\n");
-    let seconds = match requested_seconds(query) {
-        Ok(s) => s,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    let (seconds, wanted) = match (requested_seconds(query), requested_pid(query)) {
+        (Ok(s), Ok(p)) => (s, p),
+        (Err(e), _) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        (_, Err(e)) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (pending, pid) = {
         let mut l = live.borrow_mut();
-        let Some(pid) = l.run.as_ref().map(|r| r.recorder.target().pid) else {
-            return server_down();
+        let running: Vec<u32> = l
+            .servers
+            .iter()
+            .filter(|w| w.run.is_some())
+            .map(|w| w.target.pid)
+            .collect();
+        let pid = match (wanted, running.as_slice()) {
+            (Some(p), _) if running.contains(&p) => p,
+            (Some(p), _) => {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    format!("pid={p}: no server watched runs as that pid (running: {running:?})"),
+                )
+            }
+            (None, [only]) => *only,
+            (None, []) => return server_down(),
+            (None, _) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("several servers run: choose one with pid= (one of {running:?})"),
+                )
+            }
         };
         if l.profiling {
             return text(
@@ -162,7 +379,12 @@ async fn pprof_profile(live: Shared, query: Option<&str>) -> Response<Full<Bytes
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let l = live.borrow();
     // The server restarted meanwhile: its samples are of the old run.
-    let Some(run) = l.run.as_ref().filter(|r| r.recorder.target().pid == pid) else {
+    let Some(run) = l
+        .servers
+        .iter()
+        .filter_map(|w| w.run.as_ref())
+        .find(|r| r.recorder.target().pid == pid)
+    else {
         return server_down();
     };
     match pending.finish(run.recorder.plan()) {
@@ -183,62 +405,69 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     check_listen_address(args.listen, args.listen_any)?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let opts = RecordOptions {
-        pid: args.pid.resolve()?,
-        force: args.force,
-        probes: args.probe.request(),
-        debuginfo: args.probe.debug_search(),
-        capture_stacks: false,
-        recalibrate: false,
-        stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
-        cpu: None,
-        // Counters stay raw (observed calls only go up); a duty-cycled
-        // probe's rate is recovered from its attached-seconds counter.
-        governor: args.max_overhead.governor(),
-        limits: Default::default(),
+    let commit = env!("INNOPROF_GIT_COMMIT").to_string();
+    let setup = Setup {
+        opts: RecordOptions {
+            pid: 0, // each server's own, in Setup::watch
+            force: args.force,
+            probes: args.probe.request(),
+            debuginfo: args.probe.debug_search(),
+            capture_stacks: false,
+            recalibrate: false,
+            stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
+            cpu: None,
+            // Counters stay raw (observed calls only go up); a duty-cycled
+            // probe's rate is recovered from its attached-seconds counter.
+            governor: args.max_overhead.governor(),
+            limits: Default::default(),
+        },
+        export: ExporterOptions {
+            callsite_limit: args.callsite_limit,
+            commit: commit.clone(),
+            server: None,
+        },
+        state: args.state.clone(),
+        findings_window: args.findings_window,
+        all: args.all,
     };
-    let plan = Plan::build(&opts)?;
+    let first = if args.all {
+        None
+    } else {
+        let pid = args.pid.resolve()?;
+        // Planned before binding: bad input fails with nothing bound.
+        Some(pid)
+    };
     // Bound before attaching: a busy port fails with nothing attached.
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {} (choose another --listen)", args.listen))?;
-    crate::warn_unattached(&plan);
-    // A server is followed across restarts by its datadir; a process of
-    // another name (--force) is not a server instance, and ends serve.
-    let instance = if args.exit_with_target || !plan.target.is_server() {
-        None
-    } else {
-        Some(Instance::of(plan.target.pid)?)
-    };
-    let recorder = Recorder::start(plan, false)?;
-    let export_opts = ExporterOptions {
-        callsite_limit: args.callsite_limit,
-        commit: env!("INNOPROF_GIT_COMMIT").to_string(),
-    };
-    let exporter = Exporter::for_recorder(&recorder, export_opts.clone());
-    let mut target = recorder.target().clone();
-    eprintln!(
-        "innoprof: attached {} uprobes to {} (pid {}, {}); serving http://{}/metrics",
-        recorder.attached_links(),
-        target.exe.display(),
-        target.pid,
-        recorder.plan().server,
-        listener.local_addr().unwrap_or(args.listen)
-    );
-    let view = LiveView::new(&recorder)?;
-    let state = args.state.watcher(target.pid, args.findings_window);
+    let mut servers = Vec::new();
+    if let Some(pid) = first {
+        servers.push(setup.watch(pid, !args.exit_with_target)?);
+    }
     let live: Shared = Rc::new(RefCell::new(Live {
-        run: Some(Run { recorder, view }),
-        exporter,
-        state,
-        findings: Vec::new(),
+        servers,
+        all: args.all,
+        commit,
         profiling: false,
     }));
+    // --all: datadirs whose server could not be attached, with why (said once).
+    let mut unattachable: HashMap<PathBuf, String> = HashMap::new();
+    if args.all {
+        discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
+    }
+    eprintln!(
+        "innoprof: serving http://{}/metrics",
+        listener.local_addr().unwrap_or(args.listen)
+    );
     let mut findings_tick = tokio::time::interval_at(
         tokio::time::Instant::now() + args.findings_window,
         args.findings_window,
     );
     findings_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut discover_tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + DISCOVER_EVERY, DISCOVER_EVERY);
+    discover_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     // The governor's own period (it switches probes within a second); each
     // wakeup costs the agent CPU, so no more often than that.
@@ -250,12 +479,6 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut accept_again: Option<tokio::time::Instant> = None;
     // Local failures are said once per streak, not every 100 ms.
     let mut accept_failing = false;
-    let mut check_failing = false;
-    let mut follower = instance.map(|instance| Follower {
-        instance,
-        down_since: None,
-        last_failure: None,
-    });
     let code = loop {
         let resume = accept_again.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
@@ -278,72 +501,101 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             _ = tokio::time::sleep_until(resume), if accept_again.is_some() => accept_again = None,
             _ = sigint.recv() => break ExitCode::SUCCESS,
             _ = sigterm.recv() => break ExitCode::SUCCESS,
-            _ = tick.tick() => if let Some(run) = &mut live.borrow_mut().run {
-                run.recorder.govern();
-            },
-            _ = findings_tick.tick() => {
-                let Live { run, exporter, state, findings, .. } = &mut *live.borrow_mut();
-                let Some(Run { recorder, view }) = run else { continue };
-                match view.advance(recorder) {
-                    Ok((before, now)) => {
-                        let window = innoprof::findings::window::summary(
-                            recorder.plan(),
-                            view.probes(),
-                            &before,
-                            &now,
-                            state.as_ref().and_then(|s| s.latest()),
-                        );
-                        exporter.set_findings(&window.findings);
-                        *findings = window.findings;
-                    }
-                    Err(e) => eprintln!(
-                        "innoprof: findings not evaluated this window: {}",
-                        innoprof::error_chain(&e)
-                    ),
+            _ = tick.tick() => {
+                for run in live.borrow_mut().servers.iter_mut().filter_map(|w| w.run.as_mut()) {
+                    run.recorder.govern();
                 }
             }
+            _ = findings_tick.tick() => {
+                for w in &mut live.borrow_mut().servers {
+                    w.findings_window();
+                }
+            }
+            _ = discover_tick.tick(), if args.all => {
+                discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
+            }
             _ = alive_check.tick() => {
-                if let Some(f) = follower.as_mut().filter(|f| f.down_since.is_some()) {
-                    if let Some(run) = f.look_again(&opts) {
-                        let mut l = live.borrow_mut();
-                        let mut fresh = Exporter::for_recorder(&run.recorder, export_opts.clone());
-                        fresh.carry_on_from(&l.exporter);
-                        l.exporter = fresh;
-                        target = run.recorder.target().clone();
-                        l.state = args.state.watcher(target.pid, args.findings_window);
-                        l.run = Some(run);
-                    }
-                    continue;
-                }
-                match target.liveness() {
-                Liveness::Alive => check_failing = false,
-                Liveness::Gone => match follower.as_mut() {
-                    Some(f) => f.went_down(&mut live.borrow_mut(), &target),
-                    None => {
-                        eprintln!("innoprof: pid {} exited; detaching", target.pid);
-                        break ExitCode::from(EXIT_TARGET_EXITED);
-                    }
-                },
-                // Our failure (out of descriptors, say), not the target's.
-                Liveness::Unknown(e) => {
-                    if !check_failing {
-                        eprintln!(
-                            "innoprof: cannot check pid {} ({e}); still serving",
-                            target.pid
-                        );
-                        check_failing = true;
-                    }
-                }
+                let exit = live
+                    .borrow_mut()
+                    .servers
+                    .iter_mut()
+                    .map(|w| w.check(&setup))
+                    .find_map(Result::err);
+                if let Some(code) = exit {
+                    break code;
                 }
             }
         }
     };
     // Connection tasks may still hold the state: detach explicitly.
-    if let Some(run) = &mut live.borrow_mut().run {
+    for run in live
+        .borrow_mut()
+        .servers
+        .iter_mut()
+        .filter_map(|w| w.run.as_mut())
+    {
         run.recorder.detach_probes();
-        eprintln!("innoprof: probes detached");
+        eprintln!(
+            "innoprof: probes detached from pid {}",
+            run.recorder.target().pid
+        );
     }
     Ok(code)
+}
+
+/// `--all`: attaches to every server on the host not yet watched (a
+/// watched one that is down is its follower's to find again).
+fn discover_new(
+    setup: &Setup,
+    servers: &mut Vec<Watched>,
+    unattachable: &mut HashMap<PathBuf, String>,
+) {
+    let found = match innoprof::discover::servers() {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!(
+                "innoprof: cannot list servers: {}",
+                innoprof::error_chain(&e)
+            );
+            return;
+        }
+    };
+    for process in found {
+        // A server enters its datadir within its first moments: one
+        // younger than this may still be where it was started from.
+        if innoprof::target::process_age(process.pid).is_none_or(|age| age < SETTLE) {
+            continue;
+        }
+        let Ok(instance) = Instance::of(process.pid) else {
+            continue;
+        };
+        if servers
+            .iter()
+            .any(|w| w.datadir() == Some(instance.datadir.as_path()))
+        {
+            continue;
+        }
+        match setup.watch(process.pid, true) {
+            Ok(w) => {
+                unattachable.remove(&instance.datadir);
+                eprintln!(
+                    "innoprof: watching the server in {}",
+                    instance.datadir.display()
+                );
+                servers.push(w);
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                if unattachable.get(&instance.datadir) != Some(&why) {
+                    eprintln!(
+                        "innoprof: cannot attach to {process} ({}): {why}; retrying",
+                        instance.datadir.display()
+                    );
+                    unattachable.insert(instance.datadir, why);
+                }
+            }
+        }
+    }
 }
 
 /// Follows one server instance (its datadir) across restarts.
@@ -356,29 +608,6 @@ struct Follower {
 }
 
 impl Follower {
-    /// The server exited: read its counters one last time, detach, wait.
-    fn went_down(&mut self, live: &mut Live, target: &Target) {
-        let Some(mut run) = live.run.take() else {
-            return;
-        };
-        if let Err(e) = live.exporter.retire(&run.recorder) {
-            eprintln!(
-                "innoprof: the last counts of pid {} are lost: {}",
-                target.pid,
-                innoprof::error_chain(&e)
-            );
-        }
-        run.recorder.detach_probes();
-        live.state = None;
-        live.findings.clear();
-        self.down_since = Some(std::time::Instant::now());
-        eprintln!(
-            "innoprof: pid {} exited; probes detached; waiting for the server in {} to start again",
-            target.pid,
-            self.instance.datadir.display()
-        );
-    }
-
     /// The instance's new run, attached, once it has started (None while
     /// it has not, or cannot be attached to yet: tried again next time).
     fn look_again(&mut self, opts: &RecordOptions) -> Option<Run> {
@@ -396,7 +625,14 @@ impl Follower {
             pid: started.pid,
             ..opts.clone()
         };
-        match attach_again(&opts) {
+        // Resolved anew: an upgrade may have brought another build.
+        let attached = Plan::build(&opts)
+            .map_err(anyhow::Error::from)
+            .and_then(|plan| {
+                crate::warn_unattached(&plan);
+                Run::start(plan)
+            });
+        match attached {
             Ok(run) => {
                 let down = self
                     .down_since
@@ -435,16 +671,6 @@ impl Follower {
     }
 }
 
-/// Plans and attaches the probes to a restarted server (its binary may
-/// have been upgraded: everything is resolved anew).
-fn attach_again(opts: &RecordOptions) -> Result<Run> {
-    let plan = Plan::build(opts)?;
-    crate::warn_unattached(&plan);
-    let recorder = Recorder::start(plan, false)?;
-    let view = LiveView::new(&recorder)?;
-    Ok(Run { recorder, view })
-}
-
 async fn respond(
     live: Shared,
     req: Request<Incoming>,
@@ -455,11 +681,9 @@ async fn respond(
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {
             let live = &mut *live.borrow_mut();
-            let scraped = match &live.run {
-                Some(run) => live.exporter.scrape(&run.recorder),
-                None => live.exporter.scrape_while_down(),
-            };
-            match scraped {
+            let scraped: Result<Vec<Scrape>, _> =
+                live.servers.iter_mut().map(Watched::read).collect();
+            match scraped.and_then(|s| render(s, &live.commit)) {
                 Ok(body) => reply(StatusCode::OK, CONTENT_TYPE, body),
                 Err(e) => reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -470,17 +694,39 @@ async fn respond(
         }
         // The last window's findings with their titles, evidence and next
         // steps (the metric carries only rule and severity).
-        (&Method::GET, "/findings") => reply(
-            StatusCode::OK,
-            "application/json",
-            serde_json::to_string_pretty(&live.borrow().findings).unwrap_or_else(|_| "[]".into())
-                + "\n",
-        ),
+        (&Method::GET, "/findings") => {
+            let live = live.borrow();
+            let json = if live.all {
+                // Each server's findings under its datadir.
+                let all: Vec<serde_json::Value> = live
+                    .servers
+                    .iter()
+                    .map(|w| {
+                        serde_json::json!({
+                            "server": w.datadir(),
+                            "pid": w.target.pid,
+                            "up": w.run.is_some(),
+                            "findings": &w.findings,
+                        })
+                    })
+                    .collect();
+                serde_json::to_string_pretty(&all)
+            } else {
+                let none = Vec::new();
+                let findings = live.servers.first().map_or(&none, |w| &w.findings);
+                serde_json::to_string_pretty(findings)
+            };
+            reply(
+                StatusCode::OK,
+                "application/json",
+                json.unwrap_or_else(|_| "[]".into()) + "\n",
+            )
+        }
         (&Method::GET, "/") => reply(
             StatusCode::OK,
             TEXT,
             "innoprof exporter: see /metrics, /findings (the last window's findings, JSON) and \
-             /debug/pprof/profile?seconds=N (on-CPU pprof)\n",
+             /debug/pprof/profile?seconds=N[&pid=P] (on-CPU pprof)\n",
         ),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: see /metrics\n"),
     })

@@ -887,3 +887,160 @@ fn serve_follows_the_server_across_a_restart() {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
     println!("{}", serve.stderr());
 }
+
+/// `serve --all` (issue 16): every server on the host, each labelled by
+/// its datadir and governed on its own; one started after serve is found
+/// within seconds; one restarted is followed while the other goes on.
+#[test]
+fn serve_all_watches_every_server_and_follows_each() {
+    let _k = kernel_lock();
+    let mut maria = Server::start("mariadb-10.2.11", &[]);
+    // Initialised before serve starts: initialising runs a bootstrap
+    // mysqld in the same datadir, which --all would watch too.
+    let mut mysql = Server::start("mysql-5.6.24", &[]);
+    mysql.stop();
+    let mut serve = Serve::start(&["--all", "--max-overhead", "5"]);
+    let datadir = |s: &Server| s.dir.path().join("data").display().to_string();
+    let (maria_dir, maria_pid) = (datadir(&maria), maria.pid);
+    wait_stderr(
+        &serve,
+        &format!("watching the server in {maria_dir}"),
+        Duration::from_secs(5),
+    );
+    assert!(
+        !serve.stderr().contains("mysql-5.6.24"),
+        "{}",
+        serve.stderr()
+    );
+    mysql.start_again();
+    let mysql_dir = datadir(&mysql);
+    wait_stderr(
+        &serve,
+        &format!("watching the server in {mysql_dir}"),
+        Duration::from_secs(10),
+    );
+    let loads = [
+        maria.sysbench_load("oltp_read_write", 1, 3),
+        mysql.sysbench_load("oltp_read_write", 1, 3),
+    ];
+    let txns: Vec<f64> = loads
+        .map(|l| sysbench_number(&l.join().unwrap(), "transactions:"))
+        .into();
+    let up = metric_samples(&serve.scrape());
+    let of = |samples: &[MetricSample], name: &str, dir: &str| {
+        value(samples, name, &[("server", dir)])
+            .unwrap_or_else(|| panic!("no {name}{{server={dir}}}"))
+    };
+    for (dir, version, pid, txns) in [
+        (&maria_dir, "10.2.11", maria.pid, txns[0]),
+        (&mysql_dir, "5.6.24", mysql.pid, txns[1]),
+    ] {
+        let info = up
+            .iter()
+            .find(|s| s.name == "innoprof_target_info" && s.label("server") == Some(dir))
+            .unwrap();
+        assert_eq!(info.label("version"), Some(version));
+        assert_eq!(info.label("pid"), Some(pid.to_string().as_str()));
+        assert_eq!(of(&up, "innoprof_target_up", dir), 1.0);
+        // Each under its own budget: 5 % of a core.
+        assert_eq!(of(&up, "innoprof_budget_cores", dir), 0.05);
+        let commits = value(
+            &up,
+            "innoprof_probe_calls_total",
+            &[("server", dir), ("probe", "sql.commit")],
+        )
+        .unwrap();
+        assert!(
+            commits > 0.0 && txns > 0.0,
+            "{dir}: {commits} commits, {txns} transactions"
+        );
+    }
+    // Without pid=, a profile of which server?
+    let (status, body) = http_get(serve.port, "/debug/pprof/profile?seconds=1").unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("pid="), "{body}");
+    let (status, body) = http_get(serve.port, "/findings").unwrap();
+    assert_eq!(status, 200);
+    let findings: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(findings.as_array().unwrap().len(), 2, "{body}");
+
+    maria.stop();
+    wait_stderr(
+        &serve,
+        &format!("waiting for the server in {maria_dir}"),
+        Duration::from_secs(10),
+    );
+    let down = metric_samples(&serve.scrape());
+    assert_eq!(of(&down, "innoprof_target_up", &maria_dir), 0.0);
+    assert_eq!(of(&down, "innoprof_target_up", &mysql_dir), 1.0);
+    counters_never_go_back(&up, &down);
+    maria.start_again();
+    wait_stderr(
+        &serve,
+        &format!("is back as pid {}", maria.pid),
+        Duration::from_secs(20),
+    );
+    assert_ne!(maria.pid, maria_pid);
+    let back = metric_samples(&serve.scrape());
+    assert_eq!(of(&back, "innoprof_target_restarts_total", &maria_dir), 1.0);
+    assert_eq!(of(&back, "innoprof_target_restarts_total", &mysql_dir), 0.0);
+    assert_eq!(of(&back, "innoprof_target_up", &maria_dir), 1.0);
+    counters_never_go_back(&down, &back);
+    // Each server's exported once: no second watcher for the restarted one.
+    let infos = back
+        .iter()
+        .filter(|s| s.name == "innoprof_target_info")
+        .count();
+    assert_eq!(infos, 2, "{}", serve.stderr());
+    serve.signal(libc::SIGTERM);
+    assert_eq!(serve.wait_exit(), Some(0), "{}", serve.stderr());
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
+
+/// The short CI variant of `scripts/steady.py` (issue 16, item 6; the
+/// script's default is 15 minutes with a restart every 3): serve under
+/// sysbench on MariaDB 10.2.11 for 80 s, the server restarted every 25 s,
+/// scraped by a real Prometheus every 2 s. From Prometheus' own TSDB:
+/// every scrape answered, no gap beyond a restart, the commit counter
+/// never reset, the restarts counted. RSS and CPU are printed (this is a
+/// debug build; the script measures the release build).
+#[test]
+fn serve_steady_state_across_restarts_short() {
+    let _k = kernel_lock();
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(repo_root().join("scripts/steady.py"))
+        .args([
+            "--minutes",
+            "1.33",
+            "--restart-every",
+            "25",
+            "--scrape",
+            "2",
+        ])
+        .arg("--innoprof")
+        .arg(innoprof())
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let result: Value = serde_json::from_slice(&run.stdout).unwrap();
+    println!("{result:#}");
+    assert!(result["restarts"].as_u64().unwrap() >= 2, "{result}");
+    for verdict in [
+        "every_scrape_answered",
+        "no_gap_beyond_a_restart",
+        "no_counter_reset",
+        "restarts_counted",
+        "rss_le_64mib",
+    ] {
+        assert_eq!(
+            result["verdicts"][verdict], true,
+            "{verdict}: {result:#}\n{stderr}"
+        );
+    }
+    assert_eq!(result["serve_exit"], 0);
+    assert!(result["samples"].as_u64().unwrap() >= 30, "{result}");
+}

@@ -23,6 +23,8 @@ pub const MAX_SECONDS: u64 = 300;
 pub enum ProfileRequestError {
     #[error("seconds={0}: expected a whole number of seconds from 1 to {MAX_SECONDS}")]
     Seconds(String),
+    #[error("pid={0}: expected a process id")]
+    Pid(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,15 +35,29 @@ pub enum ProfileError {
     Maps(#[source] std::io::Error),
 }
 
-/// `seconds` from a request's query string (`seconds=10&…`).
-pub fn requested_seconds(query: Option<&str>) -> Result<u64, ProfileRequestError> {
-    let value = query
+/// The value of `key` in a request's query string (`seconds=10&pid=42`).
+fn query_value<'q>(query: Option<&'q str>, key: &str) -> Option<&'q str> {
+    query
         .into_iter()
         .flat_map(|q| q.split('&'))
         .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == "seconds")
-        .map(|(_, v)| v);
-    match value {
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+/// `pid`, which chooses among several watched servers (`serve --all`).
+pub fn requested_pid(query: Option<&str>) -> Result<Option<u32>, ProfileRequestError> {
+    query_value(query, "pid")
+        .map(|v| {
+            v.parse::<u32>()
+                .map_err(|_| ProfileRequestError::Pid(v.chars().take(32).collect()))
+        })
+        .transpose()
+}
+
+/// `seconds` from a request's query string (`seconds=10&…`).
+pub fn requested_seconds(query: Option<&str>) -> Result<u64, ProfileRequestError> {
+    match query_value(query, "seconds") {
         None => Ok(DEFAULT_SECONDS),
         Some(v) => match v.parse::<u64>() {
             Ok(s) if (1..=MAX_SECONDS).contains(&s) => Ok(s),
@@ -109,5 +125,8 @@ mod tests {
         ] {
             assert!(requested_seconds(Some(bad)).is_err(), "{bad}");
         }
+        assert_eq!(requested_pid(Some("seconds=5")).unwrap(), None);
+        assert_eq!(requested_pid(Some("seconds=5&pid=42")).unwrap(), Some(42));
+        assert!(requested_pid(Some("pid=x")).is_err());
     }
 }

@@ -32,7 +32,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::info::Info;
@@ -70,6 +70,9 @@ pub struct ExporterOptions {
     pub callsite_limit: usize,
     /// innoprof's commit, for `innoprof_build_info` (the CLI knows it).
     pub commit: String,
+    /// A `server` label on every series of this server (serve --all: its
+    /// datadir), so several servers' series stay apart.
+    pub server: Option<String>,
 }
 
 impl Default for ExporterOptions {
@@ -77,6 +80,7 @@ impl Default for ExporterOptions {
         Self {
             commit: String::new(),
             callsite_limit: DEFAULT_CALLSITE_LIMIT,
+            server: None,
         }
     }
 }
@@ -175,6 +179,7 @@ pub struct Exporter {
     /// The findings of the last evaluated window: (rule, severity).
     findings: Vec<(String, String)>,
     commit: String,
+    server: Option<String>,
     /// Server CPU time probe hits cost, summed per scrape as each slot's
     /// new calls at its current per-call cost (so it only grows, though
     /// the cost model is re-estimated), and each slot's calls then.
@@ -241,13 +246,9 @@ fn add_drops(to: &mut Drops, d: &Drops) {
     to.stack_busy += d.stack_busy;
 }
 
-/// innoprof's account of itself, exported beside the server's numbers.
+/// What innoprof spends on one server, exported beside its numbers.
 #[derive(Debug, Clone, Default)]
 struct SelfStats {
-    commit: String,
-    /// The whole process's CPU (user + system) since it started.
-    cpu_s: f64,
-    rss_bytes: u64,
     probe_cost_s: f64,
     /// The governor's budget, in cores (None: governor off).
     budget_cores: Option<f64>,
@@ -285,6 +286,7 @@ impl Exporter {
             counters: Vec::new(),
             findings: Vec::new(),
             commit: opts.commit,
+            server: opts.server,
             probe_cost_s: 0.0,
             slot_calls: HashMap::new(),
             carried: Totals::default(),
@@ -308,12 +310,17 @@ impl Exporter {
     /// Reads the old run's counters one last time (the BPF maps outlive
     /// the target process), so what it counted until it exited is carried.
     pub fn retire(&mut self, recorder: &Recorder) -> Result<(), ExportError> {
-        self.scrape(recorder).map(drop)
+        self.read(recorder).map(drop)
     }
 
-    /// A scrape while the server is down: the last values (so nothing
-    /// goes back), `innoprof_target_up 0`, no uprobes, no findings.
+    /// [`Self::read_while_down`], encoded.
     pub fn scrape_while_down(&mut self) -> Result<String, ExportError> {
+        render(vec![self.read_while_down()], &self.commit)
+    }
+
+    /// The server's numbers while it is down: the last values (so nothing
+    /// goes back), `innoprof_target_up 0`, no uprobes, no findings.
+    pub fn read_while_down(&self) -> Scrape {
         let mut scrape = match &self.last {
             Some(last) => last.clone(),
             None => Scrape {
@@ -324,6 +331,7 @@ impl Exporter {
                 attached_uprobes: 0,
                 findings: Vec::new(),
                 me: SelfStats::default(),
+                server: self.server.clone(),
                 up: false,
                 restarts: self.restarts,
             },
@@ -334,10 +342,7 @@ impl Exporter {
         scrape.attached_uprobes = 0;
         scrape.findings.clear();
         scrape.up = false;
-        scrape.me.cpu_s = crate::record::own_cpu_time().as_secs_f64();
-        scrape.me.rss_bytes = resident_bytes();
-        scrape.me.commit = self.commit.clone();
-        Ok(render(scrape)?)
+        scrape
     }
 
     /// The findings to export until the next window's replace them.
@@ -402,6 +407,11 @@ impl Exporter {
 
     /// Reads the counters now and encodes them.
     pub fn scrape(&mut self, recorder: &Recorder) -> Result<String, ExportError> {
+        render(vec![self.read(recorder)?], &self.commit)
+    }
+
+    /// Reads the counters now, for [`render`].
+    pub fn read(&mut self, recorder: &Recorder) -> Result<Scrape, ExportError> {
         let counters = recorder.read_counters()?;
         if !self.counters.is_empty() {
             self.update_counters(&recorder.memory_counters().current());
@@ -433,26 +443,23 @@ impl Exporter {
         }
         let own = recorder.attach_info();
         let me = SelfStats {
-            commit: self.commit.clone(),
-            cpu_s: crate::record::own_cpu_time().as_secs_f64(),
-            rss_bytes: resident_bytes(),
             probe_cost_s: self.probe_cost_s,
             budget_cores: recorder.plan().governor.map(|g| g.budget_pct / 100.0),
             attach_s: own.map_or(0.0, |a| a.attach_ms / 1e3),
             governor_switches: own.map_or(0, |a| a.governor_switches),
         };
-        self.encode(&counters, &sites, &recorder.attached_seconds(), me)
+        Ok(self.scrape_of(&counters, &sites, &recorder.attached_seconds(), me))
     }
 
-    /// Encodes counters whose call sites are already summed per label;
-    /// `attached`: seconds switched on, per planned probe.
-    fn encode(
+    /// The scrape of counters whose call sites are already summed per
+    /// label; `attached`: seconds switched on, per planned probe.
+    fn scrape_of(
         &mut self,
         counters: &Counters,
         sites: &[BTreeMap<String, Counts>],
         attached: &[f64],
         me: SelfStats,
-    ) -> Result<String, ExportError> {
+    ) -> Scrape {
         let mut probes = Vec::with_capacity(self.probes.len());
         for (((p, labels), now), max_on) in self
             .probes
@@ -490,21 +497,24 @@ impl Exporter {
             attached_uprobes: self.attached_uprobes,
             findings: self.findings.clone(),
             me,
+            server: self.server.clone(),
             up: true,
             restarts: self.restarts,
         };
         self.carried.add_to(&mut scrape);
         self.last = Some(scrape.clone());
-        Ok(render(scrape)?)
+        scrape
     }
-}
 
-fn render(scrape: Scrape) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(scrape));
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
+    /// The options it was made with (for the exporter of a restarted
+    /// server's new run).
+    pub fn options(&self) -> ExporterOptions {
+        ExporterOptions {
+            callsite_limit: self.limit,
+            commit: self.commit.clone(),
+            server: self.server.clone(),
+        }
+    }
 }
 
 impl ProbeMetrics {
@@ -546,9 +556,9 @@ struct ProbeMetrics {
     callsites: Vec<(String, Counts)>,
 }
 
-/// One scrape's values, encoded by prometheus-client.
+/// One server's values at one scrape, encoded by [`render`].
 #[derive(Debug, Clone)]
-struct Scrape {
+pub struct Scrape {
     probes: Vec<ProbeMetrics>,
     /// In-memory counters: name, increase since start.
     counters: Vec<(String, u64)>,
@@ -557,6 +567,8 @@ struct Scrape {
     attached_uprobes: usize,
     findings: Vec<(String, String)>,
     me: SelfStats,
+    /// The `server` label of every series (serve --all).
+    server: Option<String>,
     /// The server is running and watched (serve waits for it otherwise).
     up: bool,
     restarts: u64,
@@ -584,9 +596,71 @@ fn buckets(hist: &[u64; HIST_SLOTS]) -> Vec<(f64, u64)> {
     out
 }
 
-impl Collector for Scrape {
+/// Every watched server's scrape and innoprof's own process, as one
+/// exposition: each family once, a sample per server (labelled `server`
+/// when serve watches several).
+#[derive(Debug)]
+struct Exposition {
+    scrapes: Vec<Scrape>,
+    commit: String,
+    /// The whole process's CPU (user + system) since it started.
+    cpu_s: f64,
+    rss_bytes: u64,
+}
+
+/// The OpenMetrics text of these scrapes (one per watched server; none
+/// while serve --all finds no server) and innoprof's own numbers.
+pub fn render(scrapes: Vec<Scrape>, commit: &str) -> Result<String, ExportError> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Exposition {
+        scrapes,
+        commit: commit.to_string(),
+        cpu_s: crate::record::own_cpu_time().as_secs_f64(),
+        rss_bytes: resident_bytes(),
+    }));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+impl Scrape {
+    /// `labels`, after this server's own where it has one.
+    fn labels<'a>(&'a self, labels: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        self.server
+            .iter()
+            .map(|s| ("server", s.as_str()))
+            .chain(labels.iter().copied())
+            .collect()
+    }
+}
+
+/// One sample per scrape of a family with no labels of its own: bare for
+/// a lone scrape without a server label, else labelled by server.
+fn per_server(
+    mut m: MetricEncoder,
+    scrapes: &[Scrape],
+    mut f: impl FnMut(&Scrape, MetricEncoder) -> Result<(), std::fmt::Error>,
+) -> Result<(), std::fmt::Error> {
+    if let [only] = scrapes {
+        if only.server.is_none() {
+            return f(only, m);
+        }
+    }
+    for sc in scrapes {
+        let server = sc.server.as_deref().unwrap_or_default();
+        f(sc, m.encode_family(&[("server", server)])?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let seconds_unit = Unit::Seconds;
+        let all = &self.scrapes;
+        let probes = || {
+            all.iter()
+                .flat_map(|sc| sc.probes.iter().map(move |p| (sc, p)))
+        };
         {
             let mut m = enc.encode_descriptor(
                 "innoprof_finding",
@@ -595,11 +669,12 @@ impl Collector for Scrape {
                 None,
                 MetricType::Gauge,
             )?;
-            for (rule, severity) in &self.findings {
-                ConstGauge::new(1i64).encode(m.encode_family(&[
-                    ("rule", rule.as_str()),
-                    ("severity", severity.as_str()),
-                ])?)?;
+            for sc in all {
+                for (rule, severity) in &sc.findings {
+                    ConstGauge::new(1i64).encode(m.encode_family(
+                        &sc.labels(&[("rule", rule.as_str()), ("severity", severity.as_str())]),
+                    )?)?;
+                }
             }
         }
         {
@@ -609,12 +684,12 @@ impl Collector for Scrape {
                 None,
                 MetricType::Counter,
             )?;
-            for p in &self.probes {
+            for (sc, p) in probes() {
                 ConstCounter::new(p.calls)
-                    .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+                    .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
             }
         }
-        if self.probes.iter().any(|p| p.estimate.is_some()) {
+        if probes().any(|(_, p)| p.estimate.is_some()) {
             for (name, help, pick) in [
                 (
                     "innoprof_probe_calls_estimate",
@@ -630,11 +705,11 @@ impl Collector for Scrape {
                 ),
             ] {
                 let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-                for p in &self.probes {
+                for (sc, p) in probes() {
                     if let Some(e) = p.estimate {
                         let v = if pick == 0 { e.0 } else { e.1 };
                         ConstGauge::new(v)
-                            .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+                            .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
                     }
                 }
             }
@@ -647,9 +722,9 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Counter,
             )?;
-            for p in &self.probes {
+            for (sc, p) in probes() {
                 ConstCounter::new(p.attached_s)
-                    .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+                    .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
             }
         }
         {
@@ -659,9 +734,9 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Counter,
             )?;
-            for p in self.probes.iter().filter(|p| p.timed) {
+            for (sc, p) in probes().filter(|(_, p)| p.timed) {
                 ConstCounter::new(seconds(p.wait_ns))
-                    .encode(m.encode_family(&[("probe", p.name.as_str())])?)?;
+                    .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
             }
         }
         {
@@ -671,9 +746,10 @@ impl Collector for Scrape {
                 None,
                 MetricType::Counter,
             )?;
-            for p in &self.probes {
+            for (sc, p) in probes() {
                 for (site, c) in &p.callsites {
-                    let labels = [("probe", p.name.as_str()), ("callsite", site.as_str())];
+                    let labels =
+                        sc.labels(&[("probe", p.name.as_str()), ("callsite", site.as_str())]);
                     ConstCounter::new(c.calls).encode(m.encode_family(&labels)?)?;
                 }
             }
@@ -685,9 +761,10 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Counter,
             )?;
-            for p in self.probes.iter().filter(|p| p.timed) {
+            for (sc, p) in probes().filter(|(_, p)| p.timed) {
                 for (site, c) in &p.callsites {
-                    let labels = [("probe", p.name.as_str()), ("callsite", site.as_str())];
+                    let labels =
+                        sc.labels(&[("probe", p.name.as_str()), ("callsite", site.as_str())]);
                     ConstCounter::new(seconds(c.wait_ns)).encode(m.encode_family(&labels)?)?;
                 }
             }
@@ -699,16 +776,16 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Histogram,
             )?;
-            for p in self.probes.iter().filter(|p| p.timed) {
+            for (sc, p) in probes().filter(|(_, p)| p.timed) {
                 let b = buckets(&p.hist);
                 // The buckets' own total: calls and buckets are bumped one
                 // after the other, and a live read can fall between.
                 let count = b.iter().map(|(_, c)| c).sum();
-                m.encode_family(&[("probe", p.name.as_str())])?
+                m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?
                     .encode_histogram::<NoLabelSet>(seconds(p.wait_ns), count, &b, None)?;
             }
         }
-        if !self.counters.is_empty() {
+        if all.iter().any(|sc| !sc.counters.is_empty()) {
             let mut m = enc.encode_descriptor(
                 "innoprof_counter",
                 "InnoDB's own counters read from the server's memory (row ids, transaction ids, \
@@ -716,29 +793,35 @@ impl Collector for Scrape {
                 None,
                 MetricType::Counter,
             )?;
-            for (name, n) in &self.counters {
-                ConstCounter::new(*n).encode(m.encode_family(&[("counter", name.as_str())])?)?;
+            for sc in all {
+                for (name, n) in &sc.counters {
+                    ConstCounter::new(*n)
+                        .encode(m.encode_family(&sc.labels(&[("counter", name.as_str())]))?)?;
+                }
             }
         }
         {
-            let d = &self.drops;
             let mut m = enc.encode_descriptor(
                 "innoprof_dropped",
                 "Events the BPF side could not record, by reason",
                 None,
                 MetricType::Counter,
             )?;
-            for (reason, n) in [
-                ("stack_map_full", d.stack_map_full),
-                ("stack_busy", d.stack_busy),
-                ("stack_error", d.stack_errors),
-                ("stack_key_map_full", d.stack_key_map_full),
-                ("inflight_map_full", d.inflight_map_full),
-                ("return_without_entry", d.returns_without_entry),
-                ("stats_map_full", d.stats_map_full),
-                ("callsite_map_full", d.callsite_map_full),
-            ] {
-                ConstCounter::new(n).encode(m.encode_family(&[("reason", reason)])?)?;
+            for sc in all {
+                let d = &sc.drops;
+                for (reason, n) in [
+                    ("stack_map_full", d.stack_map_full),
+                    ("stack_busy", d.stack_busy),
+                    ("stack_error", d.stack_errors),
+                    ("stack_key_map_full", d.stack_key_map_full),
+                    ("inflight_map_full", d.inflight_map_full),
+                    ("return_without_entry", d.returns_without_entry),
+                    ("stats_map_full", d.stats_map_full),
+                    ("callsite_map_full", d.callsite_map_full),
+                ] {
+                    ConstCounter::new(n)
+                        .encode(m.encode_family(&sc.labels(&[("reason", reason)]))?)?;
+                }
             }
         }
         {
@@ -748,12 +831,14 @@ impl Collector for Scrape {
                 None,
                 MetricType::Gauge,
             )?;
-            ConstGauge::new(self.attached_uprobes as i64).encode(m)?;
+            per_server(m, all, |sc, m| {
+                ConstGauge::new(sc.attached_uprobes as i64).encode(m)
+            })?;
         }
         {
             let info = Info::new(vec![
                 ("version", env!("CARGO_PKG_VERSION").to_string()),
-                ("commit", self.me.commit.clone()),
+                ("commit", self.commit.clone()),
             ]);
             let m = enc.encode_descriptor(
                 "innoprof_build",
@@ -770,7 +855,7 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Counter,
             )?;
-            ConstCounter::new(self.me.cpu_s).encode(m)?;
+            ConstCounter::new(self.cpu_s).encode(m)?;
         }
         {
             let m = enc.encode_descriptor(
@@ -779,7 +864,7 @@ impl Collector for Scrape {
                 None,
                 MetricType::Gauge,
             )?;
-            ConstGauge::new(self.me.rss_bytes as i64).encode(m)?;
+            ConstGauge::new(self.rss_bytes as i64).encode(m)?;
         }
         {
             let m = enc.encode_descriptor(
@@ -789,16 +874,21 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Counter,
             )?;
-            ConstCounter::new(self.me.probe_cost_s).encode(m)?;
+            per_server(m, all, |sc, m| {
+                ConstCounter::new(sc.me.probe_cost_s).encode(m)
+            })?;
         }
-        if let Some(budget) = self.me.budget_cores {
+        if all.iter().any(|sc| sc.me.budget_cores.is_some()) {
             let m = enc.encode_descriptor(
                 "innoprof_budget_cores",
                 "The governor's budget for probe hits (--max-overhead), in cores; absent when off",
                 None,
                 MetricType::Gauge,
             )?;
-            ConstGauge::new(budget).encode(m)?;
+            per_server(m, all, |sc, m| match sc.me.budget_cores {
+                Some(budget) => ConstGauge::new(budget).encode(m),
+                None => Ok(()),
+            })?;
         }
         {
             let m = enc.encode_descriptor(
@@ -807,7 +897,7 @@ impl Collector for Scrape {
                 Some(&seconds_unit),
                 MetricType::Gauge,
             )?;
-            ConstGauge::new(self.me.attach_s).encode(m)?;
+            per_server(m, all, |sc, m| ConstGauge::new(sc.me.attach_s).encode(m))?;
         }
         {
             let m = enc.encode_descriptor(
@@ -816,7 +906,9 @@ impl Collector for Scrape {
                 None,
                 MetricType::Counter,
             )?;
-            ConstCounter::new(self.me.governor_switches).encode(m)?;
+            per_server(m, all, |sc, m| {
+                ConstCounter::new(sc.me.governor_switches).encode(m)
+            })?;
         }
         {
             let m = enc.encode_descriptor(
@@ -826,7 +918,7 @@ impl Collector for Scrape {
                 None,
                 MetricType::Gauge,
             )?;
-            ConstGauge::new(i64::from(self.up)).encode(m)?;
+            per_server(m, all, |sc, m| ConstGauge::new(i64::from(sc.up)).encode(m))?;
         }
         {
             let m = enc.encode_descriptor(
@@ -836,23 +928,25 @@ impl Collector for Scrape {
                 None,
                 MetricType::Counter,
             )?;
-            ConstCounter::new(self.restarts).encode(m)?;
+            per_server(m, all, |sc, m| ConstCounter::new(sc.restarts).encode(m))?;
         }
         {
-            let t = &self.target;
-            let info = Info::new(vec![
-                ("family", t.family.clone()),
-                ("version", t.version.clone()),
-                ("pid", t.pid.to_string()),
-                ("binary", t.binary.clone()),
-            ]);
             let m = enc.encode_descriptor(
                 "innoprof_target",
                 "The profiled server",
                 None,
-                info.metric_type(),
+                MetricType::Info,
             )?;
-            info.encode(m)?;
+            per_server(m, all, |sc, m| {
+                let t = &sc.target;
+                Info::new(vec![
+                    ("family", t.family.clone()),
+                    ("version", t.version.clone()),
+                    ("pid", t.pid.to_string()),
+                    ("binary", t.binary.clone()),
+                ])
+                .encode(m)
+            })?;
         }
         Ok(())
     }
@@ -965,9 +1059,8 @@ mod tests {
             },
         );
         let site_counts = vec![sites(&[("btr0cur.cc:304", 6)]), BTreeMap::new()];
-        let text = e
-            .encode(&c, &site_counts, &[2.5, 0.25], SelfStats::default())
-            .unwrap();
+        let scrape = e.scrape_of(&c, &site_counts, &[2.5, 0.25], SelfStats::default());
+        let text = render(vec![scrape.clone()], "").unwrap();
         for line in [
             "innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"} 6",
             "innoprof_probe_calls_total{probe=\"innodb.dict_sys.row_id\"} 7",
@@ -989,9 +1082,11 @@ mod tests {
         }
         // Attached time and counters never go back, whatever a later read says.
         e.update_counters(&[Ok(1), Err("gone".into())]);
-        let again = e
-            .encode(&c, &site_counts, &[1.0, 0.5], SelfStats::default())
-            .unwrap();
+        let again = render(
+            vec![e.scrape_of(&c, &site_counts, &[1.0, 0.5], SelfStats::default())],
+            "",
+        )
+        .unwrap();
         assert!(again
             .contains("innoprof_probe_attached_seconds_total{probe=\"innodb.mutex.enter\"} 2.5\n"));
         assert!(again.contains("innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096\n"));
@@ -1000,5 +1095,31 @@ mod tests {
             !text.contains("innoprof_probe_wait_seconds_total{probe=\"innodb.dict_sys.row_id\"}")
         );
         assert!(!text.contains("latency_seconds_count{probe=\"innodb.dict_sys.row_id\"}"));
+
+        // Two servers (serve --all): each family once, every sample
+        // labelled by its server, the process's own numbers once.
+        let mut other = scrape.clone();
+        let mut labelled = scrape;
+        labelled.server = Some("/var/lib/mysql".into());
+        other.server = Some("/srv/b".into());
+        other.target.pid = 43;
+        let two = render(vec![labelled, other], "abc").unwrap();
+        for line in [
+            "innoprof_probe_calls_total{server=\"/var/lib/mysql\",probe=\"innodb.mutex.enter\"} 6",
+            "innoprof_probe_calls_total{server=\"/srv/b\",probe=\"innodb.mutex.enter\"} 6",
+            "innoprof_attached_uprobes{server=\"/srv/b\"} 5",
+            "innoprof_target_up{server=\"/var/lib/mysql\"} 1",
+            "innoprof_target_info{family=\"mariadb\",version=\"10.2.11\",pid=\"43\",binary=\"/usr/sbin/mysqld\",server=\"/srv/b\"} 1",
+            "innoprof_build_info{version=\"0.1.0\",commit=\"abc\"} 1",
+        ] {
+            assert!(two.lines().any(|l| l == line), "no `{line}` in:\n{two}");
+        }
+        for family in [
+            "# TYPE innoprof_probe_calls counter",
+            "# TYPE innoprof_target info",
+        ] {
+            assert_eq!(two.matches(family).count(), 1, "{two}");
+        }
+        assert_eq!(two.matches("innoprof_agent_cpu_seconds_total ").count(), 1);
     }
 }
