@@ -143,6 +143,7 @@ def main():
         cpu_start = bench.cpu_seconds(serve.pid)
         rss_first = rss_bytes(serve.pid)
         rss_max = rss_first
+        rss_series = [(0.0, rss_first)]  # (seconds since the first scrape, bytes)
         log(f"serve pid {serve.pid}, first scrape done; RSS {rss_first / 2**20:.1f} MiB; "
             f"running {args.minutes} min, a restart every {args.restart_every:.0f} s")
         end = t_start + args.minutes * 60
@@ -155,7 +156,9 @@ def main():
             procs.append(sb)
             phase_end = time.time() + phase
             while time.time() < phase_end:
-                rss_max = max(rss_max, rss_bytes(serve.pid))
+                rss = rss_bytes(serve.pid)
+                rss_max = max(rss_max, rss)
+                rss_series.append((time.time() - t_start, rss))
                 time.sleep(min(args.scrape, max(0.0, phase_end - time.time())))
             sb.wait(timeout=60)
             if time.time() >= end - 1:
@@ -193,6 +196,8 @@ def main():
             "rss_first_mib": rss_first / 2**20,
             "rss_max_mib": rss_max / 2**20,
             "rss_growth_pct": (rss_max - rss_first) / rss_first * 100,
+            # Each sample, to tell a step per restart from steady growth.
+            "rss_series_mib": [(round(t, 1), round(b / 2**20, 2)) for t, b in rss_series],
             "cpu_s": cpu,
             "cpu_pct_of_core": cpu / (t_end - t_start) * 100,
             "scrapes": len(up_values),

@@ -243,6 +243,22 @@ fn render_page(
     }))
 }
 
+/// What a duty-cycled probe's stacks stand for: the calls seen while it
+/// was attached, not scaled to summary.json's estimate (a stack seen in
+/// one window says nothing of the stacks in a gap).
+fn unscaled_note(p: &crate::report::model::ProbeResult) -> Option<String> {
+    let s = p.sampling.as_ref()?;
+    Some(format!(
+        "{}: stacks of the {} calls seen while attached ({:.0} % of the recording), unscaled; \
+         summary.json estimates {:.0} ± {:.0} calls in all",
+        p.name,
+        p.calls,
+        s.attached_fraction * 100.0,
+        s.estimate.calls,
+        s.estimate.calls_bound
+    ))
+}
+
 /// `cpu.pb.gz`, `offcpu.pb.gz` and `waits.pb.gz` from the folded files.
 fn pprof_files(summary: &Summary, files: &BTreeMap<String, Vec<u8>>) -> Vec<(String, Vec<u8>)> {
     let text = |name: &Option<String>| {
@@ -263,7 +279,7 @@ fn pprof_files(summary: &Summary, files: &BTreeMap<String, Vec<u8>>) -> Vec<(Str
             out.push((OFFCPU_PPROF.to_string(), pprof::encode_gz(&p)));
         }
     }
-    let texts: Vec<(&str, String, Option<String>)> = summary
+    let texts: Vec<(&crate::report::model::ProbeResult, String, Option<String>)> = summary
         .probes
         .iter()
         .filter_map(|p| {
@@ -271,16 +287,17 @@ fn pprof_files(summary: &Summary, files: &BTreeMap<String, Vec<u8>>) -> Vec<(Str
             let by_wait = (p.measure == Measure::Latency)
                 .then(|| text(&p.stacks.folded_by_wait))
                 .flatten();
-            Some((p.name.as_str(), by_count, by_wait))
+            Some((p, by_count, by_wait))
         })
         .collect();
     if !texts.is_empty() {
         let stacks: Vec<pprof::ProbeStacks> = texts
             .iter()
-            .map(|(probe, c, w)| pprof::ProbeStacks {
-                probe,
+            .map(|(p, c, w)| pprof::ProbeStacks {
+                probe: &p.name,
                 by_count: c,
                 by_wait: w.as_deref(),
+                note: unscaled_note(p),
             })
             .collect();
         let p = pprof::waits_profile(&stacks, start_ms, duration_ns);

@@ -233,6 +233,23 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
         stdout.contains("stacks sampled by the governor: paced_hit (1 in up to "),
         "{stdout}"
     );
+    // The wait stacks say they are the calls seen, unscaled (issue 16):
+    // pprof shows the profile's comments.
+    let home = tempfile::tempdir().unwrap();
+    let comments = go_tool_pprof(home.path())
+        .args(["-symbolize=none", "-comments"])
+        .arg(rec.out.join("waits.pb.gz"))
+        .output()
+        .unwrap();
+    let comments = String::from_utf8_lossy(&comments.stdout);
+    let seen = format!(
+        "paced_hit: stacks of the {} calls seen while attached ({:.0} % of the recording), \
+         unscaled; summary.json estimates {:.0} ",
+        p["calls"],
+        fraction * 100.0,
+        sampling["estimate"]["calls"].as_f64().unwrap()
+    );
+    assert!(comments.contains(&seen), "{seen:?} not in {comments:?}");
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }

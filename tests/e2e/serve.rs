@@ -349,6 +349,7 @@ fn serve_feeds_a_real_prometheus() {
             .replace("$__rate_interval", "10s")
             .replace("$__interval", "10s")
             .replace("$instance", ".*")
+            .replace("$server", ".*")
             .replace("$probe", ".*");
         assert!(
             !query(&q).is_empty(),

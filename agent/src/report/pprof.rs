@@ -250,6 +250,9 @@ pub struct ProbeStacks<'a> {
     pub probe: &'a str,
     pub by_count: &'a str,
     pub by_wait: Option<&'a str>,
+    /// What its numbers stand for when they are not every call (the
+    /// governor detached it part of the time): a comment of the profile.
+    pub note: Option<String>,
 }
 
 /// Every probe's wait stacks in one profile: values `calls/count` and
@@ -260,6 +263,9 @@ pub fn waits_profile(probes: &[ProbeStacks], start_ms: u64, duration_ns: i64) ->
     let mut b = ProfileBuilder::new(&[("calls", "count"), ("wait", "nanoseconds")]);
     b.time(unix_ns(start_ms), duration_ns)
         .default_sample_type("wait");
+    for note in probes.iter().filter_map(|p| p.note.as_deref()) {
+        b.comment(note);
+    }
     for p in probes {
         let root = format!("probe: {}", p.probe);
         let waits: HashMap<Vec<&str>, u64> = p
@@ -327,6 +333,7 @@ mod tests {
                 probe: "innodb.redo.flush",
                 by_count: "main;commit;fil_flush 4\nmain;bg;fil_flush 1\n",
                 by_wait: Some("main;commit;fil_flush 4000\n"),
+                note: Some("innodb.redo.flush: unscaled".into()),
             }],
             0,
             1,
@@ -346,5 +353,11 @@ mod tests {
             ("probe", "innodb.redo.flush")
         );
         assert_eq!(p.string_table[p.default_sample_type as usize], "wait");
+        let comments: Vec<&str> = p
+            .comment
+            .iter()
+            .map(|c| p.string_table[*c as usize].as_str())
+            .collect();
+        assert_eq!(comments, ["innodb.redo.flush: unscaled"]);
     }
 }
