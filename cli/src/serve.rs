@@ -146,8 +146,7 @@ impl Setup {
             pid,
             ..self.opts.clone()
         };
-        let plan = Plan::build(&opts)?;
-        crate::warn_unattached(&plan);
+        let plan = planned(&opts)?;
         // A server is followed by its datadir; a process of another name
         // (--force) is no server instance, and its exit ends serve.
         let instance = if follow && plan.target.is_server() {
@@ -186,6 +185,14 @@ impl Setup {
             check_failing: false,
         })
     }
+}
+
+/// The probes resolved for `opts.pid`; those that cannot be attached are
+/// said on stderr.
+fn planned(opts: &RecordOptions) -> Result<Plan> {
+    let plan = Plan::build(opts)?;
+    crate::warn_unattached(&plan);
+    Ok(plan)
 }
 
 impl Run {
@@ -430,12 +437,11 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         findings_window: args.findings_window,
         all: args.all,
     };
+    // Without --pid: no server, or several, fails before anything is bound.
     let first = if args.all {
         None
     } else {
-        let pid = args.pid.resolve()?;
-        // Planned before binding: bad input fails with nothing bound.
-        Some(pid)
+        Some(args.pid.resolve()?)
     };
     // Bound before attaching: a busy port fails with nothing attached.
     let listener = TcpListener::bind(args.listen)
@@ -626,12 +632,7 @@ impl Follower {
             ..opts.clone()
         };
         // Resolved anew: an upgrade may have brought another build.
-        let attached = Plan::build(&opts)
-            .map_err(anyhow::Error::from)
-            .and_then(|plan| {
-                crate::warn_unattached(&plan);
-                Run::start(plan)
-            });
+        let attached = planned(&opts).and_then(Run::start);
         match attached {
             Ok(run) => {
                 let down = self
