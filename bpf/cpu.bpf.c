@@ -220,6 +220,8 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	if (!key)
 		return 0;
 	key->pad = 0;
+	/* Zero-padded (strscpy_pad): equal names give equal keys. */
+	bpf_get_current_comm(key->comm, sizeof(key->comm));
 	/* x86-64: kernel addresses have the top bit set. */
 	if (!(ctx->regs.ip >> 63)) {
 		/* User mode was interrupted: its registers are the sample's, and
@@ -279,6 +281,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev)
 	}
 	s->ts = 0;
 	s->stack.pad = 0;
+	/* prev is still current here. */
+	bpf_get_current_comm(s->stack.comm, sizeof(s->stack.comm));
 	/* prev is still current: its user registers are saved at kernel entry. */
 	regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 	flags = walk_user(&s->stack, regs->ip, regs->sp, regs->bp);

@@ -26,6 +26,7 @@
 struct cpu_stack {
 	__u32 flags;
 	__u32 pad;
+	char comm[16]; /* the thread's name, zero-padded */
 	__u64 user[CPU_USER_DEPTH]; /* innermost first, zero-terminated */
 	__u64 kern[CPU_KERN_DEPTH];
 };

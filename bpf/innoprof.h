@@ -75,6 +75,9 @@ struct stack_key {
 	 * stack could not be captured or stored. */
 	__u64 stack_hash;
 	struct callsite site;
+	/* The thread's name when the stack was taken, zero-padded; zero when
+	 * no stack was taken. */
+	char comm[16];
 };
 
 /* A stack's frames, innermost first, zero after the last. */

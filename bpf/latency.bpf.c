@@ -393,6 +393,7 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		return;
 	}
 	key.stack_hash = take_stack(ctx, &scratch->stack);
+	bpf_get_current_comm(key.comm, sizeof(key.comm));
 	st = bpf_map_lookup_elem(&stats, &skey);
 	if (st)
 		st->stacks++;

@@ -107,6 +107,8 @@ pub struct StackKey {
     /// Key of the stack in the `stacks` map; 0: not captured or stored.
     pub stack_hash: u64,
     pub site: Callsite,
+    /// The thread's name when the stack was taken, zero-padded.
+    pub comm: [u8; 16],
 }
 
 /// User stack frames kept per stack (`STACK_DEPTH`).
@@ -146,6 +148,14 @@ pub struct StackVal {
 
 /// A map value or key read back from the kernel's bytes (None when the
 /// size is not the struct's).
+/// A `comm` as BPF's `bpf_get_current_comm` fills it (NUL-padded) as a
+/// name; `None` when empty. Not UTF-8 is shown lossily: a thread names
+/// itself.
+pub fn comm_name(comm: &[u8; 16]) -> Option<String> {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    (end > 0).then(|| String::from_utf8_lossy(&comm[..end]).into_owned())
+}
+
 pub fn from_bytes<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
     bytemuck::try_pod_read_unaligned(bytes).ok()
 }
@@ -221,8 +231,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Callsite>(), 32);
         assert_eq!(std::mem::size_of::<CreatedField>(), 16);
         assert_eq!(std::mem::size_of::<SiteKey>(), 40);
-        assert_eq!(std::mem::size_of::<StackKey>(), 48);
-        assert_eq!(std::mem::size_of::<StackHold>(), 72);
+        assert_eq!(std::mem::size_of::<StackKey>(), 64);
+        assert_eq!(std::mem::size_of::<StackHold>(), 88);
     }
 
     #[test]

@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 
 use crate::bundle_read::{BundleDir, BundleReadError};
 use crate::bundle_replace::{remove_bundle_dir, remove_temp_dir, why_not_replaceable};
-use crate::catalog::Measure;
 use crate::record::Recording;
 use crate::report::flamegraph::{self, FlameGraphError};
 use crate::report::html::{self, timeseries::TimeSeries, FlameGraph, Page};
 use crate::report::metadata::{HostInfo, Metadata};
 use crate::report::model::{ProbeStatus, Summary};
+use crate::report::named_stack::RecordedStacks;
 use crate::report::{self, histograms, pprof, table, OutputError};
 
 pub const SUMMARY_JSON: &str = "summary.json";
@@ -115,7 +115,7 @@ pub fn write(
     let h = histograms::of(summary);
     files.insert(histograms::JSON.into(), histograms::json(&h));
     files.insert(histograms::CSV.into(), histograms::csv(&h));
-    for (name, bytes) in pprof_files(summary, &files) {
+    for (name, bytes) in pprof_files(summary, &recording.stacks) {
         files.insert(name, bytes);
     }
     let mut metadata = Metadata::new(summary, command_line, HostInfo::current());
@@ -259,48 +259,36 @@ fn unscaled_note(p: &crate::report::model::ProbeResult) -> Option<String> {
     ))
 }
 
-/// `cpu.pb.gz`, `offcpu.pb.gz` and `waits.pb.gz` from the folded files.
-fn pprof_files(summary: &Summary, files: &BTreeMap<String, Vec<u8>>) -> Vec<(String, Vec<u8>)> {
-    let text = |name: &Option<String>| {
-        name.as_ref()
-            .and_then(|n| files.get(n))
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-    };
+/// `cpu.pb.gz`, `offcpu.pb.gz` and `waits.pb.gz` from the named stacks.
+fn pprof_files(summary: &Summary, stacks: &RecordedStacks) -> Vec<(String, Vec<u8>)> {
     let start_ms = u64::try_from(summary.started_unix_ms).unwrap_or(0);
     let duration_ns = (summary.duration_s * 1e9) as i64;
     let mut out = Vec::new();
     if let Some(cpu) = &summary.cpu {
-        if let Some(folded) = text(&cpu.oncpu.folded) {
-            let p = pprof::cpu_profile(&folded, cpu.oncpu.frequency_hz, start_ms, duration_ns);
+        if !stacks.oncpu.is_empty() {
+            let p =
+                pprof::cpu_profile(&stacks.oncpu, cpu.oncpu.frequency_hz, start_ms, duration_ns);
             out.push((CPU_PPROF.to_string(), pprof::encode_gz(&p)));
         }
-        if let Some(folded) = cpu.offcpu.as_ref().and_then(|o| text(&o.folded)) {
-            let p = pprof::offcpu_profile(&folded, start_ms, duration_ns);
+        if cpu.offcpu.is_some() && !stacks.offcpu.is_empty() {
+            let p = pprof::offcpu_profile(&stacks.offcpu, start_ms, duration_ns);
             out.push((OFFCPU_PPROF.to_string(), pprof::encode_gz(&p)));
         }
     }
-    let texts: Vec<(&crate::report::model::ProbeResult, String, Option<String>)> = summary
+    let probes: Vec<pprof::ProbeStacks> = stacks
         .probes
         .iter()
-        .filter_map(|p| {
-            let by_count = text(&p.stacks.folded_by_count)?;
-            let by_wait = (p.measure == Measure::Latency)
-                .then(|| text(&p.stacks.folded_by_wait))
-                .flatten();
-            Some((p, by_count, by_wait))
+        .map(|set| pprof::ProbeStacks {
+            set,
+            note: summary
+                .probes
+                .iter()
+                .find(|p| p.name == set.probe)
+                .and_then(unscaled_note),
         })
         .collect();
-    if !texts.is_empty() {
-        let stacks: Vec<pprof::ProbeStacks> = texts
-            .iter()
-            .map(|(p, c, w)| pprof::ProbeStacks {
-                probe: &p.name,
-                by_count: c,
-                by_wait: w.as_deref(),
-                note: unscaled_note(p),
-            })
-            .collect();
-        let p = pprof::waits_profile(&stacks, start_ms, duration_ns);
+    if !probes.is_empty() {
+        let p = pprof::waits_profile(&probes, start_ms, duration_ns);
         out.push((WAITS_PPROF.to_string(), pprof::encode_gz(&p)));
     }
     out
@@ -499,12 +487,21 @@ mod tests {
     fn recording() -> Recording {
         let mut summary = crate::report::html::tests::summary();
         summary.probes[0].stacks.folded_by_count = Some("innodb.mutex.enter.count.folded".into());
+        let summary_probe = summary.probes[0].name.clone();
         Recording {
             summary,
             folded: vec![(
                 "innodb.mutex.enter.count.folded".into(),
                 "main;PolicyMutex<T>::enter 3\n".into(),
             )],
+            stacks: RecordedStacks {
+                probes: vec![pprof::ProbeStackSet {
+                    probe: summary_probe.clone(),
+                    stacks: vec![(Default::default(), 3, 0)],
+                    labels: vec![vec![]],
+                }],
+                ..Default::default()
+            },
         }
     }
 

@@ -47,6 +47,8 @@ pub struct StackSample {
     /// Instruction pointers, innermost first; empty when the stack was lost.
     pub ips: Vec<u64>,
     pub site: Callsite,
+    /// The thread's name when the stack was taken.
+    pub thread: Option<String>,
     pub count: u64,
     pub wait_ns: u64,
 }
@@ -330,6 +332,7 @@ fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Collect
             slot: key.slot,
             ips,
             site: key.site,
+            thread: crate::bpf_abi::comm_name(&key.comm),
             count: val.count,
             wait_ns: val.wait_ns,
         });

@@ -25,11 +25,13 @@ use crate::report::model::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Sampling,
     SamplingState, StackStats, Summary, SymbolInfo, TargetInfo,
 };
+use crate::report::named_stack::{NamedStack, RecordedStacks};
+use crate::report::pprof::ProbeStackSet;
 use crate::report::{self, OutputError};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
 use crate::resolve::{ElfError, ElfImage, SkipReason, Unresolved};
 use crate::server::ServerInfo;
-use crate::symbolize::{DebugFile, ProcessMaps, StackSymbolizer};
+use crate::symbolize::{DebugFile, Frame, FrameKind, ProcessMaps, StackSymbolizer};
 use crate::target::{Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
@@ -553,6 +555,7 @@ impl Recorder {
         let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
         let mut results = Vec::new();
         let mut folded = Vec::new();
+        let mut named_stacks = RecordedStacks::default();
         for (idx, planned) in plan.probes.iter().enumerate() {
             // No session when nothing resolved (CPU-only recording).
             let no_failures = AttachOutcome::default();
@@ -628,6 +631,10 @@ impl Recorder {
             let latch_names = LatchNames::new(planned);
             let stacks = if status == ProbeStatus::Attached {
                 let stem = report::file_stem(&spec.name);
+                let mut set = ProbeStackSet {
+                    probe: spec.name.clone(),
+                    ..Default::default()
+                };
                 let (stats, files) = fold_stacks(
                     &stem,
                     spec.measure,
@@ -636,8 +643,12 @@ impl Recorder {
                     &mut symbolizer,
                     &mut namer,
                     &latch_names,
+                    &mut set,
                 );
                 folded.extend(files);
+                if !set.stacks.is_empty() {
+                    named_stacks.probes.push(set);
+                }
                 stats
             } else {
                 StackStats::default()
@@ -716,9 +727,15 @@ impl Recorder {
         debug_phase("after probe results");
         let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
         debug_phase("after CPU stacks named");
-        if let Some(c) = &cpu {
-            folded.extend(c.files()?);
-        }
+        let cpu = match cpu {
+            Some(mut c) => {
+                folded.extend(c.files()?);
+                named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
+                named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
+                Some(c)
+            }
+            None => None,
+        };
         let mut summary = Summary {
             tool: "innoprof".to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -738,7 +755,11 @@ impl Recorder {
             server_state: None,
         };
         summary.findings = crate::findings::evaluate(&summary);
-        Ok(Recording { summary, folded })
+        Ok(Recording {
+            summary,
+            folded,
+            stacks: named_stacks,
+        })
     }
 }
 
@@ -937,6 +958,7 @@ fn fold_stacks(
     symbolizer: &mut StackSymbolizer,
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
+    set: &mut ProbeStackSet,
 ) -> (StackStats, Vec<(String, String)>) {
     let names: HashMap<u64, &str> = slots
         .iter()
@@ -945,27 +967,39 @@ fn fold_stacks(
     let mut by_wait = FoldedStacks::default();
     let mut by_count = FoldedStacks::default();
     let mut stats = StackStats::default();
+    let marker = |name: String| Frame::new(name, "", FrameKind::Unknown);
     for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
-        let mut frames = if sample.ips.is_empty() {
+        let mut stack = NamedStack {
+            frames: Vec::new(),
+            thread: sample.thread.clone(),
+        };
+        if sample.ips.is_empty() {
             stats.lost_calls += sample.count;
-            vec!["[lost stack]".to_string()]
+            stack.push_marker(marker("[lost stack]".into()));
         } else {
             stats.distinct += 1;
             // Latency stacks are taken at the return address, in the
             // caller; count stacks at the probed instruction itself.
-            symbolizer.frames(&sample.ips, measure == Measure::Count)
-        };
-        if measure == Measure::Latency {
-            frames.push(names[&sample.slot].to_string());
+            stack.push_located(symbolizer.user_locations(&sample.ips, measure == Measure::Count));
         }
+        if measure == Measure::Latency {
+            stack.push_marker(Frame::new(names[&sample.slot], "", FrameKind::User));
+        }
+        let mut labels = Vec::new();
         if let Some(latch) = latches.of(&sample.site, namer) {
-            frames.push(format!("[{latch}]"));
+            stack.push_marker(marker(format!("[{latch}]")));
+            labels.push(("latch".to_string(), latch));
         }
         if sample.site.file != 0 {
-            frames.push(format!("[{}]", namer.label(sample.site)));
+            let site = namer.label(sample.site);
+            stack.push_marker(marker(format!("[{site}]")));
+            labels.push(("callsite".to_string(), site));
         }
+        let frames = stack.folded_names();
         by_count.add(&frames, sample.count);
         by_wait.add(&frames, sample.wait_ns);
+        set.stacks.push((stack, sample.count, sample.wait_ns));
+        set.labels.push(labels);
     }
     let mut files = Vec::new();
     if !by_count.is_empty() {
@@ -985,6 +1019,8 @@ pub struct Recording {
     pub summary: Summary,
     /// (file name, contents)
     pub folded: Vec<(String, String)>,
+    /// The stacks behind the folded files, as named: pprof's source.
+    pub stacks: RecordedStacks,
 }
 
 impl Recording {

@@ -133,6 +133,45 @@ pub struct Frame {
     /// [`KERNEL_MODULE`]; empty outside any mapping.
     pub module: String,
     pub kind: FrameKind,
+    /// Source file and line of the address in this function (DWARF line
+    /// tables); for a function with frames inlined into it, the line of
+    /// the inlined call.
+    pub source: Option<SourceLine>,
+}
+
+/// A source position, as DWARF's line table gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceLine {
+    /// As the compile unit spells it: absolute, or relative to the build
+    /// directory.
+    pub file: Arc<str>,
+    /// 0: no line.
+    pub line: u32,
+}
+
+/// One address of a stack as named: where it was mapped, and the frames
+/// at it, the function first and then the functions inlined into it (what
+/// pprof keeps as one location with several lines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The address looked up: the probed or interrupted instruction, or a
+    /// return address minus one (inside the call, where its line is).
+    pub address: u64,
+    /// `None` for kernel addresses and addresses outside any file mapping.
+    pub mapping: Option<Arc<Mapping>>,
+    pub frames: Vec<Frame>,
+}
+
+/// An executable file mapping of the target, as pprof describes one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    pub start: u64,
+    pub limit: u64,
+    pub file_offset: u64,
+    /// The path the target mapped.
+    pub path: String,
+    /// The file's GNU build id, hex.
+    pub build_id: Option<String>,
 }
 
 impl Frame {
@@ -147,12 +186,18 @@ impl Frame {
         }
     }
 
-    fn unknown(name: String, module: String) -> Self {
+    /// A frame without a source line.
+    pub fn new(name: impl Into<String>, module: impl Into<String>, kind: FrameKind) -> Self {
         Self {
-            name,
-            module,
-            kind: FrameKind::Unknown,
+            name: name.into(),
+            module: module.into(),
+            kind,
+            source: None,
         }
+    }
+
+    fn unknown(name: String, module: String) -> Self {
+        Self::new(name, module, FrameKind::Unknown)
     }
 }
 
@@ -259,9 +304,15 @@ impl KernelSymbols {
 pub struct StackSymbolizer {
     maps: ProcessMaps,
     symbolizer: Symbolizer,
-    /// Address (already adjusted) → frames at that address, outermost first.
-    cache: HashMap<u64, Vec<Frame>>,
-    kernel_cache: HashMap<u64, Vec<Frame>>,
+    /// Address (already adjusted) → what is at that address.
+    cache: HashMap<u64, Arc<Location>>,
+    kernel_cache: HashMap<u64, Arc<Location>>,
+    /// Region start → its mapping, as locations share it.
+    mappings: HashMap<u64, Arc<Mapping>>,
+    /// Every mapped file's build id, read once.
+    build_ids: HashMap<FileId, Option<String>>,
+    /// Source file names, each allocated once however many frames name it.
+    source_files: std::collections::HashSet<Arc<str>>,
     kernel_symbols: Option<KernelSymbols>,
     /// Every file handed to blazesym, kept open while it lives: blazesym
     /// caches files by path (`/proc/self/fd/N`), so that number must not
@@ -328,6 +379,9 @@ impl StackSymbolizer {
             symbolizer,
             cache: HashMap::new(),
             kernel_cache: HashMap::new(),
+            mappings: HashMap::new(),
+            build_ids: HashMap::new(),
+            source_files: Default::default(),
             kernel_symbols: None,
             held: HashMap::new(),
             debug_files: HashMap::new(),
@@ -346,6 +400,7 @@ impl StackSymbolizer {
     pub fn set_maps(&mut self, maps: ProcessMaps) {
         self.maps = maps;
         self.cache.clear();
+        self.mappings.clear();
     }
 
     /// Names a user stack (innermost first, as BPF gives it) as frame
@@ -362,47 +417,90 @@ impl StackSymbolizer {
 
     /// Like [`Self::frames`], with module and kind of every frame.
     pub fn user_frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<Frame> {
+        flatten(&self.user_locations(ips, exact_first))
+    }
+
+    /// Names a kernel stack (innermost first), root→leaf.
+    pub fn kernel_frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<Frame> {
+        flatten(&self.kernel_locations(ips, exact_first))
+    }
+
+    /// A user stack (innermost first, as BPF gives it) as locations,
+    /// root→leaf: addresses with their mapping and frames.
+    pub fn user_locations(&mut self, ips: &[u64], exact_first: bool) -> Vec<Arc<Location>> {
         let adjusted = adjust(ips, exact_first);
         self.resolve_user(&adjusted);
         adjusted
             .iter()
             .rev()
-            .flat_map(|ip| self.cache[ip].clone())
+            .map(|ip| Arc::clone(&self.cache[ip]))
             .collect()
     }
 
-    /// Names a kernel stack (innermost first), root→leaf.
-    pub fn kernel_frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<Frame> {
+    /// A kernel stack (innermost first) as locations, root→leaf.
+    pub fn kernel_locations(&mut self, ips: &[u64], exact_first: bool) -> Vec<Arc<Location>> {
         let adjusted = adjust(ips, exact_first);
         self.resolve_kernel(&adjusted);
         adjusted
             .iter()
             .rev()
-            .flat_map(|ip| self.kernel_cache[ip].clone())
+            .map(|ip| Arc::clone(&self.kernel_cache[ip]))
             .collect()
+    }
+
+    /// The mapping of `region`, with its file's build id (read once per
+    /// file, from the file the target mapped).
+    fn mapping(&mut self, region: &Region) -> Arc<Mapping> {
+        if let Some(m) = self.mappings.get(&region.start) {
+            return Arc::clone(m);
+        }
+        let build_id = match (region.id, self.maps.opened(&region.path)) {
+            (Some(id), Ok(file)) => self
+                .build_ids
+                .entry(id)
+                .or_insert_with(|| read_build_id(file))
+                .clone(),
+            _ => None,
+        };
+        let m = Arc::new(Mapping {
+            start: region.start,
+            limit: region.end,
+            file_offset: region.file_offset,
+            path: region.path.clone(),
+            build_id,
+        });
+        self.mappings.insert(region.start, Arc::clone(&m));
+        m
     }
 
     /// Batch-resolves addresses not yet cached, one blazesym call per file.
     fn resolve_user(&mut self, ips: &[u64]) {
-        let mut by_file: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        let mut by_file: HashMap<String, Vec<(u64, u64, Arc<Mapping>)>> = HashMap::new();
         for &ip in ips {
             if self.cache.contains_key(&ip) {
                 continue;
             }
-            match self.maps.lookup(ip) {
-                Some((region, off)) => by_file
-                    .entry(region.path.clone())
-                    .or_default()
-                    .push((ip, off)),
+            match self.maps.lookup(ip).map(|(r, off)| (r.clone(), off)) {
+                Some((region, off)) => {
+                    let mapping = self.mapping(&region);
+                    by_file
+                        .entry(region.path)
+                        .or_default()
+                        .push((ip, off, mapping))
+                }
                 None => {
-                    self.cache
-                        .insert(ip, vec![Frame::unknown("[unknown]".into(), String::new())]);
+                    let location = Location {
+                        address: ip,
+                        mapping: None,
+                        frames: vec![Frame::unknown("[unknown]".into(), String::new())],
+                    };
+                    self.cache.insert(ip, Arc::new(location));
                 }
             }
         }
         for (path, pairs) in by_file {
             let module = path.rsplit('/').next().unwrap_or(&path).to_string();
-            let offsets: Vec<u64> = pairs.iter().map(|(_, off)| *off).collect();
+            let offsets: Vec<u64> = pairs.iter().map(|(_, off, _)| *off).collect();
             // A file that could not be opened as mapped stays unnamed.
             let named = match self.maps.opened(&path) {
                 Ok(f) => {
@@ -414,8 +512,13 @@ impl StackSymbolizer {
                     .map(|off| vec![Frame::unknown(format!("{module}+{off:#x}"), module.clone())])
                     .collect(),
             };
-            for ((ip, _), frames) in pairs.iter().zip(named) {
-                self.cache.insert(*ip, frames);
+            for ((ip, _, mapping), frames) in pairs.into_iter().zip(named) {
+                let location = Location {
+                    address: ip,
+                    mapping: Some(mapping),
+                    frames,
+                };
+                self.cache.insert(ip, Arc::new(location));
             }
         }
     }
@@ -450,6 +553,7 @@ impl StackSymbolizer {
         elf.debug_syms = dwarf;
         let src = Source::Elf(elf);
         let symbolizer = &self.symbolizer;
+        let source_files = &mut self.source_files;
         let done = AtomicBool::new(false);
         let _no_unmapping = trimmer.as_ref().map(|_| blazesym_unmap_lock());
         let results = std::thread::scope(|scope| {
@@ -473,7 +577,9 @@ impl StackSymbolizer {
             .iter()
             .enumerate()
             .map(|(i, off)| match results.get(i) {
-                Some(Symbolized::Sym(sym)) if within(sym) => named(sym, module, FrameKind::User),
+                Some(Symbolized::Sym(sym)) if within(sym) => {
+                    named(sym, module, FrameKind::User, source_files)
+                }
                 _ => vec![Frame::unknown(
                     format!("{module}+{off:#x}"),
                     module.to_string(),
@@ -500,12 +606,12 @@ impl StackSymbolizer {
                 // Kernel addresses are absolute: the address is the identity.
                 None => format!("{ip:#x}"),
             };
-            let frames = vec![Frame {
-                name,
-                module: KERNEL_MODULE.into(),
-                kind: FrameKind::Kernel,
-            }];
-            self.kernel_cache.insert(*ip, frames);
+            let location = Location {
+                address: *ip,
+                mapping: None,
+                frames: vec![Frame::new(name, KERNEL_MODULE, FrameKind::Kernel)],
+            };
+            self.kernel_cache.insert(*ip, Arc::new(location));
         }
     }
 }
@@ -715,23 +821,72 @@ fn within(sym: &Sym<'_>) -> bool {
     sym.size.is_none_or(|size| size == 0 || sym.offset < size)
 }
 
-/// The function, then the functions inlined into it at this address.
-fn named(sym: &Sym<'_>, module: &str, kind: FrameKind) -> Vec<Frame> {
+/// The function, then the functions inlined into it at this address, each
+/// with its line: blazesym gives the function the line of the first
+/// inlined call, each inlined function the line of the next, the innermost
+/// the address's own line.
+fn named(
+    sym: &Sym<'_>,
+    module: &str,
+    kind: FrameKind,
+    files: &mut std::collections::HashSet<Arc<str>>,
+) -> Vec<Frame> {
+    let mut source = |info: Option<&blazesym::symbolize::CodeInfo<'_>>| {
+        let info = info?;
+        let path = info.to_path();
+        let path = path.to_string_lossy();
+        let file = match files.get(path.as_ref()) {
+            Some(f) => Arc::clone(f),
+            None => {
+                let f: Arc<str> = Arc::from(path.as_ref());
+                files.insert(Arc::clone(&f));
+                f
+            }
+        };
+        Some(SourceLine {
+            file,
+            line: info.line.unwrap_or(0),
+        })
+    };
     let mut f = vec![Frame {
-        name: sym.name.to_string(),
-        module: module.to_string(),
-        kind,
+        source: source(sym.code_info.as_deref()),
+        ..Frame::new(sym.name.as_ref(), module, kind)
     }];
-    f.extend(sym.inlined.iter().map(|inl| Frame {
-        name: inl.name.to_string(),
-        module: module.to_string(),
-        kind: if kind == FrameKind::Kernel {
+    for inl in sym.inlined.iter() {
+        let kind = if kind == FrameKind::Kernel {
             FrameKind::Kernel
         } else {
             FrameKind::Inlined
-        },
-    }));
+        };
+        f.push(Frame {
+            source: source(inl.code_info.as_ref()),
+            ..Frame::new(inl.name.as_ref(), module, kind)
+        });
+    }
     f
+}
+
+/// Frames of `locations`, root→leaf.
+pub fn flatten(locations: &[Arc<Location>]) -> Vec<Frame> {
+    locations
+        .iter()
+        .flat_map(|l| l.frames.iter().cloned())
+        .collect()
+}
+
+/// A mapped file's GNU build id, hex; `None` when it has none or cannot be
+/// parsed. Only its notes are read (the file is mapped, not loaded).
+fn read_build_id(file: &TargetFile) -> Option<String> {
+    use object::Object;
+    let map = crate::resolve::mapped::Mapped::of(file.file()).ok()?;
+    let id = object::File::parse(map.bytes())
+        .ok()?
+        .build_id()
+        .ok()
+        .flatten()
+        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    map.release();
+    id
 }
 
 #[cfg(test)]

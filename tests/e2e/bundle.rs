@@ -125,18 +125,42 @@ fn assert_report_rerenders(out: &Path) {
     assert_eq!(mode(&out.join("report.html")), 0o640);
 }
 
-/// `go tool pprof -top` of a profile: (function, flat) rows, names as stored.
+/// `go tool pprof -top` of a profile: (function, flat) rows, largest
+/// first. pprof marks a function inlined at a location `(inline)`; rows of
+/// one name (functions of several source files) are summed.
 fn pprof_top(file: &Path, sample_index: &str) -> Vec<(String, i64)> {
+    let text = pprof_text(file, &["-top", &format!("-sample_index={sample_index}")]);
+    let mut rows: HashMap<String, i64> = HashMap::new();
+    for l in text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+    {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        let flat: i64 = cols[0]
+            .parse()
+            .unwrap_or_else(|_| panic!("flat value in {l:?}"));
+        let name = cols[5..].join(" ");
+        let name = name.strip_suffix(" (inline)").unwrap_or(&name).to_string();
+        *rows.entry(name).or_default() += flat;
+    }
+    assert!(!rows.is_empty(), "{text}");
+    let mut rows: Vec<(String, i64)> = rows.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    rows
+}
+
+/// What `go tool pprof ARGS FILE` prints, all nodes kept, no symbolizing.
+fn pprof_text(file: &Path, args: &[&str]) -> String {
     let cwd = tempfile::tempdir().unwrap();
     let out = go_tool_pprof(cwd.path())
         .args([
             "-symbolize=none",
-            "-top",
             "-nodecount=1000000",
             "-nodefraction=0",
             "-edgefraction=0",
-            &format!("-sample_index={sample_index}"),
         ])
+        .args(args)
         .arg(file)
         .output()
         .unwrap();
@@ -146,36 +170,77 @@ fn pprof_top(file: &Path, sample_index: &str) -> Vec<(String, i64)> {
         "pprof failed: {}{text}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: Vec<(String, i64)> = text
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("flat"))
-        .skip(1)
-        .map(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            let flat = cols[0]
-                .parse()
-                .unwrap_or_else(|_| panic!("flat value in {l:?}"));
-            (cols[5..].join(" "), flat)
-        })
-        .collect();
-    assert!(!rows.is_empty(), "{text}");
-    rows
+    text
 }
 
-/// Leaf frame totals of folded stacks (what pprof calls flat).
+/// Leaf frame totals of folded stacks (what pprof calls flat), by function
+/// name as pprof shows it (no folded `[inlined]` or `_[k]` marks).
 fn folded_leaves(texts: &[&str]) -> HashMap<String, i64> {
     let mut out = HashMap::new();
     for text in texts {
         for l in text.lines() {
             let (stack, n) = l.rsplit_once(' ').unwrap();
             let leaf = stack.rsplit(';').next().unwrap();
+            let leaf = leaf.strip_suffix(" [inlined]").unwrap_or(leaf);
+            let leaf = leaf.strip_suffix("_[k]").unwrap_or(leaf);
             *out.entry(leaf.to_string()).or_default() += n.parse::<i64>().unwrap();
         }
     }
     out
 }
 
-/// pprof's top functions are the folded stacks' top leaves, same values.
+/// A profile of an unstripped server as pprof expects one: the server's
+/// mapping names its file (and build id, where it has one; libc's has)
+/// and says it carries functions,
+/// files, lines and inline frames; `-lines` shows file:line for its
+/// frames; every sample has its thread's name.
+fn assert_pprof_located(file: &Path, summary: &serde_json::Value) {
+    let raw = pprof_text(file, &["-raw"]);
+    let mappings: Vec<&str> = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Mappings"))
+        .collect();
+    let binary = summary["target"]["binary"].as_str().unwrap();
+    let mapping = mappings
+        .iter()
+        .find(|l| l.contains(&format!(" {binary} ")))
+        .unwrap_or_else(|| panic!("no mapping of {binary}:\n{raw}"));
+    // MariaDB 10.2.11's tarball has no build id; Debian's libc has one.
+    if let Some(id) = summary["target"]["build_id"].as_str() {
+        assert!(mapping.contains(id), "{id} in {mapping}");
+    }
+    let libc = mappings
+        .iter()
+        .find(|l| l.contains("libc.so"))
+        .unwrap_or_else(|| panic!("no libc mapping:\n{raw}"));
+    let build_id = libc.split_whitespace().nth(3).unwrap_or_default();
+    assert!(
+        build_id.len() >= 32 && build_id.chars().all(|c| c.is_ascii_hexdigit()),
+        "libc's build id: {libc}"
+    );
+    for flag in ["[FN]", "[FL]", "[LN]", "[IN]"] {
+        assert!(mapping.contains(flag), "{flag} in {mapping}");
+    }
+    let lines = pprof_text(file, &["-top", "-lines"]);
+    let located = lines
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .filter(|l| {
+            l.split_whitespace().last().is_some_and(|w| {
+                w.rsplit_once(':').is_some_and(|(path, line)| {
+                    path.ends_with(".cc") || path.ends_with(".c") || path.ends_with(".h") || path.ends_with(".ic")
+                } && line.parse::<u32>().is_ok_and(|n| n > 0))
+            })
+        })
+        .count();
+    assert!(located >= 10, "rows with file:line: {located}\n{lines}");
+    let tags = pprof_text(file, &["-tags"]);
+    assert!(
+        tags.lines().any(|l| l.trim_start().starts_with("thread:")),
+        "no thread label: {tags}"
+    );
+}
+
 fn assert_pprof_matches_folded(file: &Path, sample_index: &str, folded: &[&str]) {
     let top = pprof_top(file, sample_index);
     let leaves = folded_leaves(folded);
@@ -507,6 +572,7 @@ fn mariadb_bundle_pprof_report_and_browser() {
     // cpu.pb.gz and waits.pb.gz through the real pprof.
     let oncpu = rec.file("oncpu.folded");
     assert_pprof_matches_folded(&rec.out.join("cpu.pb.gz"), "samples", &[&oncpu]);
+    assert_pprof_located(&rec.out.join("cpu.pb.gz"), &s);
     let waits: Vec<String> = s["probes"]
         .as_array()
         .unwrap()

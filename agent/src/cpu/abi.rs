@@ -14,6 +14,8 @@ pub const STACK_TRUNCATED: u32 = 4;
 pub struct CpuStack {
     pub flags: u32,
     pub pad: u32,
+    /// The thread's name, zero-padded.
+    pub comm: [u8; 16],
     pub user: [u64; USER_DEPTH],
     pub kern: [u64; KERN_DEPTH],
 }
@@ -25,6 +27,11 @@ impl CpuStack {
             .copied()
             .take_while(|&ip| ip != 0)
             .collect()
+    }
+
+    /// The thread's name; `None` when empty.
+    pub fn thread(&self) -> Option<String> {
+        crate::bpf_abi::comm_name(&self.comm)
     }
 
     pub fn kernel_ips(&self) -> Vec<u64> {
@@ -40,6 +47,7 @@ impl std::fmt::Debug for CpuStack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuStack")
             .field("flags", &self.flags)
+            .field("thread", &self.thread())
             .field("user", &self.user_ips())
             .field("kern", &self.kernel_ips())
             .finish()
@@ -118,7 +126,7 @@ mod tests {
 
     #[test]
     fn layout_matches_c() {
-        assert_eq!(std::mem::size_of::<CpuStack>(), 8 + 8 * (127 + 64));
+        assert_eq!(std::mem::size_of::<CpuStack>(), 8 + 16 + 8 * (127 + 64));
         assert_eq!(
             std::mem::size_of::<OffCpuStart>(),
             8 + std::mem::size_of::<CpuStack>()

@@ -5,6 +5,7 @@
 use crate::report::flamegraph;
 use crate::report::folded::FoldedStacks;
 use crate::report::model::{CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary};
+use crate::report::named_stack::{NamedStack, StackFrame};
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
 use crate::symbolize::{Frame, FrameKind, StackSymbolizer, KERNEL_MODULE};
 
@@ -24,19 +25,26 @@ pub struct CpuProfile {
     pub summary: CpuSummary,
     pub oncpu_folded: String,
     pub offcpu_folded: Option<String>,
+    /// The same stacks as named (for pprof): samples, microseconds.
+    pub oncpu_stacks: Vec<(NamedStack, u64)>,
+    pub offcpu_stacks: Vec<(NamedStack, u64)>,
 }
 
 impl RawCpuProfile {
     pub fn symbolize(&self, symbolizer: &mut StackSymbolizer) -> CpuProfile {
         let mut on_folded = FoldedStacks::default();
         let mut on_top = TopBuilder::new(SelfFrame::Leaf);
+        let mut oncpu_stacks = Vec::with_capacity(self.oncpu.len());
         for (stack, n) in &self.oncpu {
             // A perf-event sample interrupts the thread: the first kernel
             // address is the interrupted instruction, not a return address.
-            let frames = stack_frames(stack, symbolizer, true);
+            let named = named_stack(stack, symbolizer, true);
+            let frames = named.flat();
             on_folded.add(&folded_names(&frames), *n);
             on_top.add(&frames, *n);
+            oncpu_stacks.push((named, *n));
         }
+        let mut offcpu_stacks = Vec::new();
         let samples = self.counter(Counter::Samples);
         let ticks_expected =
             (self.cpus as f64 * self.opts.frequency_hz as f64 * self.duration_s).round() as u64;
@@ -75,10 +83,12 @@ impl RawCpuProfile {
             let still = self.still_blocked.iter().map(|(s, ns)| (s, *ns));
             for (stack, ns) in blocked.chain(still) {
                 // Taken in the tracepoint: every kernel address is a return address.
-                let frames = without_tracing(stack_frames(stack, symbolizer, false));
+                let named = without_tracing(named_stack(stack, symbolizer, false));
+                let frames = named.flat();
                 let us = ns.div_ceil(1000);
                 folded.add(&folded_names(&frames), us);
                 top.add(&frames, us);
+                offcpu_stacks.push((named, us));
             }
             let summary = OffCpuSummary {
                 min_block_ns: self.opts.offcpu_min_ns,
@@ -115,6 +125,8 @@ impl RawCpuProfile {
             },
             oncpu_folded: on_folded.render(),
             offcpu_folded,
+            oncpu_stacks,
+            offcpu_stacks,
         }
     }
 }
@@ -165,14 +177,18 @@ fn push_svg(
 /// The kernel frames above `__schedule` in an off-CPU stack are the
 /// tracepoint and this profiler's own BPF program, not the thread's: cut
 /// them.
-fn without_tracing(mut frames: Vec<Frame>) -> Vec<Frame> {
-    if let Some(i) = frames
-        .iter()
-        .rposition(|f| f.kind == FrameKind::Kernel && f.name == "__schedule")
-    {
-        frames.truncate(i + 1);
+fn without_tracing(mut stack: NamedStack) -> NamedStack {
+    let schedule = |f: &StackFrame| match f {
+        StackFrame::At(l) => l
+            .frames
+            .iter()
+            .any(|f| f.kind == FrameKind::Kernel && f.name == "__schedule"),
+        StackFrame::Marker(_) => false,
+    };
+    if let Some(i) = stack.frames.iter().rposition(schedule) {
+        stack.frames.truncate(i + 1);
     }
-    frames
+    stack
 }
 
 fn folded_names(frames: &[Frame]) -> Vec<String> {
@@ -180,39 +196,39 @@ fn folded_names(frames: &[Frame]) -> Vec<String> {
 }
 
 fn marker(name: &str, kind: FrameKind) -> Frame {
-    Frame {
-        name: name.to_string(),
-        module: if kind == FrameKind::Kernel {
-            KERNEL_MODULE.to_string()
-        } else {
-            String::new()
-        },
-        kind,
-    }
+    let module = if kind == FrameKind::Kernel {
+        KERNEL_MODULE
+    } else {
+        ""
+    };
+    Frame::new(name, module, kind)
 }
 
 /// Root→leaf: the user stack, then the kernel stack above it. Missing
 /// root frames stay visible as a `[truncated]` or `[unwind stopped]` root,
 /// an unreadable kernel part as `[kernel stack lost]`, so no sample changes
 /// its meaning silently.
-fn stack_frames(
+fn named_stack(
     stack: &CpuStack,
     symbolizer: &mut StackSymbolizer,
     exact_kernel_first: bool,
-) -> Vec<Frame> {
-    let mut frames = Vec::new();
+) -> NamedStack {
+    let mut named = NamedStack {
+        frames: Vec::new(),
+        thread: stack.thread(),
+    };
     if stack.flags & STACK_TRUNCATED != 0 {
-        frames.push(marker("[truncated]", FrameKind::Unknown));
+        named.push_marker(marker("[truncated]", FrameKind::Unknown));
     } else if stack.flags & STACK_UNWIND_STOP != 0 {
-        frames.push(marker("[unwind stopped]", FrameKind::Unknown));
+        named.push_marker(marker("[unwind stopped]", FrameKind::Unknown));
     }
     // The first user address is where the thread left user mode
     // (interrupted or at its syscall), never a return address.
-    frames.extend(symbolizer.user_frames(&stack.user_ips(), true));
+    named.push_located(symbolizer.user_locations(&stack.user_ips(), true));
     if stack.flags & STACK_KERN_LOST != 0 {
-        frames.push(marker("[kernel stack lost]", FrameKind::Kernel));
+        named.push_marker(marker("[kernel stack lost]", FrameKind::Kernel));
     } else {
-        frames.extend(symbolizer.kernel_frames(&stack.kernel_ips(), exact_kernel_first));
+        named.push_located(symbolizer.kernel_locations(&stack.kernel_ips(), exact_kernel_first));
     }
-    frames
+    named
 }

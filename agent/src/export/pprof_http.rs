@@ -97,7 +97,7 @@ impl PendingProfile {
         let named = raw.symbolize(&mut symbolizer);
         let duration = Duration::from_secs_f64(raw.duration_s);
         let profile = pprof::cpu_profile(
-            &named.oncpu_folded,
+            &named.oncpu_stacks,
             freq,
             self.started_unix_ms,
             duration.as_nanos() as i64,

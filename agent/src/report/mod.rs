@@ -9,6 +9,7 @@ pub mod histograms;
 pub mod html;
 pub mod metadata;
 pub mod model;
+pub mod named_stack;
 pub mod overhead;
 pub mod pprof;
 pub mod state_text;

@@ -1,5 +1,8 @@
-//! Folded stacks as pprof profiles (`profile.proto`, gzip'd): `cpu.pb.gz`
+//! Named stacks as pprof profiles (`profile.proto`, gzip'd): `cpu.pb.gz`
 //! for `go tool pprof`, Pyroscope, Grafana and the rest of the pprof world.
+//! Each address is a location in its mapping (file, build id), with its
+//! function and the functions inlined there as lines of that one location,
+//! each with its source file and line where DWARF gives them.
 //!
 //! The messages are declared here with prost's derive, field numbers as in
 //! github.com/google/pprof/proto/profile.proto: prost is the maintained
@@ -8,10 +11,14 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
+
+use crate::report::named_stack::{NamedStack, StackFrame};
+use crate::symbolize::{Frame, FrameKind, KERNEL_MODULE};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Profile {
@@ -19,6 +26,8 @@ pub struct Profile {
     pub sample_type: Vec<ValueType>,
     #[prost(message, repeated, tag = "2")]
     pub sample: Vec<Sample>,
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<Mapping>,
     #[prost(message, repeated, tag = "4")]
     pub location: Vec<Location>,
     #[prost(message, repeated, tag = "5")]
@@ -69,9 +78,39 @@ pub struct Label {
 }
 
 #[derive(Clone, PartialEq, Message)]
+pub struct Mapping {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
+    #[prost(bool, tag = "7")]
+    pub has_functions: bool,
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
+    #[prost(bool, tag = "10")]
+    pub has_inline_frames: bool,
+}
+
+#[derive(Clone, PartialEq, Message)]
 pub struct Location {
     #[prost(uint64, tag = "1")]
     pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
+    /// Innermost inlined function first, the function they were inlined
+    /// into last (pprof's order).
     #[prost(message, repeated, tag = "4")]
     pub line: Vec<Line>,
 }
@@ -80,6 +119,8 @@ pub struct Location {
 pub struct Line {
     #[prost(uint64, tag = "1")]
     pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -90,14 +131,28 @@ pub struct Function {
     pub name: i64,
     #[prost(int64, tag = "3")]
     pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
 }
 
-/// Builds one profile: interned strings, one function and one location per
-/// distinct frame name (folded stacks carry names, not addresses).
+/// Kernel addresses (the upper half on x86-64) form one mapping named as
+/// perf names the kernel, so pprof can tell kernel frames from user ones.
+const KERNEL_START: u64 = 0xffff_8000_0000_0000;
+
+/// Builds one profile from named stacks: strings, functions, mappings and
+/// locations interned. A location is one address (with the functions
+/// inlined there as extra lines) or one marker name.
 pub struct ProfileBuilder {
     profile: Profile,
     strings: HashMap<String, i64>,
-    frames: HashMap<String, u64>,
+    /// (name, file) → function id.
+    functions: HashMap<(String, Option<Arc<str>>), u64>,
+    /// (start, path) → mapping id.
+    mappings: HashMap<(u64, String), u64>,
+    /// (address, mapping id) → location id.
+    addresses: HashMap<(u64, u64), u64>,
+    /// Marker name → location id.
+    markers: HashMap<String, u64>,
 }
 
 impl ProfileBuilder {
@@ -106,7 +161,10 @@ impl ProfileBuilder {
         let mut b = Self {
             profile: Profile::default(),
             strings: HashMap::new(),
-            frames: HashMap::new(),
+            functions: HashMap::new(),
+            mappings: HashMap::new(),
+            addresses: HashMap::new(),
+            markers: HashMap::new(),
         };
         b.string("");
         for (ty, unit) in sample_types {
@@ -133,22 +191,120 @@ impl ProfileBuilder {
         }
     }
 
-    fn location(&mut self, frame: &str) -> u64 {
-        if let Some(&id) = self.frames.get(frame) {
+    fn function(&mut self, name: &str, file: Option<&Arc<str>>) -> u64 {
+        let key = (name.to_string(), file.cloned());
+        if let Some(&id) = self.functions.get(&key) {
             return id;
         }
-        let id = self.frames.len() as u64 + 1;
-        let name = self.string(frame);
+        let id = self.profile.function.len() as u64 + 1;
+        let name = self.string(&key.0);
+        let filename = file.map_or(0, |f| self.string(f));
         self.profile.function.push(Function {
             id,
             name,
             system_name: name,
+            filename,
         });
+        self.functions.insert(key, id);
+        id
+    }
+
+    fn mapping(
+        &mut self,
+        start: u64,
+        limit: u64,
+        offset: u64,
+        path: &str,
+        build_id: Option<&str>,
+    ) -> u64 {
+        let key = (start, path.to_string());
+        if let Some(&id) = self.mappings.get(&key) {
+            return id;
+        }
+        let id = self.profile.mapping.len() as u64 + 1;
+        let filename = self.string(path);
+        let build_id = build_id.map_or(0, |b| self.string(b));
+        self.profile.mapping.push(Mapping {
+            id,
+            memory_start: start,
+            memory_limit: limit,
+            file_offset: offset,
+            filename,
+            build_id,
+            // Every address is named here (some as module+offset): a
+            // reader must not symbolize again.
+            has_functions: true,
+            ..Default::default()
+        });
+        self.mappings.insert(key, id);
+        id
+    }
+
+    fn located(&mut self, at: &crate::symbolize::Location) -> u64 {
+        let mapping = match &at.mapping {
+            Some(m) => self.mapping(
+                m.start,
+                m.limit,
+                m.file_offset,
+                &m.path,
+                m.build_id.as_deref(),
+            ),
+            None if at.address >= KERNEL_START => {
+                self.mapping(KERNEL_START, u64::MAX, 0, KERNEL_MODULE, None)
+            }
+            None => 0,
+        };
+        if let Some(&id) = self.addresses.get(&(at.address, mapping)) {
+            return id;
+        }
+        let id = self.profile.location.len() as u64 + 1;
+        let line = at
+            .frames
+            .iter()
+            .rev()
+            .map(|f| Line {
+                function_id: self.function(&f.name, f.source.as_ref().map(|s| &s.file)),
+                line: f.source.as_ref().map_or(0, |s| i64::from(s.line)),
+            })
+            .collect();
+        if let Some(m) = mapping
+            .checked_sub(1)
+            .and_then(|i| self.profile.mapping.get_mut(i as usize))
+        {
+            let lines = at
+                .frames
+                .iter()
+                .any(|f| f.source.as_ref().is_some_and(|s| s.line > 0));
+            m.has_filenames |= at.frames.iter().any(|f| f.source.is_some());
+            m.has_line_numbers |= lines;
+            m.has_inline_frames |= at.frames.len() > 1;
+        }
         self.profile.location.push(Location {
             id,
-            line: vec![Line { function_id: id }],
+            mapping_id: mapping,
+            address: at.address,
+            line,
         });
-        self.frames.insert(frame.to_string(), id);
+        self.addresses.insert((at.address, mapping), id);
+        id
+    }
+
+    fn marker(&mut self, frame: &Frame) -> u64 {
+        let name = frame.folded_name();
+        if let Some(&id) = self.markers.get(&name) {
+            return id;
+        }
+        let id = self.profile.location.len() as u64 + 1;
+        let function_id = self.function(&name, None);
+        self.profile.location.push(Location {
+            id,
+            line: vec![Line {
+                function_id,
+                line: 0,
+            }],
+            ..Default::default()
+        });
+        self.markers.insert(name, id);
         id
     }
 
@@ -175,12 +331,23 @@ impl ProfileBuilder {
         self
     }
 
-    /// One sample: frames root→leaf (folded order), one value per sample
-    /// type, labels as (key, value).
-    pub fn add(&mut self, frames: &[&str], values: &[i64], labels: &[(&str, &str)]) {
-        let location_id = frames.iter().rev().map(|f| self.location(f)).collect();
+    /// One sample: the stack, one value per sample type, labels as (key,
+    /// value) besides `thread` (the stack's own).
+    pub fn add(&mut self, stack: &NamedStack, values: &[i64], labels: &[(&str, &str)]) {
+        let location_id = stack
+            .frames
+            .iter()
+            .rev()
+            .map(|f| match f {
+                StackFrame::At(l) => self.located(l),
+                StackFrame::Marker(m) => self.marker(m),
+            })
+            .collect();
+        let thread = stack.thread.as_deref().map(|t| ("thread", t));
         let label = labels
             .iter()
+            .copied()
+            .chain(thread)
             .map(|(k, v)| Label {
                 key: self.string(k),
                 str: self.string(v),
@@ -198,14 +365,6 @@ impl ProfileBuilder {
     }
 }
 
-/// `root;…;leaf count` lines, as (frames, count); malformed lines skipped.
-pub fn parse_folded(text: &str) -> impl Iterator<Item = (Vec<&str>, u64)> {
-    text.lines().filter_map(|l| {
-        let (stack, n) = l.trim_end().rsplit_once(' ')?;
-        Some((stack.split(';').collect(), n.parse().ok()?))
-    })
-}
-
 /// The profile, protobuf-encoded and gzip'd (what pprof reads).
 pub fn encode_gz(profile: &Profile) -> Vec<u8> {
     let mut gz = GzEncoder::new(Vec::new(), Compression::default());
@@ -214,10 +373,11 @@ pub fn encode_gz(profile: &Profile) -> Vec<u8> {
     gz.finish().expect("in-memory gzip")
 }
 
-/// On-CPU samples: values `samples/count` and `cpu/nanoseconds` (a sample
-/// stands for one period of the sampling clock).
+/// On-CPU samples (weights: samples): values `samples/count` and
+/// `cpu/nanoseconds` (a sample stands for one period of the sampling
+/// clock).
 pub fn cpu_profile(
-    oncpu_folded: &str,
+    stacks: &[(NamedStack, u64)],
     frequency_hz: u64,
     start_ms: u64,
     duration_ns: i64,
@@ -227,31 +387,38 @@ pub fn cpu_profile(
     b.period("cpu", "nanoseconds", period_ns)
         .time(unix_ns(start_ms), duration_ns)
         .default_sample_type("samples");
-    for (frames, n) in parse_folded(oncpu_folded) {
-        b.add(&frames, &[n as i64, n as i64 * period_ns], &[]);
+    for (stack, n) in stacks {
+        b.add(stack, &[*n as i64, *n as i64 * period_ns], &[]);
     }
     b.build()
 }
 
-/// Off-CPU time (`offcpu.folded`, weighted by microseconds blocked):
-/// value `offcpu/nanoseconds`.
-pub fn offcpu_profile(offcpu_folded: &str, start_ms: u64, duration_ns: i64) -> Profile {
+/// Off-CPU time (weights: microseconds blocked): value
+/// `offcpu/nanoseconds`.
+pub fn offcpu_profile(stacks: &[(NamedStack, u64)], start_ms: u64, duration_ns: i64) -> Profile {
     let mut b = ProfileBuilder::new(&[("offcpu", "nanoseconds")]);
     b.time(unix_ns(start_ms), duration_ns);
-    for (frames, us) in parse_folded(offcpu_folded) {
-        b.add(&frames, &[us as i64 * 1000], &[]);
+    for (stack, us) in stacks {
+        b.add(stack, &[*us as i64 * 1000], &[]);
     }
     b.build()
 }
 
-/// One probe's stacks for [`waits_profile`]: its name and its folded files
-/// (by call count, and by wait time for a latency probe).
+/// One probe's stacks as taken: each with its calls and wait time.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeStackSet {
+    pub probe: String,
+    /// (stack, calls, wait ns); wait is 0 for a count probe.
+    pub stacks: Vec<(NamedStack, u64, u64)>,
+    /// The latch and call site labels of each stack, where it has them.
+    pub labels: Vec<Vec<(String, String)>>,
+}
+
+/// One probe's stacks for [`waits_profile`], with what its numbers stand
+/// for when they are not every call (the governor detached it part of the
+/// time): a comment of the profile.
 pub struct ProbeStacks<'a> {
-    pub probe: &'a str,
-    pub by_count: &'a str,
-    pub by_wait: Option<&'a str>,
-    /// What its numbers stand for when they are not every call (the
-    /// governor detached it part of the time): a comment of the profile.
+    pub set: &'a ProbeStackSet,
     pub note: Option<String>,
 }
 
@@ -267,16 +434,22 @@ pub fn waits_profile(probes: &[ProbeStacks], start_ms: u64, duration_ns: i64) ->
         b.comment(note);
     }
     for p in probes {
-        let root = format!("probe: {}", p.probe);
-        let waits: HashMap<Vec<&str>, u64> = p
-            .by_wait
-            .map(|w| parse_folded(w).collect())
-            .unwrap_or_default();
-        for (frames, calls) in parse_folded(p.by_count) {
-            let wait = waits.get(&frames).copied().unwrap_or(0);
-            let mut rooted = vec![root.as_str()];
-            rooted.extend(frames);
-            b.add(&rooted, &[calls as i64, wait as i64], &[("probe", p.probe)]);
+        let root = StackFrame::Marker(Frame::new(
+            format!("probe: {}", p.set.probe),
+            "",
+            FrameKind::Unknown,
+        ));
+        for (i, (stack, calls, wait)) in p.set.stacks.iter().enumerate() {
+            let mut rooted = NamedStack {
+                frames: vec![root.clone()],
+                thread: stack.thread.clone(),
+            };
+            rooted.frames.extend(stack.frames.iter().cloned());
+            let mut labels = vec![("probe", p.set.probe.as_str())];
+            if let Some(more) = p.set.labels.get(i) {
+                labels.extend(more.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            }
+            b.add(&rooted, &[*calls as i64, *wait as i64], &labels);
         }
     }
     b.build()
@@ -299,65 +472,176 @@ mod tests {
         Profile::decode(raw.as_slice()).unwrap()
     }
 
-    fn names(p: &Profile, s: &Sample) -> Vec<String> {
-        s.location_id
+    fn mysqld() -> Arc<crate::symbolize::Mapping> {
+        Arc::new(crate::symbolize::Mapping {
+            start: 0x40_0000,
+            limit: 0x80_0000,
+            file_offset: 0,
+            path: "/opt/mysql/bin/mysqld".into(),
+            build_id: Some("abcd01".into()),
+        })
+    }
+
+    fn frame(name: &str, kind: FrameKind, line: u32) -> Frame {
+        Frame {
+            source: (line > 0).then(|| crate::symbolize::SourceLine {
+                file: Arc::from("storage/innobase/x.cc"),
+                line,
+            }),
+            ..Frame::new(name, "mysqld", kind)
+        }
+    }
+
+    fn at(address: u64, frames: Vec<Frame>) -> StackFrame {
+        let mapping = (address < KERNEL_START).then(mysqld);
+        StackFrame::At(Arc::new(crate::symbolize::Location {
+            address,
+            mapping,
+            frames,
+        }))
+    }
+
+    fn string<'p>(p: &'p Profile, i: i64) -> &'p str {
+        &p.string_table[i as usize]
+    }
+
+    /// Every function of a location, innermost first, as "name:line".
+    fn lines(p: &Profile, loc: u64) -> Vec<String> {
+        p.location[loc as usize - 1]
+            .line
             .iter()
-            .map(|id| {
-                let f = &p.function[*id as usize - 1];
-                p.string_table[f.name as usize].clone()
+            .map(|l| {
+                let f = &p.function[l.function_id as usize - 1];
+                format!("{}:{}", string(p, f.name), l.line)
             })
             .collect()
     }
 
+    /// An address with a function inlined into its function is one
+    /// location of two lines (innermost first), in its mapping with the
+    /// file's build id; kernel addresses fall in the kernel's mapping;
+    /// locations, functions and mappings are interned; the thread is a label.
     #[test]
-    fn cpu_samples_leaf_first_with_period() {
-        let p = decode(&encode_gz(&cpu_profile(
-            "main;spin 99\nmain;idle_[k] 1\n",
-            100,
-            1_000,
-            2_000_000_000,
-        )));
+    fn cpu_samples_are_located_with_lines_inlines_and_threads() {
+        let main = at(0x40_1000, vec![frame("main", FrameKind::User, 12)]);
+        let spin = at(
+            0x40_2000,
+            vec![
+                frame("row_search_mvcc", FrameKind::User, 40),
+                frame("rec_get_offsets", FrameKind::Inlined, 7),
+            ],
+        );
+        let idle = at(
+            0xffff_ffff_8100_0000,
+            vec![Frame::new("idle", KERNEL_MODULE, FrameKind::Kernel)],
+        );
+        let stacks = vec![
+            (
+                NamedStack {
+                    frames: vec![main.clone(), spin],
+                    thread: Some("connection".into()),
+                },
+                99,
+            ),
+            (
+                NamedStack {
+                    frames: vec![main, idle],
+                    thread: None,
+                },
+                1,
+            ),
+        ];
+        let p = decode(&encode_gz(&cpu_profile(&stacks, 100, 1_000, 2_000_000_000)));
         assert_eq!(p.string_table[0], "");
         assert_eq!(p.sample.len(), 2);
-        assert_eq!(names(&p, &p.sample[0]), ["spin", "main"]);
+        let leaf = p.sample[0].location_id[0];
+        assert_eq!(lines(&p, leaf), ["rec_get_offsets:7", "row_search_mvcc:40"]);
+        assert_eq!(lines(&p, p.sample[0].location_id[1]), ["main:12"]);
+        assert_eq!(p.location[leaf as usize - 1].address, 0x40_2000);
         assert_eq!(p.sample[0].value, [99, 99 * 10_000_000]);
         assert_eq!(p.period, 10_000_000);
         assert_eq!(p.time_nanos, 1_000_000_000);
-        assert_eq!(p.function.len(), 3, "main interned once");
+        assert_eq!(p.location.len(), 3, "main located once");
+        assert_eq!(
+            p.mapping.len(),
+            2,
+            "mysqld's mapping once, and the kernel's"
+        );
+        let m = &p.mapping[0];
+        assert_eq!(string(&p, m.filename), "/opt/mysql/bin/mysqld");
+        assert_eq!(string(&p, m.build_id), "abcd01");
+        assert_eq!((m.memory_start, m.memory_limit), (0x40_0000, 0x80_0000));
+        assert!(m.has_functions && m.has_filenames && m.has_line_numbers && m.has_inline_frames);
+        assert_eq!(string(&p, p.mapping[1].filename), KERNEL_MODULE);
+        let f = &p.function[0];
+        assert_eq!(string(&p, f.filename), "storage/innobase/x.cc");
+        let label = |s: &Sample| -> Vec<(String, String)> {
+            s.label
+                .iter()
+                .map(|l| (string(&p, l.key).to_string(), string(&p, l.str).to_string()))
+                .collect()
+        };
+        assert_eq!(
+            label(&p.sample[0]),
+            [("thread".to_string(), "connection".to_string())]
+        );
+        assert!(label(&p.sample[1]).is_empty());
     }
 
     #[test]
     fn waits_join_counts_and_times_under_the_probe() {
+        let stack = NamedStack {
+            frames: vec![
+                at(0x40_1000, vec![frame("main", FrameKind::User, 3)]),
+                at(0x40_3000, vec![frame("commit", FrameKind::User, 9)]),
+                StackFrame::Marker(Frame::new("fil_flush", "", FrameKind::User)),
+            ],
+            thread: Some("mysqld".into()),
+        };
+        let set = ProbeStackSet {
+            probe: "innodb.redo.flush".into(),
+            stacks: vec![(stack.clone(), 4, 4000), (stack, 1, 0)],
+            labels: vec![vec![("callsite".into(), "log0log.cc:12".into())], vec![]],
+        };
         let p = waits_profile(
             &[ProbeStacks {
-                probe: "innodb.redo.flush",
-                by_count: "main;commit;fil_flush 4\nmain;bg;fil_flush 1\n",
-                by_wait: Some("main;commit;fil_flush 4000\n"),
+                set: &set,
                 note: Some("innodb.redo.flush: unscaled".into()),
             }],
             0,
             1,
         );
+        let names: Vec<String> = p.sample[0]
+            .location_id
+            .iter()
+            .flat_map(|id| lines(&p, *id))
+            .collect();
         assert_eq!(
-            names(&p, &p.sample[0]),
-            ["fil_flush", "commit", "main", "probe: innodb.redo.flush"]
+            names,
+            [
+                "fil_flush:0",
+                "commit:9",
+                "main:3",
+                "probe: innodb.redo.flush:0"
+            ]
         );
         assert_eq!(p.sample[0].value, [4, 4000]);
         assert_eq!(p.sample[1].value, [1, 0]);
-        let l = &p.sample[0].label[0];
-        assert_eq!(
-            (
-                p.string_table[l.key as usize].as_str(),
-                p.string_table[l.str as usize].as_str()
-            ),
-            ("probe", "innodb.redo.flush")
-        );
-        assert_eq!(p.string_table[p.default_sample_type as usize], "wait");
-        let comments: Vec<&str> = p
-            .comment
+        let labels: Vec<(&str, &str)> = p.sample[0]
+            .label
             .iter()
-            .map(|c| p.string_table[*c as usize].as_str())
+            .map(|l| (string(&p, l.key), string(&p, l.str)))
             .collect();
+        assert_eq!(
+            labels,
+            [
+                ("probe", "innodb.redo.flush"),
+                ("callsite", "log0log.cc:12"),
+                ("thread", "mysqld")
+            ]
+        );
+        assert_eq!(string(&p, p.default_sample_type), "wait");
+        let comments: Vec<&str> = p.comment.iter().map(|c| string(&p, *c)).collect();
         assert_eq!(comments, ["innodb.redo.flush: unscaled"]);
     }
 }

@@ -187,27 +187,16 @@ fn key(f: &Frame) -> (String, String) {
 /// Reads a frame back from its folded form (see `Frame::folded_name`).
 pub fn parse_folded_frame(s: &str) -> Frame {
     if let Some(name) = s.strip_suffix("_[k]") {
-        Frame {
-            name: name.to_string(),
-            module: KERNEL_MODULE.to_string(),
-            kind: FrameKind::Kernel,
-        }
+        Frame::new(name, KERNEL_MODULE, FrameKind::Kernel)
     } else if let Some(name) = s.strip_suffix(" [inlined]") {
-        Frame {
-            name: name.to_string(),
-            module: String::new(),
-            kind: FrameKind::Inlined,
-        }
+        Frame::new(name, "", FrameKind::Inlined)
     } else {
-        Frame {
-            name: s.to_string(),
-            module: String::new(),
-            kind: if s.starts_with('[') || s.contains("+0x") {
-                FrameKind::Unknown
-            } else {
-                FrameKind::User
-            },
-        }
+        let kind = if s.starts_with('[') || s.contains("+0x") {
+            FrameKind::Unknown
+        } else {
+            FrameKind::User
+        };
+        Frame::new(s, "", kind)
     }
 }
 
@@ -259,11 +248,7 @@ mod tests {
     use super::*;
 
     fn f(name: &str, module: &str, kind: FrameKind) -> Frame {
-        Frame {
-            name: name.into(),
-            module: module.into(),
-            kind,
-        }
+        Frame::new(name, module, kind)
     }
 
     #[test]
