@@ -207,7 +207,12 @@ impl Reaper {
 
 pub struct SessionOptions {
     pub pid: u32,
+    /// Whether the BPF side may take stacks at all.
     pub capture_stacks: bool,
+    /// Whether every slot takes its stacks from the start; otherwise none
+    /// does until [`Session::set_stack_every`] says so (serve takes stacks
+    /// only while a waits profile is asked for).
+    pub stacks_from_start: bool,
     /// A slot's stack is taken at most once per this many ns on each CPU;
     /// the hits between carry over to the next one taken (0: every hit).
     pub stack_interval_ns: u64,
@@ -311,7 +316,7 @@ impl Session {
             reaper: None,
             _stats: stats,
         };
-        session.plan_slots(plan, opts.capture_stacks);
+        session.plan_slots(plan, opts.capture_stacks && opts.stacks_from_start);
         let started = Instant::now();
         // Hot probes last: whatever attaches first fires while the rest
         // attach, before the governor is watching.
@@ -761,6 +766,13 @@ impl Session {
     /// Per-slot stats, call sites and drops, while the probes stay attached.
     pub fn read_counters(&self) -> Result<crate::collect::Counters, crate::collect::CollectError> {
         crate::collect::read_counters(&self.object, self.slots.len())
+    }
+
+    /// The stacks taken so far, with the hits each carries.
+    pub fn read_stacks(
+        &self,
+    ) -> Result<Vec<crate::collect::StackSample>, crate::collect::CollectError> {
+        crate::collect::read_stacks(&self.object, self.slots.len())
     }
 
     /// Everything, stacks included.

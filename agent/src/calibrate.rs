@@ -203,6 +203,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let opts = SessionOptions {
         pid: std::process::id(),
         capture_stacks,
+        stacks_from_start: true,
         // Every hit's stack: what one stack walk costs is measured here.
         stack_interval_ns: 0,
         limits: Default::default(),

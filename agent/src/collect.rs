@@ -293,7 +293,7 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
 /// The folded counters, plus what each CPU's sampler still holds for a
 /// slot (hits since its last stack), added to that last stack: the sum
 /// over a slot's stacks is then every hit it counted with stacks on.
-fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
+pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
     let traces = map(obj, "stacks")?;
     let mut folded: HashMap<StackKey, StackVal> =
         read_hash::<StackKey, StackVal>(obj, "stack_counts")?

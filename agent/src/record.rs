@@ -197,6 +197,40 @@ impl Plan {
     }
 }
 
+/// When a recording takes its probes' stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackCapture {
+    /// Never (`--no-stacks`, `top`).
+    Off,
+    /// From the first hit to the last (`record`).
+    Always,
+    /// Only while [`Recorder::open_stack_window`] has a window open, for
+    /// the probes it names (`serve`'s `/debug/pprof/waits`): between
+    /// requests no hit walks a stack.
+    OnDemand,
+}
+
+/// Stacks being taken for some probes until a deadline
+/// ([`Recorder::open_stack_window`]).
+#[derive(Debug)]
+pub struct StackWindow {
+    probes: Vec<usize>,
+    /// The stacks' counts when it opened: (slot, frames, site, thread) →
+    /// (calls, wait ns).
+    start: HashMap<StackIdentity, (u64, u64)>,
+    started: Instant,
+}
+
+type StackIdentity = (u64, Vec<u64>, Callsite, Option<String>);
+
+fn stack_identity(s: &crate::collect::StackSample) -> StackIdentity {
+    (s.slot, s.ips.clone(), s.site, s.thread.clone())
+}
+
+/// A stack window left open this long past its deadline is closed by the
+/// next [`Recorder::govern`] (its requester went away).
+const STACK_WINDOW_GRACE: Duration = Duration::from_secs(5);
+
 /// Probes attached and counting.
 pub struct Recorder {
     plan: Plan,
@@ -224,6 +258,9 @@ pub struct Recorder {
     cost_observed: Instant,
     /// The stack sampling the governor set per slot (absent: every hit).
     stack_every: HashMap<usize, u32>,
+    /// With [`StackCapture::OnDemand`]: whether each slot takes stacks
+    /// now, and until when the open window lasts.
+    stack_gate: Option<(Vec<bool>, Option<Instant>)>,
     /// Resumes the kernel refused (the probe then stays off).
     governor_errors: Vec<String>,
     agent_cpu_at_start: Duration,
@@ -232,7 +269,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn start(mut plan: Plan, capture_stacks: bool) -> Result<Self, RecordError> {
+    pub fn start(mut plan: Plan, stacks: StackCapture) -> Result<Self, RecordError> {
         let agent_cpu_at_start = own_cpu_time();
         // Finished before attaching to the target, so its probes are not in the way.
         let calibrated = plan
@@ -256,7 +293,8 @@ impl Recorder {
         };
         let opts = SessionOptions {
             pid: plan.target.pid,
-            capture_stacks,
+            capture_stacks: stacks != StackCapture::Off,
+            stacks_from_start: stacks == StackCapture::Always,
             stack_interval_ns: plan.stack_interval_ns(),
             limits: plan.limits,
         };
@@ -292,6 +330,7 @@ impl Recorder {
             let so_far = s.read_slot_counts().unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
         });
+        let n_slots = session.as_ref().map_or(0, |s| s.slots.len());
         Ok(Self {
             plan,
             session,
@@ -307,6 +346,7 @@ impl Recorder {
             cost,
             cost_observed: started,
             stack_every: HashMap::new(),
+            stack_gate: (stacks == StackCapture::OnDemand).then(|| (vec![false; n_slots], None)),
             governor_errors: Vec::new(),
             agent_cpu_at_start,
             counters,
@@ -321,6 +361,12 @@ impl Recorder {
     /// Lets the overhead governor sample stacks and duty-cycle probes;
     /// call every 10–20 ms.
     pub fn govern(&mut self) {
+        // A stack window whose requester went away closes by itself.
+        if let Some((_, Some(until))) = &self.stack_gate {
+            if Instant::now() > *until + STACK_WINDOW_GRACE {
+                self.stacks_off();
+            }
+        }
         // The programs' cost in the target, re-read once a second, and the
         // governor's per-slot costs with it.
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
@@ -349,9 +395,21 @@ impl Recorder {
         let actions = g.tick(Instant::now(), || {
             session.read_slot_counts().unwrap_or_default()
         });
-        // The BPF-side lever first: no uprobe is touched.
-        session.set_stack_every(&actions.stack_every);
+        // The BPF-side lever first: no uprobe is touched. On demand, only
+        // the slots of an open window take stacks at all.
         self.stack_every.extend(actions.stack_every.iter().copied());
+        match &self.stack_gate {
+            None => session.set_stack_every(&actions.stack_every),
+            Some((gate, _)) => {
+                let open: Vec<(usize, u32)> = actions
+                    .stack_every
+                    .iter()
+                    .copied()
+                    .filter(|(slot, _)| gate.get(*slot).copied().unwrap_or(false))
+                    .collect();
+                session.set_stack_every(&open);
+            }
+        }
         session.suspend(&actions.suspend);
         if !actions.resume.is_empty() {
             if let Err(e) = session.resume(&actions.resume) {
@@ -363,6 +421,155 @@ impl Recorder {
 
     pub fn target(&self) -> &Target {
         &self.plan.target
+    }
+
+    /// Index of the attached probe named `name`.
+    pub fn probe_index(&self, name: &str) -> Option<usize> {
+        self.plan
+            .probes
+            .iter()
+            .position(|p| p.spec.name == name)
+            .filter(|&i| self.slots_of(i).next().is_some())
+    }
+
+    /// Names of the probes with an attached slot.
+    pub fn attached_probes(&self) -> Vec<&str> {
+        (0..self.plan.probes.len())
+            .filter(|&i| self.slots_of(i).next().is_some())
+            .map(|i| self.plan.probes[i].spec.name.as_str())
+            .collect()
+    }
+
+    fn slots_of(&self, probe: usize) -> impl Iterator<Item = usize> + '_ {
+        self.session
+            .iter()
+            .flat_map(|s| s.slots.iter().enumerate())
+            .filter(move |(_, s)| s.probe == probe && s.attached)
+            .map(|(i, _)| i)
+    }
+
+    /// With [`StackCapture::OnDemand`]: `probes` take stacks from now
+    /// until [`Self::close_stack_window`] (or `until` plus a grace, should
+    /// nobody close it). `None` when stacks are not on demand, or a window
+    /// is open already.
+    pub fn open_stack_window(
+        &mut self,
+        probes: &[usize],
+        until: Instant,
+    ) -> Result<Option<StackWindow>, RecordError> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(None);
+        };
+        let Some((gate, deadline)) = self.stack_gate.as_mut() else {
+            return Ok(None);
+        };
+        if deadline.is_some() {
+            return Ok(None);
+        }
+        let start = session
+            .read_stacks()?
+            .iter()
+            .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
+            .collect();
+        let mut on = Vec::new();
+        for (i, slot) in session.slots.iter().enumerate() {
+            if slot.attached && probes.contains(&slot.probe) {
+                gate[i] = true;
+                on.push((i, self.stack_every.get(&i).copied().unwrap_or(1)));
+            }
+        }
+        session.set_stack_every(&on);
+        *deadline = Some(until);
+        Ok(Some(StackWindow {
+            probes: probes.to_vec(),
+            start,
+            started: Instant::now(),
+        }))
+    }
+
+    /// Stops taking stacks; what each window probe's stacks carried since
+    /// the window opened, named.
+    pub fn close_stack_window(
+        &mut self,
+        window: StackWindow,
+    ) -> Result<(Vec<ProbeStackSet>, Duration), RecordError> {
+        let elapsed = window.started.elapsed();
+        let Some(session) = self.session.as_ref() else {
+            return Ok((Vec::new(), elapsed));
+        };
+        let end = session.read_stacks()?;
+        self.stacks_off();
+        let moved: Vec<crate::collect::StackSample> = end
+            .into_iter()
+            .filter_map(|mut s| {
+                let (c, w) = window
+                    .start
+                    .get(&stack_identity(&s))
+                    .copied()
+                    .unwrap_or((0, 0));
+                s.count = s.count.saturating_sub(c);
+                s.wait_ns = s.wait_ns.saturating_sub(w);
+                (s.count > 0).then_some(s)
+            })
+            .collect();
+        Ok((self.name_probe_stacks(&window.probes, &moved), elapsed))
+    }
+
+    /// Every slot stops taking stacks; the window closes.
+    fn stacks_off(&mut self) {
+        let (Some(session), Some((gate, deadline))) =
+            (self.session.as_mut(), self.stack_gate.as_mut())
+        else {
+            return;
+        };
+        let off: Vec<(usize, u32)> = gate
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| **on)
+            .map(|(i, _)| (i, 0))
+            .collect();
+        session.set_stack_every(&off);
+        gate.iter_mut().for_each(|g| *g = false);
+        *deadline = None;
+    }
+
+    /// `samples` of `probes`, named as `finish` names a recording's.
+    fn name_probe_stacks(
+        &self,
+        probes: &[usize],
+        samples: &[crate::collect::StackSample],
+    ) -> Vec<ProbeStackSet> {
+        let plan = &self.plan;
+        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
+        let maps = ProcessMaps::read(plan.target.pid).unwrap_or_else(|_| self.maps.clone());
+        let mut symbolizer = plan.stack_symbolizer(maps);
+        let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
+        let mut out = Vec::new();
+        for &idx in probes {
+            let planned = &plan.probes[idx];
+            let my_slots: Vec<(u64, &crate::attach::Slot)> = slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.probe == idx && s.attached)
+                .map(|(i, s)| (i as u64, s))
+                .collect();
+            let mut set = ProbeStackSet {
+                probe: planned.spec.name.clone(),
+                ..Default::default()
+            };
+            fold_stacks(
+                &report::file_stem(&planned.spec.name),
+                planned.spec.measure,
+                &my_slots,
+                samples,
+                &mut symbolizer,
+                &mut namer,
+                &LatchNames::new(planned),
+                &mut set,
+            );
+            out.push(set);
+        }
+        out
     }
 
     pub fn plan(&self) -> &Plan {

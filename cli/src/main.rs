@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use innoprof::bundle;
 use innoprof::governor::GovernorConfig;
-use innoprof::record::{Plan, RecordOptions, Recorder};
+use innoprof::record::{Plan, RecordOptions, Recorder, StackCapture};
 use innoprof::report::model::EndReason;
 use innoprof::report::table;
 use innoprof::timeseries::IntervalSeries;
@@ -298,7 +298,12 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     // Before attaching: its queries are not what the probes should see.
     let state = args.state.start(pid).sampling(args.interval);
     innoprof::record::debug_phase("after start snapshot");
-    let mut recorder = Recorder::start(plan, !args.no_stacks)?;
+    let stacks = if args.no_stacks {
+        StackCapture::Off
+    } else {
+        StackCapture::Always
+    };
+    let mut recorder = Recorder::start(plan, stacks)?;
     innoprof::record::debug_phase("after attach");
     let mut series = args
         .interval

@@ -102,6 +102,8 @@ struct Live {
     /// An on-CPU profile is being taken for /debug/pprof/profile (one at
     /// a time: each is a sampler of its own on every CPU).
     profiling: bool,
+    /// Set while a waits profile is taken (one at a time).
+    waiting: bool,
 }
 
 /// One server instance and what serve keeps of it.
@@ -197,7 +199,7 @@ fn planned(opts: &RecordOptions) -> Result<Plan> {
 
 impl Run {
     fn start(plan: Plan) -> Result<Self> {
-        let recorder = Recorder::start(plan, false)?;
+        let recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
         let view = LiveView::new(&recorder)?;
         Ok(Self { recorder, view })
     }
@@ -313,6 +315,149 @@ impl Drop for ProfilingSlot {
     }
 }
 
+/// Clears `waiting` however the request ends. A window left open by a
+/// client that went away closes itself past its deadline (see
+/// `Recorder::govern`).
+struct WaitingSlot(Shared);
+
+impl Drop for WaitingSlot {
+    fn drop(&mut self) {
+        self.0.borrow_mut().waiting = false;
+    }
+}
+
+/// The pid a pprof request is for: `pid=` among the running servers, or
+/// the only one running; else the answer to give.
+fn chosen_server(live: &Live, wanted: Option<u32>) -> Result<u32, Response<Full<Bytes>>> {
+    let text = |status: StatusCode, body: String| reply(status, TEXT, body + "\n");
+    let running: Vec<u32> = live
+        .servers
+        .iter()
+        .filter(|w| w.run.is_some())
+        .map(|w| w.target.pid)
+        .collect();
+    match (wanted, running.as_slice()) {
+        (Some(p), _) if running.contains(&p) => Ok(p),
+        (Some(p), _) => Err(text(
+            StatusCode::NOT_FOUND,
+            format!("pid={p}: no server watched runs as that pid (running: {running:?})"),
+        )),
+        (None, [only]) => Ok(*only),
+        (None, []) => Err(server_down()),
+        (None, _) => Err(text(
+            StatusCode::BAD_REQUEST,
+            format!("several servers run: choose one with pid= (one of {running:?})"),
+        )),
+    }
+}
+
+/// The run of the server with `pid`, if it still runs.
+fn run_of(live: &mut Live, pid: u32) -> Option<&mut Run> {
+    live.servers
+        .iter_mut()
+        .filter_map(|w| w.run.as_mut())
+        .find(|r| r.recorder.target().pid == pid)
+}
+
+fn gzipped_profile(gz: Vec<u8>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("Content-Type", "application/octet-stream")
+        .header("Content-Disposition", "attachment; filename=\"profile\"")
+        .body(Full::new(Bytes::from(gz)))
+        .expect("static response parts")
+}
+
+/// `/debug/pprof/waits?seconds=N[&probe=NAME…][&pid=P]`: the probes' wait
+/// time and calls by stack over the next N seconds, gzipped pprof. Between
+/// requests serve takes no stacks; the asked probes take them for the
+/// window only (see `StackCapture::OnDemand`).
+async fn pprof_waits(live: Shared, query: Option<&str>) -> Response<Full<Bytes>> {
+    use innoprof::export::pprof_http::{
+        now_unix_ms, requested_pid, requested_probes, requested_seconds, waits_gz,
+    };
+    let text = |status: StatusCode, body: String| reply(status, TEXT, body + "\n");
+    let (seconds, wanted) = match (requested_seconds(query), requested_pid(query)) {
+        (Ok(s), Ok(p)) => (s, p),
+        (Err(e), _) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+        (_, Err(e)) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let (window, pid, started_ms) = {
+        let l = &mut *live.borrow_mut();
+        let pid = match chosen_server(l, wanted) {
+            Ok(p) => p,
+            Err(answer) => return answer,
+        };
+        if l.waiting {
+            return text(
+                StatusCode::CONFLICT,
+                "a waits profile is being taken already; try again when it is done".into(),
+            );
+        }
+        let run = run_of(l, pid).expect("chosen among the running");
+        let names = requested_probes(query);
+        let attached: Vec<String> = run
+            .recorder
+            .attached_probes()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut probes = Vec::new();
+        for name in &names {
+            match run.recorder.probe_index(name) {
+                Some(i) => probes.push(i),
+                None => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "probe={name}: not attached here (attached: {})",
+                            attached.join(", ")
+                        ),
+                    )
+                }
+            }
+        }
+        if names.is_empty() {
+            probes = attached
+                .iter()
+                .filter_map(|n| run.recorder.probe_index(n))
+                .collect();
+        }
+        if probes.is_empty() {
+            return text(
+                StatusCode::NOT_FOUND,
+                "no probe is attached: no waits to profile".into(),
+            );
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(seconds);
+        match run.recorder.open_stack_window(&probes, until) {
+            Ok(Some(w)) => {
+                l.waiting = true;
+                (w, pid, now_unix_ms())
+            }
+            Ok(None) => {
+                return text(
+                    StatusCode::CONFLICT,
+                    "the last waits window has not closed yet; try again in a few seconds".into(),
+                )
+            }
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, innoprof::error_chain(&e)),
+        }
+    };
+    let _slot = WaitingSlot(live.clone());
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let l = &mut *live.borrow_mut();
+    // The server restarted meanwhile: its window went with its probes.
+    let Some(run) = run_of(l, pid) else {
+        return server_down();
+    };
+    let interval = run.recorder.plan().stack_interval;
+    match run.recorder.close_stack_window(window) {
+        Ok((sets, elapsed)) => gzipped_profile(waits_gz(&sets, started_ms, elapsed, interval)),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, innoprof::error_chain(&e)),
+    }
+}
+
 const TEXT: &str = "text/plain; charset=utf-8";
 
 fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -345,28 +490,9 @@ async fn pprof_profile(live: Shared, query: Option<&str>) -> Response<Full<Bytes
     };
     let (pending, pid) = {
         let mut l = live.borrow_mut();
-        let running: Vec<u32> = l
-            .servers
-            .iter()
-            .filter(|w| w.run.is_some())
-            .map(|w| w.target.pid)
-            .collect();
-        let pid = match (wanted, running.as_slice()) {
-            (Some(p), _) if running.contains(&p) => p,
-            (Some(p), _) => {
-                return text(
-                    StatusCode::NOT_FOUND,
-                    format!("pid={p}: no server watched runs as that pid (running: {running:?})"),
-                )
-            }
-            (None, [only]) => *only,
-            (None, []) => return server_down(),
-            (None, _) => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!("several servers run: choose one with pid= (one of {running:?})"),
-                )
-            }
+        let pid = match chosen_server(&l, wanted) {
+            Ok(p) => p,
+            Err(answer) => return answer,
         };
         if l.profiling {
             return text(
@@ -384,23 +510,13 @@ async fn pprof_profile(live: Shared, query: Option<&str>) -> Response<Full<Bytes
     };
     let _slot = ProfilingSlot(live.clone());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let l = live.borrow();
+    let l = &mut *live.borrow_mut();
     // The server restarted meanwhile: its samples are of the old run.
-    let Some(run) = l
-        .servers
-        .iter()
-        .filter_map(|w| w.run.as_ref())
-        .find(|r| r.recorder.target().pid == pid)
-    else {
+    let Some(run) = run_of(l, pid) else {
         return server_down();
     };
     match pending.finish(run.recorder.plan()) {
-        Ok(gz) => Response::builder()
-            .status(StatusCode::OK)
-            .header("Content-Type", "application/octet-stream")
-            .header("Content-Disposition", "attachment; filename=\"profile\"")
-            .body(Full::new(Bytes::from(gz)))
-            .expect("static response parts"),
+        Ok(gz) => gzipped_profile(gz),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, innoprof::error_chain(&e)),
     }
 }
@@ -456,6 +572,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         all: args.all,
         commit,
         profiling: false,
+        waiting: false,
     }));
     // --all: datadirs whose server could not be attached, with why (said once).
     let mut unattachable: HashMap<PathBuf, String> = HashMap::new();
@@ -678,6 +795,9 @@ async fn respond(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() == Method::GET && req.uri().path() == "/debug/pprof/profile" {
         return Ok(pprof_profile(live, req.uri().query()).await);
+    }
+    if req.method() == Method::GET && req.uri().path() == "/debug/pprof/waits" {
+        return Ok(pprof_waits(live, req.uri().query()).await);
     }
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => {

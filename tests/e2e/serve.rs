@@ -758,6 +758,160 @@ fn serve_answers_pprof_profiles_for_continuous_profilers() {
     );
 }
 
+/// Per `probe` label of a `go tool pprof -raw` waits profile: (calls,
+/// wait ns) summed over its samples.
+fn raw_waits_by_probe(raw: &str) -> BTreeMap<String, (u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut values: Option<(u64, u64)> = None;
+    for l in raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .take_while(|l| !l.starts_with("Locations"))
+    {
+        if let Some((nums, _ids)) = l.split_once(": ") {
+            let v: Vec<u64> = nums
+                .split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            if let [calls, wait] = v[..] {
+                values = Some((calls, wait));
+                continue;
+            }
+        }
+        if let (Some((calls, wait)), Some(rest)) = (values, l.trim().strip_prefix("")) {
+            if let Some(probe) = rest
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix("probe:["))
+                .and_then(|t| t.strip_suffix(']'))
+            {
+                let e = out.entry(probe.to_string()).or_default();
+                e.0 += calls;
+                e.1 += wait;
+                values = None;
+            }
+        }
+    }
+    out
+}
+
+/// Go's pprof client fetches `/debug/pprof/waits?seconds=N&probe=…`: the
+/// asked probes' calls and wait by stack over the window, each probe's
+/// calls exactly what the fixture made inside it (and what serve's own
+/// counters moved by); a probe not asked for is absent. Between requests no
+/// slot takes stacks (the BPF `stack_every` map is all zero before and
+/// after); bad requests are refused in one line.
+#[test]
+fn serve_answers_waits_profiles_for_the_asked_probes() {
+    const A: u64 = 700;
+    const B: u64 = 300;
+    const SLEEPS: u64 = 3;
+    const SLEEP_MS: u64 = 20;
+    const ENTERS: u64 = 7;
+    let _k = kernel_lock();
+    let mut fx = Fixture::spawn(&fixture_binary(true), [A, B, SLEEPS, SLEEP_MS, ENTERS]);
+    let pid = fx.pid.to_string();
+    let serve = Serve::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--probe",
+        "fixture_counted",
+        "--probe",
+        "fixture_sleep",
+        "--probe",
+        "PolicyMutex<*>::enter",
+        "--max-overhead",
+        "off",
+    ]);
+    let serve_pid = serve.child.id();
+    let stack_every = || bpf_array_values_held_by(serve_pid, "stack_every");
+    assert!(!stack_every().is_empty(), "serve's stack_every map");
+    assert!(
+        stack_every().iter().all(|&v| v == 0),
+        "no stacks before a request"
+    );
+    let (status, body) = http_get(serve.port, "/debug/pprof/waits?seconds=1&probe=nope").unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("probe=nope: not attached here (attached: fixture_counted, fixture_sleep"),
+        "{body}"
+    );
+
+    let home = tempfile::tempdir().unwrap();
+    let built = go_tool_pprof(home.path()).arg("-h").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&built.stderr).contains("usage"),
+        "{built:?}"
+    );
+    let before = metric_samples(&serve.scrape());
+    // Percent-encoded as a client sends it; go's pprof adds `seconds`.
+    let url = format!(
+        "http://127.0.0.1:{}/debug/pprof/waits?probe=fixture_counted,fixture_sleep",
+        serve.port
+    );
+    let go_pprof = go_tool_pprof(home.path())
+        .args(["-raw", "-seconds", "4", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stack_every().iter().all(|&v| v == 0) {
+        assert!(Instant::now() < deadline, "the window never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        stack_every().iter().filter(|&&v| v > 0).count(),
+        2,
+        "the two asked probes' slots take stacks, the third's not"
+    );
+    fx.run_calls();
+    let out = go_pprof.wait_with_output().unwrap();
+    let raw = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}{raw}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = metric_samples(&serve.scrape());
+    assert!(
+        stack_every().iter().all(|&v| v == 0),
+        "stacks off after the window"
+    );
+
+    let by_probe = raw_waits_by_probe(&raw);
+    eprintln!("waits over HTTP: {by_probe:?}");
+    let moved = |probe: &str| {
+        let v = |s: &[MetricSample]| {
+            value(s, "innoprof_probe_calls_total", &[("probe", probe)]).unwrap_or(0.0)
+        };
+        (v(&after) - v(&before)) as u64
+    };
+    assert_eq!(by_probe["fixture_counted"].0, A + B, "{raw}");
+    assert_eq!(by_probe["fixture_sleep"].0, SLEEPS, "{raw}");
+    assert!(
+        by_probe["fixture_sleep"].1 >= SLEEPS * SLEEP_MS * 1_000_000,
+        "{raw}"
+    );
+    assert_eq!(moved("fixture_counted"), A + B);
+    assert_eq!(moved("fixture_sleep"), SLEEPS);
+    assert_eq!(
+        moved("PolicyMutex<*>::enter"),
+        ENTERS,
+        "counted, though not asked"
+    );
+    assert!(!by_probe.contains_key("PolicyMutex<*>::enter"), "{raw}");
+    assert!(
+        raw.contains("serve: the probes' stacks over"),
+        "comment: {raw}"
+    );
+    for frame in ["caller_a", "main"] {
+        assert!(raw.contains(frame), "{frame} named:\n{raw}");
+    }
+    drop(serve);
+    fx.exit();
+}
+
 /// GET of a binary body: (status, body).
 fn http_get_bytes(port: u16, path: &str) -> (u16, Vec<u8>) {
     use std::io::{Read, Write};

@@ -454,6 +454,44 @@ fn bpftool_json(args: &[&str]) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
+/// The values (as u64, little-endian) of the BPF array map named `name`
+/// that process `pid` holds, by bpftool: e.g. `stack_every`, which says per
+/// probe slot whether hits take stacks.
+pub fn bpf_array_values_held_by(pid: u32, name: &str) -> Vec<u64> {
+    let mut ids = HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        ids.extend(
+            info.lines()
+                .filter_map(|l| l.strip_prefix("map_id:"))
+                .filter_map(|v| v.trim().parse::<u64>().ok()),
+        );
+    }
+    let mut out = Vec::new();
+    for id in ids {
+        let id = id.to_string();
+        let show = Command::new("bpftool")
+            .args(["-j", "map", "show", "id", &id])
+            .output()
+            .unwrap();
+        let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
+        if show["name"] != name {
+            continue;
+        }
+        for e in bpftool_json(&["map", "dump", "id", &id]) {
+            let v = &e["formatted"]["value"];
+            out.push(
+                v.as_u64()
+                    .unwrap_or_else(|| panic!("bpftool map value {e}")),
+            );
+        }
+    }
+    out
+}
+
 const UPROBE_PROGRAMS: [&str; 3] = ["lat_enter", "lat_return", "count_hit"];
 /// The CPU profiler's programs (bpf/cpu.bpf.c).
 const CPU_PROGRAMS: [&str; 2] = ["cpu_sample", "offcpu_switch"];

@@ -35,19 +35,36 @@ pub enum ProfileError {
     Maps(#[source] std::io::Error),
 }
 
-/// The value of `key` in a request's query string (`seconds=10&pid=42`).
-fn query_value<'q>(query: Option<&'q str>, key: &str) -> Option<&'q str> {
-    query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
+/// Every value of `key` in a request's query string (`seconds=10&pid=42`),
+/// percent-decoded.
+fn query_values(query: Option<&str>, key: &str) -> Vec<String> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+        .collect()
+}
+
+/// The first value of `key`.
+fn query_value(query: Option<&str>, key: &str) -> Option<String> {
+    query_values(query, key).into_iter().next()
+}
+
+/// `probe`: the probes a waits profile is asked for, repeated or comma
+/// separated (`probe=a&probe=b`, `probe=a,b`); empty: every probe.
+pub fn requested_probes(query: Option<&str>) -> Vec<String> {
+    query_values(query, "probe")
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// `pid`, which chooses among several watched servers (`serve --all`).
 pub fn requested_pid(query: Option<&str>) -> Result<Option<u32>, ProfileRequestError> {
     query_value(query, "pid")
+        .as_deref()
         .map(|v| {
             v.parse::<u32>()
                 .map_err(|_| ProfileRequestError::Pid(v.chars().take(32).collect()))
@@ -57,7 +74,7 @@ pub fn requested_pid(query: Option<&str>) -> Result<Option<u32>, ProfileRequestE
 
 /// `seconds` from a request's query string (`seconds=10&…`).
 pub fn requested_seconds(query: Option<&str>) -> Result<u64, ProfileRequestError> {
-    match query_value(query, "seconds") {
+    match query_value(query, "seconds").as_deref() {
         None => Ok(DEFAULT_SECONDS),
         Some(v) => match v.parse::<u64>() {
             Ok(s) if (1..=MAX_SECONDS).contains(&s) => Ok(s),
@@ -80,9 +97,7 @@ impl PendingProfile {
         Ok(Self {
             profiler,
             pid,
-            started_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            started_unix_ms: now_unix_ms(),
         })
     }
 
@@ -104,6 +119,46 @@ impl PendingProfile {
         );
         Ok(pprof::encode_gz(&profile))
     }
+}
+
+/// What a waits profile's numbers are, said in its comments.
+fn waits_note(seconds: f64, stack_interval: Duration) -> String {
+    format!(
+        "serve: the probes' stacks over {seconds:.1} s, taken only while this profile was \
+         asked for; at most one stack per {} us per probe and CPU, carrying the calls since, \
+         so each probe's calls and wait are exact and their split across stacks is a sample. \
+         A probe the governor detached part of the time shows the calls seen while attached \
+         (see innoprof_probe_attached_seconds_total), unscaled",
+        stack_interval.as_micros()
+    )
+}
+
+/// The stacks a waits window saw (see `Recorder::close_stack_window`),
+/// gzipped pprof (`calls/count`, `wait/nanoseconds`, label `probe`).
+pub fn waits_gz(
+    sets: &[pprof::ProbeStackSet],
+    started_unix_ms: u64,
+    elapsed: Duration,
+    stack_interval: Duration,
+) -> Vec<u8> {
+    let note = waits_note(elapsed.as_secs_f64(), stack_interval);
+    let probes: Vec<pprof::ProbeStacks> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, set)| pprof::ProbeStacks {
+            set,
+            note: (i == 0).then(|| note.clone()),
+        })
+        .collect();
+    let profile = pprof::waits_profile(&probes, started_unix_ms, elapsed.as_nanos() as i64);
+    pprof::encode_gz(&profile)
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -128,5 +183,12 @@ mod tests {
         assert_eq!(requested_pid(Some("seconds=5")).unwrap(), None);
         assert_eq!(requested_pid(Some("seconds=5&pid=42")).unwrap(), Some(42));
         assert!(requested_pid(Some("pid=x")).is_err());
+        assert!(requested_probes(Some("seconds=5")).is_empty());
+        assert_eq!(
+            requested_probes(Some(
+                "probe=a,b&seconds=1&probe=PolicyMutex%3C%2A%3E%3A%3Aenter"
+            )),
+            ["a", "b", "PolicyMutex<*>::enter"]
+        );
     }
 }

@@ -136,7 +136,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         plan => plan?,
     };
     crate::warn_unattached(&plan);
-    let mut recorder = Recorder::start(plan, false)?;
+    let mut recorder = Recorder::start(plan, innoprof::record::StackCapture::Off)?;
     let target = recorder.target().clone();
     eprintln!(
         "innoprof: attached {} uprobes and the CPU profiler to {} (pid {}, {})",
