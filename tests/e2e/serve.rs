@@ -720,8 +720,39 @@ fn serve_answers_pprof_profiles_for_continuous_profilers() {
         "{}{raw}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // Wait stacks of the default probes over HTTP, from the same load: each
+    // probe's calls in the window within what serve's own counters moved
+    // across it (scraped just before and after).
+    let before = metric_samples(&serve.scrape());
+    let waits_url = format!("http://127.0.0.1:{}/debug/pprof/waits", serve.port);
+    let out = go_tool_pprof(home.path())
+        .args(["-raw", "-seconds", "3", &waits_url])
+        .output()
+        .unwrap();
+    let after = metric_samples(&serve.scrape());
+    let waits_raw = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}{waits_raw}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(load);
     eprintln!("profiles taken in {:?}", started.elapsed());
+    let by_probe = raw_waits_by_probe(&waits_raw);
+    eprintln!("waits over HTTP: {by_probe:?}");
+    assert!(!by_probe.is_empty(), "{waits_raw}");
+    for (probe, (calls, _)) in &by_probe {
+        let v = |s: &[MetricSample]| {
+            value(s, "innoprof_probe_calls_total", &[("probe", probe)]).unwrap_or(0.0)
+        };
+        let moved = v(&after) - v(&before);
+        assert!(
+            (*calls as f64) <= moved && (*calls as f64) >= 0.5 * moved,
+            "{probe}: {calls} calls in the window, counters moved {moved}"
+        );
+    }
+    assert!(waits_raw.contains("do_command(THD*)"), "{waits_raw}");
 
     assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
     // Samples: "  COUNT  NANOS: LOCATION IDS"; locations name the frames.
