@@ -41,6 +41,20 @@ pub struct Drops {
     pub stack_busy: u64,
 }
 
+impl Drops {
+    /// Adds another recording's drops (`record --follow`'s segments).
+    pub fn add(&mut self, o: &Self) {
+        self.stack_map_full += o.stack_map_full;
+        self.stack_errors += o.stack_errors;
+        self.stack_key_map_full += o.stack_key_map_full;
+        self.inflight_map_full += o.inflight_map_full;
+        self.returns_without_entry += o.returns_without_entry;
+        self.stats_map_full += o.stats_map_full;
+        self.callsite_map_full += o.callsite_map_full;
+        self.stack_busy += o.stack_busy;
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StackSample {
     pub slot: u64,

@@ -55,6 +55,29 @@ pub struct CallEstimate {
 }
 
 impl CallEstimate {
+    /// Two estimates of consecutive stretches of one recording (`other`'s
+    /// clock starting `offset_s` into it) as one: seen and interpolated
+    /// calls add, and so do the bounds (the sum of two 95 % half-widths
+    /// bounds their sum at least as well: conservative).
+    pub fn plus(&self, other: &Self, offset_s: f64) -> Self {
+        Self {
+            observed_calls: self.observed_calls + other.observed_calls,
+            calls: self.calls + other.calls,
+            calls_bound: self.calls_bound + other.calls_bound,
+            wait_ns: self.wait_ns + other.wait_ns,
+            wait_ns_bound: self.wait_ns_bound + other.wait_ns_bound,
+            covered_s: offset_s + other.covered_s,
+            gap_s: self.gap_s + other.gap_s,
+            windows: self.windows + other.windows,
+            confidence: self.confidence.min(other.confidence),
+            assumption: if self.assumption == other.assumption || self.windows == 0 {
+                other.assumption.clone()
+            } else {
+                self.assumption.clone()
+            },
+        }
+    }
+
     /// What was seen and nothing more: no gap interpolated (a live window,
     /// whose rate is read per second the probe was on).
     pub fn seen_only(calls: u64, wait_ns: u64, covered_s: f64) -> Self {

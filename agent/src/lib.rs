@@ -42,6 +42,7 @@ pub mod record;
 pub mod report;
 pub mod resolve;
 pub mod rootfs;
+pub mod segments;
 pub mod server;
 pub mod server_state;
 pub mod symbolize;

@@ -960,6 +960,7 @@ impl Recorder {
             timeseries: None,
             findings: Vec::new(),
             server_state: None,
+            segments: Vec::new(),
         };
         summary.findings = crate::findings::evaluate(&summary);
         Ok(Recording {

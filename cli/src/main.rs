@@ -150,6 +150,12 @@ struct RecordArgs {
     /// counters) at each interval when logged in (summary.json `server_state.samples`).
     #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
     interval: Option<Duration>,
+    /// When the server exits during the recording (a restart, a crash), wait for the same
+    /// instance (the mysqld/mariadbd in the same datadir, any pid or binary) to start again
+    /// and record it too, until --duration ends: one bundle, counts of the seconds watched,
+    /// the gaps marked (summary.json `segments`).
+    #[arg(long, conflicts_with_all = ["interval", "force"])]
+    follow: bool,
     #[command(flatten)]
     limits: limit_args::LimitArgs,
     #[command(flatten)]
@@ -273,7 +279,7 @@ fn default_out(pid: u32) -> PathBuf {
 async fn record(args: RecordArgs) -> Result<ExitCode> {
     let pid = args.pid.resolve()?;
     let out = args.out.clone().unwrap_or_else(|| default_out(pid));
-    let opts = RecordOptions {
+    let mut opts = RecordOptions {
         pid,
         force: args.force,
         probes: args.probe.request(),
@@ -286,14 +292,139 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         recalibrate: args.recalibrate,
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut signals = Signals {
+        int: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
+        term: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+    };
+    // --follow knows the server again by its datadir (its working directory).
+    let instance =
+        if args.follow {
+            Some(innoprof::discover::Instance::of(pid).with_context(|| {
+                format!("--follow: cannot tell which server instance pid {pid} is")
+            })?)
+        } else {
+            None
+        };
 
     innoprof::record::debug_phase("start");
     let plan = Plan::build(&opts)?;
     innoprof::record::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
     bundle::prepare(&out)?;
+    let deadline = tokio::time::Instant::now() + args.duration;
+    let mut segments = Vec::new();
+    let mut plan = Some(plan);
+    let end = loop {
+        let (recording, end) = record_segment(
+            plan.take().expect("a plan per segment"),
+            &args,
+            deadline,
+            &mut signals,
+        )
+        .await?;
+        segments.push(recording);
+        let Some(instance) = instance.as_ref().filter(|_| end == EndReason::TargetExited) else {
+            break end;
+        };
+        eprintln!(
+            "innoprof: --follow: waiting for the server in {} to start again",
+            instance.datadir.display()
+        );
+        let down = std::time::Instant::now();
+        match wait_for_instance(instance, &mut opts, deadline, &mut signals).await {
+            Some(next) => {
+                eprintln!(
+                    "innoprof: the server in {} is back as pid {} after {:.1} s down",
+                    instance.datadir.display(),
+                    next.target.pid,
+                    down.elapsed().as_secs_f64()
+                );
+                plan = Some(next);
+            }
+            None => break end,
+        }
+    };
+    let recording = if args.follow {
+        innoprof::segments::merge(segments)
+    } else {
+        segments.pop().expect("one segment")
+    };
+    // The table goes to stdout first: if the files cannot be written, the
+    // numbers are still on the terminal.
+    print!("{}", table::render(&recording.summary));
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let written = match recording.write(&out, &argv) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("innoprof: error: {}", innoprof::error_chain(&e));
+            return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
+        }
+    };
+    innoprof::record::debug_phase("after write");
+    eprintln!(
+        "innoprof: wrote {} and {}; open {}",
+        written.dir.display(),
+        written.tarball.display(),
+        written.report.display()
+    );
+    Ok(if end == EndReason::TargetExited {
+        ExitCode::from(EXIT_TARGET_EXITED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+/// `--follow`: polls for the instance's next process until `deadline` or a
+/// signal, and plans its probes (resolved anew: an upgrade may have
+/// brought another build). None: it did not come back in time.
+async fn wait_for_instance(
+    instance: &innoprof::discover::Instance,
+    opts: &mut RecordOptions,
+    deadline: tokio::time::Instant,
+    signals: &mut Signals,
+) -> Option<Plan> {
+    let mut poll = tokio::time::interval(Duration::from_millis(250));
+    let mut said: Option<String> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return None,
+            _ = signals.int.recv() => return None,
+            _ = signals.term.recv() => return None,
+            _ = poll.tick() => {
+                let Ok(Some(found)) = instance.running() else { continue };
+                opts.pid = found.pid;
+                match Plan::build(opts) {
+                    Ok(plan) => return Some(plan),
+                    // Still starting (or briefly unreadable): tried again.
+                    Err(e) => {
+                        let why = innoprof::error_chain(&e);
+                        if said.as_deref() != Some(why.as_str()) {
+                            eprintln!("innoprof: cannot attach to pid {} yet: {why}; retrying", found.pid);
+                            said = Some(why);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One server process's part of a recording: attach, record until
+/// `deadline`, a signal or the process's exit, and name what was seen.
+async fn record_segment(
+    plan: Plan,
+    args: &RecordArgs,
+    deadline_at: tokio::time::Instant,
+    signals: &mut Signals,
+) -> Result<(innoprof::record::Recording, EndReason)> {
+    let pid = plan.target.pid;
     warn_unattached(&plan);
     // Before attaching: its queries are not what the probes should see.
     let state = args.state.start(pid).sampling(args.interval);
@@ -345,20 +476,26 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     for note in &recorder.plan().image.notes {
         eprintln!("innoprof: note: {note}");
     }
+    let left = deadline_at.saturating_duration_since(tokio::time::Instant::now());
     eprintln!(
         "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
         target.exe.display(),
         target.pid,
         recorder.plan().server,
-        humantime::format_duration(args.duration)
+        // Whole seconds (the first segment's is --duration itself).
+        humantime::format_duration(if left >= Duration::from_secs(1) {
+            Duration::from_secs(left.as_secs_f64().round() as u64)
+        } else {
+            Duration::from_millis(left.as_millis() as u64)
+        })
     );
 
-    let bar = ProgressBar::new(args.duration.as_millis() as u64);
+    let bar = ProgressBar::new(left.as_millis() as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
             .expect("template"),
     );
-    let deadline = tokio::time::sleep(args.duration);
+    let deadline = tokio::time::sleep_until(deadline_at);
     tokio::pin!(deadline);
     // The governor's own period (it switches probes within a second); each
     // wakeup costs the agent CPU, so no more often than that.
@@ -372,8 +509,8 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let end = loop {
         tokio::select! {
             _ = &mut deadline => break EndReason::Duration,
-            _ = sigint.recv() => break EndReason::Interrupted,
-            _ = sigterm.recv() => break EndReason::Interrupted,
+            _ = signals.int.recv() => break EndReason::Interrupted,
+            _ = signals.term.recv() => break EndReason::Interrupted,
             _ = tick.tick() => {
                 recorder.govern();
                 bar.set_position(started.elapsed().as_millis() as u64);
@@ -394,6 +531,10 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         EndReason::Interrupted => {
             eprintln!("innoprof: interrupted; detaching and writing what was collected")
         }
+        EndReason::TargetExited if args.follow => eprintln!(
+            "innoprof: pid {} exited during the recording; naming what it showed",
+            target.pid
+        ),
         EndReason::TargetExited => eprintln!(
             "innoprof: pid {} exited during the recording; writing what was collected",
             target.pid
@@ -412,29 +553,5 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         recording.folded.extend(series.files());
         recording.summary.timeseries = Some(series.note());
     }
-    // The table goes to stdout first: if the files cannot be written, the
-    // numbers are still on the terminal.
-    print!("{}", table::render(&recording.summary));
-    let argv: Vec<String> = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let written = match recording.write(&out, &argv) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("innoprof: error: {}", innoprof::error_chain(&e));
-            return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
-        }
-    };
-    innoprof::record::debug_phase("after write");
-    eprintln!(
-        "innoprof: wrote {} and {}; open {}",
-        written.dir.display(),
-        written.tarball.display(),
-        written.report.display()
-    );
-    Ok(if end == EndReason::TargetExited {
-        ExitCode::from(EXIT_TARGET_EXITED)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok((recording, end))
 }

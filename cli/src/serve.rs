@@ -166,6 +166,7 @@ impl Setup {
         };
         let exporter = Exporter::for_recorder(&run.recorder, export);
         let target = run.recorder.target().clone();
+        release_freed_memory();
         eprintln!(
             "innoprof: attached {} uprobes to {} (pid {}, {})",
             run.recorder.attached_links(),
@@ -197,6 +198,20 @@ fn planned(opts: &RecordOptions) -> Result<Plan> {
     Ok(plan)
 }
 
+/// Hands the heap pages freed since back to the kernel. Attaching
+/// resolves the server anew (its ELF and DWARF for latch layouts and
+/// in-memory counters, libbpf's BTF): tens of MiB allocated and freed
+/// within a second, which glibc keeps resident, so each restart left serve
+/// a few MiB larger (24.7 to 26.8 MiB at the first of four restarts under
+/// load). `malloc_trim` returns the free pages of every arena; serve's live
+/// data is untouched.
+fn release_freed_memory() {
+    // SAFETY: malloc_trim only releases memory glibc holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl Run {
     fn start(plan: Plan) -> Result<Self> {
         let recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
@@ -217,6 +232,7 @@ impl Watched {
                 self.target = run.recorder.target().clone();
                 self.state = setup.state.watcher(self.target.pid, setup.findings_window);
                 self.run = Some(run);
+                release_freed_memory();
             }
             return Ok(());
         }
@@ -256,6 +272,8 @@ impl Watched {
             );
         }
         run.recorder.detach_probes();
+        drop(run);
+        release_freed_memory();
         self.state = None;
         self.findings.clear();
         if let Some(f) = &mut self.follower {

@@ -665,3 +665,76 @@ fn report_of_a_directory_without_a_recording_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `record --follow` across a restart of MariaDB 10.2.11: one bundle of two
+/// segments (the old pid, then the new one), the gap between them marked
+/// in summary.json and the table, sql.commit counting both loads'
+/// transactions, its rate over the seconds watched (nothing projected over
+/// the gap), and the bundle complete (CPU profile and pprof included).
+#[test]
+fn record_follow_spans_a_restart_in_one_bundle() {
+    let _k = kernel_lock();
+    let mut server = Server::start("mariadb-10.2.11", &[]);
+    let first_pid = server.pid;
+    let pid = first_pid.to_string();
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "20s", "--follow"]);
+    rec.wait_attached();
+    let txns = |report: String| sysbench_number(&report, "transactions:") as u64;
+    let first = txns(
+        server
+            .sysbench_load("oltp_read_write", 2, 3)
+            .join()
+            .unwrap(),
+    );
+    server.stop();
+    rec.wait_stderr("--follow: waiting for the server in");
+    server.start_again();
+    assert_ne!(server.pid, first_pid);
+    rec.wait_stderr(&format!("is back as pid {}", server.pid));
+    let second = txns(
+        server
+            .sysbench_load("oltp_read_write", 2, 3)
+            .join()
+            .unwrap(),
+    );
+    let (code, stdout, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    println!("{stdout}\n{}", rec.stderr());
+    let s = rec.summary();
+    let segments = s["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 2, "{segments:?}");
+    assert_eq!(segments[0]["pid"], first_pid);
+    assert_eq!(segments[1]["pid"], server.pid);
+    assert_eq!(segments[0]["end_reason"], "target_exited");
+    assert_eq!(segments[1]["end_reason"], "duration");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    let gap_start = f(&segments[0]["start_s"]) + f(&segments[0]["duration_s"]);
+    let gap_end = f(&segments[1]["start_s"]);
+    assert!(gap_end > gap_start, "{segments:?}");
+    let watched = f(&segments[0]["duration_s"]) + f(&segments[1]["duration_s"]);
+    assert!(watched < f(&s["duration_s"]), "the gap is not watched");
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["target"]["pid"], server.pid);
+    let commit = probe(&s, "sql.commit");
+    let calls = commit["calls"].as_u64().unwrap();
+    assert!(calls >= first + second, "{calls} < {first} + {second}");
+    let rate = f(&commit["calls_per_sec"]);
+    assert!(
+        (rate - calls as f64 / watched).abs() < 0.01 * rate,
+        "{rate} vs {calls}/{watched}"
+    );
+    assert!(
+        commit["sampling"].is_null(),
+        "governor off: counted, not estimated"
+    );
+    assert!(
+        stdout.contains(&format!("followed across 1 restart(s): pid {first_pid} ")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("not watched (restarting)"), "{stdout}");
+    let files = assert_bundle_complete(&rec.out);
+    assert!(s["cpu"]["oncpu"]["samples"].as_u64().unwrap() > 0);
+    assert!(files.contains_key("cpu.pb.gz") && files.contains_key("waits.pb.gz"));
+    let html = String::from_utf8(files["report.html"].clone()).unwrap();
+    assert!(html.contains("followed across 1 restart(s)"));
+}

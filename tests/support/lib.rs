@@ -184,6 +184,11 @@ impl Recording {
         wait_for_stderr(&mut self.child, &self.stderr_path, "recording for");
     }
 
+    /// Blocks until innoprof's stderr says `needle`.
+    pub fn wait_stderr(&mut self, needle: &str) {
+        wait_for_stderr(&mut self.child, &self.stderr_path, needle);
+    }
+
     pub fn signal(&self, sig: i32) {
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }

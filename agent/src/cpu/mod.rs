@@ -24,7 +24,7 @@ use unwind::UnwindTable;
 
 pub use unwind::UnwindInfo;
 
-pub use profile::CpuProfile;
+pub use profile::{CpuProfile, TOP_ROWS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {

@@ -13,7 +13,7 @@ use super::abi::{Counter, CpuStack, STACK_KERN_LOST, STACK_TRUNCATED, STACK_UNWI
 use super::{CpuError, RawCpuProfile};
 
 /// Rows of each top table kept in summary.json.
-const TOP_ROWS: usize = 50;
+pub const TOP_ROWS: usize = 50;
 
 pub const ONCPU_FOLDED: &str = "oncpu.folded";
 pub const ONCPU_SVG: &str = "oncpu.svg";

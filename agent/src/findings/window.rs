@@ -124,6 +124,7 @@ pub fn summary(
         timeseries: None,
         findings: Vec::new(),
         server_state,
+        segments: Vec::new(),
     };
     summary.findings = super::evaluate(&summary);
     summary

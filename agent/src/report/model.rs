@@ -48,6 +48,41 @@ pub struct Summary {
     /// `--no-server-state`, and in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_state: Option<crate::server_state::ServerState>,
+    /// With `record --follow`: one per server process watched, oldest
+    /// first; the time between two is a gap nothing watched (the server
+    /// restarting). Counts are of the segments' seconds only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<Segment>,
+}
+
+/// A stretch of a `record --follow` recording watching one server process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Segment {
+    pub pid: u32,
+    /// Seconds from the recording's start.
+    pub start_s: f64,
+    pub duration_s: f64,
+    pub end_reason: EndReason,
+}
+
+impl Summary {
+    /// Seconds watched: the segments' (a `--follow` recording's gaps left
+    /// out), else the whole recording.
+    pub fn watched_s(&self) -> f64 {
+        if self.segments.is_empty() {
+            self.duration_s
+        } else {
+            self.segments.iter().map(|g| g.duration_s).sum()
+        }
+    }
+
+    /// The gaps between segments: (start, end) seconds from the start.
+    pub fn gaps(&self) -> Vec<(f64, f64)> {
+        self.segments
+            .windows(2)
+            .map(|w| (w[0].start_s + w[0].duration_s, w[1].start_s))
+            .collect()
+    }
 }
 
 /// What the recording cost, as measured and as projected from probe hits.

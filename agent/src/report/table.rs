@@ -7,6 +7,39 @@ use comfy_table::{CellAlignment, Table};
 use super::model::{ProbeStatus, Summary};
 use super::units;
 
+/// `record --follow` across restarts: which processes were watched when,
+/// and the gaps nothing watched. None for a single process.
+pub fn segments_line(summary: &Summary) -> Option<String> {
+    if summary.segments.len() < 2 {
+        return None;
+    }
+    let parts: Vec<String> = summary
+        .segments
+        .iter()
+        .map(|g| {
+            format!(
+                "pid {} {:.1}–{:.1} s",
+                g.pid,
+                g.start_s,
+                g.start_s + g.duration_s
+            )
+        })
+        .collect();
+    let gaps: Vec<String> = summary
+        .gaps()
+        .iter()
+        .map(|(a, b)| format!("{:.1}–{:.1} s", a, b))
+        .collect();
+    Some(format!(
+        "followed across {} restart(s): {}; not watched (restarting): {}; counts and rates are \
+         of the {:.1} s watched, nothing projected over a gap",
+        summary.segments.len() - 1,
+        parts.join(", "),
+        gaps.join(", "),
+        summary.watched_s()
+    ))
+}
+
 pub fn render(summary: &Summary) -> String {
     let mut out = format!(
         "innoprof: {} pid {} ({}), {:.1}s, {}\n",
@@ -16,6 +49,10 @@ pub fn render(summary: &Summary) -> String {
         summary.duration_s,
         end_text(summary.end_reason)
     );
+    if let Some(line) = segments_line(summary) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     // What is wrong first; the numbers behind it follow.
     out.push_str(&crate::findings::render(&summary.findings));
     let mut table = Table::new();

@@ -99,6 +99,9 @@ fn about(page: &Page) -> Markup {
                 (time(u64::try_from(s.started_unix_ms).unwrap_or(0))) " for " (format!("{:.1}", s.duration_s)) " s"
                 @if let Some(m) = m { " (until " (time(m.ended_unix_ms)) ")" }
             } }
+            @if let Some(line) = table::segments_line(s) {
+                tr { th { "restarts" } td { (line) } }
+            }
             @if let Some(m) = m {
                 tr { th { "command" } td { code { (m.command_line.join(" ")) } } }
                 tr { th { "overhead (estimate)" } td {
