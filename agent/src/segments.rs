@@ -506,3 +506,98 @@ fn regraph(
         None => files.push((svg.to_string(), rendered)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::EndReason;
+
+    /// The html tests' summary as a segment of `pid` starting `at_s` into
+    /// the recording, with `calls` calls (3 in the fixture) of its probe.
+    fn segment(pid: u32, at_s: f64, duration_s: f64, end: EndReason, folded: &str) -> Recording {
+        let mut s = crate::report::html::tests::summary();
+        s.target.pid = pid;
+        s.started_unix_ms += (at_s * 1e3) as u128;
+        s.duration_s = duration_s;
+        s.end_reason = end;
+        s.complete = end == EndReason::Duration;
+        s.probes[0].stacks.folded_by_count = Some("p.count.folded".into());
+        Recording {
+            summary: s,
+            folded: vec![("p.count.folded".into(), folded.into())],
+            stacks: Default::default(),
+        }
+    }
+
+    #[test]
+    fn segments_add_up_over_the_seconds_watched_with_the_gap_marked() {
+        let a = segment(
+            42,
+            0.0,
+            4.0,
+            EndReason::TargetExited,
+            "main;f 2\nmain;g 1\n",
+        );
+        let b = segment(43, 6.0, 4.0, EndReason::Duration, "main;f 3\n");
+        let r = merge(vec![a, b]);
+        let s = &r.summary;
+        assert_eq!(s.target.pid, 43);
+        assert_eq!((s.duration_s, s.watched_s()), (10.0, 8.0));
+        assert_eq!(s.gaps(), [(4.0, 6.0)]);
+        assert!(s.complete);
+        let p = &s.probes[0];
+        assert_eq!((p.calls, p.wait_ns_total, p.wait_ns_max), (6, 6000, 1500));
+        assert_eq!(p.calls_per_sec, 6.0 / 8.0, "over the seconds watched");
+        let counts: Vec<u64> = p.histogram.iter().map(|b| b.count).collect();
+        assert_eq!(counts, [4, 2]);
+        assert_eq!(p.wait_ns_avg, Some(1000));
+        assert_eq!((p.callsites.len(), p.callsites[0].calls), (1, 6));
+        assert_eq!(p.symbols.len(), 1, "the same symbol once");
+        assert_eq!(p.symbols[0].calls, 6);
+        assert!(p.sampling.is_none(), "watched whole: exact, no estimate");
+        let folded = &r
+            .folded
+            .iter()
+            .find(|(n, _)| n == "p.count.folded")
+            .unwrap()
+            .1;
+        assert_eq!(folded, "main;f 5\nmain;g 1\n");
+        let line = crate::report::table::segments_line(s).unwrap();
+        assert!(
+            line.contains("pid 42 0.0–4.0 s, pid 43 6.0–10.0 s"),
+            "{line}"
+        );
+        assert!(
+            line.contains("not watched (restarting): 4.0–6.0 s"),
+            "{line}"
+        );
+    }
+
+    /// A probe the governor cut in one segment: seen calls add, and so do
+    /// the estimate and its bound (the whole segment counts exactly).
+    #[test]
+    fn a_cut_probe_adds_estimates_and_bounds() {
+        let mut a = segment(42, 0.0, 4.0, EndReason::TargetExited, "");
+        let b = segment(43, 5.0, 4.0, EndReason::Duration, "");
+        let mut est = crate::estimate::CallEstimate::seen_only(3, 3000, 4.0);
+        est.calls = 10.0;
+        est.calls_bound = 2.0;
+        a.summary.probes[0].sampling = Some(Sampling {
+            state: SamplingState::DutyCycled,
+            attached_fraction: 0.5,
+            observed_calls: 3,
+            calls_before_start: 0,
+            windows: Vec::new(),
+            estimate: est,
+            off_at_end_s: None,
+            projected_full_pct_of_core: 1.0,
+        });
+        let r = merge(vec![a, b]);
+        let s = r.summary.probes[0].sampling.as_ref().unwrap();
+        assert_eq!((s.estimate.calls, s.estimate.calls_bound), (13.0, 2.0));
+        assert_eq!(s.observed_calls, 6);
+        assert_eq!(s.attached_fraction, 0.75);
+        assert_eq!(s.windows.len(), 1, "the whole second segment, on one clock");
+        assert_eq!(s.windows[0].start_s, 5.0);
+    }
+}
