@@ -226,7 +226,17 @@ fn render_page(
             (None, None) => continue,
         };
         let Some(folded) = text(file)? else { continue };
-        let title = format!("{}: {what} by stack", p.name);
+        // A duty-cycled probe's stacks are those of the calls it saw: said
+        // on its graph as in waits.pb.gz's comment.
+        let title = match &p.sampling {
+            Some(sm) => format!(
+                "{}: {what} by stack, of the calls seen while attached ({:.0} % of the \
+                 recording), unscaled",
+                p.name,
+                sm.attached_fraction * 100.0
+            ),
+            None => format!("{}: {what} by stack", p.name),
+        };
         if let Some(svg) = flamegraph::render(&folded, &title, unit)? {
             probe_flames.push(FlameGraph {
                 title,

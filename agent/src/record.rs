@@ -547,12 +547,7 @@ impl Recorder {
         let mut out = Vec::new();
         for &idx in probes {
             let planned = &plan.probes[idx];
-            let my_slots: Vec<(u64, &crate::attach::Slot)> = slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.probe == idx && s.attached)
-                .map(|(i, s)| (i as u64, s))
-                .collect();
+            let my_slots = attached_slots(slots, idx);
             let mut set = ProbeStackSet {
                 probe: planned.spec.name.clone(),
                 ..Default::default()
@@ -771,12 +766,7 @@ impl Recorder {
                 .as_ref()
                 .map_or(&no_failures, |s| &s.outcomes[idx]);
             let spec = &planned.spec;
-            let my_slots: Vec<(u64, &crate::attach::Slot)> = slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.probe == idx && s.attached)
-                .map(|(i, s)| (i as u64, s))
-                .collect();
+            let my_slots = attached_slots(slots, idx);
 
             let mut calls = 0;
             let mut wait_total = 0;
@@ -1155,6 +1145,16 @@ fn latch_results(
         (b.wait_ns_total, b.calls, &a.latch).cmp(&(a.wait_ns_total, a.calls, &b.latch))
     });
     out
+}
+
+/// The attached slots of probe `idx`, with their ids.
+fn attached_slots(slots: &[crate::attach::Slot], idx: usize) -> Vec<(u64, &crate::attach::Slot)> {
+    slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.probe == idx && s.attached)
+        .map(|(i, s)| (i as u64, s))
+        .collect()
 }
 
 /// Folded stacks of one probe, weighted by wait time and by count.

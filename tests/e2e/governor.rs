@@ -250,6 +250,14 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
         sampling["estimate"]["calls"].as_f64().unwrap()
     );
     assert!(comments.contains(&seen), "{seen:?} not in {comments:?}");
+    // And so does its flame graph in report.html.
+    let html = std::fs::read_to_string(rec.out.join("report.html")).unwrap();
+    let title = format!(
+        "paced_hit: wait time by stack, of the calls seen while attached ({:.0} % of the \
+         recording), unscaled",
+        fraction * 100.0
+    );
+    assert!(html.contains(&title), "{title:?} not in report.html");
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }

@@ -221,7 +221,7 @@ impl Totals {
                 None => scrape.counters.push((name.clone(), *n)),
             }
         }
-        add_drops(&mut scrape.drops, &self.drops);
+        scrape.drops.add(&self.drops);
         scrape.me.governor_switches += self.governor_switches;
     }
 
@@ -233,17 +233,6 @@ impl Totals {
             governor_switches: scrape.me.governor_switches,
         }
     }
-}
-
-fn add_drops(to: &mut Drops, d: &Drops) {
-    to.stack_map_full += d.stack_map_full;
-    to.stack_errors += d.stack_errors;
-    to.stack_key_map_full += d.stack_key_map_full;
-    to.inflight_map_full += d.inflight_map_full;
-    to.returns_without_entry += d.returns_without_entry;
-    to.stats_map_full += d.stats_map_full;
-    to.callsite_map_full += d.callsite_map_full;
-    to.stack_busy += d.stack_busy;
 }
 
 /// What innoprof spends on one server, exported beside its numbers.
