@@ -548,11 +548,7 @@ impl Recorder {
         for &idx in probes {
             let planned = &plan.probes[idx];
             let my_slots = attached_slots(slots, idx);
-            let mut set = ProbeStackSet {
-                probe: planned.spec.name.clone(),
-                ..Default::default()
-            };
-            fold_stacks(
+            let (_, _, mut set) = fold_stacks(
                 &report::file_stem(&planned.spec.name),
                 planned.spec.measure,
                 &my_slots,
@@ -560,8 +556,8 @@ impl Recorder {
                 &mut symbolizer,
                 &mut namer,
                 &LatchNames::new(planned),
-                &mut set,
             );
+            set.probe = planned.spec.name.clone();
             out.push(set);
         }
         out
@@ -828,11 +824,7 @@ impl Recorder {
             let latch_names = LatchNames::new(planned);
             let stacks = if status == ProbeStatus::Attached {
                 let stem = report::file_stem(&spec.name);
-                let mut set = ProbeStackSet {
-                    probe: spec.name.clone(),
-                    ..Default::default()
-                };
-                let (stats, files) = fold_stacks(
+                let (stats, files, mut set) = fold_stacks(
                     &stem,
                     spec.measure,
                     &my_slots,
@@ -840,8 +832,8 @@ impl Recorder {
                     &mut symbolizer,
                     &mut namer,
                     &latch_names,
-                    &mut set,
                 );
+                set.probe = spec.name.clone();
                 folded.extend(files);
                 if !set.stacks.is_empty() {
                     named_stacks.probes.push(set);
@@ -1166,8 +1158,7 @@ fn fold_stacks(
     symbolizer: &mut StackSymbolizer,
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
-    set: &mut ProbeStackSet,
-) -> (StackStats, Vec<(String, String)>) {
+) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
     let names: HashMap<u64, &str> = slots
         .iter()
         .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
@@ -1175,6 +1166,7 @@ fn fold_stacks(
     let mut by_wait = FoldedStacks::default();
     let mut by_count = FoldedStacks::default();
     let mut stats = StackStats::default();
+    let mut set = ProbeStackSet::default();
     let marker = |name: String| Frame::new(name, "", FrameKind::Unknown);
     for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
         let mut stack = NamedStack {
@@ -1220,7 +1212,7 @@ fn fold_stacks(
         files.push((name.clone(), by_wait.render()));
         stats.folded_by_wait = Some(name);
     }
-    (stats, files)
+    (stats, files, set)
 }
 
 pub struct Recording {

@@ -412,7 +412,7 @@ fn merge_callsites(a: &[CallsiteResult], b: &[CallsiteResult]) -> Vec<CallsiteRe
             None => out.push(c.clone()),
         }
     }
-    out.sort_by(|x, y| (y.wait_ns_total, y.calls).cmp(&(x.wait_ns_total, x.calls)));
+    out.sort_by_key(|x| std::cmp::Reverse((x.wait_ns_total, x.calls)));
     out
 }
 

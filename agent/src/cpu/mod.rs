@@ -49,8 +49,8 @@ pub enum CpuError {
         cpu: u32,
         source: aya::programs::ProgramError,
     },
-    #[error("off-CPU profiling needs the kernel's BTF (/sys/kernel/btf/vmlinux): {0}")]
-    Btf(aya::BtfError),
+    #[error("off-CPU profiling needs the kernel's BTF (/sys/kernel/btf/vmlinux)")]
+    Btf(#[source] aya::BtfError),
     #[error("BPF map `{0}` is missing or of the wrong type")]
     Map(&'static str),
     #[error("reading BPF map `{map}`")]
@@ -60,8 +60,8 @@ pub enum CpuError {
     },
     #[error("reading /proc/{pid}/maps")]
     Maps { pid: u32, source: std::io::Error },
-    #[error("loading unwind rows into BPF: {0}")]
-    Unwind(aya::maps::MapError),
+    #[error("loading unwind rows into BPF")]
+    Unwind(#[source] aya::maps::MapError),
     #[error("sampling frequency {0} Hz is out of range (1..=10000)")]
     Frequency(u64),
     #[error(transparent)]

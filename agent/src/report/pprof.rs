@@ -501,7 +501,7 @@ mod tests {
         }))
     }
 
-    fn string<'p>(p: &'p Profile, i: i64) -> &'p str {
+    fn string(p: &Profile, i: i64) -> &str {
         &p.string_table[i as usize]
     }
 
