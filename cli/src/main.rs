@@ -311,14 +311,15 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     innoprof::record::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
     bundle::prepare(&out)?;
-    let deadline = tokio::time::Instant::now() + args.duration;
+    // Set when the first segment is attached: --duration counts from there.
+    let mut deadline: Option<tokio::time::Instant> = None;
     let mut segments = Vec::new();
     let mut plan = Some(plan);
     let end = loop {
         let (recording, end) = record_segment(
             plan.take().expect("a plan per segment"),
             &args,
-            deadline,
+            &mut deadline,
             &mut signals,
         )
         .await?;
@@ -331,7 +332,8 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             instance.datadir.display()
         );
         let down = std::time::Instant::now();
-        match wait_for_instance(instance, &mut opts, deadline, &mut signals).await {
+        let until = deadline.expect("set by the first segment");
+        match wait_for_instance(instance, &mut opts, until, &mut signals).await {
             Some(next) => {
                 eprintln!(
                     "innoprof: the server in {} is back as pid {} after {:.1} s down",
@@ -417,11 +419,12 @@ async fn wait_for_instance(
 }
 
 /// One server process's part of a recording: attach, record until
-/// `deadline`, a signal or the process's exit, and name what was seen.
+/// `deadline` (set here, --duration from now, by the first segment), a
+/// signal or the process's exit, and name what was seen.
 async fn record_segment(
     plan: Plan,
     args: &RecordArgs,
-    deadline_at: tokio::time::Instant,
+    deadline: &mut Option<tokio::time::Instant>,
     signals: &mut Signals,
 ) -> Result<(innoprof::record::Recording, EndReason)> {
     let pid = plan.target.pid;
@@ -436,6 +439,8 @@ async fn record_segment(
     };
     let mut recorder = Recorder::start(plan, stacks)?;
     innoprof::record::debug_phase("after attach");
+    let deadline_at =
+        *deadline.get_or_insert_with(|| tokio::time::Instant::now() + args.duration);
     let mut series = args
         .interval
         .map(|d| IntervalSeries::for_recorder(&recorder, d));
