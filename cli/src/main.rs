@@ -439,8 +439,7 @@ async fn record_segment(
     };
     let mut recorder = Recorder::start(plan, stacks)?;
     innoprof::record::debug_phase("after attach");
-    let deadline_at =
-        *deadline.get_or_insert_with(|| tokio::time::Instant::now() + args.duration);
+    let deadline_at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + args.duration);
     let mut series = args
         .interval
         .map(|d| IntervalSeries::for_recorder(&recorder, d));
