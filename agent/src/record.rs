@@ -425,27 +425,25 @@ impl Recorder {
 
     /// Index of the attached probe named `name`.
     pub fn probe_index(&self, name: &str) -> Option<usize> {
-        self.plan
-            .probes
-            .iter()
-            .position(|p| p.spec.name == name)
-            .filter(|&i| self.slots_of(i).next().is_some())
+        self.attached_probe_ids()
+            .into_iter()
+            .find(|&i| self.plan.probes[i].spec.name == name)
+    }
+
+    /// Indexes of the probes with an attached slot, in plan order.
+    pub fn attached_probe_ids(&self) -> Vec<usize> {
+        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
+        (0..self.plan.probes.len())
+            .filter(|&i| !attached_slots(slots, i).is_empty())
+            .collect()
     }
 
     /// Names of the probes with an attached slot.
     pub fn attached_probes(&self) -> Vec<&str> {
-        (0..self.plan.probes.len())
-            .filter(|&i| self.slots_of(i).next().is_some())
+        self.attached_probe_ids()
+            .into_iter()
             .map(|i| self.plan.probes[i].spec.name.as_str())
             .collect()
-    }
-
-    fn slots_of(&self, probe: usize) -> impl Iterator<Item = usize> + '_ {
-        self.session
-            .iter()
-            .flat_map(|s| s.slots.iter().enumerate())
-            .filter(move |(_, s)| s.probe == probe && s.attached)
-            .map(|(i, _)| i)
     }
 
     /// With [`StackCapture::OnDemand`]: `probes` take stacks from now

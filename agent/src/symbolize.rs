@@ -420,11 +420,6 @@ impl StackSymbolizer {
         flatten(&self.user_locations(ips, exact_first))
     }
 
-    /// Names a kernel stack (innermost first), root→leaf.
-    pub fn kernel_frames(&mut self, ips: &[u64], exact_first: bool) -> Vec<Frame> {
-        flatten(&self.kernel_locations(ips, exact_first))
-    }
-
     /// A user stack (innermost first, as BPF gives it) as locations,
     /// root→leaf: addresses with their mapping and frames.
     pub fn user_locations(&mut self, ips: &[u64], exact_first: bool) -> Vec<Arc<Location>> {

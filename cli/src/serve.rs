@@ -439,10 +439,7 @@ async fn pprof_waits(live: Shared, query: Option<&str>) -> Response<Full<Bytes>>
             }
         }
         if names.is_empty() {
-            probes = attached
-                .iter()
-                .filter_map(|n| run.recorder.probe_index(n))
-                .collect();
+            probes = run.recorder.attached_probe_ids();
         }
         if probes.is_empty() {
             return text(
