@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 
 use crate::bpf_abi::{Callsite, SiteVal};
-use crate::resolve::lines::SourceLines;
+use crate::resolve::lines::{SourceLines, UnitIndex};
 use crate::resolve::ElfImage;
 
 /// Longest file name read; InnoDB's `__FILE__` are build paths.
@@ -24,8 +24,21 @@ pub struct CallsiteNamer<'a> {
     readable: Vec<(u64, u64)>,
     image: &'a ElfImage,
     files: HashMap<u64, Option<String>>,
-    /// Built on the first creation site named (indexes DWARF units).
+    /// Built on the first creation site named (indexes DWARF units, or
+    /// takes the index from `cache`).
     lines: Option<Option<SourceLines<'a>>>,
+    cache: CreatorCache,
+}
+
+/// What naming creation sites has learnt, for a reader that names them
+/// window after window over the same image (`serve`'s findings): the DWARF
+/// unit index and each site's function. Without it every window that met
+/// a new site walked all unit headers again (a burst of CPU and of
+/// resident file pages each time).
+#[derive(Debug, Default)]
+pub struct CreatorCache {
+    /// None: not built yet; Some(None): the image has no line tables.
+    index: Option<Option<UnitIndex>>,
     creators: HashMap<(String, u32), Option<String>>,
 }
 
@@ -38,8 +51,23 @@ impl<'a> CallsiteNamer<'a> {
             image,
             files: HashMap::new(),
             lines: None,
-            creators: HashMap::new(),
+            cache: CreatorCache::default(),
         }
+    }
+
+    /// Names creation sites with what an earlier namer of the same image
+    /// learnt ([`Self::into_cache`]).
+    pub fn with_cache(mut self, cache: CreatorCache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// What this namer learnt, for the next one over the same image.
+    pub fn into_cache(mut self) -> CreatorCache {
+        if let Some(lines) = self.lines.take() {
+            self.cache.index = Some(lines.map(SourceLines::into_index));
+        }
+        self.cache
     }
 
     /// The full `__FILE__` string, if it could be read.
@@ -88,10 +116,14 @@ impl CallsiteNamer<'_> {
         };
         let base = path.rsplit('/').next().unwrap_or(&path).to_string();
         let image = self.image;
-        let lines = self
-            .lines
-            .get_or_insert_with(|| SourceLines::new(image).ok());
+        let index = &mut self.cache.index;
+        let lines = self.lines.get_or_insert_with(|| match index.take() {
+            Some(Some(index)) => SourceLines::with_index(image, index).ok(),
+            Some(None) => None,
+            None => SourceLines::new(image).ok(),
+        });
         let creator = self
+            .cache
             .creators
             .entry((path.clone(), line))
             .or_insert_with(|| {
