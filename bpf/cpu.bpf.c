@@ -14,6 +14,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "cpu.h"
+#include "maps.bpf.h"
 
 #define TASK_RUNNING 0x0000
 #define TASK_DEAD 0x0080 /* vmlinux.h carries no #defines */
@@ -88,18 +89,6 @@ static __always_inline void count(__u32 idx, __u64 n)
 
 	if (v)
 		*v += n; /* per-CPU: no atomics needed */
-}
-
-/* Returns the value for `key`, inserting `init` first if absent; NULL when
- * the map is full. NOEXIST: another CPU may insert the same key meanwhile. */
-static __always_inline void *lookup_or_init(void *map, const void *key, const void *init)
-{
-	void *v = bpf_map_lookup_elem(map, key);
-
-	if (v)
-		return v;
-	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
-	return bpf_map_lookup_elem(map, key);
 }
 
 /* The row covering `addr`: the last one starting at or below it. */

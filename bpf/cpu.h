@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * Map layouts of the CPU profiler (bpf/cpu.bpf.c). agent/src/cpu/abi.rs
- * mirrors every struct and constant here; keep them in step.
+ * mirrors the structs; agent/build.rs reads their layout from the compiled
+ * object's BTF and the #defines and enumerators from here, and the build
+ * fails where the Rust side differs.
  */
 #ifndef INNOPROF_CPU_H
 #define INNOPROF_CPU_H

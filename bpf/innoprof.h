@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * Map layouts shared by the BPF programs and the Rust loader
- * (agent/src/bpf_abi.rs mirrors every struct here; keep them in step).
+ * (agent/src/bpf_abi.rs mirrors the structs; agent/build.rs reads their
+ * layout from the compiled object's BTF and the #defines and enumerators
+ * from here, and the build fails where the Rust side differs).
  */
 #ifndef INNOPROF_H
 #define INNOPROF_H

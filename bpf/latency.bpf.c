@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "innoprof.h"
+#include "maps.bpf.h"
 
 #define EEXIST 17 /* vmlinux.h carries no errno values */
 
@@ -252,20 +253,15 @@ static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cook
 static __always_inline void add_site(__u64 slot, struct callsite site, __u64 wait_ns)
 {
 	struct site_key key = { .slot = slot, .site = site };
+	struct site_val zero_site = {};
 	struct site_val *val;
 
 	if (!site.file && !site.latch && !site.created_file)
 		return;
-	val = bpf_map_lookup_elem(&site_stats, &key);
+	val = lookup_or_init(&site_stats, &key, &zero_site);
 	if (!val) {
-		struct site_val zero = {};
-
-		bpf_map_update_elem(&site_stats, &key, &zero, BPF_NOEXIST);
-		val = bpf_map_lookup_elem(&site_stats, &key);
-		if (!val) {
-			count_drop(DROP_SITE_FULL);
-			return;
-		}
+		count_drop(DROP_SITE_FULL);
+		return;
 	}
 	__sync_fetch_and_add(&val->calls, 1);
 	__sync_fetch_and_add(&val->wait_ns_total, wait_ns);
@@ -297,17 +293,12 @@ static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 /* Adds count and wait to the folded counter of `key`. */
 static __always_inline void add_folded(struct stack_key *key, __u64 count, __u64 wait_ns)
 {
-	struct stack_val *val = bpf_map_lookup_elem(&stack_counts, key);
+	struct stack_val zero_stack = {};
+	struct stack_val *val = lookup_or_init(&stack_counts, key, &zero_stack);
 
 	if (!val) {
-		struct stack_val zero = {};
-
-		bpf_map_update_elem(&stack_counts, key, &zero, BPF_NOEXIST);
-		val = bpf_map_lookup_elem(&stack_counts, key);
-		if (!val) {
-			count_drop(DROP_STACK_KEY_FULL);
-			return;
-		}
+		count_drop(DROP_STACK_KEY_FULL);
+		return;
 	}
 	__sync_fetch_and_add(&val->count, count);
 	__sync_fetch_and_add(&val->wait_ns, wait_ns);

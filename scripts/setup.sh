@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-    clang llvm libbpf-dev bpftool          # BPF programs: clang -target bpf, libbpf headers, vmlinux.h
+    clang llvm libbpf-dev bpftool          # BPF programs: clang -target bpf, libbpf headers; bpftool for the tests
     libelf-dev zlib1g-dev                  # libbpf-rs builds its bundled libbpf against them
     g++ make pkg-config                     # the C++ test fixture
     sysbench mariadb-client-core            # load and SQL client

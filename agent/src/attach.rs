@@ -23,6 +23,7 @@
 //! `BPF_TRACE_UPROBE_MULTI` as the program's expected attach type, and aya
 //! never sets one for uprobes. The CPU profiler stays on aya.
 
+use crate::bpf_layout::latency as bpf;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -85,9 +86,9 @@ impl LinkError {
     }
 }
 
-const ENTER: &str = "lat_enter";
-const RETURN: &str = "lat_return";
-const COUNT: &str = "count_hit";
+const ENTER: &str = bpf::programs::LAT_ENTER;
+const RETURN: &str = bpf::programs::LAT_RETURN;
+const COUNT: &str = bpf::programs::COUNT_HIT;
 
 /// A probe as planned: what the catalog asked for and what resolved.
 #[derive(Debug, Clone, Serialize)]
@@ -712,7 +713,7 @@ impl Session {
     /// Tells the probes of `slot` where its latch's creation site is;
     /// false if the map refused (then the cookie does not ask for it).
     fn set_created(&mut self, slot: usize, field: crate::bpf_abi::CreatedField) -> bool {
-        let Some(map) = self.map("created_at") else {
+        let Some(map) = self.map(bpf::maps::CREATED_AT) else {
             return false;
         };
         map.update(
@@ -727,7 +728,7 @@ impl Session {
     /// hit): the governor's first lever, switched in BPF at once, with no
     /// uprobe attached or detached. Counts stay exact on every hit.
     pub fn set_stack_every(&mut self, slots: &[(usize, u32)]) {
-        let Some(map) = self.map("stack_every") else {
+        let Some(map) = self.map(bpf::maps::STACK_EVERY) else {
             return;
         };
         for &(slot, n) in slots {
@@ -741,7 +742,7 @@ impl Session {
 
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).
     fn set_enabled(&mut self, slots: &[usize], on: bool) {
-        let Some(map) = self.map("enabled") else {
+        let Some(map) = self.map(bpf::maps::ENABLED) else {
             return;
         };
         for &slot in slots {
@@ -887,19 +888,23 @@ fn load_object(opts: &SessionOptions, mode: Mode) -> Result<Object, AttachError>
             let data = map
                 .initial_value_mut()
                 .ok_or(AttachError::Missing(".rodata"))?;
-            write_rodata(data, "target_tgid", &opts.pid.to_ne_bytes())?;
-            write_rodata(data, "capture_stacks", &[u8::from(opts.capture_stacks)])?;
+            write_rodata(data, bpf::globals::TARGET_TGID, &opts.pid.to_ne_bytes())?;
             write_rodata(
                 data,
-                "stack_interval_ns",
+                bpf::globals::CAPTURE_STACKS,
+                &[u8::from(opts.capture_stacks)],
+            )?;
+            write_rodata(
+                data,
+                bpf::globals::STACK_INTERVAL_NS,
                 &opts.stack_interval_ns.to_ne_bytes(),
             )?;
-            write_rodata(data, "stack_seed", &random_u64().to_ne_bytes())?;
+            write_rodata(data, bpf::globals::STACK_SEED, &random_u64().to_ne_bytes())?;
             continue;
         }
         let size = match name.as_str() {
-            "stacks" | "stack_counts" => opts.limits.stacks,
-            "site_stats" => opts.limits.callsites,
+            bpf::maps::STACKS | bpf::maps::STACK_COUNTS => opts.limits.stacks,
+            bpf::maps::SITE_STATS => opts.limits.callsites,
             _ => None,
         };
         if let Some(n) = size {

@@ -1,9 +1,13 @@
-//! Rust mirrors of `bpf/innoprof.h`. Field order and sizes must match.
+//! Rust mirrors of `bpf/innoprof.h`. Each `mirrors_NAME!` checks one
+//! against the layout clang gave the C struct (see `bpf_layout`); the
+//! constants come from the header's `#define`s.
 
-pub const HIST_SLOTS: usize = 40;
+use crate::bpf_layout::defines;
 
-/// Slot ids the maps have room for (`MAX_SLOTS` in innoprof.h).
-pub const MAX_SLOTS: usize = 4096;
+pub const HIST_SLOTS: usize = defines::HIST_SLOTS as usize;
+
+/// Slot ids the maps have room for.
+pub const MAX_SLOTS: usize = defines::MAX_SLOTS as usize;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -15,6 +19,7 @@ pub struct SlotStats {
     /// Stacks taken (a sample of the calls; see `stack_interval_ns`).
     pub stacks: u64,
 }
+mirrors_slot_stats!(SlotStats);
 
 impl SlotStats {
     /// Adds `other` in: another CPU's values, or another slot of a probe.
@@ -66,6 +71,7 @@ pub struct Callsite {
     pub created_line: u32,
     pub pad: u32,
 }
+mirrors_callsite!(Callsite);
 
 impl Callsite {
     /// The latch id read by the probe, if any.
@@ -91,6 +97,7 @@ pub struct CreatedField {
     pub line_bits: u8,
     pub pad: u32,
 }
+mirrors_created_field!(CreatedField);
 
 /// Where a probe reads the latch id: `*(argument + offset)`, `size` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +117,10 @@ pub struct StackKey {
     /// The thread's name when the stack was taken, zero-padded.
     pub comm: [u8; 16],
 }
+mirrors_stack_key!(StackKey);
 
 /// User stack frames kept per stack (`STACK_DEPTH`).
-pub const STACK_DEPTH: usize = 64;
+pub const STACK_DEPTH: usize = defines::STACK_DEPTH as usize;
 
 /// Per slot and CPU: the stack sampler's pending hits (`struct stack_hold`).
 #[repr(C)]
@@ -123,6 +131,7 @@ pub struct StackHold {
     pub pend_wait: u64,
     pub last: StackKey,
 }
+mirrors_stack_hold!(StackHold);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
@@ -130,6 +139,7 @@ pub struct SiteKey {
     pub slot: u64,
     pub site: Callsite,
 }
+mirrors_site_key!(SiteKey);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -138,6 +148,7 @@ pub struct SiteVal {
     pub wait_ns_total: u64,
     pub wait_ns_max: u64,
 }
+mirrors_site_val!(SiteVal);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -145,6 +156,7 @@ pub struct StackVal {
     pub count: u64,
     pub wait_ns: u64,
 }
+mirrors_stack_val!(StackVal);
 
 /// A map value or key read back from the kernel's bytes (None when the
 /// size is not the struct's).
@@ -185,17 +197,17 @@ pub fn cookie(
 /// Indexes of the `drops` per-CPU array (`enum drop_reason`).
 #[derive(Debug, Clone, Copy)]
 pub enum DropReason {
-    StackMapFull = 0,
-    StackError = 1,
-    StackKeyFull = 2,
-    StartFull = 3,
-    MissedEntry = 4,
-    StatsFull = 5,
-    SiteFull = 6,
-    StackBusy = 7,
+    StackMapFull = defines::DROP_STACK_MAP_FULL as isize,
+    StackError = defines::DROP_STACK_ERROR as isize,
+    StackKeyFull = defines::DROP_STACK_KEY_FULL as isize,
+    StartFull = defines::DROP_START_FULL as isize,
+    MissedEntry = defines::DROP_MISSED_ENTRY as isize,
+    StatsFull = defines::DROP_STATS_FULL as isize,
+    SiteFull = defines::DROP_SITE_FULL as isize,
+    StackBusy = defines::DROP_STACK_BUSY as isize,
 }
 
-pub const DROP_REASONS: [DropReason; 8] = [
+pub const DROP_REASONS: [DropReason; defines::DROP_MAX as usize] = [
     DropReason::StackMapFull,
     DropReason::StackError,
     DropReason::StackKeyFull,
@@ -224,23 +236,14 @@ pub fn rodata_offset(name: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn layouts_match_the_c_structs() {
-        // innoprof.h: callsite is 32 bytes, created_field 16, no padding.
-        assert_eq!(std::mem::size_of::<Callsite>(), 32);
-        assert_eq!(std::mem::size_of::<CreatedField>(), 16);
-        assert_eq!(std::mem::size_of::<SiteKey>(), 40);
-        assert_eq!(std::mem::size_of::<StackKey>(), 64);
-        assert_eq!(std::mem::size_of::<StackHold>(), 88);
-    }
+    use crate::bpf_layout::latency as bpf;
 
     #[test]
     fn the_loader_finds_the_configuration_globals() {
-        assert!(rodata_offset("target_tgid").is_some());
-        assert!(rodata_offset("capture_stacks").is_some());
-        assert!(rodata_offset("stack_interval_ns").is_some());
-        assert!(rodata_offset("stack_seed").is_some());
+        assert!(rodata_offset(bpf::globals::TARGET_TGID).is_some());
+        assert!(rodata_offset(bpf::globals::CAPTURE_STACKS).is_some());
+        assert!(rodata_offset(bpf::globals::STACK_INTERVAL_NS).is_some());
+        assert!(rodata_offset(bpf::globals::STACK_SEED).is_some());
         assert_eq!(rodata_offset("no_such_global"), None);
     }
 

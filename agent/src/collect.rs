@@ -1,5 +1,6 @@
 //! Reading the BPF maps into plain totals. Userspace reads only aggregates.
 
+use crate::bpf_layout::latency as bpf;
 use std::collections::HashMap;
 
 use libbpf_rs::{Map, MapCore, MapFlags, Object};
@@ -98,13 +99,13 @@ pub fn read_slot_counts(
 /// Per-slot stats summed over CPUs, for slots `0..n_slots` (slot ids are
 /// dense), in one batched read of the per-CPU array.
 fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStats>, CollectError> {
-    let stats = map(obj, "stats")?;
-    let per_cpu = read_percpu_array(&stats, n_slots).map_err(read_err("stats"))?;
+    let stats = map(obj, bpf::maps::STATS)?;
+    let per_cpu = read_percpu_array(&stats, n_slots).map_err(read_err(bpf::maps::STATS))?;
     let mut slots = HashMap::new();
     for (slot, values) in per_cpu.into_iter().enumerate() {
         let mut sum = SlotStats::default();
         for v in values {
-            let s: SlotStats = from_bytes(&v).ok_or(CollectError::Layout("stats"))?;
+            let s: SlotStats = from_bytes(&v).ok_or(CollectError::Layout(bpf::maps::STATS))?;
             sum.merge(&s);
         }
         if sum.calls > 0 {
@@ -270,18 +271,18 @@ fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
 /// Per-slot stats, call sites and drop counts; no stacks.
 pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
     let slots = read_slot_stats(obj, n_slots)?;
-    let sites = read_hash::<SiteKey, SiteVal>(obj, "site_stats")?
+    let sites = read_hash::<SiteKey, SiteVal>(obj, bpf::maps::SITE_STATS)?
         .into_iter()
         .map(|(k, v)| (k.slot, k.site, v))
         .collect();
 
-    let drops_map = map(obj, "drops")?;
+    let drops_map = map(obj, bpf::maps::DROPS)?;
     let mut totals = [0u64; DROP_REASONS.len()];
     for reason in DROP_REASONS {
         let idx = reason as u32;
         totals[idx as usize] = drops_map
             .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
-            .map_err(read_err("drops"))?
+            .map_err(read_err(bpf::maps::DROPS))?
             .unwrap_or_default()
             .iter()
             .filter_map(|v| from_bytes::<u64>(v))
@@ -308,15 +309,15 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
 /// slot (hits since its last stack), added to that last stack: the sum
 /// over a slot's stacks is then every hit it counted with stacks on.
 pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
-    let traces = map(obj, "stacks")?;
+    let traces = map(obj, bpf::maps::STACKS)?;
     let mut folded: HashMap<StackKey, StackVal> =
-        read_hash::<StackKey, StackVal>(obj, "stack_counts")?
+        read_hash::<StackKey, StackVal>(obj, bpf::maps::STACK_COUNTS)?
             .into_iter()
             .collect();
-    let hold = map(obj, "stack_hold")?;
-    for per_cpu in read_percpu_array(&hold, n_slots).map_err(read_err("stack_hold"))? {
+    let hold = map(obj, bpf::maps::STACK_HOLD)?;
+    for per_cpu in read_percpu_array(&hold, n_slots).map_err(read_err(bpf::maps::STACK_HOLD))? {
         for v in per_cpu {
-            let h: StackHold = from_bytes(&v).ok_or(CollectError::Layout("stack_hold"))?;
+            let h: StackHold = from_bytes(&v).ok_or(CollectError::Layout(bpf::maps::STACK_HOLD))?;
             if h.pend_count == 0 && h.pend_wait == 0 {
                 continue;
             }
@@ -330,7 +331,7 @@ pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Col
         let ips = if key.stack_hash != 0 {
             traces
                 .lookup(&key.stack_hash.to_ne_bytes(), MapFlags::ANY)
-                .map_err(read_err("stacks"))?
+                .map_err(read_err(bpf::maps::STACKS))?
                 .map(|bytes| {
                     bytes
                         .chunks_exact(8)

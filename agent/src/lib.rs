@@ -12,6 +12,8 @@
 //! into per-interval deltas, [`export`] serves them to Prometheus, and
 //! [`live`] turns them into the tables of `innoprof top`.
 
+#[macro_use]
+pub mod bpf_layout;
 pub mod attach;
 pub mod attach_errno;
 pub mod bpf_abi;

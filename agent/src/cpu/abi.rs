@@ -1,11 +1,15 @@
-//! Rust mirrors of `bpf/cpu.h`. Field order and sizes must match.
+//! Rust mirrors of `bpf/cpu.h`, each checked against the layout clang gave
+//! the C struct (`mirrors_NAME!`, see `bpf_layout`); the constants come
+//! from the header's `#define`s and enumerators.
 
-pub const USER_DEPTH: usize = 127;
-pub const KERN_DEPTH: usize = 64;
+use crate::bpf_layout::defines;
 
-pub const STACK_UNWIND_STOP: u32 = 1;
-pub const STACK_KERN_LOST: u32 = 2;
-pub const STACK_TRUNCATED: u32 = 4;
+pub const USER_DEPTH: usize = defines::CPU_USER_DEPTH as usize;
+pub const KERN_DEPTH: usize = defines::CPU_KERN_DEPTH as usize;
+
+pub const STACK_UNWIND_STOP: u32 = defines::CPU_STACK_UNWIND_STOP as u32;
+pub const STACK_KERN_LOST: u32 = defines::CPU_STACK_KERN_LOST as u32;
+pub const STACK_TRUNCATED: u32 = defines::CPU_STACK_TRUNCATED as u32;
 
 /// A whole stack, the key of the count maps: addresses innermost first,
 /// zero-terminated.
@@ -19,6 +23,7 @@ pub struct CpuStack {
     pub user: [u64; USER_DEPTH],
     pub kern: [u64; KERN_DEPTH],
 }
+mirrors_cpu_stack!(CpuStack);
 
 impl CpuStack {
     pub fn user_ips(&self) -> Vec<u64> {
@@ -60,6 +65,7 @@ pub struct OffCpuVal {
     pub count: u64,
     pub total_ns: u64,
 }
+mirrors_offcpu_val!(OffCpuVal);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +73,7 @@ pub struct OffCpuStart {
     pub ts: u64,
     pub stack: CpuStack,
 }
+mirrors_offcpu_start!(OffCpuStart);
 
 // SAFETY: plain-old-data with no padding (u32 pairs, then u64s), mirrored from C.
 unsafe impl aya::Pod for CpuStack {}
@@ -74,14 +81,14 @@ unsafe impl aya::Pod for OffCpuVal {}
 unsafe impl aya::Pod for OffCpuStart {}
 unsafe impl aya::Pod for UnwindRow {}
 
-pub const UNWIND_CFA: u8 = 0;
-pub const UNWIND_FP: u8 = 1;
-pub const UNWIND_END: u8 = 2;
-pub const UNWIND_STOP: u8 = 3;
-pub const UNWIND_REG_RSP: u8 = 0;
-pub const UNWIND_REG_RBP: u8 = 1;
-pub const UNWIND_RBP_SAME: i16 = 0x7fff;
-pub const UNWIND_RBP_UNDEF: i16 = 0x7ffe;
+pub const UNWIND_CFA: u8 = defines::UNWIND_CFA as u8;
+pub const UNWIND_FP: u8 = defines::UNWIND_FP as u8;
+pub const UNWIND_END: u8 = defines::UNWIND_END as u8;
+pub const UNWIND_STOP: u8 = defines::UNWIND_STOP as u8;
+pub const UNWIND_REG_RSP: u8 = defines::UNWIND_REG_RSP as u8;
+pub const UNWIND_REG_RBP: u8 = defines::UNWIND_REG_RBP as u8;
+pub const UNWIND_RBP_SAME: i16 = defines::UNWIND_RBP_SAME as i16;
+pub const UNWIND_RBP_UNDEF: i16 = defines::UNWIND_RBP_UNDEF as i16;
 
 /// One CFI row: how to find the caller from an address up to the next row.
 #[repr(C)]
@@ -93,45 +100,31 @@ pub struct UnwindRow {
     pub cfa_reg: u8,
     pub kind: u8,
 }
+mirrors_unwind_row!(UnwindRow);
 
 /// Indexes of the per-CPU `cpu_counters` array (`enum cpu_counter`).
 #[derive(Debug, Clone, Copy)]
 pub enum Counter {
-    Ticks = 0,
-    Samples = 1,
-    UnwindStop = 2,
-    KernLost = 3,
-    Truncated = 4,
-    OnCpuFull = 5,
-    OffBlocks = 6,
-    OffShort = 7,
-    OffShortNs = 8,
-    OffUnwindStop = 9,
-    OffFull = 10,
-    OffStartFull = 11,
-    OffPreempted = 12,
+    Ticks = defines::CNT_TICKS as isize,
+    Samples = defines::CNT_SAMPLES as isize,
+    UnwindStop = defines::CNT_UNWIND_STOP as isize,
+    KernLost = defines::CNT_KERN_LOST as isize,
+    Truncated = defines::CNT_TRUNCATED as isize,
+    OnCpuFull = defines::CNT_ONCPU_FULL as isize,
+    OffBlocks = defines::CNT_OFF_BLOCKS as isize,
+    OffShort = defines::CNT_OFF_SHORT as isize,
+    OffShortNs = defines::CNT_OFF_SHORT_NS as isize,
+    OffUnwindStop = defines::CNT_OFF_UNWIND_STOP as isize,
+    OffFull = defines::CNT_OFF_FULL as isize,
+    OffStartFull = defines::CNT_OFF_START_FULL as isize,
+    OffPreempted = defines::CNT_OFF_PREEMPTED as isize,
 }
 
-pub const COUNTERS: usize = 13;
+pub const COUNTERS: usize = defines::CNT_MAX as usize;
 
 /// The compiled BPF object (built by agent/build.rs from bpf/cpu.bpf.c).
 pub static CPU_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cpu.bpf.o"));
 
-pub const PROG_SAMPLE: &str = "cpu_sample";
-pub const PROG_SWITCH: &str = "offcpu_switch";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layout_matches_c() {
-        assert_eq!(std::mem::size_of::<CpuStack>(), 8 + 16 + 8 * (127 + 64));
-        assert_eq!(
-            std::mem::size_of::<OffCpuStart>(),
-            8 + std::mem::size_of::<CpuStack>()
-        );
-        assert_eq!(std::mem::size_of::<OffCpuVal>(), 16);
-        assert_eq!(std::mem::size_of::<UnwindRow>(), 16);
-    }
-}
+pub use crate::bpf_layout::cpu::programs::{
+    CPU_SAMPLE as PROG_SAMPLE, OFFCPU_SWITCH as PROG_SWITCH,
+};

@@ -13,6 +13,7 @@ pub(crate) mod profile;
 mod sampler;
 pub mod unwind;
 
+use crate::bpf_layout::cpu as bpf;
 use std::time::Instant;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
@@ -115,10 +116,10 @@ impl CpuProfiler {
         }
         let rows = unwind.rows.len() as u32;
         let mut ebpf = EbpfLoader::new()
-            .override_global("target_tgid", &pid, true)
-            .override_global("min_block_ns", &opts.offcpu_min_ns, true)
-            .override_global("unwind_rows_len", &rows, true)
-            .map_max_entries("unwind_rows", rows.max(1))
+            .override_global(bpf::globals::TARGET_TGID, &pid, true)
+            .override_global(bpf::globals::MIN_BLOCK_NS, &opts.offcpu_min_ns, true)
+            .override_global(bpf::globals::UNWIND_ROWS_LEN, &rows, true)
+            .map_max_entries(bpf::maps::UNWIND_ROWS, rows.max(1))
             .load(CPU_OBJ)?;
         load_rows(&mut ebpf, &unwind.rows)?;
         // Off-CPU first: if the tracepoint is refused, no perf event was
@@ -168,10 +169,10 @@ impl CpuProfiler {
         let now = offcpu::monotonic_ns();
         let ebpf = &self.ebpf;
         let counters = read_counters(ebpf)?;
-        let oncpu = read_counts::<u64>(ebpf, "oncpu_counts")?;
+        let oncpu = read_counts::<u64>(ebpf, bpf::maps::ONCPU_COUNTS)?;
         let (offcpu, still_blocked) = if self.switches.is_some() {
             (
-                read_counts::<OffCpuVal>(ebpf, "offcpu_counts")?,
+                read_counts::<OffCpuVal>(ebpf, bpf::maps::OFFCPU_COUNTS)?,
                 offcpu::still_blocked(ebpf, now, self.opts.offcpu_min_ns)?,
             )
         } else {
@@ -274,7 +275,7 @@ fn exe_module(pid: u32) -> Option<String> {
 /// (`BPF_MAP_UPDATE_BATCH`, Linux >= 5.6: ~40 ms of kernel CPU for
 /// mysqld's ~175,000 rows), else one row per call (~0.1 s).
 fn load_rows(ebpf: &mut Ebpf, rows: &[UnwindRow]) -> Result<(), CpuError> {
-    if let Some(aya::maps::Map::Array(data)) = ebpf.map("unwind_rows") {
+    if let Some(aya::maps::Map::Array(data)) = ebpf.map(bpf::maps::UNWIND_ROWS) {
         use std::os::fd::{AsFd, AsRawFd};
         let fd = data.fd().as_fd().as_raw_fd();
         if write_mapped(fd, rows).is_ok() || update_batch(fd, rows).is_ok() {
@@ -282,10 +283,10 @@ fn load_rows(ebpf: &mut Ebpf, rows: &[UnwindRow]) -> Result<(), CpuError> {
         }
     }
     let mut map: Array<&mut MapData, UnwindRow> = Array::try_from(
-        ebpf.map_mut("unwind_rows")
-            .ok_or(CpuError::Map("unwind_rows"))?,
+        ebpf.map_mut(bpf::maps::UNWIND_ROWS)
+            .ok_or(CpuError::Map(bpf::maps::UNWIND_ROWS))?,
     )
-    .map_err(|_| CpuError::Map("unwind_rows"))?;
+    .map_err(|_| CpuError::Map(bpf::maps::UNWIND_ROWS))?;
     for (i, row) in rows.iter().enumerate() {
         map.set(i as u32, row, 0).map_err(CpuError::Unwind)?;
     }
@@ -380,16 +381,16 @@ fn update_batch(map_fd: i32, rows: &[UnwindRow]) -> std::io::Result<()> {
 
 fn read_counters(ebpf: &Ebpf) -> Result<[u64; COUNTERS], CpuError> {
     let map: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
-        ebpf.map("cpu_counters")
-            .ok_or(CpuError::Map("cpu_counters"))?,
+        ebpf.map(bpf::maps::CPU_COUNTERS)
+            .ok_or(CpuError::Map(bpf::maps::CPU_COUNTERS))?,
     )
-    .map_err(|_| CpuError::Map("cpu_counters"))?;
+    .map_err(|_| CpuError::Map(bpf::maps::CPU_COUNTERS))?;
     let mut out = [0u64; COUNTERS];
     for (i, slot) in out.iter_mut().enumerate() {
         *slot = map
             .get(&(i as u32), 0)
             .map_err(|source| CpuError::Read {
-                map: "cpu_counters",
+                map: bpf::maps::CPU_COUNTERS,
                 source,
             })?
             .iter()
@@ -428,17 +429,17 @@ mod tests {
             })
             .collect();
         let ebpf = EbpfLoader::new()
-            .override_global("unwind_rows_len", &(n as u32), true)
-            .map_max_entries("unwind_rows", n as u32)
+            .override_global(bpf::globals::UNWIND_ROWS_LEN, &(n as u32), true)
+            .map_max_entries(bpf::maps::UNWIND_ROWS, n as u32)
             .load(CPU_OBJ)
             .unwrap();
-        let Some(aya::maps::Map::Array(data)) = ebpf.map("unwind_rows") else {
+        let Some(aya::maps::Map::Array(data)) = ebpf.map(bpf::maps::UNWIND_ROWS) else {
             panic!("unwind_rows is an array");
         };
         use std::os::fd::{AsFd, AsRawFd};
         update_batch(data.fd().as_fd().as_raw_fd(), &rows).expect("batch update");
         let map: Array<&MapData, UnwindRow> =
-            Array::try_from(ebpf.map("unwind_rows").unwrap()).unwrap();
+            Array::try_from(ebpf.map(bpf::maps::UNWIND_ROWS).unwrap()).unwrap();
         for i in [0, 1, BATCH_ROWS - 1, BATCH_ROWS, BATCH_ROWS + 1, n - 1] {
             assert_eq!(map.get(&(i as u32), 0).unwrap(), rows[i], "row {i}");
         }

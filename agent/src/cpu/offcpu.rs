@@ -4,6 +4,7 @@
 //! blocked when the recording stops are charged up to the stop, read from
 //! the per-thread start map.
 
+use crate::bpf_layout::cpu as bpf;
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use aya::programs::tp_btf::BtfTracePointLinkId;
 use aya::programs::BtfTracePoint;
@@ -47,14 +48,14 @@ pub(super) fn still_blocked(
     min_ns: u64,
 ) -> Result<Vec<(CpuStack, u64)>, CpuError> {
     let map: BpfHashMap<&MapData, u32, OffCpuStart> = BpfHashMap::try_from(
-        ebpf.map("offcpu_start")
-            .ok_or(CpuError::Map("offcpu_start"))?,
+        ebpf.map(bpf::maps::OFFCPU_START)
+            .ok_or(CpuError::Map(bpf::maps::OFFCPU_START))?,
     )
-    .map_err(|_| CpuError::Map("offcpu_start"))?;
+    .map_err(|_| CpuError::Map(bpf::maps::OFFCPU_START))?;
     let mut out = Vec::new();
     for item in map.iter() {
         let (_tid, start) = item.map_err(|source| CpuError::Read {
-            map: "offcpu_start",
+            map: bpf::maps::OFFCPU_START,
             source,
         })?;
         if start.ts == 0 || start.ts > now_ns {
