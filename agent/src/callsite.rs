@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 
 use crate::bpf_abi::{Callsite, SiteVal};
-use crate::resolve::lines::{SourceLines, UnitIndex};
+use crate::resolve::lines::SourceLines;
 use crate::resolve::ElfImage;
 
 /// Longest file name read; InnoDB's `__FILE__` are build paths.
@@ -24,21 +24,17 @@ pub struct CallsiteNamer<'a> {
     readable: Vec<(u64, u64)>,
     image: &'a ElfImage,
     files: HashMap<u64, Option<String>>,
-    /// Built on the first creation site named (indexes DWARF units, or
-    /// takes the index from `cache`).
+    /// Made on the first creation site named (the image indexes its
+    /// DWARF units once, see `ElfImage::unit_index`).
     lines: Option<Option<SourceLines<'a>>>,
     cache: CreatorCache,
 }
 
-/// What naming creation sites has learnt, for a reader that names them
-/// window after window over the same image (`serve`'s findings): the DWARF
-/// unit index and each site's function. Without it every window that met
-/// a new site walked all unit headers again (a burst of CPU and of
-/// resident file pages each time).
+/// Each creation site's function as found so far, for a reader that names
+/// sites window after window over the same image (`serve`'s findings), so
+/// a site is looked up in the line tables once.
 #[derive(Debug, Default)]
 pub struct CreatorCache {
-    /// None: not built yet; Some(None): the image has no line tables.
-    index: Option<Option<UnitIndex>>,
     creators: HashMap<(String, u32), Option<String>>,
 }
 
@@ -63,10 +59,7 @@ impl<'a> CallsiteNamer<'a> {
     }
 
     /// What this namer learnt, for the next one over the same image.
-    pub fn into_cache(mut self) -> CreatorCache {
-        if let Some(lines) = self.lines.take() {
-            self.cache.index = Some(lines.map(SourceLines::into_index));
-        }
+    pub fn into_cache(self) -> CreatorCache {
         self.cache
     }
 
@@ -116,12 +109,9 @@ impl CallsiteNamer<'_> {
         };
         let base = path.rsplit('/').next().unwrap_or(&path).to_string();
         let image = self.image;
-        let index = &mut self.cache.index;
-        let lines = self.lines.get_or_insert_with(|| match index.take() {
-            Some(Some(index)) => SourceLines::with_index(image, index).ok(),
-            Some(None) => None,
-            None => SourceLines::new(image).ok(),
-        });
+        let lines = self
+            .lines
+            .get_or_insert_with(|| SourceLines::new(image).ok());
         let creator = self
             .cache
             .creators

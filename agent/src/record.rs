@@ -145,15 +145,7 @@ impl Plan {
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
         privileges::check()?;
         crate::kernel::check()?;
-        // Calibration probes only innoprof itself; it overlaps resolution.
-        let (stacks, fresh) = (opts.capture_stacks, opts.recalibrate);
-        let calibration = Some(std::thread::spawn(move || {
-            if fresh {
-                measure_and_keep(stacks)
-            } else {
-                calibrate_or_reuse(stacks)
-            }
-        }));
+        let calibration = Some(spawn_calibration(opts));
         let target = Target::open(opts.pid, opts.force)?;
         let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
@@ -195,6 +187,48 @@ impl Plan {
             stack_interval: opts.stack_interval,
         })
     }
+}
+
+impl Plan {
+    /// A plan for `opts.pid`, a new process of the server `earlier` was
+    /// made for (serve following a restart). When the process runs the very
+    /// file `earlier` resolved (same device, inode, size and modification
+    /// time), its resolution is reused: a restart then costs no second read
+    /// of the binary and its DWARF (tens of MiB touched and a few MiB
+    /// allocated for a moment, and most of the re-attach time). Anything
+    /// else (an upgrade, another binary) is resolved anew.
+    /// `earlier` is kept when the new process cannot be opened yet (the
+    /// next attempt may reuse it), and emptied otherwise.
+    pub fn build_again(
+        opts: &RecordOptions,
+        earlier: &mut Option<Plan>,
+    ) -> Result<Self, RecordError> {
+        privileges::check()?;
+        crate::kernel::check()?;
+        let target = Target::open(opts.pid, opts.force)?;
+        match earlier.take().filter(|e| e.image.is_file(&target.binary)) {
+            Some(earlier) => Ok(Self {
+                target,
+                calibration: Some(spawn_calibration(opts)),
+                ..earlier
+            }),
+            None => Self::build(opts),
+        }
+    }
+}
+
+/// Calibration probes only innoprof itself; it runs while the plan is made.
+fn spawn_calibration(
+    opts: &RecordOptions,
+) -> std::thread::JoinHandle<Result<Calibration, CalibrateError>> {
+    let (stacks, fresh) = (opts.capture_stacks, opts.recalibrate);
+    std::thread::spawn(move || {
+        if fresh {
+            measure_and_keep(stacks)
+        } else {
+            calibrate_or_reuse(stacks)
+        }
+    })
 }
 
 /// When a recording takes its probes' stacks.
@@ -629,6 +663,12 @@ impl Recorder {
 
     /// Detaches the uprobes now (`finish` would), so a last read of the
     /// counters sees the final totals `finish` reports.
+    /// The plan, once the recorder is done with (its probes detach as the
+    /// rest of it drops), for [`Plan::build_again`].
+    pub fn into_plan(self) -> Plan {
+        self.plan
+    }
+
     pub fn detach_probes(&mut self) {
         self.detached_at.get_or_insert_with(Instant::now);
         self.counters.finish();

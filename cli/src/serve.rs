@@ -184,6 +184,7 @@ impl Setup {
                 instance,
                 down_since: None,
                 last_failure: None,
+                earlier: None,
             }),
             check_failing: false,
         })
@@ -275,7 +276,10 @@ impl Watched {
             );
         }
         run.recorder.detach_probes();
-        drop(run);
+        let plan = run.recorder.into_plan();
+        if let Some(f) = &mut self.follower {
+            f.earlier = Some(plan);
+        }
         release_freed_memory();
         self.state = None;
         self.findings.clear();
@@ -747,6 +751,9 @@ struct Follower {
     down_since: Option<std::time::Instant>,
     /// The last failure to attach to the new run (said once).
     last_failure: Option<String>,
+    /// The plan of the run that ended, reused for the next run of the same
+    /// binary ([`Plan::build_again`]).
+    earlier: Option<Plan>,
 }
 
 impl Follower {
@@ -767,8 +774,15 @@ impl Follower {
             pid: started.pid,
             ..opts.clone()
         };
-        // Resolved anew: an upgrade may have brought another build.
-        let attached = planned(&opts).and_then(Run::start);
+        // The same binary's resolution is reused; an upgrade (another
+        // file) is resolved anew. A failed attempt resolves anew next time.
+        let plan = match self.earlier {
+            Some(_) => Plan::build_again(&opts, &mut self.earlier)
+                .map_err(anyhow::Error::from)
+                .inspect(crate::warn_unattached),
+            None => planned(&opts),
+        };
+        let attached = plan.and_then(Run::start);
         match attached {
             Ok(run) => {
                 let down = self

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
+use super::lines::{LinesError, UnitIndex};
 use super::mapped::Mapped;
 use crate::rootfs::{FileId, Home};
 
@@ -105,6 +106,9 @@ pub struct ElfImage {
     /// Device and inode of the binary (so it is never taken for its own
     /// debug file).
     pub file_id: Option<FileId>,
+    /// Size and modification time of the binary when it was read: with
+    /// `file_id`, what [`Self::is_file`] compares.
+    stamp: Option<(u64, std::time::SystemTime)>,
     /// What was ignored while reading it (an unsafe `.gnu_debuglink`), one
     /// line each, for the user.
     pub notes: Vec<String>,
@@ -122,6 +126,8 @@ pub struct ElfImage {
     segments: Vec<LoadSegment>,
     data: Mapped,
     debug_data: Option<Mapped>,
+    /// DWARF units by source file, built on first use (see [`UnitIndex`]).
+    unit_index: std::sync::OnceLock<Option<UnitIndex>>,
 }
 
 impl ElfImage {
@@ -141,9 +147,9 @@ impl ElfImage {
             path: path.into(),
             source,
         })?;
-        let file_id = std::fs::File::open(open)
-            .ok()
-            .and_then(|f| FileId::of(&f).ok());
+        let opened = std::fs::File::open(open).ok();
+        let file_id = opened.as_ref().and_then(|f| FileId::of(f).ok());
+        let stamp = opened.as_ref().and_then(file_stamp);
         let file = parse(path, data.bytes())?;
         let build_id = build_id(path, &file)?;
         let position_independent = file.kind() == object::ObjectKind::Dynamic;
@@ -177,6 +183,7 @@ impl ElfImage {
             path: path.into(),
             home,
             file_id,
+            stamp,
             notes: Vec::new(),
             build_id,
             position_independent,
@@ -188,7 +195,32 @@ impl ElfImage {
             data,
             debug_data: None,
             debug_open: None,
+            unit_index: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Whether `path` is the file this image was read from, unchanged: the
+    /// same device and inode, size and modification time. (A binary
+    /// replaced by a package upgrade is a new inode; one copied over in
+    /// place changes size or time.)
+    pub fn is_file(&self, path: &Path) -> bool {
+        let Ok(file) = std::fs::File::open(path) else {
+            return false;
+        };
+        self.file_id.is_some()
+            && self.file_id == FileId::of(&file).ok()
+            && self.stamp.is_some()
+            && self.stamp == file_stamp(&file)
+    }
+
+    /// The DWARF units by source file, built on the first call (None: no
+    /// DWARF). A failed build is not kept: the next call tries again.
+    pub fn unit_index(&self) -> Result<Option<&UnitIndex>, LinesError> {
+        if let Some(index) = self.unit_index.get() {
+            return Ok(index.as_ref());
+        }
+        let built = UnitIndex::build(self)?;
+        Ok(self.unit_index.get_or_init(|| built).as_ref())
     }
 
     /// `.gnu_debuglink`: the debug file's name and CRC32.
@@ -261,6 +293,8 @@ impl ElfImage {
         self.symbols = symbols;
         self.debug_file = Some(path.into());
         self.debug_data = Some(data);
+        // Units come from the debug file from now on.
+        self.unit_index = std::sync::OnceLock::new();
         Ok(())
     }
 
@@ -432,6 +466,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A file's size and modification time.
+fn file_stamp(file: &std::fs::File) -> Option<(u64, std::time::SystemTime)> {
+    let meta = file.metadata().ok()?;
+    Some((meta.len(), meta.modified().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,5 +482,31 @@ mod tests {
         assert_eq!(clone_suffix("fil_flush.part.0"), Some("part.0"));
         assert_eq!(clone_suffix("fil_flush"), None);
         assert_eq!(clone_suffix(".hidden"), None);
+    }
+
+    /// What a restarted server's plan is reused on: the very file, unchanged.
+    #[test]
+    fn is_file_knows_the_same_file_from_a_copy_or_a_changed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("bin");
+        std::fs::copy(std::env::current_exe().unwrap(), &binary).unwrap();
+        let image = ElfImage::open(&binary).unwrap();
+        assert!(image.is_file(&binary));
+        // Another path to the same inode is the same file.
+        let link = dir.path().join("link");
+        std::fs::hard_link(&binary, &link).unwrap();
+        assert!(image.is_file(&link));
+        // A copy is another inode.
+        let copy = dir.path().join("copy");
+        std::fs::copy(&binary, &copy).unwrap();
+        assert!(!image.is_file(&copy));
+        // Rewritten in place: same inode, another modification time.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&binary)
+            .unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH).unwrap();
+        assert!(!image.is_file(&binary));
+        assert!(!image.is_file(&dir.path().join("missing")));
     }
 }

@@ -28,78 +28,69 @@ pub enum LinesError {
 
 /// Units by the base name of the file they were compiled from. Building
 /// it reads every unit's header (58 MiB of `.debug_info` in MariaDB
-/// 10.2.11: tens of milliseconds and, while it runs, up to
-/// [`TRIM_EVERY`](super::mapped::TRIM_EVERY) of resident file pages), so a
-/// reader that names creation sites window after window (`serve`) keeps it
-/// ([`SourceLines::into_index`]) instead of building it again for each new
-/// site.
-#[derive(Debug, Default, Clone)]
+/// 10.2.11), so an image builds it once ([`ElfImage::unit_index`]) and
+/// keeps it: `serve` names new latch sites window after window, and after
+/// a restart of the same binary its plan, image and index are reused.
+#[derive(Debug, Default)]
 pub struct UnitIndex {
     units: HashMap<String, Vec<gimli::DebugInfoOffset>>,
+}
+
+impl UnitIndex {
+    /// One pass over the unit headers of `image`'s DWARF (None: it has none).
+    pub(crate) fn build(image: &ElfImage) -> Result<Option<Self>, LinesError> {
+        let Some(dwarf) = super::dwarf::load(image.dwarf_data())? else {
+            return Ok(None);
+        };
+        let mut units: HashMap<String, Vec<gimli::DebugInfoOffset>> = HashMap::new();
+        // Touches every unit's first pages; released as it goes.
+        let mut trim = Trim::every(image, super::dwarf::TRIM_HEADERS_EVERY);
+        let mut headers = dwarf.units();
+        while let Some(header) = headers.next()? {
+            trim.at(&header);
+            let Some(offset) = header.offset().to_debug_info_offset(&header) else {
+                continue;
+            };
+            let unit = dwarf.unit(header)?;
+            let Some(name) = &unit.name else {
+                continue;
+            };
+            units
+                .entry(base_name(&String::from_utf8_lossy(name)).to_string())
+                .or_default()
+                .push(offset);
+        }
+        Ok(Some(Self { units }))
+    }
 }
 
 /// An image's line tables, searched by source file.
 pub struct SourceLines<'a> {
     image: &'a ElfImage,
     dwarf: Option<gimli::Dwarf<Reader<'a>>>,
-    index: UnitIndex,
+    index: Option<&'a UnitIndex>,
 }
 
 impl<'a> SourceLines<'a> {
-    /// Indexes the units' names (one pass over unit headers).
+    /// The image's line tables, with its unit index (built on first use).
     pub fn new(image: &'a ElfImage) -> Result<Self, LinesError> {
-        let dwarf = super::dwarf::load(image.dwarf_data())?;
-        let mut units: HashMap<String, Vec<gimli::DebugInfoOffset>> = HashMap::new();
-        if let Some(dwarf) = &dwarf {
-            // Touches every unit's first pages; released as it goes.
-            let mut trim = Trim::new(image);
-            let mut headers = dwarf.units();
-            while let Some(header) = headers.next()? {
-                trim.at(&header);
-                let Some(offset) = header.offset().to_debug_info_offset(&header) else {
-                    continue;
-                };
-                let unit = dwarf.unit(header)?;
-                let Some(name) = &unit.name else {
-                    continue;
-                };
-                units
-                    .entry(base_name(&String::from_utf8_lossy(name)).to_string())
-                    .or_default()
-                    .push(offset);
-            }
-        }
-        Ok(Self {
-            image,
-            dwarf,
-            index: UnitIndex { units },
-        })
-    }
-
-    /// With an index built earlier for the same image: no walk.
-    pub fn with_index(image: &'a ElfImage, index: UnitIndex) -> Result<Self, LinesError> {
         Ok(Self {
             image,
             dwarf: super::dwarf::load(image.dwarf_data())?,
-            index,
+            index: image.unit_index()?,
         })
-    }
-
-    /// The index, to build these lines again later with [`Self::with_index`].
-    pub fn into_index(self) -> UnitIndex {
-        self.index
     }
 
     /// The function (demangled, without parameters) whose code holds
     /// `file:line`; None when no unit of that file has the line.
     pub fn function_at(&self, file: &str, line: u32) -> Result<Option<String>, LinesError> {
-        let Some(dwarf) = &self.dwarf else {
+        let (Some(dwarf), Some(index)) = (&self.dwarf, self.index) else {
             return Ok(None);
         };
         let base = base_name(file);
-        let own: Vec<gimli::DebugInfoOffset> = match self.index.units.get(base) {
+        let own: Vec<gimli::DebugInfoOffset> = match index.units.get(base) {
             Some(units) => units.clone(),
-            None => self.index.units.values().flatten().copied().collect(),
+            None => index.units.values().flatten().copied().collect(),
         };
         let mut lowest: Option<u64> = None;
         // A few units usually; all of them for a file no unit is named after.
@@ -302,8 +293,8 @@ mod tests {
             "{name}"
         );
         assert_eq!(lines.function_at("no_such_file.cc", 1).unwrap(), None);
-        // Built again from its index, it finds the same function.
-        let again = SourceLines::with_index(&image, lines.into_index()).unwrap();
+        // Made again, it finds the same function from the image's index.
+        let again = SourceLines::new(&image).unwrap();
         assert_eq!(again.function_at(file!(), line).unwrap(), Some(name));
     }
 }
