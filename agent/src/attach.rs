@@ -129,7 +129,7 @@ pub struct AttachOutcome {
 }
 
 /// How the probes are attached, and what attaching and detaching cost.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, schemars::JsonSchema)]
 pub struct AttachInfo {
     /// `uprobe_multi` (one link per probe and program) or `perf_event`
     /// (one link per symbol and program).

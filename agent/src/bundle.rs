@@ -20,11 +20,11 @@ use crate::bundle_read::{BundleDir, BundleReadError};
 use crate::bundle_replace::{remove_bundle_dir, remove_temp_dir, why_not_replaceable};
 use crate::record::Recording;
 use crate::report::flamegraph::{self, FlameGraphError};
-use crate::report::html::{self, timeseries::TimeSeries, FlameGraph, Page};
+use crate::report::html::{self, FlameGraph, Page};
 use crate::report::metadata::{HostInfo, Metadata};
 use crate::report::model::{ProbeStatus, Summary};
-use crate::report::named_stack::RecordedStacks;
 use crate::report::{self, histograms, pprof, table, OutputError};
+use crate::timeseries::TimeSeries;
 
 pub const SUMMARY_JSON: &str = "summary.json";
 pub const SUMMARY_TXT: &str = "summary.txt";
@@ -50,6 +50,8 @@ pub enum BundleError {
     NotABundle(PathBuf),
     #[error(transparent)]
     FlameGraph(#[from] FlameGraphError),
+    #[error(transparent)]
+    Contract(#[from] crate::contract::ContractError),
 }
 
 /// Where a bundle went.
@@ -95,43 +97,182 @@ pub fn prepare(out: &Path) -> Result<(), OutputError> {
     report::prepare_dir(out)
 }
 
-/// Writes the whole bundle of `recording` to `out` and `out.tar.gz`.
+/// Writes the whole bundle of `recording` to `out` and `out.tar.gz`: every
+/// file of [`crate::outputs::OUTPUTS`], rendered in that order.
 pub fn write(
     recording: &Recording,
     out: &Path,
     command_line: &[String],
 ) -> Result<Written, BundleError> {
-    let summary = &recording.summary;
-    let mut files: BTreeMap<String, Vec<u8>> = recording
-        .folded
-        .iter()
-        .map(|(n, t)| (n.clone(), t.clone().into_bytes()))
-        .collect();
-    files.insert(
-        SUMMARY_JSON.into(),
-        serde_json::to_vec_pretty(summary).expect("summary serialises"),
-    );
-    files.insert(SUMMARY_TXT.into(), table::render(summary).into_bytes());
-    let h = histograms::of(summary);
-    files.insert(histograms::JSON.into(), histograms::json(&h));
-    files.insert(histograms::CSV.into(), histograms::csv(&h));
-    for (name, bytes) in pprof_files(summary, &recording.stacks) {
-        files.insert(name, bytes);
+    let mut files = BTreeMap::new();
+    for output in crate::outputs::OUTPUTS {
+        let Some(render) = output.render else {
+            continue;
+        };
+        let rendered = render(
+            output,
+            &crate::outputs::Context {
+                recording,
+                command_line,
+                files: &files,
+            },
+        )?;
+        files.extend(rendered);
     }
-    let mut metadata = Metadata::new(summary, command_line, HostInfo::current());
-    metadata.files = files
-        .keys()
-        .cloned()
-        .chain([METADATA_JSON.to_string(), html::FILE.to_string()])
-        .collect();
-    metadata.files.sort();
-    files.insert(
-        METADATA_JSON.into(),
-        serde_json::to_vec_pretty(&metadata).expect("metadata serialises"),
+    // A file the recorder made that no entry claims would be lost: the
+    // registry must name it (outputs::tests and this test's bundles).
+    debug_assert!(
+        recording.folded.iter().all(|(n, _)| files.contains_key(n)),
+        "a recorded file is in no entry of outputs::OUTPUTS"
     );
-    let page = render_page(summary, Some(&metadata), |n| Ok(files.get(n).cloned()))?;
-    files.insert(html::FILE.into(), page.into_bytes());
-    install(out, &files, metadata.ended_unix_ms / 1000)
+    let summary = &recording.summary;
+    let started_ms = u64::try_from(summary.started_unix_ms).unwrap_or(u64::MAX);
+    let ended_s = (started_ms + (summary.duration_s * 1000.0).round() as u64) / 1000;
+    install(out, &files, ended_s)
+}
+
+/// The renderers of [`crate::outputs::OUTPUTS`]' entries.
+pub(crate) mod render {
+    use super::*;
+    use crate::outputs::{Context, FileInfo, Output, OUTPUTS};
+
+    type Rendered = Result<Vec<(String, Vec<u8>)>, BundleError>;
+
+    fn one(name: &str, bytes: Vec<u8>) -> Rendered {
+        Ok(vec![(name.to_string(), bytes)])
+    }
+
+    /// The entry's files among those the recorder rendered itself.
+    pub fn recorded(o: &Output, c: &Context) -> Rendered {
+        Ok(c.recording
+            .folded
+            .iter()
+            .filter(|(n, _)| crate::outputs::describe(n).is_some_and(|d| d.name == o.name))
+            .map(|(n, t)| (n.clone(), t.clone().into_bytes()))
+            .collect())
+    }
+
+    pub fn timeseries_json(o: &Output, c: &Context) -> Rendered {
+        Ok(c.recording
+            .timeseries
+            .iter()
+            .map(|t| (o.name.to_string(), t.to_json()))
+            .collect())
+    }
+
+    pub fn timeseries_csv(o: &Output, c: &Context) -> Rendered {
+        Ok(c.recording
+            .timeseries
+            .iter()
+            .map(|t| (o.name.to_string(), t.to_csv()))
+            .collect())
+    }
+
+    pub fn summary_json(o: &Output, c: &Context) -> Rendered {
+        let json = serde_json::to_vec_pretty(&c.recording.summary).expect("summary serialises");
+        one(o.name, json)
+    }
+
+    pub fn summary_txt(o: &Output, c: &Context) -> Rendered {
+        one(o.name, table::render(&c.recording.summary).into_bytes())
+    }
+
+    pub fn histograms_json(o: &Output, c: &Context) -> Rendered {
+        one(
+            o.name,
+            histograms::json(&histograms::of(&c.recording.summary)),
+        )
+    }
+
+    pub fn histograms_csv(o: &Output, c: &Context) -> Rendered {
+        one(
+            o.name,
+            histograms::csv(&histograms::of(&c.recording.summary)),
+        )
+    }
+
+    pub fn cpu_pprof(o: &Output, c: &Context) -> Rendered {
+        let (summary, stacks) = (&c.recording.summary, &c.recording.stacks);
+        let Some(cpu) = summary.cpu.as_ref().filter(|_| !stacks.oncpu.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        let (start_ms, duration_ns) = pprof_span(summary);
+        let p = pprof::cpu_profile(&stacks.oncpu, cpu.oncpu.frequency_hz, start_ms, duration_ns);
+        one(o.name, pprof::encode_gz(&p))
+    }
+
+    pub fn offcpu_pprof(o: &Output, c: &Context) -> Rendered {
+        let (summary, stacks) = (&c.recording.summary, &c.recording.stacks);
+        let offcpu = summary.cpu.as_ref().is_some_and(|c| c.offcpu.is_some());
+        if !offcpu || stacks.offcpu.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (start_ms, duration_ns) = pprof_span(summary);
+        let p = pprof::offcpu_profile(&stacks.offcpu, start_ms, duration_ns);
+        one(o.name, pprof::encode_gz(&p))
+    }
+
+    pub fn waits_pprof(o: &Output, c: &Context) -> Rendered {
+        let (summary, stacks) = (&c.recording.summary, &c.recording.stacks);
+        let probes: Vec<pprof::ProbeStacks> = stacks
+            .probes
+            .iter()
+            .map(|set| pprof::ProbeStacks {
+                set,
+                note: summary
+                    .probes
+                    .iter()
+                    .find(|p| p.name == set.probe)
+                    .and_then(unscaled_note),
+            })
+            .collect();
+        if probes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (start_ms, duration_ns) = pprof_span(summary);
+        let p = pprof::waits_profile(&probes, start_ms, duration_ns);
+        one(o.name, pprof::encode_gz(&p))
+    }
+
+    /// Lists the files rendered so far, itself, and the entries after it
+    /// (each writes its one file: see [`OUTPUTS`]).
+    pub fn metadata_json(o: &Output, c: &Context) -> Rendered {
+        let summary = &c.recording.summary;
+        let mut metadata = Metadata::new(summary, c.command_line, HostInfo::current());
+        let me = OUTPUTS.iter().position(|x| x.name == o.name).unwrap_or(0);
+        let later = OUTPUTS[me + 1..]
+            .iter()
+            .filter(|x| x.render.is_some())
+            .map(|x| x.name.to_string());
+        metadata.files = c
+            .files
+            .keys()
+            .cloned()
+            .chain([o.name.to_string()])
+            .chain(later)
+            .collect();
+        metadata.files.sort();
+        metadata.file_info = metadata.files.iter().map(|f| FileInfo::of(f)).collect();
+        let json = serde_json::to_vec_pretty(&metadata).expect("metadata serialises");
+        one(o.name, json)
+    }
+
+    pub fn report_html(o: &Output, c: &Context) -> Rendered {
+        let metadata: Option<Metadata> = c
+            .files
+            .get(METADATA_JSON)
+            .map(|b| serde_json::from_slice(b).expect("metadata.json as just written"));
+        let page = render_page(&c.recording.summary, metadata.as_ref(), |n| {
+            Ok(c.files.get(n).cloned())
+        })?;
+        one(o.name, page.into_bytes())
+    }
+
+    /// pprof's start time and duration.
+    fn pprof_span(summary: &Summary) -> (u64, i64) {
+        let start_ms = u64::try_from(summary.started_unix_ms).unwrap_or(0);
+        (start_ms, (summary.duration_s * 1e9) as i64)
+    }
 }
 
 /// A saved bundle's `summary.json` (`innoprof top DIR`, `report DIR`).
@@ -139,6 +280,7 @@ pub fn read_summary(dir: &Path) -> Result<Summary, BundleError> {
     let bytes = BundleDir::new(dir)
         .read(SUMMARY_JSON)?
         .ok_or_else(|| BundleError::NotABundle(dir.into()))?;
+    crate::contract::check_version(&dir.join(SUMMARY_JSON), &bytes)?;
     serde_json::from_slice(&bytes).map_err(|source| BundleError::Parse {
         path: dir.join(SUMMARY_JSON),
         source,
@@ -159,10 +301,13 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
     let mut summary = read_summary(dir)?;
     // Findings from today's rules, also for a bundle recorded before them.
     summary.findings = crate::findings::evaluate(&summary);
-    let metadata: Option<Metadata> = read(METADATA_JSON)?
-        .map(|b| serde_json::from_slice(&b))
-        .transpose()
-        .map_err(parse_err(METADATA_JSON))?;
+    let metadata: Option<Metadata> = match read(METADATA_JSON)? {
+        Some(b) => {
+            crate::contract::check_version(&dir.join(METADATA_JSON), &b)?;
+            Some(serde_json::from_slice(&b).map_err(parse_err(METADATA_JSON))?)
+        }
+        None => None,
+    };
     let page = render_page(&summary, metadata.as_ref(), read)?;
     report::write_file(&dir.join(SUMMARY_TXT), table::render(&summary).as_bytes())?;
     report::write_file(&dir.join(html::FILE), page.as_bytes())?;
@@ -186,11 +331,11 @@ fn render_page(
     let text = |name: &str| -> Result<Option<String>, BundleError> {
         Ok(get(name)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
     };
-    let timeseries = get(html::timeseries::FILE)?
+    let timeseries = get(crate::timeseries::JSON_FILE)?
         .map(|b| TimeSeries::parse(&b))
         .transpose()
         .map_err(|source| BundleError::Parse {
-            path: html::timeseries::FILE.into(),
+            path: crate::timeseries::JSON_FILE.into(),
             source,
         })?;
     let mut cpu_flames = Vec::new();
@@ -267,41 +412,6 @@ fn unscaled_note(p: &crate::report::model::ProbeResult) -> Option<String> {
         s.estimate.calls,
         s.estimate.calls_bound
     ))
-}
-
-/// `cpu.pb.gz`, `offcpu.pb.gz` and `waits.pb.gz` from the named stacks.
-fn pprof_files(summary: &Summary, stacks: &RecordedStacks) -> Vec<(String, Vec<u8>)> {
-    let start_ms = u64::try_from(summary.started_unix_ms).unwrap_or(0);
-    let duration_ns = (summary.duration_s * 1e9) as i64;
-    let mut out = Vec::new();
-    if let Some(cpu) = &summary.cpu {
-        if !stacks.oncpu.is_empty() {
-            let p =
-                pprof::cpu_profile(&stacks.oncpu, cpu.oncpu.frequency_hz, start_ms, duration_ns);
-            out.push((CPU_PPROF.to_string(), pprof::encode_gz(&p)));
-        }
-        if cpu.offcpu.is_some() && !stacks.offcpu.is_empty() {
-            let p = pprof::offcpu_profile(&stacks.offcpu, start_ms, duration_ns);
-            out.push((OFFCPU_PPROF.to_string(), pprof::encode_gz(&p)));
-        }
-    }
-    let probes: Vec<pprof::ProbeStacks> = stacks
-        .probes
-        .iter()
-        .map(|set| pprof::ProbeStacks {
-            set,
-            note: summary
-                .probes
-                .iter()
-                .find(|p| p.name == set.probe)
-                .and_then(unscaled_note),
-        })
-        .collect();
-    if !probes.is_empty() {
-        let p = pprof::waits_profile(&probes, start_ms, duration_ns);
-        out.push((WAITS_PPROF.to_string(), pprof::encode_gz(&p)));
-    }
-    out
 }
 
 /// Writes `files` into a temporary directory, renames it to `out`, then
@@ -496,6 +606,7 @@ mod tests {
 
     fn recording() -> Recording {
         let mut summary = crate::report::html::tests::summary();
+        summary.format_version = crate::contract::FORMAT_VERSION;
         summary.probes[0].stacks.folded_by_count = Some("innodb.mutex.enter.count.folded".into());
         let summary_probe = summary.probes[0].name.clone();
         Recording {
@@ -504,7 +615,8 @@ mod tests {
                 "innodb.mutex.enter.count.folded".into(),
                 "main;PolicyMutex<T>::enter 3\n".into(),
             )],
-            stacks: RecordedStacks {
+            timeseries: None,
+            stacks: crate::report::named_stack::RecordedStacks {
                 probes: vec![pprof::ProbeStackSet {
                     probe: summary_probe.clone(),
                     stacks: vec![(Default::default(), 3, 0)],
@@ -546,6 +658,20 @@ mod tests {
         ] {
             assert!(files.contains(&f.to_string()), "{f}: {files:?}");
         }
+        // metadata.json lists exactly the files written, each described by
+        // the output registry, and carries the contract's version.
+        let m: Metadata =
+            serde_json::from_slice(&std::fs::read(out.join(METADATA_JSON)).unwrap()).unwrap();
+        assert_eq!(m.files, files);
+        assert_eq!(m.format_version, crate::contract::FORMAT_VERSION);
+        assert!(m.file_info.iter().map(|f| &f.name).eq(m.files.iter()));
+        assert!(
+            m.file_info.iter().all(|f| !f.description.is_empty()),
+            "{:?}",
+            m.file_info
+        );
+        let s = read_summary(&out).unwrap();
+        assert_eq!(s.format_version, crate::contract::FORMAT_VERSION);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&out), 0o750);
         assert_eq!(mode(&w.tarball), 0o640);
@@ -582,6 +708,49 @@ mod tests {
         assert_ne!(
             std::fs::read_to_string(out.join(SUMMARY_TXT)).unwrap(),
             "partial"
+        );
+    }
+
+    #[test]
+    fn a_bundle_from_a_newer_innoprof_is_refused_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(SUMMARY_JSON), r#"{"format_version": 999}"#).unwrap();
+        let err = rerender(dir.path())
+            .map_err(|e| crate::error_chain(&e))
+            .unwrap_err();
+        assert!(
+            err.contains("format_version 999, newer than this innoprof reads"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+    }
+
+    #[test]
+    fn timeseries_written_by_the_recorder_is_read_by_the_page() {
+        let mut rec = recording();
+        let mut series = crate::timeseries::IntervalSeries::new(
+            Vec::new(),
+            std::time::Duration::from_secs(1),
+            rec.summary.started_unix_ms,
+        );
+        series.with_counters(vec![(0, "innodb.c".into(), 0)]);
+        let counts = series.counter_counts(&[Ok(5)], 1000);
+        series.push(1000, counts);
+        let series = series.into_series();
+        rec.summary.timeseries = Some(series.note());
+        rec.timeseries = Some(series);
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("ts");
+        prepare(&out).unwrap();
+        write(&rec, &out, &[]).unwrap();
+        let files = listing(&out);
+        assert!(files.contains(&crate::timeseries::JSON_FILE.to_string()));
+        assert!(files.contains(&crate::timeseries::CSV_FILE.to_string()));
+        let page = std::fs::read_to_string(out.join(html::FILE)).unwrap();
+        assert!(page.contains("id=\"timeseries\""));
+        assert!(
+            page.contains("href=\"timeseries.csv\""),
+            "the files section links it"
         );
     }
 

@@ -9,51 +9,26 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::bundle::{
-    CPU_PPROF, METADATA_JSON, OFFCPU_PPROF, SUMMARY_JSON, SUMMARY_TXT, WAITS_PPROF,
-};
+use crate::bundle::METADATA_JSON;
 use crate::bundle_read::BundleDir;
-use crate::cpu::profile::{OFFCPU_SVG, ONCPU_SVG};
-use crate::report::{histograms, html, metadata};
+use crate::report::metadata;
 
-/// Every fixed name innoprof writes into a bundle directory: the bundle
-/// itself, what `innoprof diff` writes into INCIDENT by default, and the
-/// write check of `prepare_dir`. Probe and CPU folded files, and temporary
-/// files of an interrupted write, are matched by pattern in [`is_innoprof_file`].
-const FIXED_NAMES: &[&str] = &[
-    SUMMARY_JSON,
-    SUMMARY_TXT,
-    METADATA_JSON,
-    CPU_PPROF,
-    OFFCPU_PPROF,
-    WAITS_PPROF,
-    ONCPU_SVG,
-    OFFCPU_SVG,
-    html::FILE,
-    histograms::JSON,
-    histograms::CSV,
-    crate::timeseries::JSON_FILE,
-    crate::timeseries::CSV_FILE,
-    crate::diff::JSON_FILE,
-    crate::diff::TEXT_FILE,
-    "diff.oncpu.svg",
-    "diff.offcpu.svg",
-    crate::report::WRITE_CHECK,
-];
-
-/// A name innoprof could have written into a bundle directory.
+/// A name innoprof could have written into a bundle directory: a file of
+/// [`crate::outputs::OUTPUTS`] (the bundle, what `innoprof diff` writes
+/// into INCIDENT by default, the write check of `prepare_dir`), or such a
+/// file's temporary twin `<name>.tmp~` left by a write cut short
+/// (report::write_file).
 pub fn is_innoprof_file(name: &str) -> bool {
-    // Folded files are `<file_stem>.folded`; a write cut short leaves
-    // `<name>.tmp~` (report::write_file). file_stem keeps [A-Za-z0-9._-].
-    let stem_chars = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-    };
-    FIXED_NAMES.contains(&name)
-        || [".folded", ".tmp~"]
-            .iter()
-            .any(|ext| name.strip_suffix(ext).is_some_and(stem_chars))
+    let listed = |n: &str| crate::outputs::describe(n).is_some();
+    listed(name) || name.strip_suffix(".tmp~").is_some_and(stem_of_ours)
+}
+
+/// `<file_stem>` of a temporary file: innoprof's file stems keep
+/// [A-Za-z0-9._-].
+fn stem_of_ours(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
 /// Why `dir` is not a bundle innoprof may replace; `None` when it is one
@@ -160,6 +135,9 @@ mod tests {
             "PolicyMutex_T_.enter.folded",
             "diff.offcpu.folded",
             "diff.txt",
+            "diff.oncpu.svg",
+            "innodb_status.start.txt",
+            "timeseries.csv",
             "summary.tmp~",
         ] {
             assert!(is_innoprof_file(n), "{n}");

@@ -99,7 +99,7 @@ pub enum CalibrateError {
 
 /// Nanoseconds of CPU one call of a probed function costs, by how the
 /// probe is attached and how its first instruction is handled.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HitCost {
     /// Timed probe (entry + return) on an emulated `push` prologue.
     pub latency_emulated_ns: f64,

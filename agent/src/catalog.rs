@@ -51,7 +51,7 @@ pub enum CatalogError {
 }
 
 /// How a probe measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Measure {
     /// Entry + return: calls, wait time, histogram, stacks weighted by time.
@@ -61,7 +61,7 @@ pub enum Measure {
 }
 
 /// How often a probe fires, which decides whether it is on by default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CostClass {
     /// Every operation takes this path: opt-in.

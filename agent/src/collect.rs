@@ -26,7 +26,7 @@ pub enum CollectError {
 }
 
 /// What the BPF side could not record, by reason.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Drops {
     /// New stacks not stored: the `stacks` map was full.
     pub stack_map_full: u64,

@@ -27,6 +27,8 @@ pub enum DiffError {
     #[error("{0} holds no innoprof recording (no summary.json)")]
     NotARecording(PathBuf),
     #[error(transparent)]
+    Contract(#[from] crate::contract::ContractError),
+    #[error(transparent)]
     FlameGraph(#[from] FlameGraphError),
     #[error(transparent)]
     Output(#[from] OutputError),
@@ -520,6 +522,7 @@ fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
     let text = BundleDir::new(dir)
         .read_text(crate::bundle::SUMMARY_JSON)?
         .ok_or_else(|| DiffError::NotARecording(dir.to_path_buf()))?;
+    crate::contract::check_version(&dir.join(crate::bundle::SUMMARY_JSON), text.as_bytes())?;
     serde_json::from_str(&text).map_err(|source| DiffError::Summary {
         path: dir.join(crate::bundle::SUMMARY_JSON),
         source,

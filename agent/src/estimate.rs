@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One stretch of time a probe was on, and what it saw there.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OnWindow {
     /// Seconds since the recording started.
     pub start_s: f64,
@@ -34,7 +34,7 @@ impl OnWindow {
 
 /// Calls (and wait) of a probe over `0..covered_s`: seen in the windows,
 /// plus the interpolated gaps between them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallEstimate {
     /// Seen in the on-windows (exact).
     pub observed_calls: u64,

@@ -10,7 +10,7 @@ pub struct Log2Histogram {
     pub counts: Vec<u64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Bucket {
     pub low_ns: u64,
     pub high_ns: u64,

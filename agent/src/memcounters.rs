@@ -246,7 +246,7 @@ impl CounterRecorder {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CounterStatus {
     /// Read at start and end: `count` is exact.
@@ -258,7 +258,7 @@ pub enum CounterStatus {
 }
 
 /// One counter in `summary.json`'s `counters` list.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CounterResult {
     pub name: String,
     #[serde(default)]

@@ -964,6 +964,7 @@ impl Recorder {
             None => None,
         };
         let mut summary = Summary {
+            format_version: crate::contract::FORMAT_VERSION,
             tool: "innoprof".to_string(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
             target: plan.target_info(),
@@ -986,6 +987,7 @@ impl Recorder {
         Ok(Recording {
             summary,
             folded,
+            timeseries: None,
             stacks: named_stacks,
         })
     }
@@ -1255,8 +1257,11 @@ fn fold_stacks(
 
 pub struct Recording {
     pub summary: Summary,
-    /// (file name, contents)
+    /// (file name, contents): the folded stacks and flame graphs the
+    /// recorder rendered, and the server's InnoDB status text.
     pub folded: Vec<(String, String)>,
+    /// `record --interval`'s series (timeseries.json and .csv).
+    pub timeseries: Option<crate::timeseries::TimeSeries>,
     /// The stacks behind the folded files, as named: pprof's source.
     pub stacks: RecordedStacks,
 }

@@ -200,6 +200,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     };
 
     let summary = Summary {
+        format_version: sb.format_version,
         tool: sb.tool.clone(),
         tool_version: sb.tool_version.clone(),
         target: sb.target.clone(),
@@ -251,6 +252,8 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     Recording {
         summary,
         folded,
+        // The series spans the whole recording: added after the merge.
+        timeseries: None,
         stacks,
     }
 }
@@ -525,6 +528,7 @@ mod tests {
         Recording {
             summary: s,
             folded: vec![("p.count.folded".into(), folded.into())],
+            timeseries: None,
             stacks: Default::default(),
         }
     }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::resolve::ElfImage;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Mysql,
@@ -25,7 +25,9 @@ impl std::fmt::Display for Family {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Version {
     pub major: u32,
     pub minor: u32,
@@ -60,7 +62,7 @@ impl std::fmt::Display for Version {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerInfo {
     pub family: Family,
     pub version: Option<Version>,

@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::collect::{CollectError, Counters, LiveProbe};
@@ -308,14 +308,16 @@ fn busiest_sites(totals: &BTreeMap<String, Counts>, n: usize) -> Vec<String> {
     ranked.into_iter().take(n).map(|(k, _)| k.clone()).collect()
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// `timeseries.json`: what `record --interval` writes and `report.html`
+/// reads (one type for both, so the two cannot drift apart).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TimeSeries {
     pub interval_ms: u64,
     pub started_unix_ms: u128,
     pub points: Vec<Point>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Point {
     /// End of the interval, ms since the recording started.
     pub t_ms: u64,
@@ -325,11 +327,18 @@ pub struct Point {
     /// Deltas within the interval.
     pub calls: u64,
     pub wait_ns: u64,
-    /// How long the probe was switched on within the interval.
+    /// How long the probe was switched on within the interval; 0 in
+    /// files written before it existed.
+    #[serde(default)]
     pub attached_ms: u64,
 }
 
 impl TimeSeries {
+    /// A saved `timeseries.json`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
     pub fn intervals(&self) -> usize {
         let mut ends: Vec<u64> = self.points.iter().map(|p| p.t_ms).collect();
         ends.dedup();
@@ -358,20 +367,6 @@ impl TimeSeries {
             intervals: self.intervals(),
             files: vec![JSON_FILE.to_string(), CSV_FILE.to_string()],
         }
-    }
-
-    /// (file name, contents), for the recording's bundle.
-    pub fn files(&self) -> Vec<(String, String)> {
-        vec![
-            (
-                JSON_FILE.to_string(),
-                String::from_utf8_lossy(&self.to_json()).into_owned(),
-            ),
-            (
-                CSV_FILE.to_string(),
-                String::from_utf8_lossy(&self.to_csv()).into_owned(),
-            ),
-        ]
     }
 }
 

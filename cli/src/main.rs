@@ -553,9 +553,9 @@ async fn record_segment(
     if let Some(state) = state {
         recording.add_server_state(state);
     }
-    if let Some(series) = &series {
-        recording.folded.extend(series.files());
+    if let Some(series) = series {
         recording.summary.timeseries = Some(series.note());
+        recording.timeseries = Some(series);
     }
     Ok((recording, end))
 }

@@ -326,7 +326,7 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
         .as_array()
         .unwrap()
         .iter()
-        .all(|p| p["sampling_ratio"] == 1.0));
+        .all(|p| p["attached_fraction"] == 1.0));
     // Overhead: hits x (the trap calibrated at start, by each symbol's
     // entry instruction and the probe's measure + the BPF programs' run
     // time the kernel measured in the target), so at least hits x trap.
@@ -741,4 +741,25 @@ fn record_follow_spans_a_restart_in_one_bundle() {
     assert!(files.contains_key("cpu.pb.gz") && files.contains_key("waits.pb.gz"));
     let html = String::from_utf8(files["report.html"].clone()).unwrap();
     assert!(html.contains("followed across 1 restart(s)"));
+}
+
+/// The contract check every bundle of these tests goes through
+/// (`check_bundle`) bites: a summary.json of this version without a
+/// required field, or with a renamed one, fails against docs/schema/.
+#[test]
+fn the_schema_check_refuses_a_drifted_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let version = innoprof::contract::FORMAT_VERSION;
+    std::fs::write(
+        dir.path().join("summary.json"),
+        format!(r#"{{"format_version": {version}, "tool": "innoprof"}}"#),
+    )
+    .unwrap();
+    let caught = std::panic::catch_unwind(|| check_bundle(dir.path()));
+    let msg = caught.unwrap_err();
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("does not match docs/schema/summary.schema.json") && msg.contains("probes"),
+        "{msg}"
+    );
 }

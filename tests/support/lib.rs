@@ -123,7 +123,90 @@ pub fn listing(dir: &Path) -> Vec<String> {
 }
 
 pub fn run_innoprof(args: &[&str]) -> Output {
-    Command::new(innoprof()).args(args).output().unwrap()
+    let out = Command::new(innoprof()).args(args).output().unwrap();
+    // `record --out DIR` and `report DIR`: the bundle they leave is checked
+    // against the output contract, whatever the test then looks at.
+    match args.first() {
+        Some(&"record") => {
+            let out_dir = args.iter().position(|a| *a == "--out");
+            if let Some(dir) = out_dir.and_then(|i| args.get(i + 1)) {
+                // A refused recording leaves whatever the test put there.
+                check_files(Path::new(dir), out.status.success());
+            }
+        }
+        // A test may hand `report` a bundle it wrote itself, as an older
+        // innoprof did: checked only when it is of this build's version.
+        Some(&"report") => {
+            if let Some(dir) = args.get(1) {
+                check_files(Path::new(dir), false);
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Checks a bundle's summary.json and metadata.json, where present,
+/// against the committed JSON Schemas (docs/schema/, generated from the
+/// serde types by innoprof::contract): every bundle a test writes through
+/// this library ([`run_innoprof`], [`Recording::finish`]) is checked, so
+/// an output that drifts from its published schema fails the test that
+/// wrote it.
+pub fn check_bundle(dir: &Path) {
+    check_files(dir, true)
+}
+
+/// `innoprof_wrote`: the files are innoprof's own output, so must carry
+/// this build's `format_version`; otherwise a file of another version
+/// (a test's hand-written legacy bundle) is skipped.
+fn check_files(dir: &Path, innoprof_wrote: bool) {
+    use innoprof::contract::{METADATA_SCHEMA, SUMMARY_SCHEMA};
+    static VALIDATORS: std::sync::OnceLock<Vec<(&str, &str, jsonschema::Validator)>> =
+        std::sync::OnceLock::new();
+    let validators = VALIDATORS.get_or_init(|| {
+        [
+            ("summary.json", SUMMARY_SCHEMA),
+            ("metadata.json", METADATA_SCHEMA),
+        ]
+        .into_iter()
+        .map(|(file, schema)| {
+            let text = std::fs::read(repo_root().join(schema)).unwrap();
+            let schema_json: serde_json::Value = serde_json::from_slice(&text).unwrap();
+            let v = jsonschema::validator_for(&schema_json)
+                .unwrap_or_else(|e| panic!("{schema} is not a valid JSON Schema: {e}"));
+            (file, schema, v)
+        })
+        .collect()
+    });
+    for (file, schema, validator) in validators {
+        // A symlink or a FIFO a hardening test planted is not innoprof's file.
+        let path = dir.join(file);
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
+            continue; // not JSON: a test's own broken file; the test says what it expects
+        };
+        let current =
+            value["format_version"].as_u64() == Some(innoprof::contract::FORMAT_VERSION.into());
+        if !current && !innoprof_wrote {
+            continue;
+        }
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .take(10)
+            .map(|e| format!("  at {}: {e}", e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{} does not match {schema}:\n{}",
+            path.display(),
+            errors.join("\n")
+        );
+    }
 }
 
 /// Runs innoprof in the background; stderr is captured to a file.
@@ -198,6 +281,8 @@ impl Recording {
         let mut stdout = String::new();
         std::io::Read::read_to_string(self.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
         let status = self.child.wait().unwrap();
+        // A refused recording leaves whatever the test put there.
+        check_files(&self.out, status.success());
         (status.code(), stdout, self)
     }
 

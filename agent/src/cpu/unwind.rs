@@ -40,14 +40,14 @@ pub struct UnwindTable {
 }
 
 /// The rows the walker had, by file (summary.json `cpu.unwind`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UnwindInfo {
     pub rows: usize,
     pub files: Vec<ModuleUnwind>,
 }
 
 /// What one mapped file contributed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModuleUnwind {
     pub path: String,
     pub rows: usize,

@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::model::{ProbeResult, ProbeStatus, Summary};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// Worth knowing; nothing to act on by itself.
@@ -44,7 +46,7 @@ impl std::fmt::Display for Severity {
 }
 
 /// One number that triggered a finding, and where it is shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Evidence {
     /// `innodb.undo.prev_version: 41,200 calls/s while watched (x310 per transaction)`
     pub text: String,
@@ -52,7 +54,7 @@ pub struct Evidence {
     pub anchor: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     /// The rule's name (`many_row_versions`), stable: Prometheus labels it.
     pub rule: String,
@@ -116,7 +118,7 @@ pub(crate) fn probe<'a>(summary: &'a Summary, name: &str) -> Option<&'a ProbeRes
 /// Seconds the probe was watched (attached): the recording, times the
 /// fraction the governor kept it on.
 pub(crate) fn watched_s(summary: &Summary, p: &ProbeResult) -> f64 {
-    summary.duration_s * p.sampling_ratio()
+    summary.duration_s * p.attached_fraction()
 }
 
 /// Calls per second while watched; None if it was never on.

@@ -108,6 +108,7 @@ pub fn summary(
         })
         .collect();
     let mut summary = Summary {
+        format_version: crate::contract::FORMAT_VERSION,
         tool: "innoprof".to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         target: plan.target_info(),

@@ -10,12 +10,12 @@ use crate::collect::Drops;
 use crate::server::ServerInfo;
 
 pub const FORMAT: &str = "innoprof-bundle";
-/// Bumped when a file of the bundle changes incompatibly.
-pub const FORMAT_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metadata {
     pub format: String,
+    /// [`crate::contract::FORMAT_VERSION`] when written; 1 before the names
+    /// were aligned with summary.json.
     pub format_version: u32,
     pub tool_version: String,
     pub host: HostInfo,
@@ -36,22 +36,26 @@ pub struct Metadata {
     pub overhead: OverheadEstimate,
     /// Every file of the bundle, sorted.
     pub files: Vec<String>,
+    /// What each of `files` is (from `crate::outputs`); empty in bundles
+    /// written before it existed.
+    #[serde(default)]
+    pub file_info: Vec<crate::outputs::FileInfo>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostInfo {
     pub hostname: String,
     /// `uname -r`.
     pub kernel: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BinaryInfo {
     pub path: String,
     pub build_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeCounts {
     pub attached: Vec<String>,
     /// Not attached: unresolved in this binary, or refused by the kernel.
@@ -60,24 +64,29 @@ pub struct ProbeCounts {
     pub sampled: Vec<Sampled>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NotAttached {
     pub name: String,
     pub status: ProbeStatus,
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Sampled {
     pub name: String,
-    pub sampling_ratio: f64,
+    /// Fraction of the recording it was attached, as summary.json's
+    /// `sampling.attached_fraction` (1.0 for a probe never cut).
+    #[serde(alias = "sampling_ratio")]
+    pub attached_fraction: f64,
 }
 
 /// Everything the recording counted but could not keep.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Dropped {
-    /// The probe programs' own counters (stacks not taken, full maps).
-    pub probes: Drops,
+    /// The probe programs' own counters (stacks not taken, full maps):
+    /// summary.json's `drops`.
+    #[serde(alias = "probes")]
+    pub drops: Drops,
     /// Probe hits whose stack was not captured (still counted).
     pub stack_lost_calls: u64,
     /// On-CPU samples not counted (stack map full).
@@ -95,7 +104,7 @@ impl Metadata {
         let cpu = summary.cpu.as_ref();
         Self {
             format: FORMAT.to_string(),
-            format_version: FORMAT_VERSION,
+            format_version: crate::contract::FORMAT_VERSION,
             tool_version: summary.tool_version.clone(),
             host,
             server: t.server.clone(),
@@ -124,12 +133,12 @@ impl Metadata {
                 sampled: attached()
                     .map(|p| Sampled {
                         name: p.name.clone(),
-                        sampling_ratio: p.sampling_ratio(),
+                        attached_fraction: p.attached_fraction(),
                     })
                     .collect(),
             },
             dropped: Dropped {
-                probes: summary.drops.clone(),
+                drops: summary.drops.clone(),
                 stack_lost_calls: probes.iter().map(|p| p.stacks.lost_calls).sum(),
                 cpu_samples_lost: cpu.map_or(0, |c| c.oncpu.lost.map_full),
                 offcpu_blocks_lost: cpu
@@ -138,6 +147,7 @@ impl Metadata {
             },
             overhead: overhead::estimate(summary),
             files: Vec::new(),
+            file_info: Vec::new(),
         }
     }
 }

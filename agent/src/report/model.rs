@@ -11,8 +11,12 @@ pub use crate::memcounters::{CounterResult, CounterStatus};
 use crate::resolve::{EntryInsn, SkippedSymbol, SymbolTable};
 use crate::server::ServerInfo;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
+    /// The bundle's output contract version ([`crate::contract`]); 0 in
+    /// recordings made before summary.json carried one.
+    #[serde(default)]
+    pub format_version: u32,
     pub tool: String,
     pub tool_version: String,
     pub target: TargetInfo,
@@ -56,7 +60,7 @@ pub struct Summary {
 }
 
 /// A stretch of a `record --follow` recording watching one server process.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Segment {
     pub pid: u32,
     /// Seconds from the recording's start.
@@ -86,7 +90,7 @@ impl Summary {
 }
 
 /// What the recording cost, as measured and as projected from probe hits.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OverheadSummary {
     /// Per-call cost of a probe hit on this host, calibrated at start.
     pub hit_cost: HitCost,
@@ -124,7 +128,7 @@ pub struct OverheadSummary {
 /// A probe the governor detached part of the time. Its `calls` and wait
 /// totals are what it saw (exact); `estimate` adds only the gaps between
 /// its on-windows, never time after the last one.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Sampling {
     pub state: SamplingState,
     /// Fraction of the recording it was on.
@@ -145,7 +149,7 @@ pub struct Sampling {
     pub projected_full_pct_of_core: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SamplingState {
     /// Cut, and on again at the end.
@@ -154,14 +158,14 @@ pub enum SamplingState {
     OffAtEnd,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TimeseriesNote {
     pub interval_ms: u64,
     pub intervals: usize,
     pub files: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TargetInfo {
     pub pid: u32,
     pub comm: String,
@@ -177,7 +181,7 @@ pub struct TargetInfo {
     pub debug_file: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     Duration,
@@ -185,7 +189,7 @@ pub enum EndReason {
     TargetExited,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeStatus {
     Attached,
@@ -193,7 +197,7 @@ pub enum ProbeStatus {
     AttachFailed,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SymbolInfo {
     pub name: String,
     pub raw: String,
@@ -210,7 +214,7 @@ pub struct SymbolInfo {
     pub calls: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeResult {
     pub name: String,
     pub description: String,
@@ -251,12 +255,12 @@ pub struct ProbeResult {
 
 impl ProbeResult {
     /// Fraction of the recording the probe was attached (1.0: always).
-    pub fn sampling_ratio(&self) -> f64 {
+    pub fn attached_fraction(&self) -> f64 {
         self.sampling.as_ref().map_or(1.0, |s| s.attached_fraction)
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallsiteResult {
     /// `btr0cur.cc:304`
     pub site: String,
@@ -271,7 +275,7 @@ pub struct CallsiteResult {
     pub wait_ns_max: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatchResult {
     /// `dict_sys_mutex`
     pub latch: String,
@@ -280,7 +284,7 @@ pub struct LatchResult {
     pub wait_ns_max: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StackStats {
     pub distinct: usize,
     /// Calls whose stack could not be captured (map full, error or busy).
@@ -317,7 +321,7 @@ impl Default for StackStats {
 }
 
 /// The CPU profile's part of `summary.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CpuSummary {
     pub oncpu: OnCpuSummary,
     /// Present when off-CPU time was recorded (`--offcpu`).
@@ -327,7 +331,7 @@ pub struct CpuSummary {
     pub unwind: crate::cpu::UnwindInfo,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OnCpuSummary {
     /// The perf event sampled: `cpu-clock` (software).
     pub event: String,
@@ -353,7 +357,7 @@ pub struct OnCpuSummary {
 /// Samples whose stack is incomplete (still counted, under an
 /// `[unwind stopped]`, `[truncated]` or `[kernel stack lost]` frame) or
 /// that could not be counted at all (`map_full`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OnCpuLost {
     /// The user stack walk ended before the thread's first frame
     /// (unreadable stack memory, or CFI the walker does not implement).
@@ -365,7 +369,7 @@ pub struct OnCpuLost {
     pub map_full: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OffCpuSummary {
     /// Blocks shorter than this are counted in `below_min` only.
     pub min_block_ns: u64,
@@ -392,7 +396,7 @@ pub struct OffCpuSummary {
     pub top: TopSymbols,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OffCpuLost {
     /// Counted under an `[unwind stopped]` root frame.
     pub unwind_stopped: u64,

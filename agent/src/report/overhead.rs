@@ -121,7 +121,7 @@ pub fn render_hit_cost(c: &HitCost) -> String {
 
 /// The overhead figures `metadata.json` carries: observed hits × (the trap
 /// calibrated at start + the programs' run time measured in the target).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OverheadEstimate {
     /// How the numbers were made, for whoever reads the file later.
     pub method: String,
@@ -129,16 +129,19 @@ pub struct OverheadEstimate {
     pub calibrated: bool,
     /// Server CPU spent in probe hits over the whole recording.
     pub total_ns: u64,
-    /// `total_ns` as a share of one CPU over the recording, in %.
-    pub pct_of_one_cpu: f64,
+    /// `total_ns` as a share of one CPU over the recording, in %: the
+    /// `overhead.probes_pct_of_core` of summary.json.
+    #[serde(alias = "pct_of_one_cpu")]
+    pub probes_pct_of_core: f64,
     pub probes: Vec<ProbeOverhead>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeOverhead {
     pub name: String,
-    /// Hits seen.
-    pub hits: u64,
+    /// Hits seen: summary.json's `calls` of the probe.
+    #[serde(alias = "hits")]
+    pub calls: u64,
     pub estimated_ns: u64,
 }
 
@@ -150,7 +153,7 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
         .filter(|p| p.status == ProbeStatus::Attached)
         .map(|p| ProbeOverhead {
             name: p.name.clone(),
-            hits: p.calls,
+            calls: p.calls,
             estimated_ns: (p.overhead_pct_of_core / 100.0 * wall_ns).round() as u64,
         })
         .collect();
@@ -166,7 +169,7 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
         ),
         calibrated: summary.overhead.calibration_note.is_none(),
         total_ns: probes.iter().map(|p| p.estimated_ns).sum(),
-        pct_of_one_cpu: summary.overhead.probes_pct_of_core,
+        probes_pct_of_core: summary.overhead.probes_pct_of_core,
         probes,
     }
 }

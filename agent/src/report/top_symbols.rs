@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::symbolize::{Frame, FrameKind, KERNEL_MODULE};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TopSymbols {
     /// What the counts are: `samples`, or `us` (off-CPU time).
     pub unit: String,
@@ -34,7 +34,7 @@ pub struct TopSymbols {
 /// busy server, where all its functions would be ~2,000 names (~100 KB).
 pub const MODULE_MIN_PCT: f64 = 0.1;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SymbolRow {
     /// Samples with this function as the leaf.
     pub samples: u64,

@@ -39,7 +39,9 @@ pub enum ElfError {
 
 /// Which symbol table a symbol came from. `.dynsym` survives `strip`,
 /// `.symtab` does not, so the distinction explains missing probes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SymbolTable {
     Symtab,

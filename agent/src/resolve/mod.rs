@@ -48,7 +48,7 @@ pub struct ResolvedSymbol {
 }
 
 /// A matching symbol that was deliberately not attached.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SkippedSymbol {
     pub name: String,
     pub address: u64,
@@ -68,7 +68,7 @@ impl std::fmt::Display for SkippedSymbol {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SkipReason {
     /// `.cold`: an out-of-line block of the function, never entered by a call.

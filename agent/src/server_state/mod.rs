@@ -92,7 +92,7 @@ fn keep_status(name: &str) -> bool {
 
 /// One transaction, oldest first: information_schema.innodb_trx joined
 /// with the processlist, and whether InnoDB's status shows a read view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Transaction {
     pub trx_id: String,
     pub state: String,
@@ -118,7 +118,7 @@ pub struct Transaction {
 /// A table whose clustered index InnoDB generated (`GEN_CLUST_INDEX`): no
 /// primary key and no unique NOT NULL key, so every insert takes a row id
 /// from the one server-wide counter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NoPkTable {
     /// `schema/table`, as InnoDB names it.
     pub name: String,
@@ -130,7 +130,7 @@ pub struct NoPkTable {
 }
 
 /// performance_schema's instrumentation, when it is on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PerfSchemaState {
     pub instruments: u64,
     pub enabled: u64,
@@ -142,13 +142,13 @@ pub struct PerfSchemaState {
 }
 
 /// A query that failed, and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QueryError {
     pub what: String,
     pub error: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Snapshot {
     pub taken_unix_ms: u128,
     /// How long the snapshot's queries took.
@@ -194,7 +194,7 @@ const SAMPLED_STATUS: &[&str] = &[
 /// recording: three short queries (about a millisecond here), no SHOW
 /// ENGINE INNODB STATUS (which walks every transaction under a global
 /// mutex) and no dictionary scan.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatePoint {
     pub taken_unix_ms: u128,
     pub took_ms: f64,
@@ -211,7 +211,7 @@ pub struct StatePoint {
 }
 
 /// What was captured over a recording.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerState {
     /// The socket and user logged in with; empty when no login worked.
     pub socket: String,

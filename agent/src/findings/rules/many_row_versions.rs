@@ -58,7 +58,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
     } else {
         return None;
     };
-    let watched = undo.sampling_ratio();
+    let watched = undo.attached_fraction();
     let mut evidence = vec![Evidence {
         text: format!(
             "{UNDO}: {} old row versions rebuilt per second{}",

@@ -75,6 +75,7 @@ pub fn render(page: &Page) -> String {
                     @if let Some(note) = super::overhead::stack_sampling_note(s) { p.note { "Stacks: " (note) "." } }
                     (flamegraphs(page.probe_flamegraphs))
                 }
+                @if let Some(m) = page.metadata { (files(m)) }
             }
         }
     }
@@ -106,13 +107,33 @@ fn about(page: &Page) -> Markup {
                 tr { th { "command" } td { code { (m.command_line.join(" ")) } } }
                 tr { th { "overhead (estimate)" } td {
                     (units::ns(m.overhead.total_ns)) " of server CPU in probe hits, "
-                    (format!("{:.2}", m.overhead.pct_of_one_cpu)) " % of one CPU"
+                    (format!("{:.2}", m.overhead.probes_pct_of_core)) " % of one CPU"
                     @if !m.overhead.calibrated { span.note { " — " (m.overhead.method) } }
                 } }
                 tr { th { "lost" } td {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
                 } }
+            }
+        }
+    }
+}
+
+/// The bundle's files, linked, each said what it is by the output
+/// registry (`crate::outputs`), also for a bundle older than metadata.json's
+/// `file_info`.
+fn files(m: &Metadata) -> Markup {
+    html! {
+        h2 #files { "Files of this recording" }
+        table.data {
+            thead { tr { th { "file" } th { "what it is" } } }
+            tbody {
+                @for f in &m.files {
+                    tr {
+                        td { a href=(f) { code { (f) } } }
+                        td { (crate::outputs::describe(f).map_or("", |o| o.description)) }
+                    }
+                }
             }
         }
     }
@@ -355,7 +376,7 @@ fn probe_table(s: &Summary) -> Markup {
                             td.n { (t(p.wait_ns_p99)) }
                             td.n { @if timed { (units::ns(p.wait_ns_max)) } @else { "-" } }
                             td.n title=(p.sampling.as_ref().map(|s| format!("{}\n{}", super::overhead::estimate_text(s), s.estimate.assumption)).unwrap_or_default()) {
-                                (format!("{:.0} %", p.sampling_ratio() * 100.0))
+                                (format!("{:.0} %", p.attached_fraction() * 100.0))
                                 @if p.stacks.sampled_every_max > 1 { br; small { "stacks 1-in-≤" (p.stacks.sampled_every_max) } }
                             }
                         }

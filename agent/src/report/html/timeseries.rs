@@ -1,27 +1,10 @@
-//! Reads `timeseries.json` (written by `record --interval`) for the page's
-//! line charts. The file's contract: `t_ms` is the end of an interval in ms
-//! since the start; `calls`/`wait_ns` are deltas within it; `callsite` null
-//! is the probe's total.
+//! The page's line charts, from `timeseries.json` as the recorder wrote
+//! it ([`crate::timeseries::TimeSeries`], whose doc states the file's
+//! contract): `t_ms` is the end of an interval in ms since the start;
+//! `calls`/`wait_ns` are deltas within it; `callsite` null is the probe's
+//! total.
 
-use serde::Deserialize;
-
-pub const FILE: &str = "timeseries.json";
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct TimeSeries {
-    pub interval_ms: u64,
-    pub started_unix_ms: u64,
-    pub points: Vec<Point>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Point {
-    pub t_ms: u64,
-    pub probe: String,
-    pub callsite: Option<String>,
-    pub calls: u64,
-    pub wait_ns: u64,
-}
+pub use crate::timeseries::{Point, TimeSeries};
 
 /// One line of a chart: (x = seconds since the start, y) points.
 pub struct Line {
@@ -30,10 +13,6 @@ pub struct Line {
 }
 
 impl TimeSeries {
-    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(bytes)
-    }
-
     /// Probes in order of first appearance.
     pub fn probes(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
