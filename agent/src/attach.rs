@@ -121,11 +121,39 @@ pub struct Slot {
 }
 
 /// What happened to each planned probe.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct AttachOutcome {
     pub attached_symbols: usize,
-    /// Per symbol: the kernel's refusal, if any.
-    pub failures: Vec<(String, String)>,
+    /// The symbols the kernel refused, each with why.
+    pub failures: Vec<Refusal>,
+}
+
+/// A symbol that could not be attached. Kept typed (the cause chain
+/// intact) until a summary or the terminal says it: `mysqld_foo: attaching
+/// probe x: …`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{symbol}")]
+pub struct Refusal {
+    pub symbol: String,
+    #[source]
+    pub reason: RefusalReason,
+}
+
+/// Why a symbol was refused: the kernel's errno for its link, or the
+/// failure of the whole link call it was part of.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RefusalReason {
+    #[error(transparent)]
+    Link(LinkError),
+    #[error(transparent)]
+    Attach(std::sync::Arc<AttachError>),
+}
+
+impl Refusal {
+    /// `symbol: reason`, each cause said once.
+    pub fn said(&self) -> String {
+        crate::error_chain(self)
+    }
 }
 
 /// How the probes are attached, and what attaching and detaching cost.
@@ -335,7 +363,7 @@ impl Session {
                 Ok((links, refused)) => {
                     let attached = without(&slots, &refused);
                     for (slot, e) in refused {
-                        session.refuse(probe, slot, e.to_string());
+                        session.refuse(probe, slot, RefusalReason::Link(e));
                     }
                     session.outcomes[probe].attached_symbols += attached.len();
                     if !links.is_empty() {
@@ -355,9 +383,9 @@ impl Session {
                     return Err(e)
                 }
                 Err(e) => {
-                    let reason = match &e {
-                        AttachError::Link { source, .. } => source.to_string(),
-                        other => other.to_string(),
+                    let reason = match e {
+                        AttachError::Link { source, .. } => RefusalReason::Link(source),
+                        other => RefusalReason::Attach(std::sync::Arc::new(other)),
                     };
                     for &slot in &slots {
                         session.refuse(probe, slot, reason.clone());
@@ -384,7 +412,7 @@ impl Session {
             let why: Vec<String> = session
                 .outcomes
                 .iter()
-                .flat_map(|o| o.failures.iter().map(|(s, e)| format!("{s}: {e}")))
+                .flat_map(|o| o.failures.iter().map(Refusal::said))
                 .collect();
             let why = if why.is_empty() {
                 "no symbol resolved".to_string()
@@ -397,10 +425,12 @@ impl Session {
     }
 
     /// A slot the kernel refused: off, not attached, and the reason kept.
-    fn refuse(&mut self, probe: usize, slot: usize, reason: String) {
+    fn refuse(&mut self, probe: usize, slot: usize, reason: RefusalReason) {
         self.slots[slot].attached = false;
         let symbol = self.slots[slot].symbol.name.clone();
-        self.outcomes[probe].failures.push((symbol, reason));
+        self.outcomes[probe]
+            .failures
+            .push(Refusal { symbol, reason });
         self.set_enabled(&[slot], false);
     }
 

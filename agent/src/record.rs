@@ -839,7 +839,7 @@ impl Recorder {
                 .map(|s| format!("{}: {s}", s.name));
             let (status, reason) = if !my_slots.is_empty() {
                 let refused = unprobeable
-                    .chain(outcome.failures.iter().map(|(s, e)| format!("{s}: {e}")))
+                    .chain(outcome.failures.iter().map(crate::attach::Refusal::said))
                     .collect::<Vec<_>>();
                 (
                     ProbeStatus::Attached,
@@ -854,7 +854,7 @@ impl Recorder {
                 let refused = outcome
                     .failures
                     .iter()
-                    .map(|(s, e)| format!("{s}: {e}"))
+                    .map(crate::attach::Refusal::said)
                     .collect::<Vec<_>>();
                 (ProbeStatus::AttachFailed, Some(refused.join("; ")))
             };
