@@ -21,9 +21,9 @@ pub struct SlotStats {
 }
 mirrors_slot_stats!(SlotStats);
 
-impl SlotStats {
-    /// Adds `other` in: another CPU's values, or another slot of a probe.
-    pub fn merge(&mut self, other: &Self) {
+/// Adds another CPU's values, or another slot's of the same probe.
+impl std::ops::AddAssign<&SlotStats> for SlotStats {
+    fn add_assign(&mut self, other: &Self) {
         self.calls += other.calls;
         self.wait_ns_total += other.wait_ns_total;
         self.wait_ns_max = self.wait_ns_max.max(other.wait_ns_max);
@@ -149,6 +149,15 @@ pub struct SiteVal {
     pub wait_ns_max: u64,
 }
 mirrors_site_val!(SiteVal);
+
+/// Adds another call site's counts (two pointers naming one line).
+impl std::ops::AddAssign<&SiteVal> for SiteVal {
+    fn add_assign(&mut self, other: &Self) {
+        self.calls += other.calls;
+        self.wait_ns_total += other.wait_ns_total;
+        self.wait_ns_max = self.wait_ns_max.max(other.wait_ns_max);
+    }
+}
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]

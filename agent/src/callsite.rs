@@ -151,10 +151,7 @@ impl LabelCache {
                 .entry(site)
                 .or_insert_with(|| namer.label(site))
                 .clone();
-            let sum = out.entry(label).or_default();
-            sum.calls += val.calls;
-            sum.wait_ns_total += val.wait_ns_total;
-            sum.wait_ns_max = sum.wait_ns_max.max(val.wait_ns_max);
+            *out.entry(label).or_default() += &val;
         }
         out
     }

@@ -106,7 +106,7 @@ fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStat
         let mut sum = SlotStats::default();
         for v in values {
             let s: SlotStats = from_bytes(&v).ok_or(CollectError::Layout(bpf::maps::STATS))?;
-            sum.merge(&s);
+            sum += &s;
         }
         if sum.calls > 0 {
             slots.insert(slot as u64, sum);
@@ -194,7 +194,7 @@ impl Counters {
     pub fn probe_total(&self, slots: &[u64]) -> SlotStats {
         let mut sum = SlotStats::default();
         for st in slots.iter().filter_map(|s| self.slots.get(s)) {
-            sum.merge(st);
+            sum += st;
         }
         sum
     }
