@@ -89,6 +89,35 @@ fn main() {
     }
     layout.push_str(&defines_module(&bpf_dir));
     std::fs::write(out.join("bpf_layout.rs"), layout).unwrap();
+
+    std::fs::write(out.join("builtin_catalogs.rs"), builtin_catalogs()).unwrap();
+}
+
+/// The built-in catalog: every `probes/*.toml`, in name order, as a slice
+/// expression of `(probes/NAME.toml, include_str!(…))` for catalog.rs.
+fn builtin_catalogs() -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../probes");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no catalog in {}", dir.display());
+    let mut out = String::from("&[\n");
+    for f in files {
+        let name = f.file_name().unwrap().to_string_lossy();
+        let path = f.canonicalize().unwrap();
+        writeln!(
+            out,
+            "    (\"probes/{name}\", include_str!({:?})),",
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    out.push(']');
+    out
 }
 
 /// `pub mod defines`: every `#define NAME NUMBER` and enumerator of the
