@@ -126,13 +126,7 @@ fn builtin_catalogs() -> String {
 /// map indexes from the header instead of repeating them.
 fn defines_module(dir: &Path) -> String {
     let mut defines = Vec::new();
-    let mut headers: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "h"))
-        .collect();
-    headers.sort();
-    for path in headers {
+    for path in headers(dir) {
         let file = path.file_name().unwrap().to_string_lossy().into_owned();
         let mut in_enum = false;
         for line in std::fs::read_to_string(&path).unwrap().lines() {
@@ -178,11 +172,7 @@ fn defines_module(dir: &Path) -> String {
 /// the start of a line): the types both sides share.
 fn header_structs(dir: &Path) -> Vec<String> {
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "h") {
-            continue;
-        }
+    for path in headers(dir) {
         for line in std::fs::read_to_string(&path).unwrap().lines() {
             if let Some(rest) = line.strip_prefix("struct ") {
                 if let Some(name) = rest.strip_suffix(" {") {
@@ -194,6 +184,17 @@ fn header_structs(dir: &Path) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// The C headers in `dir`, in name order.
+fn headers(dir: &Path) -> Vec<PathBuf> {
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "h"))
+        .collect();
+    headers.sort();
+    headers
 }
 
 /// `mirrors_NAME!`: asserts, at compile time, that a Rust type has the C

@@ -27,14 +27,6 @@ pub struct CallsiteNamer<'a> {
     /// Made on the first creation site named (the image indexes its
     /// DWARF units once, see `ElfImage::unit_index`).
     lines: Option<Option<SourceLines<'a>>>,
-    cache: CreatorCache,
-}
-
-/// Each creation site's function as found so far, for a reader that names
-/// sites window after window over the same image (`serve`'s findings), so
-/// a site is looked up in the line tables once.
-#[derive(Debug, Default)]
-pub struct CreatorCache {
     creators: HashMap<(String, u32), Option<String>>,
 }
 
@@ -47,20 +39,8 @@ impl<'a> CallsiteNamer<'a> {
             image,
             files: HashMap::new(),
             lines: None,
-            cache: CreatorCache::default(),
+            creators: HashMap::new(),
         }
-    }
-
-    /// Names creation sites with what an earlier namer of the same image
-    /// learnt ([`Self::into_cache`]).
-    pub fn with_cache(mut self, cache: CreatorCache) -> Self {
-        self.cache = cache;
-        self
-    }
-
-    /// What this namer learnt, for the next one over the same image.
-    pub fn into_cache(self) -> CreatorCache {
-        self.cache
     }
 
     /// The full `__FILE__` string, if it could be read.
@@ -113,7 +93,6 @@ impl CallsiteNamer<'_> {
             .lines
             .get_or_insert_with(|| SourceLines::new(image).ok());
         let creator = self
-            .cache
             .creators
             .entry((path.clone(), line))
             .or_insert_with(|| {

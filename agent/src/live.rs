@@ -417,8 +417,6 @@ pub struct LiveView {
     /// Latch names per (probe, site): naming one by its creation site may
     /// read DWARF, so once per site, not every second.
     latch_names: HashMap<(usize, Callsite), Option<String>>,
-    /// Kept across readings: a new latch site needs no walk over all units.
-    creators: crate::callsite::CreatorCache,
     symbolizer: StackSymbolizer,
     maps: ProcessMaps,
     last: Reading,
@@ -442,7 +440,6 @@ impl LiveView {
             names,
             labels: LabelCache::default(),
             latch_names: HashMap::new(),
-            creators: Default::default(),
             symbolizer: recorder.plan().stack_symbolizer(maps.clone()),
             maps,
             last: Reading::default(),
@@ -494,8 +491,7 @@ impl LiveView {
         let counters = recorder.read_counters()?;
         let attached = recorder.attached_seconds();
         let plan = recorder.plan();
-        let mut namer = CallsiteNamer::new(recorder.target().pid, &plan.image)
-            .with_cache(std::mem::take(&mut self.creators));
+        let mut namer = CallsiteNamer::new(recorder.target().pid, &plan.image);
         let mut reading = Reading {
             elapsed_s: recorder.elapsed().as_secs_f64(),
             agent_cpu_s: Some(recorder.agent_cpu().as_secs_f64()),
@@ -553,7 +549,6 @@ impl LiveView {
                 }
             }
         }
-        self.creators = namer.into_cache();
         Ok(reading)
     }
 }

@@ -145,8 +145,14 @@ impl Plan {
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
         privileges::check()?;
         crate::kernel::check()?;
-        let calibration = Some(spawn_calibration(opts));
         let target = Target::open(opts.pid, opts.force)?;
+        Self::resolve(opts, target)
+    }
+
+    /// Reads `target`'s binary, picks the catalog and resolves every
+    /// requested probe, calibrating meanwhile.
+    fn resolve(opts: &RecordOptions, target: Target) -> Result<Self, RecordError> {
+        let calibration = Some(spawn_calibration(opts));
         let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
@@ -212,7 +218,7 @@ impl Plan {
                 calibration: Some(spawn_calibration(opts)),
                 ..earlier
             }),
-            None => Self::build(opts),
+            None => Self::resolve(opts, target),
         }
     }
 }
