@@ -846,10 +846,11 @@ impl SamplingCapture {
 /// connection (mysql_common's framed stream) whose cursor walks forward
 /// until it reaches their end, so a connection kept for hours brings up to
 /// 8 MiB into serve's resident set, ~27 KB a snapshot on MariaDB 10.2.11
-/// (SHOW ENGINE INNODB STATUS is most of it). One login per 12 windows
-/// (2 minutes at the default 10 s) bounds that at a few hundred KiB; a
-/// login costs the server a connection, once in 2 minutes.
-const SNAPSHOTS_PER_LOGIN: u32 = 12;
+/// (SHOW ENGINE INNODB STATUS is most of it). One login per 3 windows
+/// (30 s at the default 10 s) bounds that at ~80 KiB, a tenth of the
+/// 5 % a steady serve may wander; a login costs the server one
+/// connection per 30 s (pt-stalk's default logs in every second).
+const SNAPSHOTS_PER_LOGIN: u32 = 3;
 
 pub struct StateWatcher {
     latest: std::sync::Arc<std::sync::Mutex<Option<ServerState>>>,
