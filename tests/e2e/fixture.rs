@@ -393,6 +393,23 @@ fn record_counted_until_stopped(pid: u32) -> Recording {
         "--probe",
         "fixture_counted",
     ]);
-    rec.wait_attached();
+    // The --ready-fd line says what a script needs: who to signal, what
+    // is attached to which process, for how long.
+    let ready = rec.wait_attached();
+    assert_eq!(
+        (ready.event.as_str(), ready.command.as_str()),
+        ("attached", "record")
+    );
+    assert_eq!(ready.innoprof_pid, rec.child.id());
+    assert!(ready.recording_s.is_some_and(|s| s > 590.0), "{ready:?}");
+    let [target] = ready.targets.as_slice() else {
+        panic!("one target: {ready:?}")
+    };
+    assert_eq!(target.pid.to_string(), pid);
+    assert_eq!(target.probes, ["fixture_counted"]);
+    assert!(
+        target.probe_points >= 2 && target.uprobe_links >= 2,
+        "{target:?}"
+    );
     rec
 }

@@ -3,6 +3,7 @@
 
 use crate::bundle::check_files;
 use crate::fixture::{fixture_binary, fixture_catalog, Fixture};
+use crate::ready::{Ready, ReadyPipe, READY_FD};
 use crate::repo_root;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -80,6 +81,7 @@ pub struct Recording {
     pub child: Child,
     pub out: PathBuf,
     stderr_path: PathBuf,
+    ready: ReadyPipe,
     _dir: tempfile::TempDir,
 }
 
@@ -106,10 +108,13 @@ impl Recording {
         } else {
             &["--max-overhead", "off"]
         };
-        let child = Command::new(innoprof())
+        let mut cmd = Command::new(innoprof());
+        let ready = ReadyPipe::attach_to(&mut cmd);
+        let child = cmd
             .arg("record")
             .args(args)
             .args(governor)
+            .args(["--ready-fd", &READY_FD.to_string()])
             .arg("--out")
             .arg(&out)
             .stdout(Stdio::piped())
@@ -120,6 +125,7 @@ impl Recording {
             child,
             out,
             stderr_path,
+            ready,
             _dir: dir,
         }
     }
@@ -128,9 +134,10 @@ impl Recording {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
-    /// Blocks until innoprof reports its probes attached.
-    pub fn wait_attached(&mut self) {
-        wait_for_stderr(&mut self.child, &self.stderr_path, "recording for");
+    /// Blocks until innoprof reports its probes attached (its `--ready-fd`
+    /// line, which says what is attached).
+    pub fn wait_attached(&mut self) -> Ready {
+        self.ready.wait(&mut self.child, &self.stderr_path)
     }
 
     /// Blocks until innoprof's stderr says `needle`.

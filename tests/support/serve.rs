@@ -1,7 +1,8 @@
 //! `innoprof serve`: the process, HTTP requests to it and its Prometheus
 //! exposition.
 
-use crate::run::{innoprof, wait_for_stderr};
+use crate::ready::{Ready, ReadyPipe, READY_FD};
+use crate::run::innoprof;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -50,6 +51,8 @@ pub fn url_encode(s: &str) -> String {
 pub struct Serve {
     pub child: Child,
     pub port: u16,
+    /// Its `--ready-fd` line: what was attached when it began serving.
+    pub ready: Ready,
     stderr_path: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -74,25 +77,33 @@ impl Serve {
         };
         let mut argv: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
         argv.push(innoprof().to_string_lossy().into_owned());
-        let child = Command::new(&argv[0])
+        let mut cmd = Command::new(&argv[0]);
+        let mut pipe = ReadyPipe::attach_to(&mut cmd);
+        let mut child = cmd
             .args(&argv[1..])
             .arg("serve")
             .args(args)
             .args(governor)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            .args(["--ready-fd", &READY_FD.to_string()])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr_path).unwrap())
             .spawn()
             .unwrap();
-        let mut serve = Self {
+        drop(cmd);
+        let ready = pipe.wait(&mut child, &stderr_path);
+        assert_eq!(
+            ready.listen.as_deref(),
+            Some(format!("127.0.0.1:{port}").as_str())
+        );
+        Self {
             child,
             port,
+            ready,
             stderr_path,
             _dir: dir,
-        };
-        wait_for_stderr(&mut serve.child, &serve.stderr_path, "serving http://");
-        serve
+        }
     }
 
     pub fn stderr(&self) -> String {
