@@ -189,11 +189,8 @@ fn two_instances_on_one_target_both_count_exactly() {
         let (code, _, rec) = rec.finish();
         assert_eq!(code, Some(0), "{}", rec.stderr());
         let s = rec.summary();
-        assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(A + B));
-        assert_eq!(
-            probe(&s, "PolicyMutex<*>::enter")["calls"].as_u64(),
-            Some(3)
-        );
+        assert_eq!(probe(&s, "fixture_counted").calls, A + B);
+        assert_eq!(probe(&s, "PolicyMutex<*>::enter").calls, 3);
         let folded = rec.file("fixture_counted.count.folded");
         assert!(
             folded.contains(&format!(";main;caller_a;fixture_counted {A}"))
@@ -254,16 +251,11 @@ fn mysql_5_6_24_kill9_of_innoprof_then_of_mysqld() {
         rec.stderr()
     );
     let s = rec.summary();
-    assert_eq!(s["complete"], false);
-    assert_eq!(s["end_reason"], "target_exited");
-    let calls: u64 = s["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["calls"].as_u64().unwrap())
-        .sum();
+    assert!(!s.complete);
+    assert_eq!(s.end_reason, EndReason::TargetExited);
+    let calls: u64 = s.probes.iter().map(|p| p.calls).sum();
     assert!(calls > 100, "what was collected is kept: {calls}");
-    assert!(s["cpu"]["oncpu"]["samples"].as_u64().unwrap() > 0);
+    assert!(s.cpu.as_ref().unwrap().oncpu.samples > 0);
     assert!(stdout.contains("calls/s"));
     assert_nothing_left_behind("kill -9 of mysqld");
 }

@@ -816,8 +816,8 @@ fn serve_answers_pprof_profiles_for_continuous_profilers() {
     // The same load, sampled by `record`'s own sampler at the same 99 Hz
     // inside the profile's seconds: the same rate within a fifth.
     let s = rec.summary();
-    let recorded = s["cpu"]["oncpu"]["samples"].as_u64().unwrap();
-    let rec_s = s["duration_s"].as_f64().unwrap();
+    let recorded = s.cpu.as_ref().unwrap().oncpu.samples;
+    let rec_s = s.duration_s;
     let (rate, rec_rate) = (samples as f64 / duration, recorded as f64 / rec_s);
     eprintln!(
         "pprof over HTTP: {samples} samples in {duration} s ({rate:.0}/s); record inside it: \

@@ -2,6 +2,7 @@
 //! the tools that read them.
 
 use crate::repo_root;
+use innoprof::report::model::Summary;
 use std::path::Path;
 use std::process::Command;
 
@@ -13,6 +14,14 @@ pub fn listing(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The summary.json in `dir`, as its serde type.
+pub fn read_summary(dir: &Path) -> Result<Summary, String> {
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("no summary.json in {} ({e})", dir.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Checks a bundle's summary.json and metadata.json, where present,

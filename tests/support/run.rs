@@ -1,10 +1,11 @@
 //! Running innoprof: the binary, `record` in the foreground and in the
 //! background, refusals.
 
-use crate::bundle::check_files;
+use crate::bundle::{check_files, read_summary};
 use crate::fixture::{fixture_binary, fixture_catalog, Fixture};
 use crate::ready::{Ready, ReadyPipe, READY_FD};
 use crate::repo_root;
+use innoprof::report::model::{ProbeResult, Summary};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Once;
@@ -159,7 +160,14 @@ impl Recording {
         (status.code(), stdout, self)
     }
 
-    pub fn summary(&self) -> serde_json::Value {
+    /// summary.json as its serde type (what a reader of the bundle gets).
+    pub fn summary(&self) -> Summary {
+        read_summary(&self.out).unwrap_or_else(|e| panic!("{e}; stderr: {}", self.stderr()))
+    }
+
+    /// summary.json as raw JSON, for a test of the file's contract itself
+    /// (a field's presence or spelling).
+    pub fn summary_json(&self) -> serde_json::Value {
         let text = std::fs::read_to_string(self.out.join("summary.json"))
             .unwrap_or_else(|e| panic!("no summary.json ({e}); stderr: {}", self.stderr()));
         serde_json::from_str(&text).unwrap()
@@ -170,7 +178,18 @@ impl Recording {
     }
 }
 
-pub fn probe<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+/// The probe named `name` in a summary.
+pub fn probe<'a>(summary: &'a Summary, name: &str) -> &'a ProbeResult {
+    summary
+        .probes
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("probe {name} not in summary"))
+}
+
+/// The probe named `name` in a raw summary.json (see
+/// [`Recording::summary_json`]).
+pub fn probe_json<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     summary["probes"]
         .as_array()
         .unwrap()
