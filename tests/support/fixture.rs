@@ -93,18 +93,13 @@ impl Paced {
     /// Started with `paced ARGS…` (see tests/fixture/paced.cc), waiting
     /// for `go` before the first call.
     pub fn ready(args: &[u32]) -> Self {
-        use std::io::{BufRead, BufReader};
-        let mut child = Command::new(paced_binary())
-            .args(args.iter().map(|a| a.to_string()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let pid = line.trim().strip_prefix("ready ").unwrap().parse().unwrap();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let Fixture {
+            child,
+            pid,
+            stdin,
+            stdout,
+        } = Fixture::spawn_with(&paced_binary(), &args);
         let log = std::thread::spawn(move || {
             stdout
                 .lines()
