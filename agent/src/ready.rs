@@ -281,6 +281,20 @@ mod tests {
     }
 
     #[test]
+    fn stdout_is_duplicated_not_taken() {
+        use std::os::fd::AsRawFd;
+        let file = take_fd(1).unwrap();
+        assert!(file.as_raw_fd() >= 3);
+        // SAFETY: fcntl queries descriptors this test can see.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        drop(file);
+        // SAFETY: as above.
+        let stdout = unsafe { libc::fcntl(1, libc::F_GETFD) };
+        assert!(stdout >= 0, "stdout still open");
+    }
+
+    #[test]
     fn systemd_gets_ready_with_the_facts() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify");
