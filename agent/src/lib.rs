@@ -42,6 +42,7 @@ pub mod memcounters;
 pub mod outputs;
 pub mod privileges;
 pub mod probeset;
+pub mod ready;
 pub mod record;
 pub mod report;
 pub mod resolve;

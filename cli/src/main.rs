@@ -9,6 +9,7 @@ mod parse;
 mod pid_arg;
 mod probe_args;
 mod probes;
+mod ready_args;
 mod report;
 mod serve;
 mod state_args;
@@ -160,6 +161,8 @@ struct RecordArgs {
     limits: limit_args::LimitArgs,
     #[command(flatten)]
     state: state_args::StateArgs,
+    #[command(flatten)]
+    ready: ready_args::ReadyArgs,
 }
 
 /// Intervals shorter than 100 ms would be mostly read jitter.
@@ -306,6 +309,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             None
         };
 
+    let mut notifier = args.ready.notifier()?;
     innoprof::record::debug_phase("start");
     let plan = Plan::build(&opts)?;
     innoprof::record::debug_phase("after plan");
@@ -321,6 +325,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             &args,
             &mut deadline,
             &mut signals,
+            &mut notifier,
         )
         .await?;
         segments.push(recording);
@@ -426,6 +431,7 @@ async fn record_segment(
     args: &RecordArgs,
     deadline: &mut Option<tokio::time::Instant>,
     signals: &mut Signals,
+    notifier: &mut innoprof::ready::Notifier,
 ) -> Result<(innoprof::record::Recording, EndReason)> {
     let pid = plan.target.pid;
     warn_unattached(&plan);
@@ -493,6 +499,8 @@ async fn record_segment(
             Duration::from_millis(left.as_millis() as u64)
         })
     );
+    let ready = innoprof::ready::Ready::record(&recorder, left.as_secs_f64());
+    ready_args::announce(notifier, &ready);
 
     let bar = ProgressBar::new(left.as_millis() as u64);
     bar.set_style(

@@ -80,6 +80,8 @@ pub struct ServeArgs {
     /// same server (the same datadir) to start again, and attaches to it.
     #[arg(long)]
     pub exit_with_target: bool,
+    #[command(flatten)]
+    pub ready: crate::ready_args::ReadyArgs,
 }
 
 /// Pause after a failed accept(2): out of descriptors or memory, the next
@@ -579,6 +581,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     map_large_allocations();
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut notifier = args.ready.notifier()?;
     let commit = env!("INNOPROF_GIT_COMMIT").to_string();
     let setup = Setup {
         opts: RecordOptions {
@@ -630,10 +633,17 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     if args.all {
         discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
     }
-    eprintln!(
-        "innoprof: serving http://{}/metrics",
-        listener.local_addr().unwrap_or(args.listen)
+    let listening = listener.local_addr().unwrap_or(args.listen);
+    eprintln!("innoprof: serving http://{listening}/metrics");
+    let ready = innoprof::ready::Ready::serve(
+        listening.to_string(),
+        live.borrow()
+            .servers
+            .iter()
+            .filter_map(|w| w.run.as_ref())
+            .map(|r| &r.recorder),
     );
+    crate::ready_args::announce(&mut notifier, &ready);
     let mut findings_tick = tokio::time::interval_at(
         tokio::time::Instant::now() + args.findings_window,
         args.findings_window,

@@ -21,6 +21,28 @@ fn fixture_refuses(args: &[&str], needles: &[&str]) {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
+/// A `--ready-fd` that is not open is refused before anything is attached
+/// (a reader would otherwise wait for a line that never comes).
+#[test]
+fn a_closed_ready_fd_is_refused() {
+    fixture_refuses(
+        &["--probe", "fixture_counted", "--ready-fd", "987"],
+        &["--ready-fd 987", "not an open descriptor"],
+    );
+    fails_with(
+        &[
+            "serve",
+            "--pid",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-fd",
+            "987",
+        ],
+        &["--ready-fd 987", "not an open descriptor"],
+    );
+}
+
 #[test]
 fn symlinked_output_dir_is_refused_not_followed() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use innoprof::catalog::Measure;
 use innoprof::report::model::Summary;
+use innoprof::resolve::EntryInsn;
 use innoprof_e2e::*;
 
 const A: u64 = 1000;
@@ -194,19 +196,19 @@ fn folded_leaves(texts: &[&str]) -> HashMap<String, i64> {
 /// and says it carries functions,
 /// files, lines and inline frames; `-lines` shows file:line for its
 /// frames; every sample has its thread's name.
-fn assert_pprof_located(file: &Path, summary: &serde_json::Value) {
+fn assert_pprof_located(file: &Path, summary: &Summary) {
     let raw = pprof_text(file, &["-raw"]);
     let mappings: Vec<&str> = raw
         .lines()
         .skip_while(|l| !l.starts_with("Mappings"))
         .collect();
-    let binary = summary["target"]["binary"].as_str().unwrap();
+    let binary = &summary.target.binary;
     let mapping = mappings
         .iter()
         .find(|l| l.contains(&format!(" {binary} ")))
         .unwrap_or_else(|| panic!("no mapping of {binary}:\n{raw}"));
     // MariaDB 10.2.11's tarball has no build id; Debian's libc has one.
-    if let Some(id) = summary["target"]["build_id"].as_str() {
+    if let Some(id) = summary.target.build_id.as_deref() {
         assert!(mapping.contains(id), "{id} in {mapping}");
     }
     let libc = mappings
@@ -296,8 +298,11 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
     assert_eq!(m["host"]["hostname"], proc("/proc/sys/kernel/hostname"));
     assert_eq!(m["host"]["kernel"], proc("/proc/sys/kernel/osrelease"));
     assert_eq!(m["pid"].as_u64(), Some(fx.pid as u64));
-    assert_eq!(m["binary"]["path"], s["target"]["binary"]);
-    assert_eq!(m["binary"]["build_id"], s["target"]["build_id"]);
+    assert_eq!(m["binary"]["path"], s.target.binary.as_str());
+    assert_eq!(
+        m["binary"]["build_id"].as_str(),
+        s.target.build_id.as_deref()
+    );
     assert!(m["binary"]["build_id"].as_str().unwrap().len() >= 16);
     assert_eq!(m["server"]["family"], "unknown");
     let cmd: Vec<&str> = m["command_line"]
@@ -330,20 +335,19 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
     // Overhead: hits x (the trap calibrated at start, by each symbol's
     // entry instruction and the probe's measure + the BPF programs' run
     // time the kernel measured in the target), so at least hits x trap.
-    let cost = &s["overhead"]["hit_cost"];
+    let cost = &s.overhead.hit_cost;
     let mut trap_ns = 0.0;
-    for p in s["probes"].as_array().unwrap() {
-        let timed = p["measure"] == "latency";
-        for sym in p["symbols"].as_array().unwrap() {
-            let emulated = ["push", "nop"].contains(&sym["entry"].as_str().unwrap());
-            let (key, bpf) = match (timed, emulated) {
-                (true, true) => ("latency_emulated_ns", "bpf_latency_ns"),
-                (true, false) => ("latency_stepped_ns", "bpf_latency_ns"),
-                (false, true) => ("count_emulated_ns", "bpf_count_ns"),
-                (false, false) => ("count_stepped_ns", "bpf_count_ns"),
+    for p in &s.probes {
+        let timed = p.measure == Measure::Latency;
+        for sym in &p.symbols {
+            let emulated = matches!(sym.entry, EntryInsn::Push | EntryInsn::Nop);
+            let (hit, bpf) = match (timed, emulated) {
+                (true, true) => (cost.latency_emulated_ns, cost.bpf_latency_ns),
+                (true, false) => (cost.latency_stepped_ns, cost.bpf_latency_ns),
+                (false, true) => (cost.count_emulated_ns, cost.bpf_count_ns),
+                (false, false) => (cost.count_stepped_ns, cost.bpf_count_ns),
             };
-            let trap = (cost[key].as_f64().unwrap() - cost[bpf].as_f64().unwrap()).max(0.0);
-            trap_ns += sym["calls"].as_f64().unwrap() * trap;
+            trap_ns += sym.calls as f64 * (hit - bpf).max(0.0);
         }
     }
     assert!(trap_ns > 0.0);
@@ -358,7 +362,7 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
     assert_eq!(total, per_probe);
     assert!(total >= trap_ns * 0.999, "{total} vs trap alone {trap_ns}");
     // The BPF part is what the kernel measured, and it is in the summary.
-    assert!(s["overhead"]["bpf_pct_of_core"].as_f64().unwrap() > 0.0);
+    assert!(s.overhead.bpf_pct_of_core.unwrap() > 0.0);
     assert_eq!(m["dropped"]["stack_lost_calls"].as_u64(), Some(0));
     let listed: Vec<&str> = m["files"]
         .as_array()
@@ -392,8 +396,8 @@ fn fixture_bundle_metadata_histograms_pprof_and_replace() {
     let hj: serde_json::Value = serde_json::from_slice(&files["histograms.json"]).unwrap();
     for h in hj["probes"].as_array().unwrap() {
         let p = probe(&s, h["probe"].as_str().unwrap());
-        assert_eq!(h["buckets"], p["histogram"]);
-        assert_eq!(h["calls"], p["calls"]);
+        assert_eq!(h["buckets"], serde_json::to_value(&p.histogram).unwrap());
+        assert_eq!(h["calls"].as_u64(), Some(p.calls));
     }
 
     // waits.pb.gz through the real pprof: exact call counts per leaf.
@@ -564,7 +568,7 @@ fn mariadb_bundle_pprof_report_and_browser() {
     );
     let files = assert_bundle_complete(&rec.out);
     let s = rec.summary();
-    assert_eq!(s["target"]["server_version"], "10.2.11");
+    assert_eq!(s.target.server_version.as_deref(), Some("10.2.11"));
     let m: serde_json::Value = serde_json::from_slice(&files["metadata.json"]).unwrap();
     assert_eq!(m["server"]["family"], "mariadb");
     assert_eq!(m["server_version"], "10.2.11");
@@ -577,11 +581,10 @@ fn mariadb_bundle_pprof_report_and_browser() {
     let oncpu = rec.file("oncpu.folded");
     assert_pprof_matches_folded(&rec.out.join("cpu.pb.gz"), "samples", &[&oncpu]);
     assert_pprof_located(&rec.out.join("cpu.pb.gz"), &s);
-    let waits: Vec<String> = s["probes"]
-        .as_array()
-        .unwrap()
+    let waits: Vec<String> = s
+        .probes
         .iter()
-        .filter_map(|p| p["stacks"]["folded_by_count"].as_str())
+        .filter_map(|p| p.stacks.folded_by_count.as_deref())
         .map(|f| rec.file(f))
         .collect();
     assert!(
@@ -594,12 +597,11 @@ fn mariadb_bundle_pprof_report_and_browser() {
     // report.html: self-contained, charts and flame graphs, rendered.
     let html = String::from_utf8(files["report.html"].clone()).unwrap();
     assert_no_external_urls(&html);
-    let timed = s["probes"]
-        .as_array()
-        .unwrap()
+    let timed = s
+        .probes
         .iter()
         .filter(|p| {
-            p["status"] == "attached" && p["measure"] == "latency" && p["calls"].as_u64() > Some(0)
+            p.status == ProbeStatus::Attached && p.measure == Measure::Latency && p.calls > 0
         })
         .count();
     assert!(timed > 0);
@@ -705,30 +707,29 @@ fn record_follow_spans_a_restart_in_one_bundle() {
     assert_eq!(code, Some(0), "{}", rec.stderr());
     println!("{stdout}\n{}", rec.stderr());
     let s = rec.summary();
-    let segments = s["segments"].as_array().unwrap();
+    let segments = &s.segments;
     assert_eq!(segments.len(), 2, "{segments:?}");
-    assert_eq!(segments[0]["pid"], first_pid);
-    assert_eq!(segments[1]["pid"], server.pid);
-    assert_eq!(segments[0]["end_reason"], "target_exited");
-    assert_eq!(segments[1]["end_reason"], "duration");
-    let f = |v: &serde_json::Value| v.as_f64().unwrap();
-    let gap_start = f(&segments[0]["start_s"]) + f(&segments[0]["duration_s"]);
-    let gap_end = f(&segments[1]["start_s"]);
+    assert_eq!(segments[0].pid, first_pid);
+    assert_eq!(segments[1].pid, server.pid);
+    assert_eq!(segments[0].end_reason, EndReason::TargetExited);
+    assert_eq!(segments[1].end_reason, EndReason::Duration);
+    let gap_start = segments[0].start_s + segments[0].duration_s;
+    let gap_end = segments[1].start_s;
     assert!(gap_end > gap_start, "{segments:?}");
-    let watched = f(&segments[0]["duration_s"]) + f(&segments[1]["duration_s"]);
-    assert!(watched < f(&s["duration_s"]), "the gap is not watched");
-    assert_eq!(s["complete"], true);
-    assert_eq!(s["target"]["pid"], server.pid);
+    let watched = segments[0].duration_s + segments[1].duration_s;
+    assert!(watched < s.duration_s, "the gap is not watched");
+    assert!(s.complete);
+    assert_eq!(s.target.pid, server.pid);
     let commit = probe(&s, "sql.commit");
-    let calls = commit["calls"].as_u64().unwrap();
+    let calls = commit.calls;
     assert!(calls >= first + second, "{calls} < {first} + {second}");
-    let rate = f(&commit["calls_per_sec"]);
+    let rate = commit.calls_per_sec;
     assert!(
         (rate - calls as f64 / watched).abs() < 0.01 * rate,
         "{rate} vs {calls}/{watched}"
     );
     assert!(
-        commit["sampling"].is_null(),
+        commit.sampling.is_none(),
         "governor off: counted, not estimated"
     );
     assert!(
@@ -737,7 +738,7 @@ fn record_follow_spans_a_restart_in_one_bundle() {
     );
     assert!(stdout.contains("not watched (restarting)"), "{stdout}");
     let files = assert_bundle_complete(&rec.out);
-    assert!(s["cpu"]["oncpu"]["samples"].as_u64().unwrap() > 0);
+    assert!(s.cpu.as_ref().unwrap().oncpu.samples > 0);
     assert!(files.contains_key("cpu.pb.gz") && files.contains_key("waits.pb.gz"));
     let html = String::from_utf8(files["report.html"].clone()).unwrap();
     assert!(html.contains("followed across 1 restart(s)"));

@@ -172,16 +172,11 @@ fn the_only_server_is_found_short_flags_work_and_diff_leaves_bundles_alone() {
         "{stderr}"
     );
     let first = default_bundle(cwd.path(), server.pid);
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(first.join("summary.json")).unwrap())
-            .unwrap();
-    let duration = summary["duration_s"].as_f64().unwrap();
+    let summary = read_summary(&first).unwrap();
+    let duration = summary.duration_s;
     assert!((1.4..3.0).contains(&duration), "{duration}");
-    assert_eq!(
-        summary["cpu"]["oncpu"]["frequency_hz"], 49,
-        "{}",
-        summary["cpu"]
-    );
+    let cpu = summary.cpu.as_ref().unwrap();
+    assert_eq!(cpu.oncpu.frequency_hz, 49, "{cpu:?}");
 
     // -p and -o, short.
     let second = cwd.path().join("second");

@@ -91,16 +91,20 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
     fx.exit();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     let s = rec.summary();
-    let on = &s["cpu"]["oncpu"];
-    eprintln!("on-CPU summary: {on}");
+    let cpu = s.cpu.as_ref().expect("a CPU profile");
+    let on = &cpu.oncpu;
+    eprintln!("on-CPU summary: {on:?}");
 
     // Every sample is in the folded file; nothing lost or cut.
-    let samples = on["samples"].as_u64().unwrap();
+    let samples = on.samples;
     let stacks = folded(&rec.file("oncpu.folded"));
     assert_eq!(stacks.iter().map(|(_, n)| n).sum::<u64>(), samples);
-    for key in ["kernel_stack", "truncated", "map_full"] {
-        assert_eq!(on["lost"][key].as_u64(), Some(0), "lost.{key}: {on}");
-    }
+    let lost = &on.lost;
+    assert_eq!(
+        (lost.kernel_stack, lost.truncated, lost.map_full),
+        (0, 0, 0),
+        "{lost:?}"
+    );
     // The only walk allowed to stop early is through the dynamic linker's
     // lazy-binding trampoline (a thread's first call of a libc function):
     // its CFA is rbx-based, a rule the BPF walker does not implement. CI
@@ -116,14 +120,11 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
         })
         .map(|(_, n)| n)
         .sum();
-    assert_eq!(on["lost"]["unwind_stopped"].as_u64(), Some(stopped), "{on}");
+    assert_eq!(lost.unwind_stopped, stopped, "{on:?}");
     assert!(stopped * 100 <= samples, "{stopped} of {samples} stopped");
     // The cpu-clock timer fires on every CPU whatever runs there; on a
     // busy VM the hypervisor can delay it past a period (a tick missed).
-    let (seen, expected) = (
-        on["ticks_seen"].as_u64().unwrap(),
-        on["ticks_expected"].as_u64().unwrap(),
-    );
+    let (seen, expected) = (on.ticks_seen, on.ticks_expected);
     eprintln!("cpu-clock ticks: {seen} seen of {expected} expected");
     assert!(
         seen * 2 >= expected && seen <= expected * 21 / 20,
@@ -136,22 +137,18 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
     // spin_hot is on the stack of >= 80 % of the samples and the leaf of
     // nearly every user-mode one. (Timer interrupts and, on a busy
     // machine, preemptions of the spinning threads leave kernel leaves.)
-    let top = on["top"]["rows"].as_array().unwrap();
+    let top = &on.top.rows;
     let hot = top
         .iter()
-        .find(|r| r["symbol"] == "fx::Spinner::spin_hot(long)")
-        .unwrap_or_else(|| panic!("spin_hot not in the top table: {on}"));
-    let (self_pct, total_pct) = (
-        hot["self_pct"].as_f64().unwrap(),
-        hot["total_pct"].as_f64().unwrap(),
-    );
+        .find(|r| r.symbol == "fx::Spinner::spin_hot(long)")
+        .unwrap_or_else(|| panic!("spin_hot not in the top table: {on:?}"));
+    let (self_pct, total_pct) = (hot.self_pct, hot.total_pct);
     let kernel_leaf: u64 = top
         .iter()
-        .filter(|r| r["module"] == "[kernel.kallsyms]")
-        .map(|r| r["samples"].as_u64().unwrap())
+        .filter(|r| r.module == "[kernel.kallsyms]")
+        .map(|r| r.samples)
         .sum();
-    let user_share =
-        hot["samples"].as_u64().unwrap() as f64 * 100.0 / (samples - kernel_leaf) as f64;
+    let user_share = hot.samples as f64 * 100.0 / (samples - kernel_leaf) as f64;
     eprintln!(
         "spin_hot: {total_pct:.1}% total, {self_pct:.1}% self of {samples} samples, \
          {user_share:.1}% of the user-mode ones"
@@ -162,8 +159,8 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
         user_share >= 95.0,
         "spin_hot leaf of {user_share}% of user-mode samples"
     );
-    assert_eq!(top[0]["symbol"], "fx::Spinner::spin_hot(long)");
-    assert_eq!(hot["module"], "spin");
+    assert_eq!(top[0].symbol, "fx::Spinner::spin_hot(long)");
+    assert_eq!(hot.module, "spin");
     // The full stack, through libc and the stripped libstdc++ (module+offset,
     // never a guessed name), with the DWARF inline frame at the leaf.
     let leaf = stacks
@@ -183,10 +180,10 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
         .contains("fx::Spinner::spin_hot(long)"));
 
     // Off-CPU: 40 sleeps of 25 ms in fx_block_wait, charged to its stack.
-    let off = &s["cpu"]["offcpu"];
-    eprintln!("off-CPU summary: {off}");
-    assert_eq!(off["weight_unit"], "us");
-    assert_eq!(off["min_block_ns"].as_u64(), Some(1_000_000));
+    let off = cpu.offcpu.as_ref().expect("an off-CPU profile");
+    eprintln!("off-CPU summary: {off:?}");
+    assert_eq!(off.weight_unit, "us");
+    assert_eq!(off.min_block_ns, 1_000_000);
     let off_stacks = folded(&rec.file("offcpu.folded"));
     let sleep_us: u64 = off_stacks
         .iter()
@@ -215,15 +212,16 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
         );
         assert!(!st.contains("bpf"), "{st}");
     }
-    assert!(off["blocks"].as_u64().unwrap() >= BLOCKS);
-    assert_eq!(off["lost"]["unwind_stopped"].as_u64(), Some(0), "{off}");
+    assert!(off.blocks >= BLOCKS);
+    assert_eq!(off.lost.unwind_stopped, 0, "{off:?}");
     // The off-CPU table charges the fixture's own innermost frame.
-    let off_top = off["top"]["rows"].as_array().unwrap();
-    let row = off_top
+    let row = off
+        .top
+        .rows
         .iter()
-        .find(|r| r["symbol"] == "fx_block_wait")
+        .find(|r| r.symbol == "fx_block_wait")
         .expect("fx_block_wait row");
-    assert_eq!(row["samples"].as_u64(), Some(sleep_us));
+    assert_eq!(row.samples, sleep_us);
 
     // Flame graphs: well-formed SVG with the fixture's frames.
     let titles = svg_titles(&rec.file("oncpu.svg"));
@@ -503,7 +501,7 @@ fn perf_symbols(data: &Path) -> Vec<(String, String, f64, bool)> {
 
 /// Records a server under sysbench with innoprof and perf at once, and
 /// checks that innoprof's hottest user functions are perf's.
-fn compare_with_perf(server: &Server, extra: &[&str], secs: u32) -> (serde_json::Value, Recording) {
+fn compare_with_perf(server: &Server, extra: &[&str], secs: u32) -> (Summary, Recording) {
     let t0 = std::time::Instant::now();
     let prep = server
         .sysbench(&["prepare", "oltp_read_write"])
@@ -550,15 +548,15 @@ fn compare_with_perf(server: &Server, extra: &[&str], secs: u32) -> (serde_json:
     no_leftovers();
 
     let s = rec.summary();
-    let on = &s["cpu"]["oncpu"];
-    let samples = on["samples"].as_u64().unwrap();
-    assert!(samples >= 200, "{samples} samples: {on}");
-    assert_eq!(on["lost"]["map_full"].as_u64(), Some(0));
+    let on = &s.cpu.as_ref().expect("a CPU profile").oncpu;
+    let samples = on.samples;
+    assert!(samples >= 200, "{samples} samples: {on:?}");
+    assert_eq!(on.lost.map_full, 0);
     // A few samples may stop early, never many: a frame in code without
     // CFI, or a return address the kernel swapped for the uretprobe
     // trampoline while a latency probe's function is on the stack (the
     // [uprobes] page has no CFI; the real address is only in the kernel).
-    let stopped = on["lost"]["unwind_stopped"].as_u64().unwrap();
+    let stopped = on.lost.unwind_stopped;
     assert!(
         stopped * 100 <= samples * 5,
         "{stopped} of {samples} walks stopped early"
@@ -574,12 +572,12 @@ fn compare_with_perf(server: &Server, extra: &[&str], secs: u32) -> (serde_json:
     // The server's own functions: libc names one address by several
     // aliases (__memcpy_…/__memmove_…, __libc_send/__send), and the two
     // tools need not pick the same one.
-    let ours: Vec<String> = on["top"]["rows"]
-        .as_array()
-        .unwrap()
+    let ours: Vec<String> = on
+        .top
+        .rows
         .iter()
-        .filter(|r| r["module"] == "mysqld" && r["samples"].as_u64() > Some(0))
-        .map(|r| bare(r["symbol"].as_str().unwrap()))
+        .filter(|r| r.module == "mysqld" && r.samples > 0)
+        .map(|r| bare(&r.symbol))
         .take(10)
         .collect();
     let perf = perf_symbols(&perf_data);
@@ -613,16 +611,11 @@ fn compare_with_perf(server: &Server, extra: &[&str], secs: u32) -> (serde_json:
     // Every function with >= 2 % of the samples in either profile (kernel
     // included) has a like share in the other: within 3 points or 40 %
     // (a 5 % function of ~800 samples varies by ~1 point per profile).
-    let mine: HashMap<String, f64> = on["top"]["rows"]
-        .as_array()
-        .unwrap()
+    let mine: HashMap<String, f64> = on
+        .top
+        .rows
         .iter()
-        .map(|r| {
-            (
-                bare(r["symbol"].as_str().unwrap()),
-                r["self_pct"].as_f64().unwrap(),
-            )
-        })
+        .map(|r| (bare(&r.symbol), r.self_pct))
         .collect();
     let theirs: HashMap<&str, f64> = perf
         .iter()
@@ -670,20 +663,17 @@ fn mysql_5_6_24_cpu_profile_matches_perf() {
     let _k = kernel_lock();
     let server = Server::start("mysql-5.6.24", &[]);
     let (s, _rec) = compare_with_perf(&server, &["--probes", "none"], 10);
-    assert_eq!(s["target"]["server_version"], "5.6.24");
-    assert!(
-        s["probes"].as_array().unwrap().is_empty(),
-        "--probes none: no uprobes"
-    );
-    assert!(s["cpu"]["offcpu"].is_null());
-    let unwind = &s["cpu"]["unwind"];
-    let mysqld = unwind["files"]
-        .as_array()
-        .unwrap()
+    assert_eq!(s.target.server_version.as_deref(), Some("5.6.24"));
+    assert!(s.probes.is_empty(), "--probes none: no uprobes");
+    let cpu = s.cpu.as_ref().expect("a CPU profile");
+    assert!(cpu.offcpu.is_none());
+    let unwind = &cpu.unwind;
+    let mysqld = unwind
+        .files
         .iter()
-        .find(|f| f["path"].as_str().unwrap().ends_with("/mysqld"))
+        .find(|f| f.path.ends_with("/mysqld"))
         .unwrap();
-    assert!(mysqld["rows"].as_u64().unwrap() > 10_000, "{unwind}");
+    assert!(mysqld.rows > 10_000, "{unwind:?}");
 }
 
 #[test]
@@ -691,18 +681,17 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
     let _k = kernel_lock();
     let server = Server::start("mariadb-10.2.11", &[]);
     let (s, rec) = compare_with_perf(&server, &["--offcpu"], 10);
-    assert_eq!(s["target"]["server_version"], "10.2.11");
+    assert_eq!(s.target.server_version.as_deref(), Some("10.2.11"));
     // The uprobe probes ran alongside.
-    assert!(
-        probe(&s, "innodb.redo.write_up_to")["calls"]
-            .as_u64()
-            .unwrap()
-            > 50
-    );
+    assert!(probe(&s, "innodb.redo.write_up_to").calls > 50);
 
     // Off-CPU: where InnoDB threads wait, by stack.
-    let off = &s["cpu"]["offcpu"];
-    eprintln!("off-CPU: {off}");
+    let off = s
+        .cpu
+        .as_ref()
+        .and_then(|c| c.offcpu.as_ref())
+        .expect("off-CPU");
+    eprintln!("off-CPU: {off:?}");
     let stacks = folded(&rec.file("offcpu.folded"));
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     let share = |pred: &dyn Fn(&str) -> bool| -> f64 {
@@ -725,11 +714,8 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
     let os_event = share(&|s: &str| s.contains(";os_event"));
     let commit = share(&|s: &str| s.contains(";trans_commit(") && s.contains(";log_write_up_to("));
     let mut by_top = HashMap::new();
-    for r in off["top"]["rows"].as_array().unwrap().iter().take(10) {
-        by_top.insert(
-            r["symbol"].as_str().unwrap().to_string(),
-            r["self_pct"].as_f64().unwrap(),
-        );
+    for r in off.top.rows.iter().take(10) {
+        by_top.insert(r.symbol.clone(), r.self_pct);
     }
     eprintln!(
         "off-CPU {total} us: {from_start:.1}% from thread start, {os_event:.1}% in os_event waits, \
@@ -742,9 +728,9 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
     assert!(os_event >= 10.0, "{os_event}% in os_event waits");
     assert!(commit > 0.0, "no commit waiting in log_write_up_to");
     // The table charges mysqld's own frames, not the libc wait they call.
-    let first = off["top"]["rows"][0].clone();
-    assert_eq!(first["module"], "mysqld", "{first}");
-    assert!(off["blocks"].as_u64().unwrap() > 100);
+    let first = &off.top.rows[0];
+    assert_eq!(first.module, "mysqld", "{first:?}");
+    assert!(off.blocks > 100);
     let titles = svg_titles(&rec.file("offcpu.svg"));
     assert!(
         titles.iter().any(|t| t.starts_with("os_event")),

@@ -38,43 +38,27 @@ fn error_line(stderr: &str) -> String {
 /// the probes are attached, before the fixture makes its calls.
 fn record_fixture_into(out: &Path, during: impl FnOnce()) -> (Option<i32>, String, String) {
     let mut fx = Fixture::spawn(&fixture_binary(false), [A, B, 0, 0, 0]);
-    let stderr_file = tempfile::NamedTempFile::new().unwrap();
-    let child = Command::new(innoprof())
-        .args([
-            "record",
+    let pid = fx.pid.to_string();
+    // Exact counts are checked: Recording turns duty-cycling off.
+    let mut rec = Recording::start_to(
+        &[
             "--pid",
-            &fx.pid.to_string(),
+            &pid,
             "--force",
             "--no-cpu",
-            // Exact counts are checked: no duty-cycling.
-            "--max-overhead",
-            "off",
-        ])
-        .args(["--duration", "3s", "--probe", "fixture_counted", "--out"])
-        .arg(out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(stderr_file.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let stderr = || std::fs::read_to_string(stderr_file.path()).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !stderr().contains("recording for") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never attached: {}",
-            stderr()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+            "--duration",
+            "3s",
+            "--probe",
+            "fixture_counted",
+        ],
+        out,
+    );
+    rec.wait_attached();
     during();
     fx.run_calls();
-    let output = child.wait_with_output().unwrap();
+    let (code, stdout, rec) = rec.finish();
     fx.exit();
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr(),
-    )
+    (code, stdout, rec.stderr())
 }
 
 /// The table on stdout shows `fixture_counted` with exactly `calls`.
@@ -205,11 +189,8 @@ fn two_instances_on_one_target_both_count_exactly() {
         let (code, _, rec) = rec.finish();
         assert_eq!(code, Some(0), "{}", rec.stderr());
         let s = rec.summary();
-        assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(A + B));
-        assert_eq!(
-            probe(&s, "PolicyMutex<*>::enter")["calls"].as_u64(),
-            Some(3)
-        );
+        assert_eq!(probe(&s, "fixture_counted").calls, A + B);
+        assert_eq!(probe(&s, "PolicyMutex<*>::enter").calls, 3);
         let folded = rec.file("fixture_counted.count.folded");
         assert!(
             folded.contains(&format!(";main;caller_a;fixture_counted {A}"))
@@ -270,16 +251,11 @@ fn mysql_5_6_24_kill9_of_innoprof_then_of_mysqld() {
         rec.stderr()
     );
     let s = rec.summary();
-    assert_eq!(s["complete"], false);
-    assert_eq!(s["end_reason"], "target_exited");
-    let calls: u64 = s["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["calls"].as_u64().unwrap())
-        .sum();
+    assert!(!s.complete);
+    assert_eq!(s.end_reason, EndReason::TargetExited);
+    let calls: u64 = s.probes.iter().map(|p| p.calls).sum();
     assert!(calls > 100, "what was collected is kept: {calls}");
-    assert!(s["cpu"]["oncpu"]["samples"].as_u64().unwrap() > 0);
+    assert!(s.cpu.as_ref().unwrap().oncpu.samples > 0);
     assert!(stdout.contains("calls/s"));
     assert_nothing_left_behind("kill -9 of mysqld");
 }

@@ -1,6 +1,7 @@
 //! Exact assertions against a C++ fixture with known call counts and sleeps,
 //! through the real innoprof binary and real kernel uprobes.
 
+use innoprof::resolve::{EntryInsn, SymbolTable};
 use innoprof_e2e::*;
 
 const A: u64 = 1000;
@@ -37,29 +38,24 @@ fn record_fixture(pie: bool) {
     assert_eq!(code, Some(0), "stderr: {}", rec.stderr());
 
     let s = rec.summary();
-    assert_eq!(s["target"]["pid"].as_u64(), Some(fx_pid(&pid)));
-    assert_eq!(s["target"]["position_independent"].as_bool(), Some(pie));
-    assert_eq!(s["end_reason"], "duration");
+    assert_eq!(u64::from(s.target.pid), fx_pid(&pid));
+    assert_eq!(s.target.position_independent, pie);
+    assert_eq!(s.end_reason, EndReason::Duration);
 
     let counted = probe(&s, "fixture_counted");
-    assert_eq!(counted["calls"].as_u64(), Some(A + B), "exact call count");
-    assert_eq!(counted["symbols"][0]["entry"], "push");
-    let hist_total: u64 = counted["histogram"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["count"].as_u64().unwrap())
-        .sum();
+    assert_eq!(counted.calls, A + B, "exact call count");
+    assert_eq!(counted.symbols[0].entry, EntryInsn::Push);
+    let hist_total: u64 = counted.histogram.iter().map(|b| b.count).sum();
     assert_eq!(hist_total, A + B);
 
     // Every 20 ms sleep lands in the [2^24, 2^25) ns = [16.8 ms, 33.6 ms) bucket.
     let sleep = probe(&s, "fixture_sleep");
-    assert_eq!(sleep["calls"].as_u64(), Some(SLEEPS));
-    let buckets = sleep["histogram"].as_array().unwrap();
+    assert_eq!(sleep.calls, SLEEPS);
+    let buckets = &sleep.histogram;
     assert_eq!(buckets.len(), 1, "{buckets:?}");
-    assert_eq!(buckets[0]["low_ns"].as_u64(), Some(1 << 24));
-    assert_eq!(buckets[0]["count"].as_u64(), Some(SLEEPS));
-    let total = sleep["wait_ns_total"].as_u64().unwrap();
+    assert_eq!(buckets[0].low_ns, 1 << 24);
+    assert_eq!(buckets[0].count, SLEEPS);
+    let total = sleep.wait_ns_total;
     assert!(
         (SLEEPS * SLEEP_MS * 1_000_000..SLEEPS * 30_000_000).contains(&total),
         "total wait {total}"
@@ -67,10 +63,9 @@ fn record_fixture(pie: bool) {
 
     // The demangled template pattern found the C++ method.
     let enter = probe(&s, "PolicyMutex<*>::enter");
-    assert_eq!(enter["calls"].as_u64(), Some(ENTERS));
-    assert!(enter["symbols"][0]["name"]
-        .as_str()
-        .unwrap()
+    assert_eq!(enter.calls, ENTERS);
+    assert!(enter.symbols[0]
+        .name
         .starts_with("PolicyMutex<TTASEventMutex<GenericPolicy> >::enter("));
 
     // Stacks name both callers with their exact shares.
@@ -136,8 +131,8 @@ fn sampled_stacks_keep_exact_totals_and_close_shares() {
     );
     let s = rec.summary();
     let p = probe(&s, "fixture.counted");
-    assert_eq!(p["calls"].as_u64(), Some(2 * N));
-    assert_eq!(p["stacks"]["interval_ns"].as_u64(), Some(1_000_000), "{p}");
+    assert_eq!(p.calls, 2 * N);
+    assert_eq!(p.stacks.interval_ns, 1_000_000, "{p:?}");
     let folded = rec.file("fixture.counted.count.folded");
     let share = |caller: &str| -> u64 {
         folded
@@ -182,9 +177,9 @@ fn interrupt_writes_partial_and_detaches() {
         let (code, _, rec) = rec.finish();
         assert_eq!(code, Some(0), "signal {sig}: {}", rec.stderr());
         let s = rec.summary();
-        assert_eq!(s["end_reason"], "interrupted");
-        assert_eq!(s["complete"], false);
-        assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(10));
+        assert_eq!(s.end_reason, EndReason::Interrupted);
+        assert!(!s.complete);
+        assert_eq!(probe(&s, "fixture_counted").calls, 10);
         let (progs, links) = leftovers_after_exit();
         assert!(
             progs.is_empty() && links.is_empty(),
@@ -244,8 +239,8 @@ fn target_exit_is_reported_with_partial_results() {
     assert!(rec.stderr().contains("exited during the recording"));
     assert!(stdout.contains("TARGET EXITED"));
     let s = rec.summary();
-    assert_eq!(s["end_reason"], "target_exited");
-    assert_eq!(probe(&s, "fixture_counted")["calls"].as_u64(), Some(42));
+    assert_eq!(s.end_reason, EndReason::TargetExited);
+    assert_eq!(probe(&s, "fixture_counted").calls, 42);
     // Stacks still symbolise from the files after the process is gone.
     assert!(rec
         .file("fixture_counted.count.folded")
@@ -266,14 +261,11 @@ fn inline_sites_count_exactly() {
     );
     let s = rec.summary();
     let p = probe(&s, "fixture.inlined");
-    let symbols = p["symbols"].as_array().unwrap();
+    let symbols = &p.symbols;
     assert_eq!(symbols.len(), 2, "one inline site per caller: {symbols:?}");
-    assert!(symbols.iter().all(|s| s["table"] == "dwarf_inline"));
-    assert_eq!(p["calls"].as_u64(), Some(A + B));
-    let per_site: Vec<u64> = symbols
-        .iter()
-        .map(|s| s["calls"].as_u64().unwrap())
-        .collect();
+    assert!(symbols.iter().all(|s| s.table == SymbolTable::DwarfInline));
+    assert_eq!(p.calls, A + B);
+    let per_site: Vec<u64> = symbols.iter().map(|s| s.calls).collect();
     assert!(
         per_site.contains(&A) && per_site.contains(&B),
         "{per_site:?}"
@@ -308,19 +300,17 @@ fn callsite_arguments_name_the_caller_line() {
         [0, 0, 0, 0, ENTERS],
     );
     let s = rec.summary();
-    let sites = probe(&s, "fixture.mutex.enter")["callsites"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let sites = &probe(&s, "fixture.mutex.enter").callsites;
     assert_eq!(sites.len(), 1, "{sites:?}");
-    assert_eq!(sites[0]["site"], site.as_str());
-    assert_eq!(sites[0]["line"].as_u64(), Some(line as u64));
-    assert!(sites[0]["file"]
-        .as_str()
+    assert_eq!(sites[0].site, site);
+    assert_eq!(sites[0].line, line as u64);
+    assert!(sites[0]
+        .file
+        .as_deref()
         .unwrap()
         .ends_with("tests/fixture/fixture.cc"));
-    assert_eq!(sites[0]["calls"].as_u64(), Some(ENTERS));
-    assert!(sites[0]["wait_ns_total"].as_u64().unwrap() > 0);
+    assert_eq!(sites[0].calls, ENTERS);
+    assert!(sites[0].wait_ns_total > 0);
     assert!(
         stdout.contains("top call sites") && stdout.contains(&site),
         "{stdout}"
@@ -393,6 +383,23 @@ fn record_counted_until_stopped(pid: u32) -> Recording {
         "--probe",
         "fixture_counted",
     ]);
-    rec.wait_attached();
+    // The --ready-fd line says what a script needs: who to signal, what
+    // is attached to which process, for how long.
+    let ready = rec.wait_attached();
+    assert_eq!(
+        (ready.event.as_str(), ready.command.as_str()),
+        ("attached", "record")
+    );
+    assert_eq!(ready.innoprof_pid, rec.child.id());
+    assert!(ready.recording_s.is_some_and(|s| s > 590.0), "{ready:?}");
+    let [target] = ready.targets.as_slice() else {
+        panic!("one target: {ready:?}")
+    };
+    assert_eq!(target.pid.to_string(), pid);
+    assert_eq!(target.probes, ["fixture_counted"]);
+    assert!(
+        target.probe_points >= 2 && target.uprobe_links >= 2,
+        "{target:?}"
+    );
     rec
 }

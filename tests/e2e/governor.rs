@@ -2,6 +2,7 @@
 //! fixture whose true call count is known at every moment, and a real
 //! server under sysbench.
 
+use innoprof::resolve::EntryInsn;
 use innoprof_e2e::*;
 
 #[test]
@@ -71,44 +72,29 @@ fn a_recording_reuses_this_boots_calibration_unless_told_not_to() {
         (stdout, rec.summary())
     };
     let (stdout, s) = record(&[]);
-    let reused = s["overhead"]["calibration_reused"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{}", s["overhead"]));
+    let o = &s.overhead;
+    let reused = o
+        .calibration_reused
+        .as_deref()
+        .unwrap_or_else(|| panic!("{o:?}"));
     assert!(reused.contains("in this boot, reused"), "{reused}");
     assert!(stdout.contains(reused), "{stdout}");
-    assert!(
-        s["overhead"]["calibration_note"].is_null(),
-        "{}",
-        s["overhead"]
-    );
+    assert!(o.calibration_note.is_none(), "{o:?}");
 
     let (stdout, s) = record(&["--recalibrate"]);
-    assert!(
-        s["overhead"]["calibration_reused"].is_null(),
-        "{}",
-        s["overhead"]
-    );
+    let o = &s.overhead;
+    assert!(o.calibration_reused.is_none(), "{o:?}");
     assert!(!stdout.contains("reused from /run/innoprof"), "{stdout}");
-    assert!(
-        s["overhead"]["hit_cost"]["latency_emulated_ns"]
-            .as_f64()
-            .unwrap()
-            > 50.0
-    );
+    assert!(o.hit_cost.latency_emulated_ns > 50.0);
 }
 
 /// The estimate of a cut probe against the fixture's log: the calls in
 /// the time the estimate covers (0 to the end of the last on-window).
-fn check_estimate(
-    s: &serde_json::Value,
-    p: &serde_json::Value,
-    log: &PacedLog,
-    rate: f64,
-) -> (f64, f64, f64) {
-    let smp = &p["sampling"];
-    let e = &smp["estimate"];
-    let start_ms = s["started_unix_ms"].as_f64().unwrap();
-    let covered = e["covered_s"].as_f64().unwrap();
+fn check_estimate(s: &Summary, p: &ProbeResult, log: &PacedLog, rate: f64) -> (f64, f64, f64) {
+    let smp = p.sampling.as_ref().expect("sampled");
+    let e = &smp.estimate;
+    let start_ms = s.started_unix_ms as f64;
+    let covered = e.covered_s;
     // Before the fixture's first line (it starts after attaching) it had
     // made no call; after its last, none more.
     let at = |t: f64| {
@@ -122,35 +108,23 @@ fn check_estimate(
         }
     };
     let truth = at(start_ms + covered * 1000.0) - at(start_ms);
-    let (est, bound) = (
-        e["calls"].as_f64().unwrap(),
-        e["calls_bound"].as_f64().unwrap(),
-    );
+    let (est, bound) = (e.calls, e.calls_bound);
     // Exact parts: what the windows saw is what the probe counted.
-    let windows: u64 = smp["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["calls"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        p["calls"].as_u64().unwrap(),
-        windows + smp["calls_before_start"].as_u64().unwrap(),
-        "{p}"
-    );
-    assert_eq!(smp["observed_calls"], p["calls"]);
-    assert_eq!(e["observed_calls"].as_u64().unwrap(), windows);
+    let windows: u64 = smp.windows.iter().map(|w| w.calls).sum();
+    assert_eq!(p.calls, windows + smp.calls_before_start, "{p:?}");
+    assert_eq!(smp.observed_calls, p.calls);
+    assert_eq!(e.observed_calls, windows);
     // The fixture logs every 10 ms: its truth is known to ±1 step at each end.
     let slack = 2.0 * rate * 0.01;
     eprintln!(
         "{}: truth {truth:.0} over 0-{covered:.2} s, estimate {est:.0} ± {bound:.0} (95 %), {windows} seen in {} windows, error {:.1} %",
-        p["name"],
-        smp["windows"].as_array().unwrap().len(),
+        p.name,
+        smp.windows.len(),
         (est - truth) / truth * 100.0
     );
     assert!(
         (est - truth).abs() <= bound + slack,
-        "estimate {est} ± {bound} vs truth {truth}: {p}"
+        "estimate {est} ± {bound} vs truth {truth}: {p:?}"
     );
     (truth, est, bound)
 }
@@ -187,29 +161,26 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
 
     let s = rec.summary();
     let p = probe(&s, "paced_hit");
-    let sampling = &p["sampling"];
-    let fraction = sampling["attached_fraction"].as_f64().unwrap();
+    let sampling = p.sampling.as_ref().expect("sampled");
+    let fraction = sampling.attached_fraction;
     assert!(
         fraction > 0.05 && fraction < 0.95,
-        "attached {fraction}: {p}"
+        "attached {fraction}: {p:?}"
     );
-    let projected = sampling["projected_full_pct_of_core"].as_f64().unwrap();
+    let projected = sampling.projected_full_pct_of_core;
     assert!(
         projected > 1.0,
         "fully on it would cost {projected}% of a core"
     );
     // The stack lever came first: sampled before (and while) cut.
-    assert!(
-        p["stacks"]["sampled_every_max"].as_u64().unwrap() > 1,
-        "{p}"
-    );
+    assert!(p.stacks.sampled_every_max > 1, "{p:?}");
     // Cut probes keep coming back: windows of >= ~1 s (the last one may be
     // cut short by the end of the recording), never detached for good.
-    let windows = sampling["windows"].as_array().unwrap();
-    assert!(windows.len() >= 2, "{p}");
+    let windows = &sampling.windows;
+    assert!(windows.len() >= 2, "{p:?}");
     for w in &windows[1..windows.len() - 1] {
-        let len = w["end_s"].as_f64().unwrap() - w["start_s"].as_f64().unwrap();
-        assert!(len >= 0.9, "on-window of {len} s: {p}");
+        let len = w.end_s - w.start_s;
+        assert!(len >= 0.9, "on-window of {len} s: {p:?}");
     }
     check_estimate(&s, p, &log, f64::from(RATE_DEAR));
 
@@ -217,9 +188,9 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     // 1 % over any 10 s window, the window starting idle: a 14 s recording
     // may spend (10 + 14) x 1 % / 14 = 1.7 %, plus an on-window started
     // late in the recording.
-    let o = &s["overhead"];
-    assert_eq!(o["budget_pct_of_core"].as_f64(), Some(1.0));
-    let spent = o["probes_pct_of_core"].as_f64().unwrap();
+    let o = &s.overhead;
+    assert_eq!(o.budget_pct_of_core, Some(1.0));
+    let spent = o.probes_pct_of_core;
     eprintln!("paced_hit: spent {spent:.2}% of a core; fully on {projected:.1}%");
     assert!(
         spent < 2.0,
@@ -228,7 +199,7 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     );
     assert!(spent < projected, "spent {spent}% vs {projected}% fully on");
     assert!(stdout.contains("sampled: paced_hit on"), "{stdout}");
-    assert!(stdout.contains(&format!("{} seen", p["calls"])), "{stdout}");
+    assert!(stdout.contains(&format!("{} seen", p.calls)), "{stdout}");
     assert!(
         stdout.contains("stacks sampled by the governor: paced_hit (1 in up to "),
         "{stdout}"
@@ -245,9 +216,9 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     let seen = format!(
         "paced_hit: stacks of the {} calls seen while attached ({:.0} % of the recording), \
          unscaled; summary.json estimates {:.0} ",
-        p["calls"],
+        p.calls,
         fraction * 100.0,
-        sampling["estimate"]["calls"].as_f64().unwrap()
+        sampling.estimate.calls
     );
     assert!(comments.contains(&seen), "{seen:?} not in {comments:?}");
     // And so does its flame graph in report.html.
@@ -295,12 +266,12 @@ fn a_burst_then_idle_is_counted_exactly_under_the_default_governor() {
     let s = rec.summary();
     let p = probe(&s, "paced_hit");
     eprintln!(
-        "burst: truth {n}, reported {} (sampling {})",
-        p["calls"], p["sampling"]
+        "burst: truth {n}, reported {} (sampling {:?})",
+        p.calls, p.sampling
     );
-    assert_eq!(p["calls"].as_u64(), Some(n), "{p}");
-    assert!(p["sampling"].is_null(), "{p}");
-    assert_eq!(p["stacks"]["sampled_every_max"].as_u64(), Some(1), "{p}");
+    assert_eq!(p.calls, n, "{p:?}");
+    assert!(p.sampling.is_none(), "{p:?}");
+    assert_eq!(p.stacks.sampled_every_max, 1, "{p:?}");
     let folded = rec.file("paced_hit.count.folded");
     let stacked: u64 = folded
         .lines()
@@ -342,16 +313,20 @@ fn two_ms_calls_at_900_per_s_are_exact_or_within_the_bound() {
     let log = paced.stop();
     let s = rec.summary();
     let p = probe(&s, "paced_slow");
-    assert_eq!(p["symbols"][0]["entry"], "other", "single-stepped: {p}");
+    assert_eq!(
+        p.symbols[0].entry,
+        EntryInsn::Other,
+        "single-stepped: {p:?}"
+    );
     let truth = log.last();
     assert!(truth > 7_000, "the fixture made {truth} calls");
-    assert_eq!(s["overhead"]["budget_pct_of_core"].as_f64(), Some(1.0));
-    if p["sampling"].is_null() {
+    assert_eq!(s.overhead.budget_pct_of_core, Some(1.0));
+    if p.sampling.is_none() {
         eprintln!(
             "paced_slow: truth {truth}, reported {} (never cut)",
-            p["calls"]
+            p.calls
         );
-        assert_eq!(p["calls"].as_u64(), Some(truth), "{p}");
+        assert_eq!(p.calls, truth, "{p:?}");
     } else {
         check_estimate(&s, p, &log, f64::from(RATE));
     }
@@ -392,29 +367,26 @@ fn mariadb_all_probes_under_the_default_budget() {
     // sparse stacks first, then cut, never for good.
     for name in ["innodb.mutex.enter", "innodb.buf.page_get"] {
         let p = probe(&s, name);
-        let f = p["sampling"]["attached_fraction"].as_f64();
-        assert!(f.is_some_and(|f| f < 0.5), "{name}: {p}");
-        assert!(
-            p["stacks"]["sampled_every_max"].as_u64().unwrap() > 1,
-            "{p}"
-        );
+        let smp = p
+            .sampling
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name} not cut: {p:?}"));
+        assert!(smp.attached_fraction < 0.5, "{name}: {p:?}");
+        assert!(p.stacks.sampled_every_max > 1, "{p:?}");
         // Reported as seen, exactly; the estimate only where windows are.
-        assert!(p["calls"].as_u64().unwrap() > 0, "{p}");
-        assert_eq!(p["sampling"]["observed_calls"], p["calls"]);
-        let e = &p["sampling"]["estimate"];
-        assert!(
-            e["calls"].as_f64().unwrap() >= e["observed_calls"].as_f64().unwrap(),
-            "{p}"
-        );
-        assert!(e["calls_bound"].as_f64().is_some(), "{p}");
+        assert!(p.calls > 0, "{p:?}");
+        assert_eq!(smp.observed_calls, p.calls);
+        let e = &smp.estimate;
+        assert!(e.calls >= e.observed_calls as f64, "{p:?}");
+        assert!(e.calls_bound.is_finite(), "{p:?}");
     }
-    let o = &s["overhead"];
-    let spent = o["probes_pct_of_core"].as_f64().unwrap();
-    let full: f64 = s["probes"]
-        .as_array()
-        .unwrap()
+    let o = &s.overhead;
+    let spent = o.probes_pct_of_core;
+    let full: f64 = s
+        .probes
         .iter()
-        .filter_map(|p| p["sampling"]["projected_full_pct_of_core"].as_f64())
+        .filter_map(|p| p.sampling.as_ref())
+        .map(|smp| smp.projected_full_pct_of_core)
         .sum();
     eprintln!("all probes: spent {spent:.2}% of a core; fully on ~{full:.1}%");
     // 1% of a core over any 10 s window, the window starting idle: an 8 s
@@ -427,8 +399,8 @@ fn mariadb_all_probes_under_the_default_budget() {
         "spent {spent}% of a core on a 1% budget:\n{}",
         rec.stderr()
     );
-    assert!(o["agent_cpu_pct_of_core"].as_f64().unwrap() > 0.0);
-    assert!(o["agent_max_rss_kb"].as_u64().unwrap() > 1000);
+    assert!(o.agent_cpu_pct_of_core > 0.0);
+    assert!(o.agent_max_rss_kb > 1000);
     let text = rec.file("summary.txt");
     assert!(
         text.contains("overhead: probe hits cost the server"),

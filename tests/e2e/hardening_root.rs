@@ -218,11 +218,11 @@ fn exe_path_planted_as_a_symlink_is_not_followed() {
     assert_eq!(code, Some(0), "stderr: {}", rec.stderr());
     let s = rec.summary();
     assert_eq!(
-        probe(&s, "fixture_counted")["calls"].as_u64(),
-        Some(A + B),
+        probe(&s, "fixture_counted").calls,
+        A + B,
         "probed the running file"
     );
-    assert_eq!(s["target"]["binary"], path(&exe));
+    assert_eq!(s.target.binary, path(&exe));
 
     let err = innoprof::rootfs::open_mapped_by_path(fx.pid, path(&exe))
         .expect_err("the planted name leads to another file")

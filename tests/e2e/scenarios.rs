@@ -83,11 +83,11 @@ fn record_with_counter(
     let grew = server.status(status) - before;
     let (code, _stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
-    (rec.summary(), grew)
+    (rec.summary_json(), grew)
 }
 
 fn probe_calls(summary: &serde_json::Value, name: &str) -> u64 {
-    probe(summary, name)["calls"].as_u64().unwrap()
+    probe_json(summary, name)["calls"].as_u64().unwrap()
 }
 
 /// A counter's exact count (`summary.json` `counters`); it must have been read.
@@ -324,7 +324,7 @@ fn many_row_versions(server_name: &str) {
     // attached fraction. A baseline with no call at all counts as one, so
     // the factor is finite.
     let on = |s: &serde_json::Value| {
-        probe(s, undo)["sampling"]["attached_fraction"]
+        probe_json(s, undo)["sampling"]["attached_fraction"]
             .as_f64()
             .unwrap_or(1.0)
     };
@@ -602,7 +602,7 @@ fn insert_rows(
     let (code, _stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     let after: u64 = server.sql(&s2_count_rows(table)).trim().parse().unwrap();
-    (rec.summary(), after - before)
+    (rec.summary_json(), after - before)
 }
 
 /// dict_sys mutex waits of a recording: contended `mutex_spin_wait` calls
@@ -1016,7 +1016,7 @@ fn file_flush_by_kind(dir: &Path) -> [(u64, f64); 2] {
 
 /// Share of a probe's calls that took at least `ns`, from its histogram.
 fn share_at_least(summary: &serde_json::Value, name: &str, ns: u64) -> f64 {
-    let hist = probe(summary, name)["histogram"]
+    let hist = probe_json(summary, name)["histogram"]
         .as_array()
         .unwrap()
         .clone();

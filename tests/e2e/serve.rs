@@ -59,6 +59,19 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
         "--callsite-limit",
         &limit,
     ]);
+    // Its --ready-fd line (waited on by Serve::start): the fixture, both probes.
+    let [target] = serve.ready.targets.as_slice() else {
+        panic!("one target: {:?}", serve.ready)
+    };
+    assert_eq!(
+        (serve.ready.command.as_str(), target.pid),
+        ("serve", fx.pid)
+    );
+    let attached: BTreeSet<&str> = target.probes.iter().map(String::as_str).collect();
+    assert_eq!(
+        attached,
+        BTreeSet::from(["fixture.mutex.enter", "fixture.sleep"])
+    );
     let before = metric_samples(&serve.scrape());
     assert_eq!(
         value(
@@ -522,6 +535,35 @@ fn serve_answers_503_past_its_connection_bound() {
     assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
 }
 
+/// Under systemd (`Type=notify`): READY=1 to NOTIFY_SOCKET, with
+/// innoprof's pid and the target's, once it serves.
+#[test]
+fn serve_tells_systemd_it_is_ready() {
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let env = format!("NOTIFY_SOCKET={}", path.display());
+    let (fx, mut serve) = serve_parked_fixture(&["env", &env], &[]);
+    let mut buf = [0u8; 512];
+    let n = socket.recv(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("READY=1\n"), "{text}");
+    assert!(
+        text.contains(&format!("MAINPID={}\n", serve.child.id())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("STATUS=attached 1 probe to pid {}", fx.pid)),
+        "{text}"
+    );
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
 /// Under a 64-descriptor limit, 100 held connections exhaust serve's
 /// descriptors: accept(2) fails with EMFILE and serve backs off, keeps
 /// its probes and its target (no "exited"), and serves once they go.
@@ -774,8 +816,8 @@ fn serve_answers_pprof_profiles_for_continuous_profilers() {
     // The same load, sampled by `record`'s own sampler at the same 99 Hz
     // inside the profile's seconds: the same rate within a fifth.
     let s = rec.summary();
-    let recorded = s["cpu"]["oncpu"]["samples"].as_u64().unwrap();
-    let rec_s = s["duration_s"].as_f64().unwrap();
+    let recorded = s.cpu.as_ref().unwrap().oncpu.samples;
+    let rec_s = s.duration_s;
     let (rate, rec_rate) = (samples as f64 / duration, recorded as f64 / rec_s);
     eprintln!(
         "pprof over HTTP: {samples} samples in {duration} s ({rate:.0}/s); record inside it: \
@@ -1030,7 +1072,9 @@ fn serve_follows_the_server_across_a_restart() {
     counters_never_go_back(&up, &down);
     let (status, body) = http_get(serve.port, "/debug/pprof/profile?seconds=1").unwrap();
     assert_eq!(status, 503, "{body}");
-    assert!(innoprof_links().is_empty(), "{:?}", innoprof_links());
+    // Its own links only: another innoprof on this machine holds its own.
+    let held = innoprof_links_held_by(serve.child.id());
+    assert!(held.is_empty(), "{held:?}");
 
     server.start_again();
     assert_ne!(server.pid.to_string(), first_pid);

@@ -43,20 +43,16 @@ fn soak(name: &str) {
         assert_eq!(code, Some(0), "cycle {cycle}: {}", rec.stderr());
         assert!(stdout.contains("calls/s"), "cycle {cycle}: {stdout}");
         let s = rec.summary();
-        assert_eq!(s["complete"], true, "cycle {cycle}: {s}");
-        assert_eq!(s["end_reason"], "duration", "cycle {cycle}");
-        let attached: Vec<_> = s["probes"]
-            .as_array()
-            .unwrap()
+        assert!(s.complete, "cycle {cycle}: {s:?}");
+        assert_eq!(s.end_reason, EndReason::Duration, "cycle {cycle}");
+        let attached: Vec<_> = s
+            .probes
             .iter()
-            .filter(|p| p["status"] == "attached")
+            .filter(|p| p.status == ProbeStatus::Attached)
             .collect();
-        assert!(attached.len() >= 10, "cycle {cycle}: {s}");
-        links_attached += attached
-            .iter()
-            .map(|p| p["symbols"].as_array().unwrap().len())
-            .sum::<usize>();
-        assert!(s["cpu"]["oncpu"]["ticks_seen"].as_u64().unwrap() > 0);
+        assert!(attached.len() >= 10, "cycle {cycle}: {s:?}");
+        links_attached += attached.iter().map(|p| p.symbols.len()).sum::<usize>();
+        assert!(s.cpu.as_ref().unwrap().oncpu.ticks_seen > 0);
         complete += 1;
         let (progs, links) = leftovers_after_exit();
         left_behind.extend(progs.into_iter().chain(links));

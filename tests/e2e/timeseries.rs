@@ -4,6 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use innoprof::findings::Severity;
 use innoprof_e2e::*;
 use serde_json::Value;
 
@@ -119,7 +120,7 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
     let s = rec.summary();
     let (json, points) = points(&rec);
     assert_eq!(json["interval_ms"], 500);
-    assert_eq!(s["timeseries"]["interval_ms"], 500);
+    assert_eq!(s.timeseries.as_ref().unwrap().interval_ms, 500);
     assert!(
         stdout.contains("time series:") && stdout.contains("timeseries.json, timeseries.csv"),
         "{stdout}"
@@ -128,14 +129,10 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
     // Exact: the intervals add up to summary.json, per probe and per site.
     for name in ["fixture.mutex.enter", "fixture.counted", "fixture.sleep"] {
         let p = probe(&s, name);
-        assert_eq!(
-            sum(&points, name, None, "calls"),
-            u(&p["calls"]),
-            "{name} calls"
-        );
+        assert_eq!(sum(&points, name, None, "calls"), p.calls, "{name} calls");
         assert_eq!(
             sum(&points, name, None, "wait_ns"),
-            u(&p["wait_ns_total"]),
+            p.wait_ns_total,
             "{name} wait"
         );
     }
@@ -150,8 +147,7 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
         previous = t;
     }
     let enter = probe(&s, "fixture.mutex.enter");
-    let sites = enter["callsites"].as_array().unwrap();
-    assert_eq!(sites.len() as u64, SITES);
+    assert_eq!(enter.callsites.len() as u64, SITES);
     let in_series: Vec<String> = points
         .iter()
         .filter(|p| p["probe"] == "fixture.mutex.enter" && p["t_ms"] == points[0]["t_ms"])
@@ -164,10 +160,10 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
     );
     assert_eq!(in_series[10], "other");
     let mut other_calls = 0;
-    for c in sites {
-        let label = c["site"].as_str().unwrap();
+    for c in &enter.callsites {
+        let label = c.site.as_str();
         assert!(label.starts_with("fixture.cc:10"), "{label}");
-        let calls = u(&c["calls"]);
+        let calls = c.calls;
         if in_series.iter().any(|l| l == label) {
             assert_eq!(
                 sum(&points, "fixture.mutex.enter", Some(label), "calls"),
@@ -175,7 +171,7 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
             );
             assert_eq!(
                 sum(&points, "fixture.mutex.enter", Some(label), "wait_ns"),
-                u(&c["wait_ns_total"])
+                c.wait_ns_total
             );
         } else {
             other_calls += calls;
@@ -270,37 +266,29 @@ fn s3_mutex_waits_follow_load_change() {
     let s = rec.summary();
     // The finding says it first: threads queue on one latch, named by
     // where it was created, with the busiest call site.
-    let findings = s["findings"].as_array().unwrap();
-    for f in findings {
+    for f in &s.findings {
         eprintln!(
-            "S3 finding: [{}] {} {}",
-            f["severity"], f["title"], f["evidence"]
+            "S3 finding: [{:?}] {} {:?}",
+            f.severity, f.title, f.evidence
         );
     }
-    let first = &findings[0];
+    let first = &s.findings[0];
     assert!(
-        first["rule"] == "latch_hotspot"
-            && first["severity"] != "info"
-            && first["title"]
-                .as_str()
-                .unwrap()
+        first.rule == "latch_hotspot"
+            && first.severity != Severity::Info
+            && first
+                .title
                 .starts_with("Threads queue on one InnoDB latch: created in ")
-            && first["evidence"][1]["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("busiest call site: "),
-        "{first}"
+            && first.evidence[1].text.starts_with("busiest call site: "),
+        "{first:?}"
     );
     let (json, points) = points(&rec);
     let started = u(&json["started_unix_ms"]);
     let name = "innodb.sync.wait_event";
-    assert_eq!(
-        sum(&points, name, None, "calls"),
-        u(&probe(&s, name)["calls"])
-    );
+    assert_eq!(sum(&points, name, None, "calls"), probe(&s, name).calls);
     assert_eq!(
         sum(&points, name, None, "wait_ns"),
-        u(&probe(&s, name)["wait_ns_total"])
+        probe(&s, name).wait_ns_total
     );
     // Whole intervals inside each phase (sysbench connects in the first
     // fraction of a second of its run).
@@ -350,12 +338,7 @@ fn s3_mutex_waits_follow_load_change() {
     // Contended shared rw-locks per call site: real `file.cc:LINE` rows
     // that add up to the summary's call sites.
     let s_wait = "innodb.rwlock.s_wait";
-    let summary_sites: u64 = probe(&s, s_wait)["callsites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| u(&c["calls"]))
-        .sum();
+    let summary_sites: u64 = probe(&s, s_wait).callsites.iter().map(|c| c.calls).sum();
     assert!(summary_sites > 0, "no contended s-lock under 16 threads");
     let site_rows: Vec<&Value> = points
         .iter()
@@ -410,9 +393,9 @@ fn interval_recording_rates_use_the_watched_window() {
         let (code, _, rec) = rec.finish();
         assert_eq!(code, Some(0), "{}", rec.stderr());
         let s = rec.summary();
-        let rate = probe(&s, "paced_hit")["calls_per_sec"].as_f64().unwrap();
-        let duration = s["duration_s"].as_f64().unwrap();
-        let start_ms = s["started_unix_ms"].as_f64().unwrap();
+        let rate = probe(&s, "paced_hit").calls_per_sec;
+        let duration = s.duration_s;
+        let start_ms = s.started_unix_ms as f64;
         runs.push((interval, rate, duration, start_ms));
     }
     // Past both windows in the fixture's log.

@@ -279,11 +279,8 @@ fn saved_recording(pid: &str) {
     );
     assert!(stdout.contains("recorded 3."), "{stdout}");
     let calls = calls_of(&stdout, PROBE).unwrap_or(0.0);
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(out).join("summary.json")).unwrap(),
-    )
-    .unwrap();
-    let expected = probe(&summary, PROBE)["calls_per_sec"].as_f64().unwrap();
+    let summary = read_summary(Path::new(out)).unwrap();
+    let expected = probe(&summary, PROBE).calls_per_sec;
     assert!(calls > 0.0, "{stdout}");
     assert!(
         (calls - expected).abs() <= expected * 0.01 + 0.1,

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use innoprof::attach_errno;
 use innoprof::resolve::placement::kernel_refusal;
-use innoprof::resolve::ElfImage;
+use innoprof::resolve::{ElfImage, EntryInsn, SkipReason};
 use innoprof_e2e::*;
 
 const N: u64 = 1234;
@@ -145,42 +145,37 @@ fn record_counts_past_a_lock_prefix_and_names_refusals() {
 
     let s = rec.summary();
     let locked = probe(&s, "fixture_locked");
-    assert_eq!(locked["status"], "attached", "{locked}");
-    assert_eq!(locked["calls"].as_u64(), Some(N), "exact call count");
-    let timed: u64 = locked["histogram"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["count"].as_u64().unwrap())
-        .sum();
+    assert_eq!(locked.status, ProbeStatus::Attached, "{locked:?}");
+    assert_eq!(locked.calls, N, "exact call count");
+    let timed: u64 = locked.histogram.iter().map(|b| b.count).sum();
     assert_eq!(timed, N, "every return seen");
-    let sym = &locked["symbols"][0];
+    let sym = &locked.symbols[0];
     assert_eq!(
-        sym["moved"],
-        "moved past `lock inc` (+7 bytes): the kernel refuses the lock prefix"
+        sym.moved.as_deref(),
+        Some("moved past `lock inc` (+7 bytes): the kernel refuses the lock prefix")
     );
-    assert_eq!(sym["entry"], "push");
+    assert_eq!(sym.entry, EntryInsn::Push);
 
     // A probe with some symbols refused attaches the rest and says which.
     let glob = probe(&s, "fixture_locked*");
-    assert_eq!(glob["status"], "attached", "{glob}");
-    assert_eq!(glob["calls"].as_u64(), Some(N));
-    let reason = glob["reason"].as_str().unwrap();
+    assert_eq!(glob.status, ProbeStatus::Attached, "{glob:?}");
+    assert_eq!(glob.calls, N);
+    let reason = glob.reason.as_deref().unwrap();
     assert!(
         reason
             .starts_with("some symbols refused: fixture_locked_loop: first instruction `lock inc`")
             && reason.contains("fixture_locked_rsp: first instruction `lock add`"),
         "{reason}"
     );
-    assert_eq!(glob["skipped"][0]["reason"], "unprobeable", "{glob}");
+    assert_eq!(glob.skipped[0].reason, SkipReason::Unprobeable, "{glob:?}");
 
     for (name, why) in [
         ("fixture_locked_loop", "jumps to"),
         ("fixture_locked_rsp", "stack pointer"),
     ] {
         let p = probe(&s, name);
-        assert_eq!(p["status"], "attach_failed", "{p}");
-        let reason = p["reason"].as_str().unwrap();
+        assert_eq!(p.status, ProbeStatus::AttachFailed, "{p:?}");
+        let reason = p.reason.as_deref().unwrap();
         assert!(
             reason.contains("first instruction `lock ") && reason.contains(why),
             "{reason}"
