@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use innoprof::findings::{Finding, Severity};
+use innoprof::report::model::CounterStatus;
+use innoprof::server_state::Snapshot;
 use innoprof_e2e::*;
 
 /// Seconds of one load phase, stretched by `INNOPROF_LONG=1`.
@@ -68,7 +71,7 @@ fn record_with_counter(
     out: &Path,
     seconds: u64,
     status: &str,
-) -> (serde_json::Value, u64) {
+) -> (Summary, u64) {
     let pid = server.pid.to_string();
     let duration = format!("{seconds}s");
     let mut full = vec!["--pid", &pid, "--duration", &duration];
@@ -83,23 +86,22 @@ fn record_with_counter(
     let grew = server.status(status) - before;
     let (code, _stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
-    (rec.summary_json(), grew)
+    (rec.summary(), grew)
 }
 
-fn probe_calls(summary: &serde_json::Value, name: &str) -> u64 {
-    probe_json(summary, name)["calls"].as_u64().unwrap()
+fn probe_calls(summary: &Summary, name: &str) -> u64 {
+    probe(summary, name).calls
 }
 
 /// A counter's exact count (`summary.json` `counters`); it must have been read.
-fn counter_count(summary: &serde_json::Value, name: &str) -> u64 {
-    let c = summary["counters"]
-        .as_array()
-        .unwrap()
+fn counter_count(summary: &Summary, name: &str) -> u64 {
+    let c = summary
+        .counters
         .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no counter {name} in {}", summary["counters"]));
-    assert_eq!(c["status"], "read", "{c}");
-    c["count"].as_u64().unwrap()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no counter {name} in {:?}", summary.counters));
+    assert_eq!(c.status, CounterStatus::Read, "{c:?}");
+    c.count.unwrap()
 }
 
 /// Shares (%) of the baseline's and the incident's on-CPU samples with a
@@ -138,40 +140,52 @@ fn calls_under(folded: &Path, frames: &[&str]) -> u64 {
         .sum()
 }
 
+/// A finding's evidence, its items' texts one a line.
+fn evidence_text(f: &Finding) -> String {
+    f.evidence
+        .iter()
+        .map(|e| e.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A recording's (or a diff's) findings as (rule, severity), printed with
 /// their evidence.
-fn findings_of(what: &str, json: &serde_json::Value) -> Vec<(String, String)> {
-    let all = json["findings"].as_array().unwrap();
+fn findings_of(what: &str, all: &[Finding]) -> Vec<(String, Severity)> {
     for f in all {
         println!(
-            "{what}: [{}] {} {}",
-            f["severity"], f["title"], f["evidence"]
+            "{what}: [{}] {} {:?}",
+            f.severity,
+            f.title,
+            f.evidence.iter().map(|e| &e.text).collect::<Vec<_>>()
         );
     }
     if all.is_empty() {
         println!("{what}: no finding");
     }
-    all.iter()
-        .map(|f| {
-            (
-                f["rule"].as_str().unwrap().to_string(),
-                f["severity"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    all.iter().map(|f| (f.rule.clone(), f.severity)).collect()
+}
+
+/// diff.json's findings, typed (diff.json itself is read as raw JSON: its
+/// report type is not deserialisable).
+fn diff_findings(diff: &serde_json::Value) -> Vec<Finding> {
+    serde_json::from_value(diff["findings"].clone())
+        .unwrap_or_else(|e| panic!("diff.json findings: {e}: {}", diff["findings"]))
 }
 
 /// `rule` fired above info.
-fn raised(findings: &[(String, String)], rule: &str) -> bool {
-    findings.iter().any(|(r, s)| r == rule && s != "info")
+fn raised(findings: &[(String, Severity)], rule: &str) -> bool {
+    findings
+        .iter()
+        .any(|(r, s)| r == rule && *s != Severity::Info)
 }
 
 /// The first finding is `rule`, above info: what the DBA reads first.
-fn first_is(findings: &[(String, String)], rule: &str) {
+fn first_is(findings: &[(String, Severity)], rule: &str) {
     assert!(
         findings
             .first()
-            .is_some_and(|(r, s)| r == rule && s != "info"),
+            .is_some_and(|(r, s)| r == rule && *s != Severity::Info),
         "the first finding should be {rule}: {findings:?}"
     );
 }
@@ -200,7 +214,7 @@ fn diff(baseline: &Path, incident: &Path, out: &Path, lines: usize) -> serde_jso
 
 /// What S1 records in one phase (baseline or incident).
 struct RowVersionsPhase {
-    probes: serde_json::Value,
+    probes: Summary,
     rows_updated: u64,
     /// The connection holding the oldest transaction as the recording
     /// ended (the incident's snapshot reader), by the server's own view.
@@ -323,11 +337,7 @@ fn many_row_versions(server_name: &str) {
     // updated while it was on, the steady load's rows x the probe's
     // attached fraction. A baseline with no call at all counts as one, so
     // the factor is finite.
-    let on = |s: &serde_json::Value| {
-        probe_json(s, undo)["sampling"]["attached_fraction"]
-            .as_f64()
-            .unwrap_or(1.0)
-    };
+    let on = |s: &Summary| probe(s, undo).attached_fraction();
     let b_per_row = b_calls.max(1) as f64 / (base.rows_updated as f64 * on(&base.probes));
     let i_per_row = i_calls as f64 / (inc.rows_updated as f64 * on(&inc.probes));
     let factor = i_per_row / b_per_row;
@@ -376,7 +386,7 @@ fn many_row_versions(server_name: &str) {
     // The findings say it first, in the incident and in the diff, and not
     // in the baseline.
     first_is(
-        &findings_of(&format!("S1 {server_name} incident"), &inc.probes),
+        &findings_of(&format!("S1 {server_name} incident"), &inc.probes.findings),
         "many_row_versions",
     );
     // It names the connection whose snapshot holds purge back, as the
@@ -384,43 +394,42 @@ fn many_row_versions(server_name: &str) {
     let holder = inc
         .oldest_trx_connection
         .expect("the incident's snapshot is an open transaction");
-    let title = inc.probes["findings"][0]["title"].as_str().unwrap();
+    let title = &inc.probes.findings[0].title;
     assert!(
         title.contains(&format!(
             "connection {holder} has kept a REPEATABLE READ transaction open"
         )),
         "{title}"
     );
-    let state = &inc.probes["server_state"];
-    assert!(state["error"].is_null(), "{state}");
-    for snap in ["start", "end"] {
-        assert_eq!(
-            state[snap]["errors"],
-            serde_json::json!([]),
-            "{snap}: {state}"
-        );
-        assert!(
-            state[snap]["history_list_length"].as_u64().is_some(),
-            "{state}"
-        );
-    }
-    assert!(
-        state["end"]["history_list_length"].as_u64()
-            > state["start"]["history_list_length"].as_u64(),
-        "purge held back: {state}"
-    );
+    let state = inc
+        .probes
+        .server_state
+        .as_ref()
+        .expect("the incident read the server's state");
+    assert!(state.error.is_none(), "{state:?}");
+    let snapshot = |snap: &str, s: &Option<Snapshot>| -> Option<u64> {
+        let s = s
+            .as_ref()
+            .unwrap_or_else(|| panic!("no {snap} snapshot: {state:?}"));
+        assert!(s.errors.is_empty(), "{snap}: {state:?}");
+        assert!(s.history_list_length.is_some(), "{state:?}");
+        s.history_list_length
+    };
+    let (start_hll, end_hll) = (snapshot("start", &state.start), snapshot("end", &state.end));
+    assert!(end_hll > start_hll, "purge held back: {state:?}");
     // And at each second in between: the same connection holds the oldest
     // transaction, open longer each time, while the history list grows.
-    let samples = state["samples"].as_array().expect("--interval samples");
-    assert!(samples.len() + 1 >= secs(4) as usize, "{state}");
+    let samples = &state.samples;
+    assert!(!samples.is_empty(), "--interval samples: {state:?}");
+    assert!(samples.len() + 1 >= secs(4) as usize, "{state:?}");
     for p in samples {
-        assert_eq!(p["errors"], serde_json::json!([]), "{p}");
-        assert_eq!(p["oldest_trx_connection"].as_u64(), Some(holder), "{p}");
+        assert!(p.errors.is_empty(), "{p:?}");
+        assert_eq!(p.oldest_trx_connection, Some(holder), "{p:?}");
     }
     let (first, last) = (&samples[0], &samples[samples.len() - 1]);
     assert!(
-        last["oldest_trx_age_s"].as_u64() > first["oldest_trx_age_s"].as_u64()
-            && last["history_list_length"].as_u64() > first["history_list_length"].as_u64(),
+        last.oldest_trx_age_s > first.oldest_trx_age_s
+            && last.history_list_length > first.history_list_length,
         "{samples:?}"
     );
     assert!(
@@ -429,13 +438,13 @@ fn many_row_versions(server_name: &str) {
             .contains("  at each interval ("),
         "summary.txt has the samples' line"
     );
-    let base_findings = findings_of(&format!("S1 {server_name} baseline"), &base.probes);
+    let base_findings = findings_of(&format!("S1 {server_name} baseline"), &base.probes.findings);
     assert!(
         !raised(&base_findings, "many_row_versions"),
         "{base_findings:?}"
     );
     first_is(
-        &findings_of(&format!("S1 {server_name} diff"), &d),
+        &findings_of(&format!("S1 {server_name} diff"), &diff_findings(&d)),
         "many_row_versions",
     );
 
@@ -498,18 +507,16 @@ fn many_row_versions(server_name: &str) {
     }) {
         assert!(server_module(walk_row), "{walk_row}");
     }
-    let cpu_findings = findings_of(&format!("S6 {server_name} CPU diff"), &dc);
+    let dc_findings = diff_findings(&dc);
+    let cpu_findings = findings_of(&format!("S6 {server_name} CPU diff"), &dc_findings);
     // Where CPU moved, by subsystem: the undo walk, first, except on 8.0
     // whose spinning log threads dilute it (above).
     if server_name != "mysql-8.0.15" {
         first_is(&cpu_findings, "cpu_hot_path");
         assert!(
-            dc["findings"][0]["title"]
-                .as_str()
-                .unwrap()
-                .contains("undo and MVCC"),
-            "{}",
-            dc["findings"][0]
+            dc_findings[0].title.contains("undo and MVCC"),
+            "{:?}",
+            dc_findings[0]
         );
     }
 }
@@ -565,12 +572,7 @@ fn s2_count_rows(prefix: &str) -> String {
 
 /// Records while `insert_rows.lua` inserts a fixed number of rows into
 /// the tables `table`1..N; returns the summary and the rows they gained.
-fn insert_rows(
-    server: &Server,
-    dir: &ScenarioDir,
-    table: &str,
-    probes: &str,
-) -> (serde_json::Value, u64) {
+fn insert_rows(server: &Server, dir: &ScenarioDir, table: &str, probes: &str) -> (Summary, u64) {
     let before: u64 = server.sql(&s2_count_rows(table)).trim().parse().unwrap();
     let pid = server.pid.to_string();
     // Long enough for any load here; ended by SIGINT once the load is done.
@@ -602,7 +604,7 @@ fn insert_rows(
     let (code, _stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     let after: u64 = server.sql(&s2_count_rows(table)).trim().parse().unwrap();
-    (rec.summary_json(), after - before)
+    (rec.summary(), after - before)
 }
 
 /// dict_sys mutex waits of a recording: contended `mutex_spin_wait` calls
@@ -610,31 +612,27 @@ fn insert_rows(
 /// dict_sys_get_new_row_id), or sync-array waits whose stack passes through
 /// the inlined dict_sys_get_new_row_id (MariaDB 10.2, where the spin is
 /// inlined too and only the OS wait is a function).
-fn dict_sys_row_id_waits(summary: &serde_json::Value, dir: &Path) -> u64 {
+fn dict_sys_row_id_waits(summary: &Summary, dir: &Path) -> u64 {
     let mut waits = 0;
-    for p in summary["probes"].as_array().unwrap() {
-        if p["name"] == "innodb.mutex.wait" {
-            let sites: Vec<&serde_json::Value> = p["callsites"]
-                .as_array()
-                .unwrap()
+    for p in &summary.probes {
+        if p.name == "innodb.mutex.wait" {
+            let sites: Vec<&CallsiteResult> = p
+                .callsites
                 .iter()
-                .filter(|c| c["site"].as_str().unwrap().starts_with("dict0boot.ic:"))
+                .filter(|c| c.site.starts_with("dict0boot.ic:"))
                 .collect();
             // The mutex itself, read from the object: the one dict_init
             // creates (dict_sys->mutex), not just a caller in dict0boot.ic.
             for c in &sites {
-                let latch = c["latch"].as_str().unwrap_or_default();
+                let latch = c.latch.as_deref().unwrap_or_default();
                 assert!(
                     latch.starts_with("created in dict_init (dict0dict.cc:"),
-                    "{c}"
+                    "{c:?}"
                 );
             }
-            waits += sites
-                .iter()
-                .map(|c| c["calls"].as_u64().unwrap())
-                .sum::<u64>();
+            waits += sites.iter().map(|c| c.calls).sum::<u64>();
         }
-        if p["name"] == "innodb.sync.wait_event" {
+        if p.name == "innodb.sync.wait_event" {
             let folded = std::fs::read_to_string(dir.join("innodb.sync.wait_event.count.folded"))
                 .unwrap_or_default();
             waits += folded
@@ -735,34 +733,31 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
     // the redo log mutex (5.6.24: ~1 thread waiting, 2.5 with primary keys,
     // where rows go in faster), which the latch finding rightly ranks above
     // it, and which is in both recordings.
-    let without_pk = findings_of(&format!("S2 {server_name} without a primary key"), &nopk);
-    let with_pk = findings_of(&format!("S2 {server_name} with a primary key"), &pk);
+    let without_pk = findings_of(
+        &format!("S2 {server_name} without a primary key"),
+        &nopk.findings,
+    );
+    let with_pk = findings_of(
+        &format!("S2 {server_name} with a primary key"),
+        &pk.findings,
+    );
     assert!(
         raised(&without_pk, "tables_without_primary_key"),
         "{without_pk:?}"
     );
     // Named by table, from the server's dictionary (GEN_CLUST_INDEX) and
     // its rows-changed counter, read over its socket.
-    let f = nopk["findings"]
-        .as_array()
-        .unwrap()
+    let f = nopk
+        .findings
         .iter()
-        .find(|f| f["rule"] == "tables_without_primary_key")
+        .find(|f| f.rule == "tables_without_primary_key")
         .unwrap();
     assert!(
-        f["title"]
-            .as_str()
-            .unwrap()
+        f.title
             .contains(&format!("Inserts into {S2_TABLES} tables (sbtest.t_nopk")),
-        "{f}"
+        "{f:?}"
     );
-    assert!(
-        f["next"][0]
-            .as_str()
-            .unwrap()
-            .contains("ALTER TABLE sbtest.t_nopk"),
-        "{f}"
-    );
+    assert!(f.next[0].contains("ALTER TABLE sbtest.t_nopk"), "{f:?}");
     assert!(
         with_pk
             .iter()
@@ -771,7 +766,7 @@ fn tables_without_primary_key(server_name: &str, wait_probes: &str, waits_visibl
     );
     let d = diff(&dir.join("t_pk"), &dir.join("t_nopk"), &dir.join("diff"), 8);
     first_is(
-        &findings_of(&format!("S2 {server_name} diff"), &d),
+        &findings_of(&format!("S2 {server_name} diff"), &diff_findings(&d)),
         "tables_without_primary_key",
     );
     if waits_visible {
@@ -837,9 +832,9 @@ fn s4_performance_schema_all_timed_mysql_5_6_24() {
         "S4: {} -> {} SELECTs/s with every instrument timed; innoprof's probes {:.2} % of a core (estimate)",
         base_selects / secs(4),
         inc_selects / secs(4),
-        inc["overhead"]["probes_pct_of_core"].as_f64().unwrap()
+        inc.overhead.probes_pct_of_core
     );
-    let base_findings = findings_of("S4 shipped performance_schema", &base);
+    let base_findings = findings_of("S4 shipped performance_schema", &base.findings);
     assert!(
         !raised(&base_findings, "performance_schema_overhead"),
         "{base_findings:?}"
@@ -850,22 +845,27 @@ fn s4_performance_schema_all_timed_mysql_5_6_24() {
             .any(|(r, _)| r == "performance_schema_overhead"),
         "performance_schema ON is said, as info: {base_findings:?}"
     );
-    let found = findings_of("S4 all timed", &inc);
+    let found = findings_of("S4 all timed", &inc.findings);
     first_is(&found, "performance_schema_overhead");
-    let f = &inc["findings"][0];
-    let pfs = &inc["server_state"]["end"]["performance_schema"];
-    assert!(pfs["synch_timed"].as_u64().unwrap() > 100, "{pfs}");
-    assert_eq!(pfs["timed"], pfs["instruments"], "{pfs}");
-    let evidence = f["evidence"].to_string();
-    assert!(evidence.contains("mutex/rw-lock/condition timers"), "{f}");
+    let f = &inc.findings[0];
+    let pfs = inc
+        .server_state
+        .as_ref()
+        .and_then(|s| s.end.as_ref())
+        .and_then(|end| end.performance_schema.as_ref())
+        .expect("performance_schema's state at the end");
+    assert!(pfs.synch_timed > 100, "{pfs:?}");
+    assert_eq!(pfs.timed, pfs.instruments, "{pfs:?}");
+    let evidence = evidence_text(f);
+    assert!(evidence.contains("mutex/rw-lock/condition timers"), "{f:?}");
     // Its own functions, in the server's CPU samples, and innoprof's cost beside.
     assert!(
         evidence.contains("of the server's CPU samples are in performance_schema's own functions"),
-        "{f}"
+        "{f:?}"
     );
     assert!(
         evidence.contains("innoprof, for comparison: its probes cost"),
-        "{f}"
+        "{f:?}"
     );
 }
 
@@ -1015,16 +1015,13 @@ fn file_flush_by_kind(dir: &Path) -> [(u64, f64); 2] {
 }
 
 /// Share of a probe's calls that took at least `ns`, from its histogram.
-fn share_at_least(summary: &serde_json::Value, name: &str, ns: u64) -> f64 {
-    let hist = probe_json(summary, name)["histogram"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let all: u64 = hist.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+fn share_at_least(summary: &Summary, name: &str, ns: u64) -> f64 {
+    let hist = &probe(summary, name).histogram;
+    let all: u64 = hist.iter().map(|b| b.count).sum();
     let slow: u64 = hist
         .iter()
-        .filter(|b| b["low_ns"].as_u64().unwrap() >= ns)
-        .map(|b| b["count"].as_u64().unwrap())
+        .filter(|b| b.low_ns >= ns)
+        .map(|b| b.count)
         .sum();
     slow as f64 / all.max(1) as f64
 }
@@ -1133,10 +1130,10 @@ fn redo_log_latency(server_name: &str, redo_flush_probe: Option<&str>) {
         assert!(b < 0.05 && s > 0.2, "{p}: share >= 8 ms {b:.3} -> {s:.3}");
     }
     first_is(
-        &findings_of(&format!("S5 {server_name} slow redo"), &slow),
+        &findings_of(&format!("S5 {server_name} slow redo"), &slow.findings),
         "redo_flush_latency",
     );
-    let calm = findings_of(&format!("S5 {server_name} baseline"), &base);
+    let calm = findings_of(&format!("S5 {server_name} baseline"), &base.findings);
     assert!(!raised(&calm, "redo_flush_latency"), "{calm:?}");
     drop(server);
 }
