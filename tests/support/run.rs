@@ -187,17 +187,6 @@ pub fn probe<'a>(summary: &'a Summary, name: &str) -> &'a ProbeResult {
         .unwrap_or_else(|| panic!("probe {name} not in summary"))
 }
 
-/// The probe named `name` in a raw summary.json (see
-/// [`Recording::summary_json`]).
-pub fn probe_json<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    summary["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == name)
-        .unwrap_or_else(|| panic!("probe {name} not in summary"))
-}
-
 /// Records one probe defined in a throw-away catalog (see [`fixture_catalog`])
 /// while the fixture makes its calls; `extra` goes to `innoprof record`.
 pub fn record_catalog_probe(
