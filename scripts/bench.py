@@ -20,7 +20,7 @@ One sysbench run (2 threads, `--report-interval=1`) runs without a break per
 The schedule is B T B T B … : every treatment phase T sits between two baseline
 phases and is compared with their mean. Treatments go in rounds, one phase of
 each configuration per round, in a random order per round (--seed). A phase is
-switched on (innoprof: until it prints `recording for`, i.e. every probe is
+switched on (innoprof: until its `--ready-fd` line comes, i.e. every probe is
 attached; bpftrace: until its BEGIN probe fires, after every probe attached),
 then the first --settle seconds of sysbench reports are skipped, then --phase
 one-second reports are measured; it is switched off (SIGINT, and waited for
@@ -66,6 +66,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ready_fd import ReadyPipe  # noqa: E402 - innoprof's --ready-fd handshake
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVERS = os.path.join(ROOT, "scripts", "servers.sh")
@@ -255,38 +258,51 @@ def measure(sb, settle, seconds):
 
 
 class Agent:
-    """An innoprof or bpftrace process switched on and off around a phase."""
+    """An innoprof or bpftrace process switched on and off around a phase: ready once
+    innoprof's `--ready-fd` line comes, or (bpftrace) once `ready_text` is in its stdout."""
 
-    def __init__(self, argv, ready_text, workdir, name):
+    def __init__(self, argv, workdir, name, ready_text=None):
         self.workdir = workdir
         self.err_path = os.path.join(workdir, f"{name}.err")
         self.out_path = os.path.join(workdir, f"{name}.out")
         self.t_launch = time.monotonic()
         self.t_ready = None
-        self.proc = subprocess.Popen(argv, stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"))
+        files = {"stdout": open(self.out_path, "w"), "stderr": open(self.err_path, "w")}
+        self.pipe = None if ready_text else ReadyPipe()
+        self.proc = self.pipe.popen(argv, **files) if self.pipe else subprocess.Popen(argv, **files)
         self.first_seen = {}  # program id (or "perf_event") -> when first seen on a link
         deadline = self.t_launch + 600
-        ready_file = self.out_path if ready_text == "innoprof-bench-ready" else self.err_path
         try:
-            self._wait_ready(argv, ready_text, ready_file, deadline)
+            self._wait_ready(argv, ready_text, deadline)
         except BaseException:  # Ctrl-C while it attaches: detach before unwinding
             self.stop()
             raise
+        finally:
+            if self.pipe:
+                self.pipe.close()
         self.t_ready = time.monotonic()
-        # The links left at `recording for` are the ones on the server;
+        # The links left once it is ready are the ones on the server;
         # innoprof's calibration probed its own functions with programs of
         # its own first, and those links are gone by now.
         final = link_progs(self.proc.pid) or set()
         seen = [self.first_seen[p] for p in final if p in self.first_seen]
         self.t_first_link = min(seen) if seen else self.t_ready
 
-    def _wait_ready(self, argv, ready_text, ready_file, deadline):
+    def _ready(self, ready_text):
+        if self.pipe is None:
+            return ready_text in open(self.out_path).read()
+        try:
+            return self.pipe.poll() is not None
+        except EOFError:
+            return False  # it gave up before attaching: its exit says so below
+
+    def _wait_ready(self, argv, ready_text, deadline):
         while True:
             progs = link_progs(self.proc.pid) or set()
             now = time.monotonic()
             for p in progs:
                 self.first_seen.setdefault(p, now)
-            if ready_text in open(ready_file).read():
+            if self._ready(ready_text):
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{argv[0]} did not start: " + open(self.err_path).read()[-2000:])
@@ -366,12 +382,12 @@ class Switch:
                     f.write(script)
                 log(f"bpftrace times {n} symbols")
             # BEGIN fires after bpftrace attached every probe: the ready mark.
-            agent = Agent(["bpftrace", "-p", str(self.pid), self.bt_path], "innoprof-bench-ready",
-                          self.workdir, f"bt{self.n}")
+            agent = Agent(["bpftrace", "-p", str(self.pid), self.bt_path], self.workdir, f"bt{self.n}",
+                          ready_text="innoprof-bench-ready")
             return {"kind": "agent", "agent": agent}
         rec = os.path.join(self.workdir, f"rec{self.n}")
         agent = Agent([self.innoprof, "record", "--pid", str(self.pid), "--duration", "24h", "--out", rec]
-                      + INNOPROF_ARGS[config], "recording for", self.workdir, f"innoprof{self.n}")
+                      + INNOPROF_ARGS[config], self.workdir, f"innoprof{self.n}")
         return {"kind": "agent", "agent": agent, "rec": rec}
 
     def off(self, config, state):

@@ -45,6 +45,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ready_fd import ReadyPipe  # noqa: E402 - innoprof's --ready-fd handshake
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAM = r"""
@@ -152,18 +155,34 @@ class Loop:
 
 
 class Tool:
-    def __init__(self, argv, ready, ready_in_stdout, workdir, name):
+    """innoprof, ready once its `--ready-fd` line comes, or (bpftrace) once `ready_text`
+    is in its stdout."""
+
+    def __init__(self, argv, workdir, name, ready_text=None):
         self.out = os.path.join(workdir, name + ".out")
         self.err = os.path.join(workdir, name + ".err")
         t = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=open(self.out, "w"), stderr=open(self.err, "w"))
-        path = self.out if ready_in_stdout else self.err
-        while ready not in open(path).read():
-            if self.proc.poll() is not None or time.monotonic() - t > 120:
-                self.stop()
-                raise RuntimeError(f"{argv[0]} did not start: {open(self.err).read()[-1000:]}")
-            time.sleep(0.02)
+        files = {"stdout": open(self.out, "w"), "stderr": open(self.err, "w")}
+        pipe = None if ready_text else ReadyPipe()
+        self.proc = pipe.popen(argv, **files) if pipe else subprocess.Popen(argv, **files)
+        try:
+            while not self._ready(pipe, ready_text):
+                if self.proc.poll() is not None or time.monotonic() - t > 120:
+                    self.stop()
+                    raise RuntimeError(f"{argv[0]} did not start: {open(self.err).read()[-1000:]}")
+                time.sleep(0.02)
+        finally:
+            if pipe:
+                pipe.close()
         self.start_s = time.monotonic() - t
+
+    def _ready(self, pipe, ready_text):
+        if pipe is None:
+            return ready_text in open(self.out).read()
+        try:
+            return pipe.poll() is not None
+        except EOFError:
+            return False  # it gave up before attaching: its exit says so
 
     def stop(self):
         t = time.monotonic()
@@ -245,7 +264,7 @@ def main():
             for c in order:
                 n += 1
                 if c == "bpftrace":
-                    tool = Tool(["bpftrace", "-p", str(loop.proc.pid), bt], "hitcost-ready", True, work, f"bt{n}")
+                    tool = Tool(["bpftrace", "-p", str(loop.proc.pid), bt], work, f"bt{n}", ready_text="hitcost-ready")
                 else:
                     rec = os.path.join(work, f"rec{n}")
                     tool = Tool([args.innoprof, "record", "--pid", str(loop.proc.pid), "--force",
@@ -253,7 +272,7 @@ def main():
                                  "--duration", "24h", "--out", rec]
                                 + (["--no-stacks"] if c == "innoprof-nostacks" else [])
                                 + (["--stack-interval", "0"] if c == "innoprof-everystack" else []),
-                                "recording for", False, work, f"innoprof{n}")
+                                work, f"innoprof{n}")
                 m = loop.collect(args.settle, args.phase)
                 m["start_s"] = tool.start_s
                 m["stop_s"] = tool.stop()
