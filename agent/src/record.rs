@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
+use crate::attach::{AttachError, AttachOutcome, MapLimits, Session, SessionOptions};
 use crate::bpf_abi::{Callsite, SiteVal};
 use crate::bundle::{self, BundleError, Written};
 use crate::calibrate::{
@@ -19,7 +19,7 @@ use crate::governor::{DutyReport, GovernedProbe, Governor, GovernorConfig, SlotC
 use crate::histogram::Log2Histogram;
 use crate::memcounters::{CounterRecorder, PlannedCounter};
 use crate::privileges::{self, PrivilegeError};
-use crate::probeset::{ProbeRequest, ProbeSet};
+use crate::probeset::{PlannedProbe, ProbeRequest, ProbeSet};
 use crate::report::folded::FoldedStacks;
 use crate::report::model::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Sampling,
@@ -1087,11 +1087,14 @@ fn own_max_rss_kb() -> u64 {
 
 /// Names for the latch ids a probe read (`dict_sys_mutex`).
 pub(crate) struct LatchNames<'a> {
-    plan: Option<(&'a crate::catalog::LatchSpec, &'a crate::attach::LatchPlan)>,
+    plan: Option<(
+        &'a crate::catalog::LatchSpec,
+        &'a crate::probeset::LatchPlan,
+    )>,
 }
 
 impl<'a> LatchNames<'a> {
-    pub(crate) fn new(planned: &'a crate::attach::PlannedProbe) -> Self {
+    pub(crate) fn new(planned: &'a PlannedProbe) -> Self {
         Self {
             plan: planned.spec.latch.as_ref().zip(planned.latch.as_ref()),
         }
