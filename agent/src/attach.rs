@@ -336,9 +336,8 @@ impl Session {
         order.sort_by_key(|&i| plan[i].spec.cost == CostClass::Hot);
         let mut groups = Vec::new();
         for probe in order {
-            let slots: Vec<usize> = (0..session.slots.len())
-                .filter(|&s| session.slots[s].probe == probe)
-                .collect();
+            // Every slot is attached until its probe's links are tried.
+            let slots: Vec<usize> = session.slots_of(probe).map(|(s, _)| s).collect();
             if slots.is_empty() {
                 continue;
             }
@@ -405,6 +404,15 @@ impl Session {
             return Err(AttachError::NothingAttached(why));
         }
         Ok(session)
+    }
+
+    /// The attached slots of planned probe `probe`, with their ids: the
+    /// one grouping of slots by probe.
+    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (usize, &Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(move |(_, s)| s.probe == probe && s.attached)
     }
 
     /// A slot the kernel refused: off, not attached, and the reason kept.

@@ -24,7 +24,7 @@ use crate::report::model::{EndReason, Recording, TargetInfo};
 use crate::report::pprof::ProbeStackSet;
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
 use crate::resolve::{ElfError, ElfImage};
-use crate::results::{self, attached_slots, fold_stacks, Finished, LatchNames};
+use crate::results::{self, fold_stacks, probe_slots, Finished, LatchNames};
 use crate::server::ServerInfo;
 use crate::symbolize::{DebugFile, ProcessMaps, StackSymbolizer};
 use crate::target::{Target, TargetError};
@@ -354,9 +354,11 @@ impl Recorder {
             .map(|s| crate::cost::LiveCost::new(hit_cost, s.run_stats()));
         let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
             let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
-            for (i, slot) in s.slots.iter().enumerate().filter(|(_, s)| s.attached) {
-                let cost = hit_cost.slot_cost(slot.measure, slot.symbol.entry);
-                probes[slot.probe].slots.push((i, cost));
+            for (probe, governed) in probes.iter_mut().enumerate() {
+                governed.slots = s
+                    .slots_of(probe)
+                    .map(|(i, slot)| (i, hit_cost.slot_cost(slot.measure, slot.symbol.entry)))
+                    .collect();
             }
             let so_far = s.read_slot_counts().unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
@@ -463,9 +465,8 @@ impl Recorder {
 
     /// Indexes of the probes with an attached slot, in plan order.
     pub fn attached_probe_ids(&self) -> Vec<usize> {
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         (0..self.plan.probes.len())
-            .filter(|&i| !attached_slots(slots, i).is_empty())
+            .filter(|&i| !probe_slots(self.session.as_ref(), i).is_empty())
             .collect()
     }
 
@@ -500,12 +501,13 @@ impl Recorder {
             .iter()
             .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
             .collect();
-        let mut on = Vec::new();
-        for (i, slot) in session.slots.iter().enumerate() {
-            if slot.attached && probes.contains(&slot.probe) {
-                gate[i] = true;
-                on.push((i, self.stack_every.get(&i).copied().unwrap_or(1)));
-            }
+        let on: Vec<(usize, u32)> = probes
+            .iter()
+            .flat_map(|&probe| session.slots_of(probe))
+            .map(|(i, _)| (i, self.stack_every.get(&i).copied().unwrap_or(1)))
+            .collect();
+        for &(i, _) in &on {
+            gate[i] = true;
         }
         session.set_stack_every(&on);
         *deadline = Some(until);
@@ -569,14 +571,13 @@ impl Recorder {
         samples: &[crate::collect::StackSample],
     ) -> Vec<ProbeStackSet> {
         let plan = &self.plan;
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         let maps = ProcessMaps::read(plan.target.pid).unwrap_or_else(|_| self.maps.clone());
         let mut symbolizer = plan.stack_symbolizer(maps);
         let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
         let mut out = Vec::new();
         for &idx in probes {
             let planned = &plan.probes[idx];
-            let my_slots = attached_slots(slots, idx);
+            let my_slots = probe_slots(self.session.as_ref(), idx);
             let (_, _, mut set) = fold_stacks(
                 &report::file_stem(&planned.spec.name),
                 planned.spec.measure,
@@ -612,7 +613,6 @@ impl Recorder {
 
     /// The attached probes and their slots, for live readers.
     pub fn live_probes(&self) -> Vec<LiveProbe> {
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         self.plan
             .probes
             .iter()
@@ -622,8 +622,9 @@ impl Recorder {
                 name: p.spec.name.clone(),
                 measure: p.spec.measure,
                 has_callsites: p.spec.callsite.is_some(),
-                slots: (0..slots.len() as u64)
-                    .filter(|&i| slots[i as usize].probe == idx && slots[i as usize].attached)
+                slots: probe_slots(self.session.as_ref(), idx)
+                    .into_iter()
+                    .map(|(i, _)| i)
                     .collect(),
             })
             .filter(|p| !p.slots.is_empty())

@@ -84,7 +84,6 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         None => hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
     };
     let mut trap_ns = 0.0;
-    let slots: &[Slot] = session.map_or(&[], |s| &s.slots);
     let mut symbolizer = plan.stack_symbolizer(maps);
     let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
     let mut results = Vec::new();
@@ -95,7 +94,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         let no_failures = AttachOutcome::default();
         let outcome = session.map_or(&no_failures, |s| &s.outcomes[idx]);
         let spec = &planned.spec;
-        let my_slots = attached_slots(slots, idx);
+        let my_slots = probe_slots(session, idx);
 
         let mut total = SlotStats::default();
         let mut symbols = Vec::new();
@@ -428,14 +427,12 @@ fn sum_sites<K: std::hash::Hash + Eq>(
         .collect()
 }
 
-/// The attached slots of probe `idx`, with their ids.
-pub(crate) fn attached_slots(slots: &[Slot], idx: usize) -> Vec<(u64, &Slot)> {
-    slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.probe == idx && s.attached)
-        .map(|(i, s)| (i as u64, s))
-        .collect()
+/// The attached slots of probe `idx`, with their ids as the maps key them
+/// (none without a session).
+pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(u64, &Slot)> {
+    session.map_or_else(Vec::new, |s| {
+        s.slots_of(idx).map(|(i, slot)| (i as u64, slot)).collect()
+    })
 }
 
 /// Folded stacks of one probe, weighted by wait time and by count.
