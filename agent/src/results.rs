@@ -355,11 +355,10 @@ fn callsite_results(
             return None;
         }
         let label = namer.label(*site);
-        Some((latches.of(site, namer), label))
+        Some((label, latches.of(site, namer)))
     });
-    let mut out: Vec<CallsiteResult> = rows
-        .into_iter()
-        .map(|((latch, label), site, val)| CallsiteResult {
+    rows.into_iter()
+        .map(|((label, latch), site, val)| CallsiteResult {
             site: label,
             file: namer.file(site.file),
             line: u64::from(site.line),
@@ -368,16 +367,7 @@ fn callsite_results(
             wait_ns_total: val.wait_ns_total,
             wait_ns_max: val.wait_ns_max,
         })
-        .collect();
-    out.sort_by(|a, b| {
-        (b.wait_ns_total, b.calls, &a.site, &a.latch).cmp(&(
-            a.wait_ns_total,
-            a.calls,
-            &b.site,
-            &b.latch,
-        ))
-    });
-    out
+        .collect()
 }
 
 /// Per named latch: calls and wait, most wait first.
@@ -388,24 +378,20 @@ fn latch_results(
     latches: &LatchNames,
 ) -> Vec<LatchResult> {
     let rows = sum_sites(slots, sites, |site| latches.of(site, namer));
-    let mut out: Vec<LatchResult> = rows
-        .into_iter()
+    rows.into_iter()
         .map(|(latch, _, val)| LatchResult {
             latch,
             calls: val.calls,
             wait_ns_total: val.wait_ns_total,
             wait_ns_max: val.wait_ns_max,
         })
-        .collect();
-    out.sort_by(|a, b| {
-        (b.wait_ns_total, b.calls, &a.latch).cmp(&(a.wait_ns_total, a.calls, &b.latch))
-    });
-    out
+        .collect()
 }
 
 /// The call-site counts of `slots` summed per row `row_of` names (None:
-/// the site has no row), each row with the first site that named it.
-fn sum_sites<K: std::hash::Hash + Eq>(
+/// the site has no row), each row with the first site that named it;
+/// most wait first, then most calls, then by row.
+fn sum_sites<K: Ord + std::hash::Hash>(
     slots: &[(u64, &Slot)],
     sites: &[(u64, Callsite, SiteVal)],
     mut row_of: impl FnMut(&Callsite) -> Option<K>,
@@ -422,9 +408,14 @@ fn sum_sites<K: std::hash::Hash + Eq>(
             .or_insert_with(|| (*site, SiteVal::default()))
             .1 += val;
     }
-    rows.into_iter()
+    let mut out: Vec<(K, Callsite, SiteVal)> = rows
+        .into_iter()
         .map(|(k, (site, val))| (k, site, val))
-        .collect()
+        .collect();
+    out.sort_by(|(ka, _, a), (kb, _, b)| {
+        (b.wait_ns_total, b.calls, ka).cmp(&(a.wait_ns_total, a.calls, kb))
+    });
+    out
 }
 
 /// The attached slots of probe `idx`, with their ids as the maps key them
