@@ -32,9 +32,9 @@ use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, ProgramAttachTyp
 use serde::Serialize;
 
 use crate::bpf_abi::LATENCY_OBJ;
-use crate::catalog::{CostClass, Measure, ProbeSpec};
-use crate::resolve::latch::LatchLayout;
-use crate::resolve::{Resolution, ResolvedSymbol, SymbolTable};
+use crate::catalog::{CostClass, Measure};
+use crate::probeset::PlannedProbe;
+use crate::resolve::{ResolvedSymbol, SymbolTable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -89,23 +89,6 @@ impl LinkError {
 const ENTER: &str = bpf::programs::LAT_ENTER;
 const RETURN: &str = bpf::programs::LAT_RETURN;
 const COUNT: &str = bpf::programs::COUNT_HIT;
-
-/// A probe as planned: what the catalog asked for and what resolved.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlannedProbe {
-    pub spec: ProbeSpec,
-    pub resolution: Resolution,
-    /// Where each symbol's latch id is, for probes whose spec names latches.
-    pub latch: Option<LatchPlan>,
-}
-
-/// The latch layout found for a probe, or why none was.
-#[derive(Debug, Clone, Serialize)]
-pub struct LatchPlan {
-    pub layout: LatchLayout,
-    /// Set when no symbol's latch could be located (no DWARF, no member).
-    pub unavailable: Option<String>,
-}
 
 /// One attached symbol. Its index in `Session::slots` is the BPF cookie.
 #[derive(Debug, Clone)]
@@ -353,9 +336,8 @@ impl Session {
         order.sort_by_key(|&i| plan[i].spec.cost == CostClass::Hot);
         let mut groups = Vec::new();
         for probe in order {
-            let slots: Vec<usize> = (0..session.slots.len())
-                .filter(|&s| session.slots[s].probe == probe)
-                .collect();
+            // Every slot is attached until its probe's links are tried.
+            let slots: Vec<usize> = session.slots_of(probe).map(|(s, _)| s).collect();
             if slots.is_empty() {
                 continue;
             }
@@ -422,6 +404,15 @@ impl Session {
             return Err(AttachError::NothingAttached(why));
         }
         Ok(session)
+    }
+
+    /// The attached slots of planned probe `probe`, with their ids: the
+    /// one grouping of slots by probe.
+    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (usize, &Slot)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(move |(_, s)| s.probe == probe && s.attached)
     }
 
     /// A slot the kernel refused: off, not attached, and the reason kept.

@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 
 use crate::bundle_read::{BundleDir, BundleReadError};
 use crate::bundle_replace::{remove_bundle_dir, remove_temp_dir, why_not_replaceable};
-use crate::record::Recording;
 use crate::report::flamegraph::{self, FlameGraphError};
 use crate::report::html::{self, FlameGraph, Page};
 use crate::report::metadata::{HostInfo, Metadata};
+use crate::report::model::Recording;
 use crate::report::model::{ProbeStatus, Summary};
 use crate::report::{self, histograms, pprof, table, OutputError};
 use crate::timeseries::TimeSeries;
@@ -99,11 +99,14 @@ pub fn prepare(out: &Path) -> Result<(), OutputError> {
 
 /// Writes the whole bundle of `recording` to `out` and `out.tar.gz`: every
 /// file of [`crate::outputs::OUTPUTS`], rendered in that order.
+/// `command_line` is innoprof's argv, kept in metadata.json. An `out`
+/// removed during the recording is not recreated behind the user's back.
 pub fn write(
     recording: &Recording,
     out: &Path,
     command_line: &[String],
 ) -> Result<Written, BundleError> {
+    report::check_dir_still_there(out)?;
     let mut files = BTreeMap::new();
     for output in crate::outputs::OUTPUTS {
         let Some(render) = output.render else {

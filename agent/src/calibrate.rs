@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::attach::{AttachError, PlannedProbe, Session, SessionOptions};
+use crate::attach::{AttachError, Session, SessionOptions};
 use crate::catalog::{CostClass, Measure, ProbeSpec};
+use crate::probeset::PlannedProbe;
 use crate::resolve::{ElfError, ElfImage, EntryInsn, Resolver};
 
 // Six tiny functions with known first instructions, one per measurement

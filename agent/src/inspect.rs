@@ -7,9 +7,9 @@ use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::Table;
 use serde::Serialize;
 
-use crate::attach::PlannedProbe;
 use crate::catalog::CatalogError;
 use crate::memcounters::PlannedCounter;
+use crate::probeset::PlannedProbe;
 use crate::probeset::{ProbeRequest, ProbeSet};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch, FoundBy};
 use crate::resolve::{ElfError, ElfImage};

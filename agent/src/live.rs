@@ -18,8 +18,9 @@ use crate::catalog::Measure;
 use crate::collect::{CollectError, LiveProbe};
 use crate::cpu::{CpuError, RawCpuProfile};
 use crate::histogram::Log2Histogram;
-use crate::record::{LatchNames, Recorder};
+use crate::record::Recorder;
 use crate::report::model::{CpuSummary, ProbeStatus, Summary};
+use crate::results::LatchNames;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::bundle::BundleError;
-use crate::record::Recording;
+use crate::report::model::Recording;
 
 /// The files rendered so far, by name, in list order.
 pub type Files = BTreeMap<String, Vec<u8>>;

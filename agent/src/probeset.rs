@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
-use crate::attach::{LatchPlan, PlannedProbe};
+use serde::Serialize;
+
 use crate::catalog::{check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, ProbeSpec};
 use crate::memcounters::{plan_counters, PlannedCounter};
-use crate::resolve::latch::find_latch_layout;
+use crate::resolve::latch::{find_latch_layout, LatchLayout};
 use crate::resolve::{ArgReads, ElfImage, Resolution, Resolver};
 use crate::server::ServerInfo;
 
@@ -47,6 +48,23 @@ impl ProbeRequest {
 /// point is a breakpoint in the server: a pattern that matches thousands of
 /// functions is more likely a mistake than a plan.
 pub const DEFAULT_MAX_POINTS: usize = 1000;
+
+/// A probe as planned: what the catalog asked for and what resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedProbe {
+    pub spec: ProbeSpec,
+    pub resolution: Resolution,
+    /// Where each symbol's latch id is, for probes whose spec names latches.
+    pub latch: Option<LatchPlan>,
+}
+
+/// The latch layout found for a probe, or why none was.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatchPlan {
+    pub layout: LatchLayout,
+    /// Set when no symbol's latch could be located (no DWARF, no member).
+    pub unavailable: Option<String>,
+}
 
 #[derive(Debug, Clone)]
 pub struct ProbeSet {

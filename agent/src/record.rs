@@ -1,37 +1,32 @@
-//! A recording from start to files: check, resolve, attach, wait (the
-//! caller decides how long), collect, detach, write.
+//! A recording from start to finish: check, plan, attach, wait and govern
+//! (the caller decides how long), collect, detach. [`crate::results`]
+//! builds the results; [`crate::bundle`] writes them.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::attach::{AttachError, AttachOutcome, MapLimits, PlannedProbe, Session, SessionOptions};
-use crate::bpf_abi::{Callsite, SiteVal};
-use crate::bundle::{self, BundleError, Written};
+use crate::attach::{AttachError, MapLimits, Session, SessionOptions};
+use crate::bpf_abi::Callsite;
 use crate::calibrate::{
     calibrate_or_reuse, measure_and_keep, CalibrateError, Calibration, HitCost,
 };
 use crate::callsite::CallsiteNamer;
-use crate::catalog::{CatalogError, Measure};
+use crate::catalog::CatalogError;
 use crate::collect::{self, CollectError, Counters, LiveProbe};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
-use crate::governor::{DutyReport, GovernedProbe, Governor, GovernorConfig, SlotCost, SlotCount};
-use crate::histogram::Log2Histogram;
+use crate::governor::{GovernedProbe, Governor, GovernorConfig, SlotCost, SlotCount};
 use crate::memcounters::{CounterRecorder, PlannedCounter};
+use crate::own_usage::{debug_phase, own_cpu_time};
 use crate::privileges::{self, PrivilegeError};
-use crate::probeset::{ProbeRequest, ProbeSet};
-use crate::report::folded::FoldedStacks;
-use crate::report::model::{
-    CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Sampling,
-    SamplingState, StackStats, Summary, SymbolInfo, TargetInfo,
-};
-use crate::report::named_stack::{NamedStack, RecordedStacks};
+use crate::probeset::{PlannedProbe, ProbeRequest, ProbeSet};
+use crate::report;
+use crate::report::model::{EndReason, Recording, TargetInfo};
 use crate::report::pprof::ProbeStackSet;
-use crate::report::{self, OutputError};
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
-use crate::resolve::{ElfError, ElfImage, SkipReason, Unresolved};
+use crate::resolve::{ElfError, ElfImage};
+use crate::results::{self, fold_stacks, probe_slots, Finished, LatchNames};
 use crate::server::ServerInfo;
-use crate::symbolize::{DebugFile, Frame, FrameKind, ProcessMaps, StackSymbolizer};
+use crate::symbolize::{DebugFile, ProcessMaps, StackSymbolizer};
 use crate::target::{Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,10 +45,6 @@ pub enum RecordError {
     Attach(#[from] AttachError),
     #[error(transparent)]
     Collect(#[from] CollectError),
-    #[error(transparent)]
-    Output(#[from] OutputError),
-    #[error(transparent)]
-    Bundle(#[from] BundleError),
     #[error(transparent)]
     Cpu(#[from] CpuError),
     #[error("no probe requested: use --probes default|all|NAME,… or --probe PATTERN")]
@@ -363,9 +354,11 @@ impl Recorder {
             .map(|s| crate::cost::LiveCost::new(hit_cost, s.run_stats()));
         let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
             let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
-            for (i, slot) in s.slots.iter().enumerate().filter(|(_, s)| s.attached) {
-                let cost = hit_cost.slot_cost(slot.measure, slot.symbol.entry);
-                probes[slot.probe].slots.push((i, cost));
+            for (probe, governed) in probes.iter_mut().enumerate() {
+                governed.slots = s
+                    .slots_of(probe)
+                    .map(|(i, slot)| (i, hit_cost.slot_cost(slot.measure, slot.symbol.entry)))
+                    .collect();
             }
             let so_far = s.read_slot_counts().unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
@@ -472,9 +465,8 @@ impl Recorder {
 
     /// Indexes of the probes with an attached slot, in plan order.
     pub fn attached_probe_ids(&self) -> Vec<usize> {
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         (0..self.plan.probes.len())
-            .filter(|&i| !attached_slots(slots, i).is_empty())
+            .filter(|&i| !probe_slots(self.session.as_ref(), i).is_empty())
             .collect()
     }
 
@@ -509,12 +501,13 @@ impl Recorder {
             .iter()
             .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
             .collect();
-        let mut on = Vec::new();
-        for (i, slot) in session.slots.iter().enumerate() {
-            if slot.attached && probes.contains(&slot.probe) {
-                gate[i] = true;
-                on.push((i, self.stack_every.get(&i).copied().unwrap_or(1)));
-            }
+        let on: Vec<(usize, u32)> = probes
+            .iter()
+            .flat_map(|&probe| session.slots_of(probe))
+            .map(|(i, _)| (i, self.stack_every.get(&i).copied().unwrap_or(1)))
+            .collect();
+        for &(i, _) in &on {
+            gate[i] = true;
         }
         session.set_stack_every(&on);
         *deadline = Some(until);
@@ -578,14 +571,13 @@ impl Recorder {
         samples: &[crate::collect::StackSample],
     ) -> Vec<ProbeStackSet> {
         let plan = &self.plan;
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         let maps = ProcessMaps::read(plan.target.pid).unwrap_or_else(|_| self.maps.clone());
         let mut symbolizer = plan.stack_symbolizer(maps);
         let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
         let mut out = Vec::new();
         for &idx in probes {
             let planned = &plan.probes[idx];
-            let my_slots = attached_slots(slots, idx);
+            let my_slots = probe_slots(self.session.as_ref(), idx);
             let (_, _, mut set) = fold_stacks(
                 &report::file_stem(&planned.spec.name),
                 planned.spec.measure,
@@ -621,7 +613,6 @@ impl Recorder {
 
     /// The attached probes and their slots, for live readers.
     pub fn live_probes(&self) -> Vec<LiveProbe> {
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
         self.plan
             .probes
             .iter()
@@ -631,8 +622,9 @@ impl Recorder {
                 name: p.spec.name.clone(),
                 measure: p.spec.measure,
                 has_callsites: p.spec.callsite.is_some(),
-                slots: (0..slots.len() as u64)
-                    .filter(|&i| slots[i as usize].probe == idx && slots[i as usize].attached)
+                slots: probe_slots(self.session.as_ref(), idx)
+                    .into_iter()
+                    .map(|(i, _)| i)
                     .collect(),
             })
             .filter(|p| !p.slots.is_empty())
@@ -781,221 +773,25 @@ impl Recorder {
             }
         }
 
-        let plan = &self.plan;
-        let run_stats = self
-            .session
-            .as_ref()
-            .map(Session::run_stats)
-            .unwrap_or_default();
-        let cost_of = |slot: &crate::attach::Slot| match &self.cost {
-            Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, run_stats),
-            None => self.hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
-        };
-        let mut trap_ns = 0.0;
-        let slots: &[crate::attach::Slot] = self.session.as_ref().map_or(&[], |s| &s.slots);
-        let mut symbolizer = plan.stack_symbolizer(self.maps.clone());
-        let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
-        let mut results = Vec::new();
-        let mut folded = Vec::new();
-        let mut named_stacks = RecordedStacks::default();
-        for (idx, planned) in plan.probes.iter().enumerate() {
-            // No session when nothing resolved (CPU-only recording).
-            let no_failures = AttachOutcome::default();
-            let outcome = self
-                .session
-                .as_ref()
-                .map_or(&no_failures, |s| &s.outcomes[idx]);
-            let spec = &planned.spec;
-            let my_slots = attached_slots(slots, idx);
-
-            let mut calls = 0;
-            let mut wait_total = 0;
-            let mut wait_max = 0;
-            let mut hist = Log2Histogram::new(&[0; crate::bpf_abi::HIST_SLOTS]);
-            let mut symbols = Vec::new();
-            let mut spent_ns = 0.0;
-            for (slot_id, slot) in &my_slots {
-                let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
-                spent_ns += st.calls as f64 * cost_of(slot);
-                trap_ns += st.calls as f64 * self.hit_cost.trap_ns(slot.measure, slot.symbol.entry);
-                calls += st.calls;
-                wait_total += st.wait_ns_total;
-                wait_max = wait_max.max(st.wait_ns_max);
-                hist.add(&Log2Histogram::new(&st.hist));
-                let s = &slot.symbol;
-                symbols.push(SymbolInfo {
-                    name: s.name.clone(),
-                    raw: s.raw.clone(),
-                    address: format!("{:#x}", s.address),
-                    file_offset: format!("{:#x}", s.file_offset),
-                    table: s.table,
-                    clone: s.clone.clone(),
-                    entry: s.entry,
-                    moved: s.moved.as_ref().map(|m| m.to_string()),
-                    calls: st.calls,
-                });
-            }
-
-            // First instructions the kernel refuses were never tried.
-            let unprobeable = planned
-                .resolution
-                .skipped
-                .iter()
-                .filter(|s| s.reason == SkipReason::Unprobeable)
-                .map(|s| format!("{}: {s}", s.name));
-            let (status, reason) = if !my_slots.is_empty() {
-                let refused = unprobeable
-                    .chain(outcome.failures.iter().map(crate::attach::Refusal::said))
-                    .collect::<Vec<_>>();
-                (
-                    ProbeStatus::Attached,
-                    (!refused.is_empty())
-                        .then(|| format!("some symbols refused: {}", refused.join("; "))),
-                )
-            } else if let Some(u @ Unresolved::Unprobeable(_)) = &planned.resolution.unresolved {
-                (ProbeStatus::AttachFailed, Some(u.to_string()))
-            } else if let Some(u) = &planned.resolution.unresolved {
-                (ProbeStatus::Unresolved, Some(u.to_string()))
-            } else {
-                let refused = outcome
-                    .failures
-                    .iter()
-                    .map(crate::attach::Refusal::said)
-                    .collect::<Vec<_>>();
-                (ProbeStatus::AttachFailed, Some(refused.join("; ")))
-            };
-
-            let latch_names = LatchNames::new(planned);
-            let stacks = if status == ProbeStatus::Attached {
-                let stem = report::file_stem(&spec.name);
-                let (stats, files, mut set) = fold_stacks(
-                    &stem,
-                    spec.measure,
-                    &my_slots,
-                    &snapshot.stacks,
-                    &mut symbolizer,
-                    &mut namer,
-                    &latch_names,
-                );
-                set.probe = spec.name.clone();
-                folded.extend(files);
-                if !set.stacks.is_empty() {
-                    named_stacks.probes.push(set);
-                }
-                stats
-            } else {
-                StackStats::default()
-            };
-
-            let timed = spec.measure == Measure::Latency && calls > 0;
-            results.push(ProbeResult {
-                name: spec.name.clone(),
-                description: spec.description.clone(),
-                measure: spec.measure,
-                cost: spec.cost,
-                status,
-                reason,
-                symbols,
-                skipped: planned.resolution.skipped.clone(),
-                calls,
-                calls_per_sec: if duration_s > 0.0 {
-                    calls as f64 / duration_s
-                } else {
-                    0.0
-                },
-                wait_ns_total: wait_total,
-                wait_ns_max: wait_max,
-                wait_ns_avg: timed.then(|| wait_total / calls),
-                // A bucket's upper bound can exceed the largest wait seen.
-                wait_ns_p50: if timed {
-                    hist.quantile_upper_ns(0.5).map(|q| q.min(wait_max))
-                } else {
-                    None
-                },
-                wait_ns_p99: if timed {
-                    hist.quantile_upper_ns(0.99).map(|q| q.min(wait_max))
-                } else {
-                    None
-                },
-                histogram: if spec.measure == Measure::Latency {
-                    hist.buckets()
-                } else {
-                    Vec::new()
-                },
-                callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
-                latches: latch_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
-                latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
-                stacks: StackStats {
-                    sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
-                    interval_ns: self.plan.stack_interval_ns(),
-                    ..stacks
-                },
-                sampling: None,
-                overhead_pct_of_core: spent_ns / 1e9 / duration_s.max(1e-9) * 100.0,
-            });
-            if let Some(duty) = duties.as_ref().map(|d| &d[idx]) {
-                if duty.cut && !my_slots.is_empty() {
-                    describe_sampling(results.last_mut().expect("just pushed"), duty, duration_s);
-                }
-            }
-        }
-        let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
-        let agent_cpu = own_cpu_time().saturating_sub(self.agent_cpu_at_start);
-        let overhead = OverheadSummary {
+        let agent_cpu_at_start = self.agent_cpu_at_start;
+        Ok(results::build(Finished {
+            plan: &self.plan,
+            session: self.session.as_ref(),
+            snapshot,
+            duties,
+            cpu: cpu_raw,
+            maps: self.maps.clone(),
             hit_cost: self.hit_cost,
+            live_cost: self.cost.as_ref(),
             calibration_note: self.calibration_note.clone(),
             calibration_reused: self.calibration_reused.clone(),
-            budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
-            probes_pct_of_core: probes_cost_pct,
-            agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
-            agent_max_rss_kb: own_max_rss_kb(),
             governor_errors: self.governor_errors.clone(),
-            attach: self.session.as_ref().map(|s| s.info.clone()),
-            bpf_pct_of_core: self.cost.as_ref().map(|c| {
-                c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
-            }),
-            trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
-        };
-
-        debug_phase("after probe results");
-        let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
-        debug_phase("after CPU stacks named");
-        let cpu = match cpu {
-            Some(mut c) => {
-                folded.extend(c.files()?);
-                named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
-                named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
-                Some(c)
-            }
-            None => None,
-        };
-        let mut summary = Summary {
-            format_version: crate::contract::FORMAT_VERSION,
-            tool: "innoprof".to_string(),
-            tool_version: env!("CARGO_PKG_VERSION").to_string(),
-            target: plan.target_info(),
-            catalog: plan.catalog_file.clone(),
+            agent_cpu_at_start,
+            counters,
             started_unix_ms: self.started_unix_ms,
             duration_s,
             end_reason,
-            complete: end_reason == EndReason::Duration,
-            probes: results,
-            counters,
-            drops: snapshot.drops,
-            cpu: cpu.map(|c| c.summary),
-            overhead,
-            timeseries: None,
-            findings: Vec::new(),
-            server_state: None,
-            segments: Vec::new(),
-        };
-        summary.findings = crate::findings::evaluate(&summary);
-        Ok(Recording {
-            summary,
-            folded,
-            timeseries: None,
-            stacks: named_stacks,
-        })
+        })?)
     }
 }
 
@@ -1018,280 +814,3 @@ const FALLBACK_HIT_COST: HitCost = HitCost {
     bpf_count_ns: 150.0,
     stack_ns: 700.0,
 };
-
-/// A probe the governor cut saw only part of the calls: its counts stay
-/// what was seen (exact), and the estimate interpolates only over the gaps
-/// between its on-windows, with a 95 % bound; nothing is projected after
-/// the last window (nor before the first: every probe starts on).
-fn describe_sampling(r: &mut ProbeResult, duty: &DutyReport, duration_s: f64) {
-    let mean_latency_ns = if r.calls > 0 {
-        r.wait_ns_total as f64 / r.calls as f64
-    } else {
-        0.0
-    };
-    let estimate = crate::estimate::estimate(&duty.windows, mean_latency_ns);
-    // The rate over the time the estimate covers, not the whole recording.
-    if estimate.covered_s > 0.0 {
-        r.calls_per_sec = estimate.calls / estimate.covered_s;
-    }
-    let off_at_end_s = (!duty.on_at_end).then(|| (duration_s - estimate.covered_s).max(0.0));
-    r.sampling = Some(Sampling {
-        state: if duty.on_at_end {
-            SamplingState::DutyCycled
-        } else {
-            SamplingState::OffAtEnd
-        },
-        attached_fraction: duty.attached_fraction,
-        observed_calls: r.calls,
-        calls_before_start: duty.calls_before_start,
-        windows: duty.windows.clone(),
-        estimate,
-        off_at_end_s,
-        projected_full_pct_of_core: duty.projected_full_cost * 100.0,
-    });
-}
-
-/// `INNOPROF_DEBUG_PHASES=1`: innoprof's own CPU (user + system) and peak
-/// RSS so far, on stderr, at each phase of a recording: where its cost
-/// goes (issue 12's agent footprint), without a profiler.
-pub fn debug_phase(name: &str) {
-    if std::env::var_os("INNOPROF_DEBUG_PHASES").is_some() {
-        eprintln!(
-            "innoprof: {name}: CPU {:.3} s, peak RSS {} MiB",
-            own_cpu_time().as_secs_f64(),
-            own_max_rss_kb() / 1024
-        );
-    }
-}
-
-/// CPU time (user + system) innoprof itself has used so far.
-pub(crate) fn own_cpu_time() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct it is given.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// innoprof's peak resident set, in KiB.
-fn own_max_rss_kb() -> u64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0;
-    }
-    ru.ru_maxrss as u64
-}
-
-/// Names for the latch ids a probe read (`dict_sys_mutex`).
-pub(crate) struct LatchNames<'a> {
-    plan: Option<(&'a crate::catalog::LatchSpec, &'a crate::attach::LatchPlan)>,
-}
-
-impl<'a> LatchNames<'a> {
-    pub(crate) fn new(planned: &'a crate::attach::PlannedProbe) -> Self {
-        Self {
-            plan: planned.spec.latch.as_ref().zip(planned.latch.as_ref()),
-        }
-    }
-
-    /// The latch id's name, else the latch's creation site.
-    pub(crate) fn of(&self, site: &Callsite, namer: &mut CallsiteNamer) -> Option<String> {
-        if let Some(id) = site.latch_id() {
-            return Some(match self.plan {
-                Some((spec, plan)) => plan.layout.name_of(id, spec),
-                None => format!("latch#{id}"),
-            });
-        }
-        let (file, line) = site.created()?;
-        Some(namer.created_label(file, line))
-    }
-}
-
-/// Call sites of one probe, merged across its symbols, most wait first;
-/// one row per (latch, site) where the probe names latches.
-fn callsite_results(
-    slots: &[(u64, &crate::attach::Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
-    namer: &mut CallsiteNamer,
-    latches: &LatchNames,
-) -> Vec<CallsiteResult> {
-    let mut by_label: HashMap<(Option<String>, String), CallsiteResult> = HashMap::new();
-    for (_, site, val) in sites
-        .iter()
-        .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
-        .filter(|(_, site, _)| site.file != 0)
-    {
-        let label = namer.label(*site);
-        let latch = latches.of(site, namer);
-        let entry = by_label
-            .entry((latch.clone(), label.clone()))
-            .or_insert_with(|| CallsiteResult {
-                site: label,
-                file: namer.file(site.file),
-                line: u64::from(site.line),
-                latch,
-                calls: 0,
-                wait_ns_total: 0,
-                wait_ns_max: 0,
-            });
-        entry.calls += val.calls;
-        entry.wait_ns_total += val.wait_ns_total;
-        entry.wait_ns_max = entry.wait_ns_max.max(val.wait_ns_max);
-    }
-    let mut out: Vec<CallsiteResult> = by_label.into_values().collect();
-    out.sort_by(|a, b| {
-        (b.wait_ns_total, b.calls, &a.site, &a.latch).cmp(&(
-            a.wait_ns_total,
-            a.calls,
-            &b.site,
-            &b.latch,
-        ))
-    });
-    out
-}
-
-/// Per named latch: calls and wait, most wait first.
-fn latch_results(
-    slots: &[(u64, &crate::attach::Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
-    namer: &mut CallsiteNamer,
-    latches: &LatchNames,
-) -> Vec<LatchResult> {
-    let mut by_name: HashMap<String, LatchResult> = HashMap::new();
-    for (_, site, val) in sites
-        .iter()
-        .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
-    {
-        let Some(name) = latches.of(site, namer) else {
-            continue;
-        };
-        let e = by_name.entry(name.clone()).or_insert_with(|| LatchResult {
-            latch: name,
-            calls: 0,
-            wait_ns_total: 0,
-            wait_ns_max: 0,
-        });
-        e.calls += val.calls;
-        e.wait_ns_total += val.wait_ns_total;
-        e.wait_ns_max = e.wait_ns_max.max(val.wait_ns_max);
-    }
-    let mut out: Vec<LatchResult> = by_name.into_values().collect();
-    out.sort_by(|a, b| {
-        (b.wait_ns_total, b.calls, &a.latch).cmp(&(a.wait_ns_total, a.calls, &b.latch))
-    });
-    out
-}
-
-/// The attached slots of probe `idx`, with their ids.
-fn attached_slots(slots: &[crate::attach::Slot], idx: usize) -> Vec<(u64, &crate::attach::Slot)> {
-    slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.probe == idx && s.attached)
-        .map(|(i, s)| (i as u64, s))
-        .collect()
-}
-
-/// Folded stacks of one probe, weighted by wait time and by count.
-fn fold_stacks(
-    stem: &str,
-    measure: Measure,
-    slots: &[(u64, &crate::attach::Slot)],
-    samples: &[crate::collect::StackSample],
-    symbolizer: &mut StackSymbolizer,
-    namer: &mut CallsiteNamer,
-    latches: &LatchNames,
-) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
-    let names: HashMap<u64, &str> = slots
-        .iter()
-        .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
-        .collect();
-    let mut by_wait = FoldedStacks::default();
-    let mut by_count = FoldedStacks::default();
-    let mut stats = StackStats::default();
-    let mut set = ProbeStackSet::default();
-    let marker = |name: String| Frame::new(name, "", FrameKind::Unknown);
-    for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
-        let mut stack = NamedStack {
-            frames: Vec::new(),
-            thread: sample.thread.clone(),
-        };
-        if sample.ips.is_empty() {
-            stats.lost_calls += sample.count;
-            stack.push_marker(marker("[lost stack]".into()));
-        } else {
-            stats.distinct += 1;
-            // Latency stacks are taken at the return address, in the
-            // caller; count stacks at the probed instruction itself.
-            stack.push_located(symbolizer.user_locations(&sample.ips, measure == Measure::Count));
-        }
-        if measure == Measure::Latency {
-            stack.push_marker(Frame::new(names[&sample.slot], "", FrameKind::User));
-        }
-        let mut labels = Vec::new();
-        if let Some(latch) = latches.of(&sample.site, namer) {
-            stack.push_marker(marker(format!("[{latch}]")));
-            labels.push(("latch".to_string(), latch));
-        }
-        if sample.site.file != 0 {
-            let site = namer.label(sample.site);
-            stack.push_marker(marker(format!("[{site}]")));
-            labels.push(("callsite".to_string(), site));
-        }
-        let frames = stack.folded_names();
-        by_count.add(&frames, sample.count);
-        by_wait.add(&frames, sample.wait_ns);
-        set.stacks.push((stack, sample.count, sample.wait_ns));
-        set.labels.push(labels);
-    }
-    let mut files = Vec::new();
-    if !by_count.is_empty() {
-        let name = format!("{stem}.count.folded");
-        files.push((name.clone(), by_count.render()));
-        stats.folded_by_count = Some(name);
-    }
-    if measure == Measure::Latency && !by_wait.is_empty() {
-        let name = format!("{stem}.folded");
-        files.push((name.clone(), by_wait.render()));
-        stats.folded_by_wait = Some(name);
-    }
-    (stats, files, set)
-}
-
-pub struct Recording {
-    pub summary: Summary,
-    /// (file name, contents): the folded stacks and flame graphs the
-    /// recorder rendered, and the server's InnoDB status text.
-    pub folded: Vec<(String, String)>,
-    /// `record --interval`'s series (timeseries.json and .csv).
-    pub timeseries: Option<crate::timeseries::TimeSeries>,
-    /// The stacks behind the folded files, as named: pprof's source.
-    pub stacks: RecordedStacks,
-}
-
-impl Recording {
-    /// Writes the incident bundle: `out/` and `out.tar.gz` (see [`bundle`]).
-    /// `command_line` is innoprof's argv, kept in metadata.json. A `out`
-    /// removed during the recording is not recreated behind the user's back.
-    pub fn write(&self, out: &Path, command_line: &[String]) -> Result<Written, BundleError> {
-        report::check_dir_still_there(out)?;
-        bundle::write(self, out, command_line)
-    }
-
-    /// Adds what the server said of itself over SQL: kept in the summary,
-    /// SHOW ENGINE INNODB STATUS beside it, and the findings evaluated
-    /// again with it (they can then name a transaction or a table).
-    pub fn add_server_state(&mut self, state: crate::server_state::ServerState) {
-        for (when, snap) in [("start", &state.start), ("end", &state.end)] {
-            if let Some(text) = snap.as_ref().and_then(|s| s.innodb_status.as_ref()) {
-                self.folded
-                    .push((format!("innodb_status.{when}.txt"), text.clone()));
-            }
-        }
-        self.summary.server_state = Some(state);
-        self.summary.findings = crate::findings::evaluate(&self.summary);
-    }
-}

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::histogram::{Bucket, Log2Histogram};
-use crate::record::Recording;
 use crate::report::folded::FoldedStacks;
+use crate::report::model::Recording;
 use crate::report::model::{
     CallsiteResult, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState, Segment,
     Summary, SymbolInfo,

@@ -310,9 +310,9 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         };
 
     let mut notifier = args.ready.notifier()?;
-    innoprof::record::debug_phase("start");
+    innoprof::own_usage::debug_phase("start");
     let plan = Plan::build(&opts)?;
-    innoprof::record::debug_phase("after plan");
+    innoprof::own_usage::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
     bundle::prepare(&out)?;
     // Set when the first segment is attached: --duration counts from there.
@@ -362,14 +362,14 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let written = match recording.write(&out, &argv) {
+    let written = match bundle::write(&recording, &out, &argv) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("innoprof: error: {}", innoprof::error_chain(&e));
             return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
         }
     };
-    innoprof::record::debug_phase("after write");
+    innoprof::own_usage::debug_phase("after write");
     eprintln!(
         "innoprof: wrote {} and {}; open {}",
         written.dir.display(),
@@ -432,19 +432,19 @@ async fn record_segment(
     deadline: &mut Option<tokio::time::Instant>,
     signals: &mut Signals,
     notifier: &mut innoprof::ready::Notifier,
-) -> Result<(innoprof::record::Recording, EndReason)> {
+) -> Result<(innoprof::report::model::Recording, EndReason)> {
     let pid = plan.target.pid;
     warn_unattached(&plan);
     // Before attaching: its queries are not what the probes should see.
     let state = args.state.start(pid).sampling(args.interval);
-    innoprof::record::debug_phase("after start snapshot");
+    innoprof::own_usage::debug_phase("after start snapshot");
     let stacks = if args.no_stacks {
         StackCapture::Off
     } else {
         StackCapture::Always
     };
     let mut recorder = Recorder::start(plan, stacks)?;
-    innoprof::record::debug_phase("after attach");
+    innoprof::own_usage::debug_phase("after attach");
     let deadline_at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + args.duration);
     let mut series = args
         .interval
@@ -536,7 +536,7 @@ async fn record_segment(
         }
     };
     bar.finish_and_clear();
-    innoprof::record::debug_phase("after recording");
+    innoprof::own_usage::debug_phase("after recording");
     // When the recording's clock ends, not after detaching and symbolizing.
     let state = state.finish();
     match end {
@@ -555,9 +555,9 @@ async fn record_segment(
     }
 
     let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
-    innoprof::record::debug_phase("after end snapshot");
+    innoprof::own_usage::debug_phase("after end snapshot");
     let mut recording = recorder.finish(end)?;
-    innoprof::record::debug_phase("after finish");
+    innoprof::own_usage::debug_phase("after finish");
     if let Some(state) = state {
         recording.add_server_state(state);
     }

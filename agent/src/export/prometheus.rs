@@ -604,7 +604,7 @@ pub fn render(scrapes: Vec<Scrape>, commit: &str) -> Result<String, ExportError>
     registry.register_collector(Box::new(Exposition {
         scrapes,
         commit: commit.to_string(),
-        cpu_s: crate::record::own_cpu_time().as_secs_f64(),
+        cpu_s: crate::own_usage::own_cpu_time().as_secs_f64(),
         rss_bytes: resident_bytes(),
     }));
     let mut text = String::new();

@@ -1,0 +1,493 @@
+//! A recording's results, built once the probes are detached and the maps
+//! read: per probe its counts, latency, call sites, latches and named
+//! stacks; the overhead; the CPU profile named; the findings. The
+//! [`Recorder`](crate::record::Recorder) coordinates; this turns what it
+//! collected into a [`Recording`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::attach::{AttachOutcome, Session, Slot};
+use crate::bpf_abi::{Callsite, SiteVal, SlotStats};
+use crate::calibrate::HitCost;
+use crate::callsite::CallsiteNamer;
+use crate::catalog::Measure;
+use crate::collect::{Snapshot, StackSample};
+use crate::cost::LiveCost;
+use crate::cpu::{CpuError, RawCpuProfile};
+use crate::governor::DutyReport;
+use crate::histogram::Log2Histogram;
+use crate::memcounters::CounterResult;
+use crate::own_usage::{debug_phase, own_cpu_time, own_max_rss_kb};
+use crate::probeset::PlannedProbe;
+use crate::record::Plan;
+use crate::report;
+use crate::report::folded::FoldedStacks;
+use crate::report::model::{
+    CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
+    Sampling, SamplingState, StackStats, Summary, SymbolInfo,
+};
+use crate::report::named_stack::{NamedStack, RecordedStacks};
+use crate::report::pprof::ProbeStackSet;
+use crate::resolve::{SkipReason, Unresolved};
+use crate::symbolize::{Frame, FrameKind, ProcessMaps, StackSymbolizer};
+
+/// What the recorder hands over once its probes are detached, its maps
+/// read and its CPU profiler stopped.
+pub(crate) struct Finished<'a> {
+    pub plan: &'a Plan,
+    /// None when nothing resolved (a CPU-only recording).
+    pub session: Option<&'a Session>,
+    pub snapshot: Snapshot,
+    /// The governor's account per planned probe (None: no governor).
+    pub duties: Option<Vec<DutyReport>>,
+    pub cpu: Option<RawCpuProfile>,
+    /// The target's mappings, to name the stacks with.
+    pub maps: ProcessMaps,
+    pub hit_cost: HitCost,
+    /// The per-call cost measured in the target (None: no session).
+    pub live_cost: Option<&'a LiveCost>,
+    pub calibration_note: Option<String>,
+    pub calibration_reused: Option<String>,
+    pub governor_errors: Vec<String>,
+    /// innoprof's own CPU time when it started attaching.
+    pub agent_cpu_at_start: Duration,
+    pub counters: Vec<CounterResult>,
+    pub started_unix_ms: u128,
+    pub duration_s: f64,
+    pub end_reason: EndReason,
+}
+
+/// Builds the recording from what the recorder collected.
+pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
+    let Finished {
+        plan,
+        session,
+        snapshot,
+        duties,
+        cpu: cpu_raw,
+        maps,
+        hit_cost,
+        live_cost,
+        calibration_note,
+        calibration_reused,
+        governor_errors,
+        agent_cpu_at_start,
+        counters,
+        started_unix_ms,
+        duration_s,
+        end_reason,
+    } = finished;
+    let run_stats = session.map(Session::run_stats).unwrap_or_default();
+    let cost_of = |slot: &Slot| match live_cost {
+        Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, run_stats),
+        None => hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
+    };
+    let mut trap_ns = 0.0;
+    let mut symbolizer = plan.stack_symbolizer(maps);
+    let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
+    let mut results = Vec::new();
+    let mut folded = Vec::new();
+    let mut named_stacks = RecordedStacks::default();
+    for (idx, planned) in plan.probes.iter().enumerate() {
+        // No session when nothing resolved (CPU-only recording).
+        let no_failures = AttachOutcome::default();
+        let outcome = session.map_or(&no_failures, |s| &s.outcomes[idx]);
+        let spec = &planned.spec;
+        let my_slots = probe_slots(session, idx);
+
+        let mut total = SlotStats::default();
+        let mut symbols = Vec::new();
+        let mut spent_ns = 0.0;
+        for (slot_id, slot) in &my_slots {
+            let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
+            spent_ns += st.calls as f64 * cost_of(slot);
+            trap_ns += st.calls as f64 * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
+            total += &st;
+            let s = &slot.symbol;
+            symbols.push(SymbolInfo {
+                name: s.name.clone(),
+                raw: s.raw.clone(),
+                address: format!("{:#x}", s.address),
+                file_offset: format!("{:#x}", s.file_offset),
+                table: s.table,
+                clone: s.clone.clone(),
+                entry: s.entry,
+                moved: s.moved.as_ref().map(|m| m.to_string()),
+                calls: st.calls,
+            });
+        }
+        let (calls, wait_total, wait_max) = (total.calls, total.wait_ns_total, total.wait_ns_max);
+        let hist = Log2Histogram::new(&total.hist);
+
+        // First instructions the kernel refuses were never tried.
+        let unprobeable = planned
+            .resolution
+            .skipped
+            .iter()
+            .filter(|s| s.reason == SkipReason::Unprobeable)
+            .map(|s| format!("{}: {s}", s.name));
+        let (status, reason) = if !my_slots.is_empty() {
+            let refused = unprobeable
+                .chain(outcome.failures.iter().map(crate::attach::Refusal::said))
+                .collect::<Vec<_>>();
+            (
+                ProbeStatus::Attached,
+                (!refused.is_empty())
+                    .then(|| format!("some symbols refused: {}", refused.join("; "))),
+            )
+        } else if let Some(u @ Unresolved::Unprobeable(_)) = &planned.resolution.unresolved {
+            (ProbeStatus::AttachFailed, Some(u.to_string()))
+        } else if let Some(u) = &planned.resolution.unresolved {
+            (ProbeStatus::Unresolved, Some(u.to_string()))
+        } else {
+            let refused = outcome
+                .failures
+                .iter()
+                .map(crate::attach::Refusal::said)
+                .collect::<Vec<_>>();
+            (ProbeStatus::AttachFailed, Some(refused.join("; ")))
+        };
+
+        let latch_names = LatchNames::new(planned);
+        let stacks = if status == ProbeStatus::Attached {
+            let stem = report::file_stem(&spec.name);
+            let (stats, files, mut set) = fold_stacks(
+                &stem,
+                spec.measure,
+                &my_slots,
+                &snapshot.stacks,
+                &mut symbolizer,
+                &mut namer,
+                &latch_names,
+            );
+            set.probe = spec.name.clone();
+            folded.extend(files);
+            if !set.stacks.is_empty() {
+                named_stacks.probes.push(set);
+            }
+            stats
+        } else {
+            StackStats::default()
+        };
+
+        let timed = spec.measure == Measure::Latency && calls > 0;
+        results.push(ProbeResult {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            measure: spec.measure,
+            cost: spec.cost,
+            status,
+            reason,
+            symbols,
+            skipped: planned.resolution.skipped.clone(),
+            calls,
+            calls_per_sec: if duration_s > 0.0 {
+                calls as f64 / duration_s
+            } else {
+                0.0
+            },
+            wait_ns_total: wait_total,
+            wait_ns_max: wait_max,
+            wait_ns_avg: timed.then(|| wait_total / calls),
+            // A bucket's upper bound can exceed the largest wait seen.
+            wait_ns_p50: if timed {
+                hist.quantile_upper_ns(0.5).map(|q| q.min(wait_max))
+            } else {
+                None
+            },
+            wait_ns_p99: if timed {
+                hist.quantile_upper_ns(0.99).map(|q| q.min(wait_max))
+            } else {
+                None
+            },
+            histogram: if spec.measure == Measure::Latency {
+                hist.buckets()
+            } else {
+                Vec::new()
+            },
+            callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
+            latches: latch_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
+            latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
+            stacks: StackStats {
+                sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
+                interval_ns: plan.stack_interval_ns(),
+                ..stacks
+            },
+            sampling: None,
+            overhead_pct_of_core: spent_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+        });
+        if let Some(duty) = duties.as_ref().map(|d| &d[idx]) {
+            if duty.cut && !my_slots.is_empty() {
+                describe_sampling(results.last_mut().expect("just pushed"), duty, duration_s);
+            }
+        }
+    }
+    let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
+    let agent_cpu = own_cpu_time().saturating_sub(agent_cpu_at_start);
+    let overhead = OverheadSummary {
+        hit_cost,
+        calibration_note,
+        calibration_reused,
+        budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
+        probes_pct_of_core: probes_cost_pct,
+        agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
+        agent_max_rss_kb: own_max_rss_kb(),
+        governor_errors,
+        attach: session.map(|s| s.info.clone()),
+        bpf_pct_of_core: live_cost.map(|c| {
+            c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
+        }),
+        trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+    };
+
+    debug_phase("after probe results");
+    let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
+    debug_phase("after CPU stacks named");
+    let cpu = match cpu {
+        Some(mut c) => {
+            folded.extend(c.files()?);
+            named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
+            named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
+            Some(c)
+        }
+        None => None,
+    };
+    let mut summary = Summary {
+        format_version: crate::contract::FORMAT_VERSION,
+        tool: "innoprof".to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: plan.target_info(),
+        catalog: plan.catalog_file.clone(),
+        started_unix_ms,
+        duration_s,
+        end_reason,
+        complete: end_reason == EndReason::Duration,
+        probes: results,
+        counters,
+        drops: snapshot.drops,
+        cpu: cpu.map(|c| c.summary),
+        overhead,
+        timeseries: None,
+        findings: Vec::new(),
+        server_state: None,
+        segments: Vec::new(),
+    };
+    summary.findings = crate::findings::evaluate(&summary);
+    Ok(Recording {
+        summary,
+        folded,
+        timeseries: None,
+        stacks: named_stacks,
+    })
+}
+
+/// A probe the governor cut saw only part of the calls: its counts stay
+/// what was seen (exact), and the estimate interpolates only over the gaps
+/// between its on-windows, with a 95 % bound; nothing is projected after
+/// the last window (nor before the first: every probe starts on).
+fn describe_sampling(r: &mut ProbeResult, duty: &DutyReport, duration_s: f64) {
+    let mean_latency_ns = if r.calls > 0 {
+        r.wait_ns_total as f64 / r.calls as f64
+    } else {
+        0.0
+    };
+    let estimate = crate::estimate::estimate(&duty.windows, mean_latency_ns);
+    // The rate over the time the estimate covers, not the whole recording.
+    if estimate.covered_s > 0.0 {
+        r.calls_per_sec = estimate.calls / estimate.covered_s;
+    }
+    let off_at_end_s = (!duty.on_at_end).then(|| (duration_s - estimate.covered_s).max(0.0));
+    r.sampling = Some(Sampling {
+        state: if duty.on_at_end {
+            SamplingState::DutyCycled
+        } else {
+            SamplingState::OffAtEnd
+        },
+        attached_fraction: duty.attached_fraction,
+        observed_calls: r.calls,
+        calls_before_start: duty.calls_before_start,
+        windows: duty.windows.clone(),
+        estimate,
+        off_at_end_s,
+        projected_full_pct_of_core: duty.projected_full_cost * 100.0,
+    });
+}
+
+/// Names for the latch ids a probe read (`dict_sys_mutex`).
+pub(crate) struct LatchNames<'a> {
+    plan: Option<(
+        &'a crate::catalog::LatchSpec,
+        &'a crate::probeset::LatchPlan,
+    )>,
+}
+
+impl<'a> LatchNames<'a> {
+    pub(crate) fn new(planned: &'a PlannedProbe) -> Self {
+        Self {
+            plan: planned.spec.latch.as_ref().zip(planned.latch.as_ref()),
+        }
+    }
+
+    /// The latch id's name, else the latch's creation site.
+    pub(crate) fn of(&self, site: &Callsite, namer: &mut CallsiteNamer) -> Option<String> {
+        if let Some(id) = site.latch_id() {
+            return Some(match self.plan {
+                Some((spec, plan)) => plan.layout.name_of(id, spec),
+                None => format!("latch#{id}"),
+            });
+        }
+        let (file, line) = site.created()?;
+        Some(namer.created_label(file, line))
+    }
+}
+
+/// Call sites of one probe, merged across its symbols, most wait first;
+/// one row per (latch, site) where the probe names latches.
+fn callsite_results(
+    slots: &[(u64, &Slot)],
+    sites: &[(u64, Callsite, SiteVal)],
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> Vec<CallsiteResult> {
+    let rows = sum_sites(slots, sites, |site| {
+        if site.file == 0 {
+            return None;
+        }
+        let label = namer.label(*site);
+        Some((label, latches.of(site, namer)))
+    });
+    rows.into_iter()
+        .map(|((label, latch), site, val)| CallsiteResult {
+            site: label,
+            file: namer.file(site.file),
+            line: u64::from(site.line),
+            latch,
+            calls: val.calls,
+            wait_ns_total: val.wait_ns_total,
+            wait_ns_max: val.wait_ns_max,
+        })
+        .collect()
+}
+
+/// Per named latch: calls and wait, most wait first.
+fn latch_results(
+    slots: &[(u64, &Slot)],
+    sites: &[(u64, Callsite, SiteVal)],
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> Vec<LatchResult> {
+    let rows = sum_sites(slots, sites, |site| latches.of(site, namer));
+    rows.into_iter()
+        .map(|(latch, _, val)| LatchResult {
+            latch,
+            calls: val.calls,
+            wait_ns_total: val.wait_ns_total,
+            wait_ns_max: val.wait_ns_max,
+        })
+        .collect()
+}
+
+/// The call-site counts of `slots` summed per row `row_of` names (None:
+/// the site has no row), each row with the first site that named it;
+/// most wait first, then most calls, then by row.
+fn sum_sites<K: Ord + std::hash::Hash>(
+    slots: &[(u64, &Slot)],
+    sites: &[(u64, Callsite, SiteVal)],
+    mut row_of: impl FnMut(&Callsite) -> Option<K>,
+) -> Vec<(K, Callsite, SiteVal)> {
+    let mut rows: HashMap<K, (Callsite, SiteVal)> = HashMap::new();
+    for (_, site, val) in sites
+        .iter()
+        .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
+    {
+        let Some(row) = row_of(site) else {
+            continue;
+        };
+        rows.entry(row)
+            .or_insert_with(|| (*site, SiteVal::default()))
+            .1 += val;
+    }
+    let mut out: Vec<(K, Callsite, SiteVal)> = rows
+        .into_iter()
+        .map(|(k, (site, val))| (k, site, val))
+        .collect();
+    out.sort_by(|(ka, _, a), (kb, _, b)| {
+        (b.wait_ns_total, b.calls, ka).cmp(&(a.wait_ns_total, a.calls, kb))
+    });
+    out
+}
+
+/// The attached slots of probe `idx`, with their ids as the maps key them
+/// (none without a session).
+pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(u64, &Slot)> {
+    session.map_or_else(Vec::new, |s| {
+        s.slots_of(idx).map(|(i, slot)| (i as u64, slot)).collect()
+    })
+}
+
+/// Folded stacks of one probe, weighted by wait time and by count.
+pub(crate) fn fold_stacks(
+    stem: &str,
+    measure: Measure,
+    slots: &[(u64, &Slot)],
+    samples: &[StackSample],
+    symbolizer: &mut StackSymbolizer,
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
+    let names: HashMap<u64, &str> = slots
+        .iter()
+        .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
+        .collect();
+    let mut by_wait = FoldedStacks::default();
+    let mut by_count = FoldedStacks::default();
+    let mut stats = StackStats::default();
+    let mut set = ProbeStackSet::default();
+    let marker = |name: String| Frame::new(name, "", FrameKind::Unknown);
+    for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
+        let mut stack = NamedStack {
+            frames: Vec::new(),
+            thread: sample.thread.clone(),
+        };
+        if sample.ips.is_empty() {
+            stats.lost_calls += sample.count;
+            stack.push_marker(marker("[lost stack]".into()));
+        } else {
+            stats.distinct += 1;
+            // Latency stacks are taken at the return address, in the
+            // caller; count stacks at the probed instruction itself.
+            stack.push_located(symbolizer.user_locations(&sample.ips, measure == Measure::Count));
+        }
+        if measure == Measure::Latency {
+            stack.push_marker(Frame::new(names[&sample.slot], "", FrameKind::User));
+        }
+        let mut labels = Vec::new();
+        if let Some(latch) = latches.of(&sample.site, namer) {
+            stack.push_marker(marker(format!("[{latch}]")));
+            labels.push(("latch".to_string(), latch));
+        }
+        if sample.site.file != 0 {
+            let site = namer.label(sample.site);
+            stack.push_marker(marker(format!("[{site}]")));
+            labels.push(("callsite".to_string(), site));
+        }
+        let frames = stack.folded_names();
+        by_count.add(&frames, sample.count);
+        by_wait.add(&frames, sample.wait_ns);
+        set.stacks.push((stack, sample.count, sample.wait_ns));
+        set.labels.push(labels);
+    }
+    let mut files = Vec::new();
+    if !by_count.is_empty() {
+        let name = format!("{stem}.count.folded");
+        files.push((name.clone(), by_count.render()));
+        stats.folded_by_count = Some(name);
+    }
+    if measure == Measure::Latency && !by_wait.is_empty() {
+        let name = format!("{stem}.folded");
+        files.push((name.clone(), by_wait.render()));
+        stats.folded_by_wait = Some(name);
+    }
+    (stats, files, set)
+}
