@@ -237,6 +237,19 @@ fn map_large_allocations() {
     }
 }
 
+/// Drops the server binary's pages from innoprof's mapping of it, at each
+/// scrape. They come in without innoprof reading them: once this process
+/// has held a uprobe (the hit-cost calibration probes innoprof itself),
+/// the kernel visits every mapping of a binary when one of its uprobes is
+/// unregistered, ours included, and faults in (with its neighbours) the
+/// page of each probed instruction: 0.25-0.6 MiB after a restart or a
+/// governor cut on MariaDB 10.2.11, a third of serve's RSS wander. The
+/// page cache keeps them; an madvise over a mapping with almost nothing
+/// resident costs microseconds.
+fn release_binary_pages(run: &Run) {
+    run.recorder.plan().image.release_pages();
+}
+
 impl Run {
     fn start(plan: Plan) -> Result<Self> {
         let recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
@@ -320,15 +333,6 @@ impl Watched {
         let Some(Run { recorder, view }) = &mut self.run else {
             return;
         };
-        // Pages of the server's binary come into innoprof's mapping of it
-        // without innoprof reading them: once this process has held a
-        // uprobe (the hit-cost calibration probes innoprof itself), the
-        // kernel visits every mapping of a binary when one of its uprobes
-        // is unregistered, ours included, and faults in (with its
-        // neighbours) the page of each probed instruction. A governor cut
-        // or a restart so left 0.25-0.6 MiB resident in serve, a third of
-        // its wander on MariaDB 10.2.11. Released once per window.
-        recorder.plan().image.release_pages();
         match view.advance(recorder) {
             Ok((before, now)) => {
                 let window = innoprof::findings::window::summary(
@@ -350,7 +354,10 @@ impl Watched {
 
     fn read(&mut self) -> Result<Scrape, innoprof::export::prometheus::ExportError> {
         match &self.run {
-            Some(run) => self.exporter.read(&run.recorder),
+            Some(run) => {
+                release_binary_pages(run);
+                self.exporter.read(&run.recorder)
+            }
             None => Ok(self.exporter.read_while_down()),
         }
     }
