@@ -784,16 +784,29 @@ fn serve_answers_pprof_profiles_for_continuous_profilers() {
     let by_probe = raw_waits_by_probe(&waits_raw);
     eprintln!("waits over HTTP: {by_probe:?}");
     assert!(!by_probe.is_empty(), "{waits_raw}");
+    // The scrapes bracket the profile window plus go tool pprof's own start
+    // and exit, so the counters always move at least as much as the window
+    // saw. The lower bound only holds for busy probes: a background flush
+    // called a few times a second can fall wholly outside the 3 s window
+    // (2 calls against 8 moved, in a CI run).
     for (probe, (calls, _)) in &by_probe {
         let v = |s: &[MetricSample]| {
             value(s, "innoprof_probe_calls_total", &[("probe", probe)]).unwrap_or(0.0)
         };
         let moved = v(&after) - v(&before);
         assert!(
-            (*calls as f64) <= moved && (*calls as f64) >= 0.5 * moved,
-            "{probe}: {calls} calls in the window, counters moved {moved}"
+            (*calls as f64) <= moved,
+            "{probe}: {calls} calls in the window, counters moved only {moved}"
         );
+        if moved >= 200.0 {
+            assert!(
+                (*calls as f64) >= 0.5 * moved,
+                "{probe}: {calls} calls in the window, counters moved {moved}"
+            );
+        }
     }
+    let (commits, _) = by_probe.get("sql.commit").copied().unwrap_or_default();
+    assert!(commits >= 200, "sql.commit under load: {by_probe:?}");
     assert!(waits_raw.contains("do_command(THD*)"), "{waits_raw}");
 
     assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
