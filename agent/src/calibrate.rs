@@ -96,7 +96,40 @@ pub enum CalibrateError {
     Attach(#[from] AttachError),
     #[error("the calibration thread panicked")]
     Panicked,
+    #[error("running `{program} calibrate --json`")]
+    Spawn {
+        program: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`calibrate --json` in a child failed: {0}")]
+    Child(String),
+    #[error("`calibrate --json` in a child printed no hit cost")]
+    ChildOutput(#[source] serde_json::Error),
 }
+
+/// Where the hit cost is measured.
+///
+/// In a child process for a long-lived innoprof: a process that has held a
+/// uprobe keeps the mark for its lifetime (the kernel's MMF_HAS_UPROBES),
+/// and from then on the kernel visits its mappings of every probed binary
+/// at each unregister, faulting the probed pages in. innoprof maps the
+/// server's binary, so each governor cut or server restart grew `serve`'s
+/// resident set by up to 0.6 MiB. A child takes the mark and exits with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Calibrator {
+    /// In this process: for library users without a CLI, and for tests.
+    #[default]
+    InProcess,
+    /// `PROGRAM calibrate --json [--no-stacks]`: innoprof's own command
+    /// (the CLI passes `/proc/self/exe`), which also keeps the result for
+    /// the boot.
+    Child(std::path::PathBuf),
+}
+
+/// How long a calibration child may take before it is killed: it measures
+/// for well under a second, so this only ends a hung one.
+const CHILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Nanoseconds of CPU one call of a probed function costs, by how the
 /// probe is attached and how its first instruction is handled.
@@ -172,14 +205,82 @@ pub struct Calibration {
 
 /// This boot's cached measurement when there is one for this binary and
 /// stack setting, else a fresh one (kept for the next run).
-pub fn calibrate_or_reuse(capture_stacks: bool) -> Result<Calibration, CalibrateError> {
+pub fn calibrate_or_reuse(
+    capture_stacks: bool,
+    how: &Calibrator,
+) -> Result<Calibration, CalibrateError> {
     match crate::hitcost_cache::HitCostCache::default().load(capture_stacks) {
         Some(c) => Ok(Calibration {
             cost: c.cost,
             reused_age: Some(c.age),
         }),
-        None => measure_and_keep(capture_stacks),
+        None => measure_with(capture_stacks, how),
     }
+}
+
+/// A fresh measurement, in this process or a child, kept for the boot.
+pub fn measure_with(capture_stacks: bool, how: &Calibrator) -> Result<Calibration, CalibrateError> {
+    match how {
+        Calibrator::InProcess => measure_and_keep(capture_stacks),
+        Calibrator::Child(program) => Ok(Calibration {
+            cost: measure_in_child(program, capture_stacks)?,
+            reused_age: None,
+        }),
+    }
+}
+
+/// Runs `program calibrate --json` and reads the hit cost it prints. The
+/// child keeps it for the boot itself, as `innoprof calibrate` does.
+fn measure_in_child(
+    program: &std::path::Path,
+    capture_stacks: bool,
+) -> Result<HitCost, CalibrateError> {
+    use std::io::Read;
+    let spawn_error = |source| CalibrateError::Spawn {
+        program: program.to_path_buf(),
+        source,
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(["calibrate", "--json"]);
+    if !capture_stacks {
+        cmd.arg("--no-stacks");
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(spawn_error)?;
+    // Both pipes are read in full after the exit: the child writes a few
+    // hundred bytes, far below a pipe's buffer.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(spawn_error)? {
+            break status;
+        }
+        if started.elapsed() > CHILD_DEADLINE {
+            // Our own child: ending it is ours to do.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CalibrateError::Child(format!(
+                "no answer in {} s",
+                CHILD_DEADLINE.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_string(&mut out).map_err(spawn_error)?;
+    }
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err).map_err(spawn_error)?;
+    }
+    if !status.success() {
+        let last = err.lines().last().unwrap_or("").trim();
+        return Err(CalibrateError::Child(format!("{status}: {last}")));
+    }
+    serde_json::from_str(&out).map_err(CalibrateError::ChildOutput)
 }
 
 /// A fresh measurement, which replaces this boot's cached one.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::attach::{AttachError, MapLimits, Session, SessionOptions};
 use crate::bpf_abi::Callsite;
 use crate::calibrate::{
-    calibrate_or_reuse, measure_and_keep, CalibrateError, Calibration, HitCost,
+    calibrate_or_reuse, measure_with, CalibrateError, Calibration, Calibrator, HitCost,
 };
 use crate::callsite::CallsiteNamer;
 use crate::catalog::CatalogError;
@@ -73,6 +73,8 @@ pub struct RecordOptions {
     pub limits: MapLimits,
     /// Measure the hit cost even when this boot has one (`--recalibrate`).
     pub recalibrate: bool,
+    /// Where the hit cost is measured when it is.
+    pub calibrator: Calibrator,
 }
 
 /// Everything decided before touching the kernel.
@@ -214,16 +216,17 @@ impl Plan {
     }
 }
 
-/// Calibration probes only innoprof itself; it runs while the plan is made.
+/// Calibration probes only innoprof itself (or a child innoprof); it runs
+/// while the plan is made.
 fn spawn_calibration(
     opts: &RecordOptions,
 ) -> std::thread::JoinHandle<Result<Calibration, CalibrateError>> {
-    let (stacks, fresh) = (opts.capture_stacks, opts.recalibrate);
+    let (stacks, fresh, how) = (opts.capture_stacks, opts.recalibrate, opts.calibrator.clone());
     std::thread::spawn(move || {
         if fresh {
-            measure_and_keep(stacks)
+            measure_with(stacks, &how)
         } else {
-            calibrate_or_reuse(stacks)
+            calibrate_or_reuse(stacks, &how)
         }
     })
 }

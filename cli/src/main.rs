@@ -239,6 +239,13 @@ pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
     Ok(Budget(Some(v)))
 }
 
+/// Record, serve and top measure the hit cost in a child innoprof (its own
+/// `calibrate --json`), so that their own process never holds a uprobe:
+/// see [`innoprof::calibrate::Calibrator`].
+pub(crate) fn own_calibrator() -> innoprof::calibrate::Calibrator {
+    innoprof::calibrate::Calibrator::Child("/proc/self/exe".into())
+}
+
 fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
     innoprof::privileges::check()?;
     innoprof::kernel::check()?;
@@ -293,6 +300,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         governor: args.max_overhead.governor(),
         limits: args.limits.limits(),
         recalibrate: args.recalibrate,
+        calibrator: crate::own_calibrator(),
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut signals = Signals {

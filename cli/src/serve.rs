@@ -598,6 +598,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             debuginfo: args.probe.debug_search(),
             capture_stacks: false,
             recalibrate: false,
+            calibrator: crate::own_calibrator(),
             stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
             cpu: None,
             // Counters stay raw (observed calls only go up); a duty-cycled

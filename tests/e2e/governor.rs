@@ -65,7 +65,15 @@ fn a_recording_reuses_this_boots_calibration_unless_told_not_to() {
             "fixture_counted",
         ];
         args.extend_from_slice(extra);
-        let rec = Recording::start(&args);
+        let mut rec = Recording::start(&args);
+        rec.wait_attached();
+        // Calibration probes a child innoprof, never innoprof's own
+        // process: once a process has held a uprobe, the kernel walks its
+        // mappings of every probed binary at each unregister and faults
+        // the probed pages in (serve's resident set grew with each
+        // restart). A process that has hit a uprobe has an xol area.
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", rec.child.id())).unwrap();
+        assert!(!maps.contains("[uprobes]"), "{maps}");
         let (code, stdout, rec) = rec.finish();
         fx.exit();
         assert_eq!(code, Some(0), "{}", rec.stderr());

@@ -112,6 +112,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         debuginfo: args.probe.debug_search(),
         capture_stacks: false,
         recalibrate: false,
+        calibrator: crate::own_calibrator(),
         stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
         cpu: Some(args.cpu.options()),
         governor: args.max_overhead.governor(),
