@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Steady state of `innoprof serve` left running (issue 16, item 6): one
-server under sysbench, restarted every --restart-every seconds, watched by
-`innoprof serve` and scraped by a real Prometheus every --scrape seconds,
+server under sysbench (the load started before serve, as on a production
+host), restarted every --restart-every seconds, watched by `innoprof serve`
+and scraped by a real Prometheus every --scrape seconds,
 for --minutes.
 
 Measured from outside innoprof:
@@ -120,6 +121,14 @@ def main():
     try:
         server_pid = start_server(args.server, dirname)
         subprocess.run([SYSBENCH, dirname, "prepare", args.workload], check=True, capture_output=True)
+        # The load runs before serve starts, as on a production host: the
+        # first scrape then sees serve with the load's call sites, latches
+        # and findings already in it, and growth after it is serve's own.
+        # This first run is ended at the first restart.
+        first_load = subprocess.Popen([SYSBENCH, dirname, "run", args.workload, f"--threads={args.threads}",
+                                       f"--time={int(args.restart_every) + 300}"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(first_load)
         port, prom_port = free_port(), free_port()
         serve_err = open(os.path.join(work, "serve.stderr"), "w")
         serve = subprocess.Popen([args.innoprof, "serve", "--pid", str(server_pid), "--listen",
@@ -150,16 +159,21 @@ def main():
         restarts = []  # seconds each server restart took (stop to up)
         while time.time() < end:
             phase = min(args.restart_every, end - time.time())
-            sb = subprocess.Popen([SYSBENCH, dirname, "run", args.workload, f"--threads={args.threads}",
-                                   f"--time={max(1, int(phase))}"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-            procs.append(sb)
+            if first_load is not None:
+                sb, first_load = first_load, None
+            else:
+                sb = subprocess.Popen([SYSBENCH, dirname, "run", args.workload, f"--threads={args.threads}",
+                                       f"--time={max(1, int(phase))}"], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+                procs.append(sb)
             phase_end = time.time() + phase
             while time.time() < phase_end:
                 rss = rss_bytes(serve.pid)
                 rss_max = max(rss_max, rss)
                 rss_series.append((time.time() - t_start, rss))
                 time.sleep(min(args.scrape, max(0.0, phase_end - time.time())))
+            if sb.poll() is None and time.time() >= phase_end:
+                sb.terminate()  # the first load, started before serve
             sb.wait(timeout=60)
             if time.time() >= end - 1:
                 break

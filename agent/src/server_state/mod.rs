@@ -836,11 +836,6 @@ impl SamplingCapture {
     }
 }
 
-/// The server's state for a long-running session (`serve`): a thread of
-/// its own takes a full snapshot every `period` and keeps the last two, so
-/// the findings of each window read "start" and "end" without waiting on
-/// SQL. It logs in again after a failed login or a broken connection (each
-/// said once on stderr, with the recovery), and stops when dropped.
 /// Snapshots a [`StateWatcher`] takes on one connection before it logs in
 /// anew. The mysql crate reads and writes through 4 MiB buffers per
 /// connection (mysql_common's framed stream) whose cursor walks forward
@@ -852,6 +847,11 @@ impl SamplingCapture {
 /// connection per 30 s (pt-stalk's default logs in every second).
 const SNAPSHOTS_PER_LOGIN: u32 = 3;
 
+/// The server's state for a long-running session (`serve`): a thread of
+/// its own takes a full snapshot every `period` and keeps the last two, so
+/// the findings of each window read "start" and "end" without waiting on
+/// SQL. It logs in again after a failed login or a broken connection (each
+/// said once on stderr, with the recovery), and stops when dropped.
 pub struct StateWatcher {
     latest: std::sync::Arc<std::sync::Mutex<Option<ServerState>>>,
     /// Dropped with the watcher: its thread stops at its next wakeup.
