@@ -16,15 +16,21 @@ pub fn debug_phase(name: &str) {
     }
 }
 
-/// CPU time (user + system) innoprof itself has used so far.
+/// CPU time (user + system) innoprof itself has used so far, its finished
+/// children included: the hit-cost calibration runs in a child innoprof
+/// ([`crate::calibrate::Calibrator::Child`]) and is innoprof's cost all
+/// the same.
 pub(crate) fn own_cpu_time() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct it is given.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    let used = |who: libc::c_int| {
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct it is given.
+        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+            return Duration::ZERO;
+        }
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    };
+    used(libc::RUSAGE_SELF) + used(libc::RUSAGE_CHILDREN)
 }
 
 /// innoprof's peak resident set, in KiB.

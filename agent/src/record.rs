@@ -93,6 +93,9 @@ pub struct Plan {
     calibration: Option<std::thread::JoinHandle<Result<Calibration, CalibrateError>>>,
     pub limits: MapLimits,
     pub stack_interval: std::time::Duration,
+    /// innoprof's CPU time when planning began: what the recording costs
+    /// innoprof counts from here (resolution and calibration included).
+    cpu_at_plan: Duration,
 }
 
 impl Plan {
@@ -145,6 +148,7 @@ impl Plan {
     /// Reads `target`'s binary, picks the catalog and resolves every
     /// requested probe, calibrating meanwhile.
     fn resolve(opts: &RecordOptions, target: Target) -> Result<Self, RecordError> {
+        let cpu_at_plan = own_cpu_time();
         let calibration = Some(spawn_calibration(opts));
         let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
@@ -184,6 +188,7 @@ impl Plan {
             calibration,
             limits: opts.limits,
             stack_interval: opts.stack_interval,
+            cpu_at_plan,
         })
     }
 }
@@ -208,6 +213,7 @@ impl Plan {
         match earlier.take().filter(|e| e.image.is_file(&target.binary)) {
             Some(earlier) => Ok(Self {
                 target,
+                cpu_at_plan: own_cpu_time(),
                 calibration: Some(spawn_calibration(opts)),
                 ..earlier
             }),
@@ -304,7 +310,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn start(mut plan: Plan, stacks: StackCapture) -> Result<Self, RecordError> {
-        let agent_cpu_at_start = own_cpu_time();
+        let agent_cpu_at_start = plan.cpu_at_plan;
         // Finished before attaching to the target, so its probes are not in the way.
         let calibrated = plan
             .calibration

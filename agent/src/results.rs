@@ -85,6 +85,23 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
     };
     let mut trap_ns = 0.0;
     let mut symbolizer = plan.stack_symbolizer(maps);
+    // Every user stack of the recording named up front, file by file (the
+    // peak RSS of the end is one file's debug info, not all of them).
+    let exact_first: HashMap<u64, bool> = (0..plan.probes.len())
+        .flat_map(|idx| {
+            let count = plan.probes[idx].spec.measure == Measure::Count;
+            probe_slots(session, idx).into_iter().map(move |(id, _)| (id, count))
+        })
+        .collect();
+    let cpu_user: Vec<Vec<u64>> = cpu_raw.as_ref().map_or_else(Vec::new, |c| c.user_stacks());
+    symbolizer.name_user_stacks(
+        snapshot
+            .stacks
+            .iter()
+            .filter_map(|s| Some((s.ips.as_slice(), *exact_first.get(&s.slot)?)))
+            .chain(cpu_user.iter().map(|ips| (ips.as_slice(), true))),
+    );
+    drop(cpu_user);
     let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
     let mut results = Vec::new();
     let mut folded = Vec::new();
@@ -224,6 +241,20 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         }
     }
     let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
+    debug_phase("after probe results");
+    let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
+    debug_phase("after CPU stacks named");
+    let cpu = match cpu {
+        Some(mut c) => {
+            folded.extend(c.files()?);
+            named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
+            named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
+            Some(c)
+        }
+        None => None,
+    };
+    // After the stacks are named: the end's symbolization is most of what
+    // a recording costs innoprof, and its peak RSS.
     let agent_cpu = own_cpu_time().saturating_sub(agent_cpu_at_start);
     let overhead = OverheadSummary {
         hit_cost,
@@ -241,18 +272,6 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
     };
 
-    debug_phase("after probe results");
-    let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
-    debug_phase("after CPU stacks named");
-    let cpu = match cpu {
-        Some(mut c) => {
-            folded.extend(c.files()?);
-            named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
-            named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
-            Some(c)
-        }
-        None => None,
-    };
     let mut summary = Summary {
         format_version: crate::contract::FORMAT_VERSION,
         tool: "innoprof".to_string(),

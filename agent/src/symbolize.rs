@@ -366,14 +366,7 @@ impl Drop for StackSymbolizer {
 
 impl StackSymbolizer {
     pub fn new(maps: ProcessMaps) -> Self {
-        let symbolizer = Symbolizer::builder()
-            // A file stays mapped (in blazesym's cache) as long as the
-            // symbolizer lives: what `FileTrimmer` relies on.
-            .enable_auto_reload(false)
-            .enable_inlined_fns(true)
-            .enable_demangling(true)
-            .enable_code_info(true)
-            .build();
+        let symbolizer = Self::blazesym();
         Self {
             maps,
             symbolizer,
@@ -432,6 +425,44 @@ impl StackSymbolizer {
             .collect()
     }
 
+    /// Names every address of many user stacks (innermost first, with
+    /// their `exact_first`) in one pass, file by file, letting go of each
+    /// file's parsed debug info before the next: the stacks named after
+    /// this find their addresses named. One batch per file also spares
+    /// blazesym a lookup per stack. What blazesym keeps of a file (its line
+    /// tables, parsed units, decompressed sections) is the end of a
+    /// recording's peak RSS: on MariaDB 10.2.11 under load the server's and
+    /// libc's together were ~30 MiB of a 52 MiB heap (heaptrack), and only
+    /// one file's is needed at a time.
+    pub fn name_user_stacks<'a>(&mut self, stacks: impl IntoIterator<Item = (&'a [u64], bool)>) {
+        let mut all: Vec<u64> = stacks
+            .into_iter()
+            .flat_map(|(ips, exact_first)| adjust(ips, exact_first))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        self.forget_parsed_files();
+        self.resolve_user_releasing(&all, true);
+    }
+
+    /// A fresh blazesym symbolizer: the files it parsed are dropped (their
+    /// descriptors stay held, see `held`).
+    fn forget_parsed_files(&mut self) {
+        let _no_trimming = blazesym_unmap_lock();
+        drop(std::mem::replace(&mut self.symbolizer, Self::blazesym()));
+    }
+
+    fn blazesym() -> Symbolizer {
+        Symbolizer::builder()
+            // A file stays mapped (in blazesym's cache) as long as the
+            // symbolizer lives: what `FileTrimmer` relies on.
+            .enable_auto_reload(false)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .enable_code_info(true)
+            .build()
+    }
+
     /// A kernel stack (innermost first) as locations, root→leaf.
     pub fn kernel_locations(&mut self, ips: &[u64], exact_first: bool) -> Vec<Arc<Location>> {
         let adjusted = adjust(ips, exact_first);
@@ -470,6 +501,12 @@ impl StackSymbolizer {
 
     /// Batch-resolves addresses not yet cached, one blazesym call per file.
     fn resolve_user(&mut self, ips: &[u64]) {
+        self.resolve_user_releasing(ips, false)
+    }
+
+    /// [`Self::resolve_user`]; `release`: blazesym's parse of each file is
+    /// dropped once its addresses are named.
+    fn resolve_user_releasing(&mut self, ips: &[u64], release: bool) {
         let mut by_file: HashMap<String, Vec<(u64, u64, Arc<Mapping>)>> = HashMap::new();
         for &ip in ips {
             if self.cache.contains_key(&ip) {
@@ -514,6 +551,9 @@ impl StackSymbolizer {
                     frames,
                 };
                 self.cache.insert(ip, Arc::new(location));
+            }
+            if release {
+                self.forget_parsed_files();
             }
         }
     }

@@ -214,6 +214,16 @@ pub struct RawCpuProfile {
 }
 
 impl RawCpuProfile {
+    /// Every sampled stack's user part, innermost first: what
+    /// [`crate::symbolize::StackSymbolizer::name_user_stacks`] names up
+    /// front (each with its first address exact, as the samples take it).
+    pub fn user_stacks(&self) -> Vec<Vec<u64>> {
+        let on = self.oncpu.iter().map(|(s, _)| s);
+        let off = self.offcpu.iter().map(|(s, _)| s);
+        let still = self.still_blocked.iter().map(|(s, _)| s);
+        on.chain(off).chain(still).map(CpuStack::user_ips).collect()
+    }
+
     pub fn counter(&self, c: Counter) -> u64 {
         self.counters[c as usize]
     }
