@@ -40,6 +40,9 @@ pub struct Output {
     /// How `record` renders it; `None` for files another command writes
     /// (`diff`) or that only name innoprof's own scratch files.
     pub render: Option<Render>,
+    /// Its JSON Schema, from the repository root (one of
+    /// [`crate::contract::SCHEMAS`]); `None` for a file without one.
+    pub schema: Option<&'static str>,
 }
 
 impl Output {
@@ -64,6 +67,15 @@ impl Output {
     pub fn is_pattern(&self) -> bool {
         self.name.contains('*')
     }
+
+    /// What it holds and, when it has one, its schema: as metadata.json
+    /// and report.html say it.
+    pub fn what(&self) -> String {
+        match self.schema {
+            Some(schema) => format!("{} (schema: {schema})", self.description),
+            None => self.description.to_string(),
+        }
+    }
 }
 
 /// The entry that describes `file`; the first match wins, so a fixed
@@ -85,7 +97,7 @@ impl FileInfo {
         let o = describe(file);
         Self {
             name: file.to_string(),
-            description: o.map_or("", |o| o.description).to_string(),
+            description: o.map_or_else(String::new, Output::what),
             media_type: o
                 .map_or("application/octet-stream", |o| o.media_type)
                 .to_string(),
@@ -107,6 +119,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "image/svg+xml",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: crate::cpu::profile::OFFCPU_SVG,
@@ -114,6 +127,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "image/svg+xml",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: "innodb_status.*.txt",
@@ -121,6 +135,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/plain",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: crate::diff::JSON_FILE,
@@ -128,6 +143,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/json",
         written_by: "diff",
         render: None,
+        schema: None,
     },
     Output {
         name: crate::diff::TEXT_FILE,
@@ -135,6 +151,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/plain",
         written_by: "diff",
         render: None,
+        schema: None,
     },
     Output {
         name: "diff.*.svg",
@@ -142,6 +159,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "image/svg+xml",
         written_by: "diff",
         render: None,
+        schema: None,
     },
     Output {
         name: "*.folded",
@@ -149,6 +167,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/plain",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: crate::timeseries::JSON_FILE,
@@ -156,6 +175,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/json",
         written_by: "record",
         render: Some(r::timeseries_json),
+        schema: Some(crate::contract::TIMESERIES_SCHEMA),
     },
     Output {
         name: crate::timeseries::CSV_FILE,
@@ -163,13 +183,15 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/csv",
         written_by: "record",
         render: Some(r::timeseries_csv),
+        schema: None,
     },
     Output {
         name: crate::bundle::SUMMARY_JSON,
-        description: "the recording: every probe's counts, latencies, call sites, stacks, CPU profile, overhead and findings (schema: docs/schema/summary.schema.json)",
+        description: "the recording: every probe's counts, latencies, call sites, stacks, CPU profile, overhead and findings",
         media_type: "application/json",
         written_by: "record",
         render: Some(r::summary_json),
+        schema: Some(crate::contract::SUMMARY_SCHEMA),
     },
     Output {
         name: crate::bundle::SUMMARY_TXT,
@@ -177,6 +199,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/plain",
         written_by: "record, report",
         render: Some(r::summary_txt),
+        schema: None,
     },
     Output {
         name: crate::report::histograms::JSON,
@@ -184,6 +207,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/json",
         written_by: "record",
         render: Some(r::histograms_json),
+        schema: Some(crate::contract::HISTOGRAMS_SCHEMA),
     },
     Output {
         name: crate::report::histograms::CSV,
@@ -191,6 +215,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/csv",
         written_by: "record",
         render: Some(r::histograms_csv),
+        schema: None,
     },
     Output {
         name: crate::bundle::CPU_PPROF,
@@ -198,6 +223,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         render: Some(r::cpu_pprof),
+        schema: None,
     },
     Output {
         name: crate::bundle::OFFCPU_PPROF,
@@ -205,6 +231,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         render: Some(r::offcpu_pprof),
+        schema: None,
     },
     Output {
         name: crate::bundle::WAITS_PPROF,
@@ -212,13 +239,15 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         render: Some(r::waits_pprof),
+        schema: None,
     },
     Output {
         name: crate::bundle::METADATA_JSON,
-        description: "where, when and how it was recorded, what attached, what was lost, what it cost, and these files (schema: docs/schema/metadata.schema.json)",
+        description: "where, when and how it was recorded, what attached, what was lost, what it cost, and these files",
         media_type: "application/json",
         written_by: "record",
         render: Some(r::metadata_json),
+        schema: Some(crate::contract::METADATA_SCHEMA),
     },
     Output {
         name: crate::report::html::FILE,
@@ -226,6 +255,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/html",
         written_by: "record, report",
         render: Some(r::report_html),
+        schema: None,
     },
     Output {
         name: crate::report::WRITE_CHECK,
@@ -233,6 +263,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/octet-stream",
         written_by: "record, report, diff",
         render: None,
+        schema: None,
     },
 ];
 

@@ -131,7 +131,7 @@ fn files(m: &Metadata) -> Markup {
                 @for f in &m.files {
                     tr {
                         td { a href=(f) { code { (f) } } }
-                        td { (crate::outputs::describe(f).map_or("", |o| o.description)) }
+                        td { (crate::outputs::describe(f).map_or_else(String::new, crate::outputs::Output::what)) }
                     }
                 }
             }
