@@ -183,8 +183,14 @@ mod tests {
             assert!(m.contains(&f.to_string()), "{f}: {m:?}");
         }
         for (schema, fields) in [
-            (timeseries_schema(), &["format_version", "interval_ms", "points"][..]),
-            (histograms_schema(), &["format_version", "buckets", "probes"]),
+            (
+                timeseries_schema(),
+                &["format_version", "interval_ms", "points"][..],
+            ),
+            (
+                histograms_schema(),
+                &["format_version", "buckets", "probes"],
+            ),
             (ready_schema(), &["format_version", "event", "targets"]),
         ] {
             let have = required(&schema);

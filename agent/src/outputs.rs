@@ -84,6 +84,18 @@ pub fn describe(file: &str) -> Option<&'static Output> {
     OUTPUTS.iter().find(|o| o.matches(file))
 }
 
+/// The file of the family `pattern` (an [`OUTPUTS`] entry's name with a
+/// `*`) for `stem`: `instance("*.folded", "oncpu")` is `oncpu.folded`.
+/// Every file of a family is named here, so the names cannot drift from
+/// the list.
+pub fn instance(pattern: &'static str, stem: &str) -> String {
+    debug_assert!(
+        OUTPUTS.iter().any(|o| o.is_pattern() && o.name == pattern),
+        "{pattern} is not a pattern of OUTPUTS"
+    );
+    pattern.replacen('*', stem, 1)
+}
+
 /// A file's entry as `metadata.json` lists it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct FileInfo {
@@ -130,7 +142,7 @@ pub const OUTPUTS: &[Output] = &[
         schema: None,
     },
     Output {
-        name: "innodb_status.*.txt",
+        name: crate::server_state::INNODB_STATUS_FILES,
         description: "SHOW ENGINE INNODB STATUS at the start and at the end",
         media_type: "text/plain",
         written_by: "record",
@@ -154,7 +166,7 @@ pub const OUTPUTS: &[Output] = &[
         schema: None,
     },
     Output {
-        name: "diff.*.svg",
+        name: crate::diff::SVG_FILES,
         description: "differential flame graph (red grew, blue shrank)",
         media_type: "image/svg+xml",
         written_by: "diff",
@@ -162,7 +174,7 @@ pub const OUTPUTS: &[Output] = &[
         schema: None,
     },
     Output {
-        name: "*.folded",
+        name: crate::report::folded::FILES,
         description: "folded stacks (one `frame;frame;... weight` line per stack) of a probe or of the CPU profile",
         media_type: "text/plain",
         written_by: "record",
@@ -283,6 +295,33 @@ mod tests {
         );
         assert!(describe(".folded").is_none());
         assert!(describe("notes.txt").is_none());
+    }
+
+    /// Names made outside the list (a family's files, fixed names the
+    /// recorder knows) are the list's.
+    #[test]
+    fn instances_and_named_files_are_described() {
+        use crate::report::folded::FILES as FOLDED;
+        assert_eq!(instance(FOLDED, "oncpu.count"), "oncpu.count.folded");
+        assert_eq!(
+            crate::server_state::innodb_status_file("end"),
+            "innodb_status.end.txt"
+        );
+        for (file, entry) in [
+            (instance(FOLDED, "diff.offcpu"), FOLDED),
+            (
+                instance(crate::diff::SVG_FILES, "oncpu"),
+                crate::diff::SVG_FILES,
+            ),
+            (
+                crate::server_state::innodb_status_file("start"),
+                crate::server_state::INNODB_STATUS_FILES,
+            ),
+            (crate::cpu::profile::ONCPU_FOLDED.into(), FOLDED),
+            (crate::cpu::profile::OFFCPU_FOLDED.into(), FOLDED),
+        ] {
+            assert_eq!(describe(&file).map(|o| o.name), Some(entry), "{file}");
+        }
     }
 
     #[test]
