@@ -334,13 +334,17 @@ fn render_page(
     let text = |name: &str| -> Result<Option<String>, BundleError> {
         Ok(get(name)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
     };
-    let timeseries = get(crate::timeseries::JSON_FILE)?
-        .map(|b| TimeSeries::parse(&b))
-        .transpose()
-        .map_err(|source| BundleError::Parse {
-            path: crate::timeseries::JSON_FILE.into(),
-            source,
-        })?;
+    let ts_file = crate::timeseries::JSON_FILE;
+    let timeseries = match get(ts_file)? {
+        Some(b) => {
+            crate::contract::check_version(Path::new(ts_file), &b)?;
+            Some(TimeSeries::parse(&b).map_err(|source| BundleError::Parse {
+                path: ts_file.into(),
+                source,
+            })?)
+        }
+        None => None,
+    };
     let mut cpu_flames = Vec::new();
     if let Some(cpu) = &summary.cpu {
         let profiles = [

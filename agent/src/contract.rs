@@ -1,19 +1,23 @@
-//! The bundle's output contract: which version of `summary.json` and
-//! `metadata.json` a file is, and whether this build can read it.
+//! innoprof's output contract: which version of a bundle's JSON file
+//! (`summary.json`, `metadata.json`, `timeseries.json`, `histograms.json`)
+//! or of the `--ready-fd` line a text is, and whether this build can read
+//! it.
 //!
 //! # `format_version` policy
 //!
-//! One number, [`FORMAT_VERSION`], at the top level of both `summary.json`
-//! and `metadata.json`. It is bumped when a field is renamed or removed, or
-//! keeps its name but changes meaning or unit; adding a field does not bump
-//! it (readers ignore fields they do not know, and the serde types give new
-//! fields a default so older files still parse). A reader accepts every
-//! version up to its own, keeping an old field name readable with
-//! `#[serde(alias = ...)]`, and refuses a newer one with
+//! One number, [`FORMAT_VERSION`], at the top level of each of those
+//! files and of the ready line. It is bumped when a field is renamed or
+//! removed, or keeps its name but changes meaning or unit; adding a field
+//! does not bump it (readers ignore fields they do not know, and the serde
+//! types give new fields a default so older files still parse). A reader
+//! accepts every version up to its own, keeping an old field name readable
+//! with `#[serde(alias = ...)]`, and refuses a newer one with
 //! [`ContractError::TooNew`] rather than misreading it.
 //!
 //! History:
-//! - 0: `summary.json` before it carried a version (no `format_version`).
+//! - 0: `summary.json` before it carried a version (no `format_version`);
+//!   `timeseries.json`, `histograms.json` and the ready line before they
+//!   carried one (they carry 2 from then on, with unchanged fields).
 //! - 1: `metadata.json` before the names were aligned with `summary.json`.
 //! - 2: both files carry it; `metadata.json` renamed `dropped.probes` to
 //!   `dropped.drops`, `overhead.pct_of_one_cpu` to
@@ -22,8 +26,8 @@
 //!   `probes.sampled[].attached_fraction` (the names `summary.json` uses).
 //!
 //! The JSON Schemas in `docs/schema/` are generated from the serde types
-//! ([`summary_schema`], [`metadata_schema`]); a unit test keeps the
-//! committed files equal to them.
+//! ([`SCHEMAS`]); a unit test keeps the committed files equal to them. A
+//! bundle file's schema is named by its [`crate::outputs::OUTPUTS`] entry.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +37,21 @@ pub const FORMAT_VERSION: u32 = 2;
 /// Where the committed schemas live, from the repository root.
 pub const SUMMARY_SCHEMA: &str = "docs/schema/summary.schema.json";
 pub const METADATA_SCHEMA: &str = "docs/schema/metadata.schema.json";
+pub const TIMESERIES_SCHEMA: &str = "docs/schema/timeseries.schema.json";
+pub const HISTOGRAMS_SCHEMA: &str = "docs/schema/histograms.schema.json";
+pub const READY_SCHEMA: &str = "docs/schema/ready.schema.json";
+
+/// Generates a schema from its serde type.
+pub type Generate = fn() -> serde_json::Value;
+
+/// Every committed schema and the function that generates it.
+pub const SCHEMAS: &[(&str, Generate)] = &[
+    (SUMMARY_SCHEMA, summary_schema),
+    (METADATA_SCHEMA, metadata_schema),
+    (TIMESERIES_SCHEMA, timeseries_schema),
+    (HISTOGRAMS_SCHEMA, histograms_schema),
+    (READY_SCHEMA, ready_schema),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContractError {
@@ -71,6 +90,21 @@ pub fn metadata_schema() -> serde_json::Value {
     schema_of::<crate::report::metadata::Metadata>()
 }
 
+/// The JSON Schema of `timeseries.json` (`record --interval`).
+pub fn timeseries_schema() -> serde_json::Value {
+    schema_of::<crate::timeseries::TimeSeries>()
+}
+
+/// The JSON Schema of `histograms.json`.
+pub fn histograms_schema() -> serde_json::Value {
+    schema_of::<crate::report::histograms::Histograms>()
+}
+
+/// The JSON Schema of the `--ready-fd` line.
+pub fn ready_schema() -> serde_json::Value {
+    schema_of::<crate::ready::Ready>()
+}
+
 fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12()
         .for_serialize()
@@ -95,12 +129,9 @@ mod tests {
     fn committed_schemas_match_the_serde_types() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let bless = std::env::var_os("INNOPROF_BLESS").is_some_and(|v| v == "1");
-        for (file, schema) in [
-            (SUMMARY_SCHEMA, summary_schema()),
-            (METADATA_SCHEMA, metadata_schema()),
-        ] {
+        for (file, schema) in SCHEMAS {
             let path = root.join(file);
-            let want = schema_text(&schema);
+            let want = schema_text(&schema());
             if bless {
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 std::fs::write(&path, &want).unwrap();
@@ -150,6 +181,46 @@ mod tests {
         let m = required(&metadata_schema());
         for f in ["format_version", "format", "dropped", "files", "overhead"] {
             assert!(m.contains(&f.to_string()), "{f}: {m:?}");
+        }
+        for (schema, fields) in [
+            (
+                timeseries_schema(),
+                &["format_version", "interval_ms", "points"][..],
+            ),
+            (
+                histograms_schema(),
+                &["format_version", "buckets", "probes"],
+            ),
+            (ready_schema(), &["format_version", "event", "targets"]),
+        ] {
+            let have = required(&schema);
+            for f in fields {
+                assert!(have.contains(&f.to_string()), "{f}: {have:?}");
+            }
+        }
+        assert!(!required(&ready_schema()).contains(&"listen".to_string()));
+    }
+
+    /// A bundle file's entry names only a schema this module generates.
+    #[test]
+    fn every_output_schema_is_generated() {
+        let named: Vec<&str> = crate::outputs::OUTPUTS
+            .iter()
+            .filter_map(|o| o.schema)
+            .collect();
+        for s in &named {
+            assert!(SCHEMAS.iter().any(|(p, _)| p == s), "{s}");
+        }
+        for file in [
+            crate::bundle::SUMMARY_JSON,
+            crate::bundle::METADATA_JSON,
+            crate::timeseries::JSON_FILE,
+            crate::report::histograms::JSON,
+        ] {
+            assert!(
+                crate::outputs::describe(file).is_some_and(|o| o.schema.is_some()),
+                "{file} has a schema"
+            );
         }
     }
 

@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use crate::bundle_read::{BundleDir, BundleReadError};
 use crate::findings::change::CpuShift;
+use crate::outputs::instance;
 use crate::report::flamegraph::{self, FlameGraphError};
+use crate::report::folded::FILES as FOLDED;
 use crate::report::top_symbols::{self, SelfFrame, TopSymbols};
 use crate::report::{self, units, OutputError};
 
@@ -41,6 +43,8 @@ pub enum DiffError {
 /// The files `write` puts beside the differential folded files and graphs.
 pub const JSON_FILE: &str = "diff.json";
 pub const TEXT_FILE: &str = "diff.txt";
+/// The differential flame graphs, `diff.KIND.svg`.
+pub const SVG_FILES: &str = "diff.*.svg";
 
 /// Functions listed per profile.
 const SYMBOL_ROWS: usize = 30;
@@ -156,7 +160,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         files: Vec::new(),
     };
     for (kind, unit, mode, by_total) in PROFILES {
-        let name = format!("{kind}.folded");
+        let name = instance(FOLDED, kind);
         let (Some(before), Some(after)) = (
             BundleDir::new(baseline).read_text(&name)?,
             BundleDir::new(incident).read_text(&name)?,
@@ -164,8 +168,8 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             continue;
         };
         let diff_folded = differential(&before, &after);
-        let folded_name = format!("diff.{kind}.folded");
-        let svg_name = format!("diff.{kind}.svg");
+        let folded_name = instance(FOLDED, &format!("diff.{kind}"));
+        let svg_name = instance(SVG_FILES, kind);
         let title = format!(
             "{kind} differential: {} -> {} (red grew, blue shrank)",
             baseline.display(),

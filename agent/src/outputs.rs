@@ -40,6 +40,9 @@ pub struct Output {
     /// How `record` renders it; `None` for files another command writes
     /// (`diff`) or that only name innoprof's own scratch files.
     pub render: Option<Render>,
+    /// Its JSON Schema, from the repository root (one of
+    /// [`crate::contract::SCHEMAS`]); `None` for a file without one.
+    pub schema: Option<&'static str>,
 }
 
 impl Output {
@@ -64,12 +67,33 @@ impl Output {
     pub fn is_pattern(&self) -> bool {
         self.name.contains('*')
     }
+
+    /// What it holds and, when it has one, its schema: as metadata.json
+    /// and report.html say it.
+    pub fn what(&self) -> String {
+        match self.schema {
+            Some(schema) => format!("{} (schema: {schema})", self.description),
+            None => self.description.to_string(),
+        }
+    }
 }
 
 /// The entry that describes `file`; the first match wins, so a fixed
 /// name comes before any pattern that would also take it.
 pub fn describe(file: &str) -> Option<&'static Output> {
     OUTPUTS.iter().find(|o| o.matches(file))
+}
+
+/// The file of the family `pattern` (an [`OUTPUTS`] entry's name with a
+/// `*`) for `stem`: `instance("*.folded", "oncpu")` is `oncpu.folded`.
+/// Every file of a family is named here, so the names cannot drift from
+/// the list.
+pub fn instance(pattern: &'static str, stem: &str) -> String {
+    debug_assert!(
+        OUTPUTS.iter().any(|o| o.is_pattern() && o.name == pattern),
+        "{pattern} is not a pattern of OUTPUTS"
+    );
+    pattern.replacen('*', stem, 1)
 }
 
 /// A file's entry as `metadata.json` lists it.
@@ -85,7 +109,7 @@ impl FileInfo {
         let o = describe(file);
         Self {
             name: file.to_string(),
-            description: o.map_or("", |o| o.description).to_string(),
+            description: o.map_or_else(String::new, Output::what),
             media_type: o
                 .map_or("application/octet-stream", |o| o.media_type)
                 .to_string(),
@@ -107,6 +131,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "image/svg+xml",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: crate::cpu::profile::OFFCPU_SVG,
@@ -114,13 +139,15 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "image/svg+xml",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
-        name: "innodb_status.*.txt",
+        name: crate::server_state::INNODB_STATUS_FILES,
         description: "SHOW ENGINE INNODB STATUS at the start and at the end",
         media_type: "text/plain",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: crate::diff::JSON_FILE,
@@ -128,6 +155,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/json",
         written_by: "diff",
         render: None,
+        schema: None,
     },
     Output {
         name: crate::diff::TEXT_FILE,
@@ -135,20 +163,23 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/plain",
         written_by: "diff",
         render: None,
+        schema: None,
     },
     Output {
-        name: "diff.*.svg",
+        name: crate::diff::SVG_FILES,
         description: "differential flame graph (red grew, blue shrank)",
         media_type: "image/svg+xml",
         written_by: "diff",
         render: None,
+        schema: None,
     },
     Output {
-        name: "*.folded",
+        name: crate::report::folded::FILES,
         description: "folded stacks (one `frame;frame;... weight` line per stack) of a probe or of the CPU profile",
         media_type: "text/plain",
         written_by: "record",
         render: Some(r::recorded),
+        schema: None,
     },
     Output {
         name: crate::timeseries::JSON_FILE,
@@ -156,6 +187,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/json",
         written_by: "record",
         render: Some(r::timeseries_json),
+        schema: Some(crate::contract::TIMESERIES_SCHEMA),
     },
     Output {
         name: crate::timeseries::CSV_FILE,
@@ -163,13 +195,15 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/csv",
         written_by: "record",
         render: Some(r::timeseries_csv),
+        schema: None,
     },
     Output {
         name: crate::bundle::SUMMARY_JSON,
-        description: "the recording: every probe's counts, latencies, call sites, stacks, CPU profile, overhead and findings (schema: docs/schema/summary.schema.json)",
+        description: "the recording: every probe's counts, latencies, call sites, stacks, CPU profile, overhead and findings",
         media_type: "application/json",
         written_by: "record",
         render: Some(r::summary_json),
+        schema: Some(crate::contract::SUMMARY_SCHEMA),
     },
     Output {
         name: crate::bundle::SUMMARY_TXT,
@@ -177,6 +211,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/plain",
         written_by: "record, report",
         render: Some(r::summary_txt),
+        schema: None,
     },
     Output {
         name: crate::report::histograms::JSON,
@@ -184,6 +219,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/json",
         written_by: "record",
         render: Some(r::histograms_json),
+        schema: Some(crate::contract::HISTOGRAMS_SCHEMA),
     },
     Output {
         name: crate::report::histograms::CSV,
@@ -191,6 +227,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/csv",
         written_by: "record",
         render: Some(r::histograms_csv),
+        schema: None,
     },
     Output {
         name: crate::bundle::CPU_PPROF,
@@ -198,6 +235,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         render: Some(r::cpu_pprof),
+        schema: None,
     },
     Output {
         name: crate::bundle::OFFCPU_PPROF,
@@ -205,6 +243,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         render: Some(r::offcpu_pprof),
+        schema: None,
     },
     Output {
         name: crate::bundle::WAITS_PPROF,
@@ -212,13 +251,15 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         render: Some(r::waits_pprof),
+        schema: None,
     },
     Output {
         name: crate::bundle::METADATA_JSON,
-        description: "where, when and how it was recorded, what attached, what was lost, what it cost, and these files (schema: docs/schema/metadata.schema.json)",
+        description: "where, when and how it was recorded, what attached, what was lost, what it cost, and these files",
         media_type: "application/json",
         written_by: "record",
         render: Some(r::metadata_json),
+        schema: Some(crate::contract::METADATA_SCHEMA),
     },
     Output {
         name: crate::report::html::FILE,
@@ -226,6 +267,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "text/html",
         written_by: "record, report",
         render: Some(r::report_html),
+        schema: None,
     },
     Output {
         name: crate::report::WRITE_CHECK,
@@ -233,6 +275,7 @@ pub const OUTPUTS: &[Output] = &[
         media_type: "application/octet-stream",
         written_by: "record, report, diff",
         render: None,
+        schema: None,
     },
 ];
 
@@ -252,6 +295,33 @@ mod tests {
         );
         assert!(describe(".folded").is_none());
         assert!(describe("notes.txt").is_none());
+    }
+
+    /// Names made outside the list (a family's files, fixed names the
+    /// recorder knows) are the list's.
+    #[test]
+    fn instances_and_named_files_are_described() {
+        use crate::report::folded::FILES as FOLDED;
+        assert_eq!(instance(FOLDED, "oncpu.count"), "oncpu.count.folded");
+        assert_eq!(
+            crate::server_state::innodb_status_file("end"),
+            "innodb_status.end.txt"
+        );
+        for (file, entry) in [
+            (instance(FOLDED, "diff.offcpu"), FOLDED),
+            (
+                instance(crate::diff::SVG_FILES, "oncpu"),
+                crate::diff::SVG_FILES,
+            ),
+            (
+                crate::server_state::innodb_status_file("start"),
+                crate::server_state::INNODB_STATUS_FILES,
+            ),
+            (crate::cpu::profile::ONCPU_FOLDED.into(), FOLDED),
+            (crate::cpu::profile::OFFCPU_FOLDED.into(), FOLDED),
+        ] {
+            assert_eq!(describe(&file).map(|o| o.name), Some(entry), "{file}");
+        }
     }
 
     #[test]

@@ -21,9 +21,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::Recorder;
 
-/// The line written to `--ready-fd`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The line written to `--ready-fd` (schema: `docs/schema/ready.schema.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ready {
+    /// innoprof's output contract version ([`crate::contract`]); 0 in
+    /// lines written before the ready line carried one.
+    #[serde(default)]
+    pub format_version: u32,
     /// Always `attached`.
     pub event: String,
     /// `record` or `serve`.
@@ -42,7 +46,7 @@ pub struct Ready {
 }
 
 /// One server process and what is attached to it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReadyTarget {
     pub pid: u32,
     /// The executable, as the target sees it.
@@ -98,6 +102,7 @@ impl Ready {
 
     fn new(command: &str, targets: Vec<ReadyTarget>) -> Self {
         Self {
+            format_version: crate::contract::FORMAT_VERSION,
             event: "attached".into(),
             command: command.into(),
             innoprof_pid: std::process::id(),

@@ -18,11 +18,12 @@ use crate::cpu::{CpuError, RawCpuProfile};
 use crate::governor::DutyReport;
 use crate::histogram::Log2Histogram;
 use crate::memcounters::CounterResult;
+use crate::outputs::instance;
 use crate::own_usage::{debug_phase, own_cpu_time, own_max_rss_kb};
 use crate::probeset::PlannedProbe;
 use crate::record::Plan;
 use crate::report;
-use crate::report::folded::FoldedStacks;
+use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
     Sampling, SamplingState, StackStats, Summary, SymbolInfo,
@@ -499,12 +500,12 @@ pub(crate) fn fold_stacks(
     }
     let mut files = Vec::new();
     if !by_count.is_empty() {
-        let name = format!("{stem}.count.folded");
+        let name = instance(FOLDED, &format!("{stem}.count"));
         files.push((name.clone(), by_count.render()));
         stats.folded_by_count = Some(name);
     }
     if measure == Measure::Latency && !by_wait.is_empty() {
-        let name = format!("{stem}.folded");
+        let name = instance(FOLDED, stem);
         files.push((name.clone(), by_wait.render()));
         stats.folded_by_wait = Some(name);
     }

@@ -7,13 +7,15 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::histogram::{Bucket, Log2Histogram};
-use crate::report::folded::FoldedStacks;
+use crate::outputs::describe;
+use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::Recording;
 use crate::report::model::{
     CallsiteResult, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState, Segment,
     Summary, SymbolInfo,
 };
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
+use crate::server_state::innodb_status_file;
 
 /// The segments (oldest first) as one recording. A single segment comes
 /// back as it is, only listed in `segments`.
@@ -449,10 +451,10 @@ fn merge_files(a: Vec<(String, String)>, b: Vec<(String, String)>) -> Vec<(Strin
     }
     for (name, text) in b {
         match index.get(&name) {
-            Some(&i) if name.ends_with(".folded") => {
+            Some(&i) if describe(&name).is_some_and(|o| o.name == FOLDED) => {
                 out[i].1 = add_folded(&out[i].1, &text);
             }
-            Some(_) if name == "innodb_status.start.txt" => {}
+            Some(_) if name == innodb_status_file("start") => {}
             Some(&i) => out[i].1 = text,
             None => {
                 index.insert(name.clone(), out.len());

@@ -293,6 +293,7 @@ impl IntervalSeries {
             }
         }
         TimeSeries {
+            format_version: crate::contract::FORMAT_VERSION,
             interval_ms: self.interval_ms,
             started_unix_ms: self.started_unix_ms,
             points,
@@ -309,15 +310,20 @@ fn busiest_sites(totals: &BTreeMap<String, Counts>, n: usize) -> Vec<String> {
 }
 
 /// `timeseries.json`: what `record --interval` writes and `report.html`
-/// reads (one type for both, so the two cannot drift apart).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// reads (one type for both, so the two cannot drift apart; schema:
+/// `docs/schema/timeseries.schema.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TimeSeries {
+    /// The bundle's output contract version ([`crate::contract`]); 0 in
+    /// files written before timeseries.json carried one.
+    #[serde(default)]
+    pub format_version: u32,
     pub interval_ms: u64,
     pub started_unix_ms: u128,
     pub points: Vec<Point>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Point {
     /// End of the interval, ms since the recording started.
     pub t_ms: u64,
@@ -530,6 +536,7 @@ mod tests {
     #[test]
     fn csv_matches_the_contract() {
         let series = TimeSeries {
+            format_version: crate::contract::FORMAT_VERSION,
             interval_ms: 1000,
             started_unix_ms: 1,
             points: vec![

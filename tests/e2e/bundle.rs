@@ -764,3 +764,52 @@ fn the_schema_check_refuses_a_drifted_summary() {
         "{msg}"
     );
 }
+
+/// The same for timeseries.json, histograms.json and the `--ready-fd`
+/// line: a drifted file of this version, or a ready line without its
+/// version, fails against docs/schema/.
+#[test]
+fn the_schema_check_refuses_drifted_series_histograms_and_ready_lines() {
+    let version = innoprof::contract::FORMAT_VERSION;
+    let refused = |f: Box<dyn FnOnce() + std::panic::UnwindSafe>| -> String {
+        let msg = std::panic::catch_unwind(f).unwrap_err();
+        msg.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    for (file, body, missing) in [
+        (
+            "timeseries.json",
+            r#""interval_ms": 1000, "started_unix_ms": 1, "points": [{"t_ms": 1000, "probe": "p"}]"#,
+            "calls",
+        ),
+        ("histograms.json", r#""probes": []"#, "buckets"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(file),
+            format!(r#"{{"format_version": {version}, {body}}}"#),
+        )
+        .unwrap();
+        let path = dir.path().to_path_buf();
+        let msg = refused(Box::new(move || check_bundle(&path)));
+        let schema = file.replace(".json", ".schema.json");
+        assert!(
+            msg.contains(&format!("does not match docs/schema/{schema}")) && msg.contains(missing),
+            "{msg}"
+        );
+    }
+    let line = r#"{"event": "attached", "command": "record", "innoprof_pid": 1, "targets": []}"#;
+    let msg = refused(Box::new(move || {
+        parse_line(line);
+    }));
+    assert!(msg.contains("format_version"), "{msg}");
+    let line = format!(
+        r#"{{"format_version": {version}, "event": "attached", "command": "record", "innoprof_pid": 1, "targets": [{{"pid": 2}}]}}"#
+    );
+    let msg = refused(Box::new(move || {
+        parse_line(&line);
+    }));
+    assert!(
+        msg.contains("does not match docs/schema/ready.schema.json") && msg.contains("exe"),
+        "{msg}"
+    );
+}

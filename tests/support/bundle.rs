@@ -24,39 +24,58 @@ pub fn read_summary(dir: &Path) -> Result<Summary, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Checks a bundle's summary.json and metadata.json, where present,
-/// against the committed JSON Schemas (docs/schema/, generated from the
-/// serde types by innoprof::contract): every bundle a test writes through
-/// this library ([`run_innoprof`], [`Recording::finish`]) is checked, so
-/// an output that drifts from its published schema fails the test that
-/// wrote it.
+/// Checks a bundle's JSON files with a schema (summary.json,
+/// metadata.json, timeseries.json, histograms.json: those whose
+/// `innoprof::outputs::OUTPUTS` entry names one), where present, against
+/// the committed JSON Schemas (docs/schema/, generated from the serde
+/// types by innoprof::contract): every bundle a test writes through this
+/// library ([`run_innoprof`], [`Recording::finish`]) is checked, so an
+/// output that drifts from its published schema fails the test that wrote
+/// it.
 pub fn check_bundle(dir: &Path) {
     check_files(dir, true)
+}
+
+/// The validator of a committed schema (one of
+/// `innoprof::contract::SCHEMAS`), all compiled once per test process.
+pub fn schema_validator(schema: &str) -> &'static jsonschema::Validator {
+    use std::collections::HashMap;
+    static COMPILED: std::sync::OnceLock<HashMap<&str, jsonschema::Validator>> =
+        std::sync::OnceLock::new();
+    let compiled = COMPILED.get_or_init(|| {
+        innoprof::contract::SCHEMAS
+            .iter()
+            .map(|(schema, _)| {
+                let text = std::fs::read(repo_root().join(schema)).unwrap();
+                let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
+                let v = jsonschema::validator_for(&json)
+                    .unwrap_or_else(|e| panic!("{schema} is not a valid JSON Schema: {e}"));
+                (*schema, v)
+            })
+            .collect()
+    });
+    compiled
+        .get(schema)
+        .unwrap_or_else(|| panic!("{schema} is not in innoprof::contract::SCHEMAS"))
+}
+
+/// `value`'s first errors against `schema`, one line each.
+pub fn schema_errors(schema: &str, value: &serde_json::Value) -> Vec<String> {
+    schema_validator(schema)
+        .iter_errors(value)
+        .take(10)
+        .map(|e| format!("  at {}: {e}", e.instance_path()))
+        .collect()
 }
 
 /// `innoprof_wrote`: the files are innoprof's own output, so must carry
 /// this build's `format_version`; otherwise a file of another version
 /// (a test's hand-written legacy bundle) is skipped.
 pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
-    use innoprof::contract::{METADATA_SCHEMA, SUMMARY_SCHEMA};
-    static VALIDATORS: std::sync::OnceLock<Vec<(&str, &str, jsonschema::Validator)>> =
-        std::sync::OnceLock::new();
-    let validators = VALIDATORS.get_or_init(|| {
-        [
-            ("summary.json", SUMMARY_SCHEMA),
-            ("metadata.json", METADATA_SCHEMA),
-        ]
-        .into_iter()
-        .map(|(file, schema)| {
-            let text = std::fs::read(repo_root().join(schema)).unwrap();
-            let schema_json: serde_json::Value = serde_json::from_slice(&text).unwrap();
-            let v = jsonschema::validator_for(&schema_json)
-                .unwrap_or_else(|e| panic!("{schema} is not a valid JSON Schema: {e}"));
-            (file, schema, v)
-        })
-        .collect()
-    });
-    for (file, schema, validator) in validators {
+    let with_schema = innoprof::outputs::OUTPUTS
+        .iter()
+        .filter_map(|o| Some((o.name, o.schema?)));
+    for (file, schema) in with_schema {
         // A symlink or a FIFO a hardening test planted is not innoprof's file.
         let path = dir.join(file);
         if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
@@ -73,11 +92,7 @@ pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
         if !current && !innoprof_wrote {
             continue;
         }
-        let errors: Vec<String> = validator
-            .iter_errors(&value)
-            .take(10)
-            .map(|e| format!("  at {}: {e}", e.instance_path()))
-            .collect();
+        let errors = schema_errors(schema, &value);
         assert!(
             errors.is_empty(),
             "{} does not match {schema}:\n{}",

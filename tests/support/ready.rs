@@ -11,6 +11,27 @@ use std::time::{Duration, Instant};
 
 pub use innoprof::ready::{Ready, ReadyTarget};
 
+/// A ready line as its type, after checking it against the committed
+/// schema (docs/schema/ready.schema.json, compiled once) and that it
+/// carries this build's `format_version`.
+pub fn parse_line(line: &str) -> Ready {
+    use innoprof::contract::{FORMAT_VERSION, READY_SCHEMA};
+    let value: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
+    let errors = crate::bundle::schema_errors(READY_SCHEMA, &value);
+    assert!(
+        errors.is_empty(),
+        "ready line {line:?} does not match {READY_SCHEMA}:\n{}",
+        errors.join("\n")
+    );
+    assert_eq!(
+        value["format_version"].as_u64(),
+        Some(FORMAT_VERSION.into()),
+        "ready line {line:?}"
+    );
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"))
+}
+
 /// The descriptor innoprof is given with `--ready-fd`.
 pub const READY_FD: i32 = 3;
 
@@ -66,8 +87,7 @@ impl ReadyPipe {
         let mut buf = [0u8; 4096];
         loop {
             if let Some((line, _)) = self.text.split_once('\n') {
-                return serde_json::from_str(line)
-                    .unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
+                return parse_line(line);
             }
             match self.reader.read(&mut buf) {
                 Ok(0) => {

@@ -12,14 +12,19 @@ use crate::histogram::Bucket;
 pub const JSON: &str = "histograms.json";
 pub const CSV: &str = "histograms.csv";
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `histograms.json` (schema: `docs/schema/histograms.schema.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Histograms {
+    /// The bundle's output contract version ([`crate::contract`]); 0 in
+    /// files written before histograms.json carried one.
+    #[serde(default)]
+    pub format_version: u32,
     /// `[low_ns, high_ns)`, log2 buckets (the first is `[0, 2)`).
     pub buckets: String,
     pub probes: Vec<ProbeHistogram>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeHistogram {
     pub probe: String,
     pub calls: u64,
@@ -29,6 +34,7 @@ pub struct ProbeHistogram {
 
 pub fn of(summary: &Summary) -> Histograms {
     Histograms {
+        format_version: crate::contract::FORMAT_VERSION,
         buckets: "log2, [low_ns, high_ns)".to_string(),
         probes: summary
             .probes
@@ -74,6 +80,7 @@ mod tests {
     #[test]
     fn csv_quotes_names_with_commas() {
         let h = Histograms {
+            format_version: crate::contract::FORMAT_VERSION,
             buckets: String::new(),
             probes: vec![ProbeHistogram {
                 probe: "f(int, int)".into(),

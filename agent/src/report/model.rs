@@ -427,7 +427,7 @@ impl Recording {
         for (when, snap) in [("start", &state.start), ("end", &state.end)] {
             if let Some(text) = snap.as_ref().and_then(|s| s.innodb_status.as_ref()) {
                 self.folded
-                    .push((format!("innodb_status.{when}.txt"), text.clone()));
+                    .push((crate::server_state::innodb_status_file(when), text.clone()));
             }
         }
         self.summary.server_state = Some(state);

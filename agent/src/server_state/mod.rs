@@ -23,6 +23,16 @@ use serde::{Deserialize, Serialize};
 pub use connect::{connect, ConnectError, Session, StateSource, QUERY_TIMEOUT};
 
 /// A snapshot stops issuing queries once it has taken this long.
+/// SHOW ENGINE INNODB STATUS's text beside the summary:
+/// `innodb_status.start.txt` and `innodb_status.end.txt` (see
+/// [`innodb_status_file`]).
+pub const INNODB_STATUS_FILES: &str = "innodb_status.*.txt";
+
+/// The file of SHOW ENGINE INNODB STATUS at `when` (`start` or `end`).
+pub fn innodb_status_file(when: &str) -> String {
+    crate::outputs::instance(INNODB_STATUS_FILES, when)
+}
+
 pub const SNAPSHOT_BUDGET: Duration = Duration::from_secs(6);
 /// The oldest transactions kept per snapshot.
 const MAX_TRANSACTIONS: usize = 20;

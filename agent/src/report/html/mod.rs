@@ -131,7 +131,7 @@ fn files(m: &Metadata) -> Markup {
                 @for f in &m.files {
                     tr {
                         td { a href=(f) { code { (f) } } }
-                        td { (crate::outputs::describe(f).map_or("", |o| o.description)) }
+                        td { (crate::outputs::describe(f).map_or_else(String::new, crate::outputs::Output::what)) }
                     }
                 }
             }
@@ -168,6 +168,7 @@ fn findings(s: &Summary) -> Markup {
 /// What the server said of itself over SQL at the start and end.
 fn server_state(st: &crate::server_state::ServerState) -> Markup {
     use crate::findings::thousands;
+    use crate::server_state::innodb_status_file;
     let latest = st.latest();
     let (hll_start, hll_end) = st.history_list_lengths();
     let hll = |n: Option<u64>| n.map(|n| thousands(n as f64)).unwrap_or_else(|| "-".into());
@@ -188,8 +189,8 @@ fn server_state(st: &crate::server_state::ServerState) -> Markup {
             p.note {
                 "Read over SQL as " code { (st.user) } " on " code { (st.socket) }
                 " at the start and end (SHOW ENGINE INNODB STATUS in "
-                a href="innodb_status.start.txt" { "innodb_status.start.txt" } " and "
-                a href="innodb_status.end.txt" { "innodb_status.end.txt" } ")."
+                @let (start, end) = (innodb_status_file("start"), innodb_status_file("end"));
+                a href=(start) { (start) } " and " a href=(end) { (end) } ")."
             }
             table {
                 tr { th { "history list length" } td { (hll(hll_start)) " → " (hll(hll_end)) } }
@@ -273,7 +274,7 @@ fn state_samples(st: &crate::server_state::ServerState) -> Markup {
         p.note {
             (st.samples.len()) " samples of the cheap state (history list length from InnoDB's "
             code { "trx_rseg_history_len" } " metric, the oldest transaction, global status); rates are per second since the previous sample."
-            @if st.samples.len() > MAX_SAMPLE_ROWS { " The first " (MAX_SAMPLE_ROWS) " are shown; summary.json has all." }
+            @if st.samples.len() > MAX_SAMPLE_ROWS { " The first " (MAX_SAMPLE_ROWS) " are shown; " (crate::bundle::SUMMARY_JSON) " has all." }
         }
         table {
             tr { th { "s" } th { "history list length" } th { "threads running" } th { "oldest transaction (connection, open s)" } th { "commits/s" } th { "rows read/s" } th { "rows inserted/s" } th { "rows updated/s" } th { "row lock waits" } }
