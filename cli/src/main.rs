@@ -409,7 +409,10 @@ async fn wait_for_instance(
             Err(e) => {
                 let why = innoprof::error_chain(&e);
                 if said.as_deref() != Some(why.as_str()) {
-                    eprintln!("innoprof: cannot attach to pid {} yet: {why}; retrying", found.pid);
+                    eprintln!(
+                        "innoprof: cannot attach to pid {} yet: {why}; retrying",
+                        found.pid
+                    );
                     said = Some(why);
                 }
             }
@@ -507,7 +510,9 @@ async fn record_segment(
         Govern,
         Sample,
     }
-    let mut clock = Clock::new(signals).until(deadline_at).governor(Duty::Govern);
+    let mut clock = Clock::new(signals)
+        .until(deadline_at)
+        .governor(Duty::Govern);
     if let Some(period) = args.interval {
         clock = clock.every(Duty::Sample, period);
     }
