@@ -254,24 +254,12 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         None => None,
     };
     let mut summary = Summary {
-        format_version: crate::contract::FORMAT_VERSION,
-        tool: "innoprof".to_string(),
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        target: plan.target_info(),
-        catalog: plan.catalog_file.clone(),
         started_unix_ms,
-        duration_s,
-        end_reason,
-        complete: end_reason == EndReason::Duration,
-        probes: results,
         counters,
         drops: snapshot.drops,
         cpu: cpu.map(|c| c.summary),
         overhead,
-        timeseries: None,
-        findings: Vec::new(),
-        server_state: None,
-        segments: Vec::new(),
+        ..bare_summary(plan, results, duration_s, end_reason)
     };
     summary.findings = crate::findings::evaluate(&summary);
     Ok(Recording {
@@ -280,6 +268,39 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         timeseries: None,
         stacks: named_stacks,
     })
+}
+
+/// A summary of `plan`'s `probes` over `duration_s` with nothing else
+/// measured yet: a recording adds its counters, drops, CPU profile and
+/// overhead, a findings window (`serve`) the server's state. One
+/// constructor, so the two say what tool, format and target they are of
+/// alike; the caller evaluates the findings once it is filled.
+pub(crate) fn bare_summary(
+    plan: &Plan,
+    probes: Vec<ProbeResult>,
+    duration_s: f64,
+    end_reason: EndReason,
+) -> Summary {
+    Summary {
+        format_version: crate::contract::FORMAT_VERSION,
+        tool: "innoprof".to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: plan.target_info(),
+        catalog: plan.catalog_file.clone(),
+        started_unix_ms: 0,
+        duration_s,
+        end_reason,
+        complete: end_reason == EndReason::Duration,
+        probes,
+        counters: Vec::new(),
+        drops: Default::default(),
+        cpu: None,
+        overhead: Default::default(),
+        timeseries: None,
+        findings: Vec::new(),
+        server_state: None,
+        segments: Vec::new(),
+    }
 }
 
 /// A probe the governor cut saw only part of the calls: its counts stay
