@@ -32,7 +32,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, ProgramAttachTyp
 use serde::Serialize;
 
 use crate::attach_plan::{choose_mode, Mode};
-use crate::bpf_abi::LATENCY_OBJ;
+use crate::bpf_abi::{SlotId, LATENCY_OBJ};
 use crate::catalog::{CostClass, Measure};
 use crate::probeset::PlannedProbe;
 use crate::resolve::{ResolvedSymbol, SymbolTable};
@@ -91,7 +91,7 @@ const ENTER: &str = bpf::programs::LAT_ENTER;
 const RETURN: &str = bpf::programs::LAT_RETURN;
 const COUNT: &str = bpf::programs::COUNT_HIT;
 
-/// One attached symbol. Its index in `Session::slots` is the BPF cookie.
+/// One attached symbol. Its index in `Session::slots` is its [`SlotId`].
 #[derive(Debug, Clone)]
 pub struct Slot {
     pub probe: usize,
@@ -165,7 +165,7 @@ pub struct AttachInfo {
 /// per symbol and program). Detached and re-created together.
 struct LinkGroup {
     probe: usize,
-    slots: Vec<usize>,
+    slots: Vec<SlotId>,
     links: Vec<(&'static str, Link)>,
 }
 
@@ -332,7 +332,7 @@ impl Session {
         let mut groups = Vec::new();
         for probe in order {
             // Every slot is attached until its probe's links are tried.
-            let slots: Vec<usize> = session.slots_of(probe).map(|(s, _)| s).collect();
+            let slots: Vec<SlotId> = session.slots_of(probe).map(|(s, _)| s).collect();
             if slots.is_empty() {
                 continue;
             }
@@ -378,7 +378,7 @@ impl Session {
             .iter()
             .flat_map(|g| g.slots.iter())
             .map(|&s| {
-                if session.slots[s].measure == Measure::Latency {
+                if session.slots[s.index()].measure == Measure::Latency {
                     2
                 } else {
                     1
@@ -403,17 +403,18 @@ impl Session {
 
     /// The attached slots of planned probe `probe`, with their ids: the
     /// one grouping of slots by probe.
-    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (usize, &Slot)> {
+    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (SlotId, &Slot)> {
         self.slots
             .iter()
             .enumerate()
             .filter(move |(_, s)| s.probe == probe && s.attached)
+            .map(|(i, s)| (SlotId::of_index(i), s))
     }
 
     /// A slot the kernel refused: off, not attached, and the reason kept.
-    fn refuse(&mut self, probe: usize, slot: usize, reason: RefusalReason) {
-        self.slots[slot].attached = false;
-        let symbol = self.slots[slot].symbol.name.clone();
+    fn refuse(&mut self, probe: usize, slot: SlotId, reason: RefusalReason) {
+        self.slots[slot.index()].attached = false;
+        let symbol = self.slots[slot.index()].symbol.name.clone();
         self.outcomes[probe]
             .failures
             .push(Refusal { symbol, reason });
@@ -459,9 +460,9 @@ impl Session {
                         pad: 0,
                     })
                 });
-                let index = self.slots.len();
-                let created = created.is_some_and(|f| self.set_created(index, f));
-                let cookie = crate::bpf_abi::cookie(index as u32, site_args, latch, created);
+                let id = SlotId::of_index(self.slots.len());
+                let created = created.is_some_and(|f| self.set_created(id, f));
+                let cookie = crate::bpf_abi::cookie(id, site_args, latch, created);
                 // Inline code has no return of its own: count only.
                 let measure = if symbol.table == SymbolTable::DwarfInline {
                     Measure::Count
@@ -470,8 +471,8 @@ impl Session {
                 };
                 // On before the links go in, so no hit of a fresh link is lost;
                 // every hit's stack until the governor says otherwise.
-                self.set_enabled(&[index], true);
-                self.set_stack_every(&[(index, u32::from(capture_stacks))]);
+                self.set_enabled(&[id], true);
+                self.set_stack_every(&[(id, u32::from(capture_stacks))]);
                 self.slots.push(Slot {
                     probe: probe_idx,
                     symbol: symbol.clone(),
@@ -490,8 +491,8 @@ impl Session {
     fn link_probe(
         &mut self,
         probe_name: &str,
-        slots: &[usize],
-    ) -> Result<(Vec<(&'static str, Link)>, Vec<(usize, LinkError)>), AttachError> {
+        slots: &[SlotId],
+    ) -> Result<(Vec<(&'static str, Link)>, Vec<(SlotId, LinkError)>), AttachError> {
         let link_err = |source| AttachError::Link {
             probe: probe_name.to_string(),
             source,
@@ -543,7 +544,7 @@ impl Session {
 
     /// One uprobe_multi link per program for these slots (entry before
     /// return: a return without its entry is only counted as missed).
-    fn link_multi(&self, slots: &[usize]) -> Result<Vec<(&'static str, Link)>, LinkError> {
+    fn link_multi(&self, slots: &[SlotId]) -> Result<Vec<(&'static str, Link)>, LinkError> {
         let pid = match self.mode {
             Mode::Multi { pid_scoped: true } => self.pid as i32,
             _ => -1,
@@ -556,7 +557,7 @@ impl Session {
         ] {
             let mine: Vec<&Slot> = slots
                 .iter()
-                .map(|&s| &self.slots[s])
+                .map(|&s| &self.slots[s.index()])
                 .filter(|s| s.measure == measure)
                 .collect();
             if mine.is_empty() {
@@ -578,8 +579,8 @@ impl Session {
     /// Perf-event links of one slot (all processes of the binary: a
     /// perf uprobe scoped to a PID is scoped to that one thread, and missed
     /// every connection thread MySQL 5.6 created later).
-    fn link_perf(&self, slot: usize) -> Result<Vec<(&'static str, Link)>, LinkError> {
-        let s = &self.slots[slot];
+    fn link_perf(&self, slot: SlotId) -> Result<Vec<(&'static str, Link)>, LinkError> {
+        let s = &self.slots[slot.index()];
         let programs: &[(&'static str, bool)] = match s.measure {
             Measure::Count => &[(COUNT, false)],
             Measure::Latency => &[(ENTER, false), (RETURN, true)],
@@ -641,7 +642,7 @@ impl Session {
     /// Switches the given slots off at once in BPF and detaches their
     /// probes' links off the caller's thread; their counts so far stay in
     /// the maps. Links go per probe: every probe with a slot here.
-    pub fn suspend(&mut self, slots: &[usize]) {
+    pub fn suspend(&mut self, slots: &[SlotId]) {
         if slots.is_empty() {
             return;
         }
@@ -665,7 +666,7 @@ impl Session {
     }
 
     /// The links of every group holding one of `slots`, returns first.
-    fn take_links(&mut self, slots: &[usize]) -> Vec<(&'static str, Link)> {
+    fn take_links(&mut self, slots: &[SlotId]) -> Vec<(&'static str, Link)> {
         let mut off = Vec::new();
         for g in self
             .groups
@@ -680,7 +681,7 @@ impl Session {
 
     /// Re-attaches suspended slots (their whole probes); a probe the kernel
     /// now refuses stays off.
-    pub fn resume(&mut self, slots: &[usize]) -> Result<(), AttachError> {
+    pub fn resume(&mut self, slots: &[SlotId]) -> Result<(), AttachError> {
         let mut error = None;
         let groups: Vec<usize> = (0..self.groups.len())
             .filter(|&g| {
@@ -728,45 +729,33 @@ impl Session {
 
     /// Tells the probes of `slot` where its latch's creation site is;
     /// false if the map refused (then the cookie does not ask for it).
-    fn set_created(&mut self, slot: usize, field: crate::bpf_abi::CreatedField) -> bool {
+    fn set_created(&mut self, slot: SlotId, field: crate::bpf_abi::CreatedField) -> bool {
         let Some(map) = self.map(bpf::maps::CREATED_AT) else {
             return false;
         };
-        map.update(
-            &(slot as u32).to_ne_bytes(),
-            bytemuck::bytes_of(&field),
-            MapFlags::ANY,
-        )
-        .is_ok()
+        map.update(&slot.key(), bytemuck::bytes_of(&field), MapFlags::ANY)
+            .is_ok()
     }
 
     /// Takes the stack of one hit in N at each slot (0: none, 1: every
     /// hit): the governor's first lever, switched in BPF at once, with no
     /// uprobe attached or detached. Counts stay exact on every hit.
-    pub fn set_stack_every(&mut self, slots: &[(usize, u32)]) {
+    pub fn set_stack_every(&mut self, slots: &[(SlotId, u32)]) {
         let Some(map) = self.map(bpf::maps::STACK_EVERY) else {
             return;
         };
         for &(slot, n) in slots {
-            let _ = map.update(
-                &(slot as u32).to_ne_bytes(),
-                &n.to_ne_bytes(),
-                MapFlags::ANY,
-            );
+            let _ = map.update(&slot.key(), &n.to_ne_bytes(), MapFlags::ANY);
         }
     }
 
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).
-    fn set_enabled(&mut self, slots: &[usize], on: bool) {
+    fn set_enabled(&mut self, slots: &[SlotId], on: bool) {
         let Some(map) = self.map(bpf::maps::ENABLED) else {
             return;
         };
         for &slot in slots {
-            let _ = map.update(
-                &(slot as u32).to_ne_bytes(),
-                &u32::from(on).to_ne_bytes(),
-                MapFlags::ANY,
-            );
+            let _ = map.update(&slot.key(), &u32::from(on).to_ne_bytes(), MapFlags::ANY);
         }
     }
 
@@ -774,7 +763,7 @@ impl Session {
     pub fn read_slot_counts(
         &self,
     ) -> Result<
-        std::collections::HashMap<usize, crate::governor::SlotCount>,
+        std::collections::HashMap<SlotId, crate::governor::SlotCount>,
         crate::collect::CollectError,
     > {
         crate::collect::read_slot_counts(&self.object, self.slots.len())
@@ -818,7 +807,7 @@ impl Session {
     /// recorded whose return can no longer be seen. Idempotent; the time
     /// it took is in `info.detach_ms`.
     pub fn detach(&mut self) {
-        let all: Vec<usize> = (0..self.slots.len()).collect();
+        let all: Vec<SlotId> = (0..self.slots.len()).map(SlotId::of_index).collect();
         let links = self.take_links(&all);
         if links.is_empty() && self.reaper.is_none() {
             return;
@@ -837,7 +826,7 @@ impl Session {
 }
 
 /// `slots` less the refused ones.
-fn without(slots: &[usize], refused: &[(usize, LinkError)]) -> Vec<usize> {
+fn without(slots: &[SlotId], refused: &[(SlotId, LinkError)]) -> Vec<SlotId> {
     slots
         .iter()
         .copied()

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::attach::{AttachOutcome, Session, Slot};
-use crate::bpf_abi::{Callsite, SiteVal, SlotStats};
+use crate::bpf_abi::{Callsite, SiteVal, SlotId, SlotStats};
 use crate::calibrate::HitCost;
 use crate::callsite::CallsiteNamer;
 use crate::catalog::Measure;
@@ -366,8 +366,8 @@ impl<'a> LatchNames<'a> {
 /// Call sites of one probe, merged across its symbols, most wait first;
 /// one row per (latch, site) where the probe names latches.
 fn callsite_results(
-    slots: &[(u64, &Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, SiteVal)],
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<CallsiteResult> {
@@ -393,8 +393,8 @@ fn callsite_results(
 
 /// Per named latch: calls and wait, most wait first.
 fn latch_results(
-    slots: &[(u64, &Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, SiteVal)],
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<LatchResult> {
@@ -413,8 +413,8 @@ fn latch_results(
 /// the site has no row), each row with the first site that named it;
 /// most wait first, then most calls, then by row.
 fn sum_sites<K: Ord + std::hash::Hash>(
-    slots: &[(u64, &Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, SiteVal)],
     mut row_of: impl FnMut(&Callsite) -> Option<K>,
 ) -> Vec<(K, Callsite, SiteVal)> {
     let mut rows: HashMap<K, (Callsite, SiteVal)> = HashMap::new();
@@ -441,23 +441,21 @@ fn sum_sites<K: Ord + std::hash::Hash>(
 
 /// The attached slots of probe `idx`, with their ids as the maps key them
 /// (none without a session).
-pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(u64, &Slot)> {
-    session.map_or_else(Vec::new, |s| {
-        s.slots_of(idx).map(|(i, slot)| (i as u64, slot)).collect()
-    })
+pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(SlotId, &Slot)> {
+    session.map_or_else(Vec::new, |s| s.slots_of(idx).collect())
 }
 
 /// Folded stacks of one probe, weighted by wait time and by count.
 pub(crate) fn fold_stacks(
     stem: &str,
     measure: Measure,
-    slots: &[(u64, &Slot)],
+    slots: &[(SlotId, &Slot)],
     samples: &[StackSample],
     symbolizer: &mut StackSymbolizer,
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
-    let names: HashMap<u64, &str> = slots
+    let names: HashMap<SlotId, &str> = slots
         .iter()
         .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
         .collect();
