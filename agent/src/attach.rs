@@ -26,12 +26,13 @@
 use crate::bpf_layout::latency as bpf;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, ProgramAttachType, UprobeOpts};
 use serde::Serialize;
 
-use crate::bpf_abi::LATENCY_OBJ;
+use crate::attach_plan::{choose_mode, Mode};
+use crate::bpf_abi::{SlotId, LATENCY_OBJ};
 use crate::catalog::{CostClass, Measure};
 use crate::probeset::PlannedProbe;
 use crate::resolve::{ResolvedSymbol, SymbolTable};
@@ -90,7 +91,7 @@ const ENTER: &str = bpf::programs::LAT_ENTER;
 const RETURN: &str = bpf::programs::LAT_RETURN;
 const COUNT: &str = bpf::programs::COUNT_HIT;
 
-/// One attached symbol. Its index in `Session::slots` is the BPF cookie.
+/// One attached symbol. Its index in `Session::slots` is its [`SlotId`].
 #[derive(Debug, Clone)]
 pub struct Slot {
     pub probe: usize,
@@ -160,17 +161,11 @@ pub struct AttachInfo {
     pub governor_switches: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Mode {
-    Multi { pid_scoped: bool },
-    Perf,
-}
-
 /// The links of one probe (multi mode: one per program; perf mode: one
 /// per symbol and program). Detached and re-created together.
 struct LinkGroup {
     probe: usize,
-    slots: Vec<usize>,
+    slots: Vec<SlotId>,
     links: Vec<(&'static str, Link)>,
 }
 
@@ -337,7 +332,7 @@ impl Session {
         let mut groups = Vec::new();
         for probe in order {
             // Every slot is attached until its probe's links are tried.
-            let slots: Vec<usize> = session.slots_of(probe).map(|(s, _)| s).collect();
+            let slots: Vec<SlotId> = session.slots_of(probe).map(|(s, _)| s).collect();
             if slots.is_empty() {
                 continue;
             }
@@ -383,7 +378,7 @@ impl Session {
             .iter()
             .flat_map(|g| g.slots.iter())
             .map(|&s| {
-                if session.slots[s].measure == Measure::Latency {
+                if session.slots[s.index()].measure == Measure::Latency {
                     2
                 } else {
                     1
@@ -408,17 +403,18 @@ impl Session {
 
     /// The attached slots of planned probe `probe`, with their ids: the
     /// one grouping of slots by probe.
-    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (usize, &Slot)> {
+    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (SlotId, &Slot)> {
         self.slots
             .iter()
             .enumerate()
             .filter(move |(_, s)| s.probe == probe && s.attached)
+            .map(|(i, s)| (SlotId::of_index(i), s))
     }
 
     /// A slot the kernel refused: off, not attached, and the reason kept.
-    fn refuse(&mut self, probe: usize, slot: usize, reason: RefusalReason) {
-        self.slots[slot].attached = false;
-        let symbol = self.slots[slot].symbol.name.clone();
+    fn refuse(&mut self, probe: usize, slot: SlotId, reason: RefusalReason) {
+        self.slots[slot.index()].attached = false;
+        let symbol = self.slots[slot.index()].symbol.name.clone();
         self.outcomes[probe]
             .failures
             .push(Refusal { symbol, reason });
@@ -464,9 +460,9 @@ impl Session {
                         pad: 0,
                     })
                 });
-                let index = self.slots.len();
-                let created = created.is_some_and(|f| self.set_created(index, f));
-                let cookie = crate::bpf_abi::cookie(index as u32, site_args, latch, created);
+                let id = SlotId::of_index(self.slots.len());
+                let created = created.is_some_and(|f| self.set_created(id, f));
+                let cookie = crate::bpf_abi::cookie(id, site_args, latch, created);
                 // Inline code has no return of its own: count only.
                 let measure = if symbol.table == SymbolTable::DwarfInline {
                     Measure::Count
@@ -475,8 +471,8 @@ impl Session {
                 };
                 // On before the links go in, so no hit of a fresh link is lost;
                 // every hit's stack until the governor says otherwise.
-                self.set_enabled(&[index], true);
-                self.set_stack_every(&[(index, u32::from(capture_stacks))]);
+                self.set_enabled(&[id], true);
+                self.set_stack_every(&[(id, u32::from(capture_stacks))]);
                 self.slots.push(Slot {
                     probe: probe_idx,
                     symbol: symbol.clone(),
@@ -495,8 +491,8 @@ impl Session {
     fn link_probe(
         &mut self,
         probe_name: &str,
-        slots: &[usize],
-    ) -> Result<(Vec<(&'static str, Link)>, Vec<(usize, LinkError)>), AttachError> {
+        slots: &[SlotId],
+    ) -> Result<(Vec<(&'static str, Link)>, Vec<(SlotId, LinkError)>), AttachError> {
         let link_err = |source| AttachError::Link {
             probe: probe_name.to_string(),
             source,
@@ -548,7 +544,7 @@ impl Session {
 
     /// One uprobe_multi link per program for these slots (entry before
     /// return: a return without its entry is only counted as missed).
-    fn link_multi(&self, slots: &[usize]) -> Result<Vec<(&'static str, Link)>, LinkError> {
+    fn link_multi(&self, slots: &[SlotId]) -> Result<Vec<(&'static str, Link)>, LinkError> {
         let pid = match self.mode {
             Mode::Multi { pid_scoped: true } => self.pid as i32,
             _ => -1,
@@ -561,7 +557,7 @@ impl Session {
         ] {
             let mine: Vec<&Slot> = slots
                 .iter()
-                .map(|&s| &self.slots[s])
+                .map(|&s| &self.slots[s.index()])
                 .filter(|s| s.measure == measure)
                 .collect();
             if mine.is_empty() {
@@ -583,8 +579,8 @@ impl Session {
     /// Perf-event links of one slot (all processes of the binary: a
     /// perf uprobe scoped to a PID is scoped to that one thread, and missed
     /// every connection thread MySQL 5.6 created later).
-    fn link_perf(&self, slot: usize) -> Result<Vec<(&'static str, Link)>, LinkError> {
-        let s = &self.slots[slot];
+    fn link_perf(&self, slot: SlotId) -> Result<Vec<(&'static str, Link)>, LinkError> {
+        let s = &self.slots[slot.index()];
         let programs: &[(&'static str, bool)] = match s.measure {
             Measure::Count => &[(COUNT, false)],
             Measure::Latency => &[(ENTER, false), (RETURN, true)],
@@ -646,7 +642,7 @@ impl Session {
     /// Switches the given slots off at once in BPF and detaches their
     /// probes' links off the caller's thread; their counts so far stay in
     /// the maps. Links go per probe: every probe with a slot here.
-    pub fn suspend(&mut self, slots: &[usize]) {
+    pub fn suspend(&mut self, slots: &[SlotId]) {
         if slots.is_empty() {
             return;
         }
@@ -670,7 +666,7 @@ impl Session {
     }
 
     /// The links of every group holding one of `slots`, returns first.
-    fn take_links(&mut self, slots: &[usize]) -> Vec<(&'static str, Link)> {
+    fn take_links(&mut self, slots: &[SlotId]) -> Vec<(&'static str, Link)> {
         let mut off = Vec::new();
         for g in self
             .groups
@@ -685,7 +681,7 @@ impl Session {
 
     /// Re-attaches suspended slots (their whole probes); a probe the kernel
     /// now refuses stays off.
-    pub fn resume(&mut self, slots: &[usize]) -> Result<(), AttachError> {
+    pub fn resume(&mut self, slots: &[SlotId]) -> Result<(), AttachError> {
         let mut error = None;
         let groups: Vec<usize> = (0..self.groups.len())
             .filter(|&g| {
@@ -733,45 +729,33 @@ impl Session {
 
     /// Tells the probes of `slot` where its latch's creation site is;
     /// false if the map refused (then the cookie does not ask for it).
-    fn set_created(&mut self, slot: usize, field: crate::bpf_abi::CreatedField) -> bool {
+    fn set_created(&mut self, slot: SlotId, field: crate::bpf_abi::CreatedField) -> bool {
         let Some(map) = self.map(bpf::maps::CREATED_AT) else {
             return false;
         };
-        map.update(
-            &(slot as u32).to_ne_bytes(),
-            bytemuck::bytes_of(&field),
-            MapFlags::ANY,
-        )
-        .is_ok()
+        map.update(&slot.key(), bytemuck::bytes_of(&field), MapFlags::ANY)
+            .is_ok()
     }
 
     /// Takes the stack of one hit in N at each slot (0: none, 1: every
     /// hit): the governor's first lever, switched in BPF at once, with no
     /// uprobe attached or detached. Counts stay exact on every hit.
-    pub fn set_stack_every(&mut self, slots: &[(usize, u32)]) {
+    pub fn set_stack_every(&mut self, slots: &[(SlotId, u32)]) {
         let Some(map) = self.map(bpf::maps::STACK_EVERY) else {
             return;
         };
         for &(slot, n) in slots {
-            let _ = map.update(
-                &(slot as u32).to_ne_bytes(),
-                &n.to_ne_bytes(),
-                MapFlags::ANY,
-            );
+            let _ = map.update(&slot.key(), &n.to_ne_bytes(), MapFlags::ANY);
         }
     }
 
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).
-    fn set_enabled(&mut self, slots: &[usize], on: bool) {
+    fn set_enabled(&mut self, slots: &[SlotId], on: bool) {
         let Some(map) = self.map(bpf::maps::ENABLED) else {
             return;
         };
         for &slot in slots {
-            let _ = map.update(
-                &(slot as u32).to_ne_bytes(),
-                &u32::from(on).to_ne_bytes(),
-                MapFlags::ANY,
-            );
+            let _ = map.update(&slot.key(), &u32::from(on).to_ne_bytes(), MapFlags::ANY);
         }
     }
 
@@ -779,7 +763,7 @@ impl Session {
     pub fn read_slot_counts(
         &self,
     ) -> Result<
-        std::collections::HashMap<usize, crate::governor::SlotCount>,
+        std::collections::HashMap<SlotId, crate::governor::SlotCount>,
         crate::collect::CollectError,
     > {
         crate::collect::read_slot_counts(&self.object, self.slots.len())
@@ -823,7 +807,7 @@ impl Session {
     /// recorded whose return can no longer be seen. Idempotent; the time
     /// it took is in `info.detach_ms`.
     pub fn detach(&mut self) {
-        let all: Vec<usize> = (0..self.slots.len()).collect();
+        let all: Vec<SlotId> = (0..self.slots.len()).map(SlotId::of_index).collect();
         let links = self.take_links(&all);
         if links.is_empty() && self.reaper.is_none() {
             return;
@@ -842,7 +826,7 @@ impl Session {
 }
 
 /// `slots` less the refused ones.
-fn without(slots: &[usize], refused: &[(usize, LinkError)]) -> Vec<usize> {
+fn without(slots: &[SlotId], refused: &[(SlotId, LinkError)]) -> Vec<SlotId> {
     slots
         .iter()
         .copied()
@@ -866,34 +850,6 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, LinkError>) -> Result<T, LinkError>
             ok => return ok,
         }
     }
-}
-
-/// uprobe_multi links where the kernel has them (>= 6.6), scoped to the
-/// target by the kernel from 6.10 on; perf-event links otherwise.
-fn choose_mode() -> (Mode, Option<String>) {
-    if std::env::var("INNOPROF_ATTACH").is_ok_and(|v| v == "perf") {
-        return (Mode::Perf, Some("INNOPROF_ATTACH=perf".into()));
-    }
-    match kernel_version() {
-        Some(v) if v >= (6, 10) => (Mode::Multi { pid_scoped: true }, None),
-        Some(v) if v >= (6, 6) => (Mode::Multi { pid_scoped: false }, None),
-        Some((major, minor)) => (
-            Mode::Perf,
-            Some(format!(
-                "kernel {major}.{minor} has no uprobe_multi links (6.6+): one perf-event link per symbol"
-            )),
-        ),
-        None => (Mode::Multi { pid_scoped: false }, None),
-    }
-}
-
-/// (major, minor) of the running kernel.
-fn kernel_version() -> Option<(u32, u32)> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let mut parts = release.trim().split(['.', '-']);
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
 }
 
 /// Opens the object, sets the read-only configuration and map sizes, makes
@@ -1004,53 +960,5 @@ fn drop_concurrently(links: Vec<(&'static str, Link)>) {
 impl Drop for Session {
     fn drop(&mut self) {
         self.detach();
-    }
-}
-
-/// What attaching a probe set would take, from costs measured on a 2-core
-/// VM (kernel 6.18, MariaDB 11.4.5): 6,664 points in 56 uprobe_multi links
-/// attached in 28 ms and detached in 260 ms (52 points: 10 ms and 90–125
-/// ms); the same 52 points as perf-event links took 100 ms and 4.2 s.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttachEstimate {
-    pub multi: bool,
-    pub attach: Duration,
-    pub detach: Duration,
-}
-
-impl AttachEstimate {
-    /// For `points` symbols in `probes` probes (timed probes count twice).
-    pub fn for_points(points: usize, probes: usize) -> Self {
-        let multi = !matches!(choose_mode().0, Mode::Perf);
-        let (points, probes) = (2 * points as u64, 2 * probes as u64);
-        if multi {
-            Self {
-                multi,
-                attach: Duration::from_micros(10 * points + 500 * probes),
-                detach: Duration::from_micros(100_000 + 25 * points),
-            }
-        } else {
-            Self {
-                multi,
-                attach: Duration::from_millis(2 * points),
-                detach: Duration::from_millis(80 * points),
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for AttachEstimate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "attaching would take ~{:.1} s and detaching ~{:.1} s with {} links",
-            self.attach.as_secs_f64(),
-            self.detach.as_secs_f64(),
-            if self.multi {
-                "uprobe_multi"
-            } else {
-                "perf-event"
-            }
-        )
     }
 }

@@ -9,6 +9,38 @@ pub const HIST_SLOTS: usize = defines::HIST_SLOTS as usize;
 /// Slot ids the maps have room for.
 pub const MAX_SLOTS: usize = defines::MAX_SLOTS as usize;
 
+/// An attached symbol's id: its index in `Session::slots`, and in the
+/// kernel the low 32 bits of its links' cookie and the key of its entries
+/// in the per-slot maps. Typed so that it is not taken for a probe index
+/// or a count on its way; it is a number only at those edges ([`cookie`],
+/// [`SlotId::key`], [`SlotId::from_kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotId(u32);
+
+impl SlotId {
+    /// The slot at `index` in `Session::slots` (ids are dense from 0, and
+    /// fewer than [`MAX_SLOTS`]).
+    pub fn of_index(index: usize) -> Self {
+        Self(u32::try_from(index).expect("slot ids fit the cookie's 32 bits"))
+    }
+
+    /// Its index in `Session::slots` (and in the per-slot arrays).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The key of its entries in the per-slot maps (`u32` keys).
+    pub fn key(self) -> [u8; 4] {
+        self.0.to_ne_bytes()
+    }
+
+    /// The slot a kernel struct names (`stack_key.slot`, `site_key.slot`:
+    /// the cookie's low 32 bits, widened to 64, so the cast loses nothing).
+    pub fn from_kernel(slot: u64) -> Self {
+        Self(slot as u32)
+    }
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SlotStats {
@@ -186,7 +218,7 @@ pub fn from_bytes<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {
 /// does not fit the cookie's 12 bits is not read. `created`: the slot has
 /// a `created_at` entry.
 pub fn cookie(
-    slot: u32,
+    slot: SlotId,
     callsite_args: Option<(u8, u8)>,
     latch: Option<LatchArg>,
     created: bool,
@@ -194,7 +226,7 @@ pub fn cookie(
     let (file, line) = callsite_args.unwrap_or((0, 0));
     let latch = latch.filter(|l| l.offset < 4096 && matches!(l.size, 1 | 2 | 4 | 8));
     let (l_arg, l_off, l_size) = latch.map_or((0, 0, 0), |l| (l.arg, l.offset, l.size));
-    u64::from(slot)
+    u64::from(slot.0)
         | (u64::from(file & 0xf) << 32)
         | (u64::from(line & 0xf) << 36)
         | (u64::from(l_arg & 0xf) << 40)
@@ -263,7 +295,7 @@ mod tests {
             offset: 4095,
             size: 4,
         };
-        let c = cookie(0xffff_ffff, Some((4, 5)), Some(latch), true);
+        let c = cookie(SlotId(0xffff_ffff), Some((4, 5)), Some(latch), true);
         assert_eq!(c & 0xffff_ffff, 0xffff_ffff);
         assert_eq!((c >> 32) & 0xf, 4);
         assert_eq!((c >> 36) & 0xf, 5);
@@ -276,6 +308,6 @@ mod tests {
             offset: 4096,
             ..latch
         };
-        assert_eq!(cookie(7, None, Some(far), false), 7);
+        assert_eq!(cookie(SlotId(7), None, Some(far), false), 7);
     }
 }

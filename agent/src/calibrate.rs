@@ -373,7 +373,9 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     // The same timed probe with its stacks off (a BPF map switch, no
     // re-attach): the difference is what one stack walk costs.
     let stack_ns = if capture_stacks {
-        let slots: Vec<(usize, u32)> = (0..session.slots.len()).map(|i| (i, 0)).collect();
+        let slots: Vec<(crate::bpf_abi::SlotId, u32)> = (0..session.slots.len())
+            .map(|i| (crate::bpf_abi::SlotId::of_index(i), 0))
+            .collect();
         session.set_stack_every(&slots);
         let (bare, _) = median(
             &session,

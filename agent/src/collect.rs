@@ -7,7 +7,8 @@ use libbpf_rs::{Map, MapCore, MapFlags, Object};
 use serde::Serialize;
 
 use crate::bpf_abi::{
-    from_bytes, Callsite, SiteKey, SiteVal, SlotStats, StackHold, StackKey, StackVal, DROP_REASONS,
+    from_bytes, Callsite, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey, StackVal,
+    DROP_REASONS,
 };
 use crate::catalog::Measure;
 
@@ -58,7 +59,7 @@ impl Drops {
 
 #[derive(Debug, Clone)]
 pub struct StackSample {
-    pub slot: u64,
+    pub slot: SlotId,
     /// Instruction pointers, innermost first; empty when the stack was lost.
     pub ips: Vec<u64>,
     pub site: Callsite,
@@ -70,10 +71,10 @@ pub struct StackSample {
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub slots: HashMap<u64, SlotStats>,
+    pub slots: HashMap<SlotId, SlotStats>,
     pub stacks: Vec<StackSample>,
     /// Per (slot, call site): calls, total and max wait.
-    pub sites: Vec<(u64, Callsite, SiteVal)>,
+    pub sites: Vec<(SlotId, Callsite, SiteVal)>,
     pub drops: Drops,
 }
 
@@ -82,7 +83,7 @@ pub struct Snapshot {
 pub fn read_slot_counts(
     obj: &Object,
     n_slots: usize,
-) -> Result<HashMap<usize, crate::governor::SlotCount>, CollectError> {
+) -> Result<HashMap<SlotId, crate::governor::SlotCount>, CollectError> {
     Ok(read_slot_stats(obj, n_slots)?
         .into_iter()
         .map(|(slot, s)| {
@@ -91,14 +92,17 @@ pub fn read_slot_counts(
                 wait_ns: s.wait_ns_total,
                 stacks: s.stacks,
             };
-            (slot as usize, count)
+            (slot, count)
         })
         .collect())
 }
 
 /// Per-slot stats summed over CPUs, for slots `0..n_slots` (slot ids are
 /// dense), in one batched read of the per-CPU array.
-fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStats>, CollectError> {
+fn read_slot_stats(
+    obj: &Object,
+    n_slots: usize,
+) -> Result<HashMap<SlotId, SlotStats>, CollectError> {
     let stats = map(obj, bpf::maps::STATS)?;
     let per_cpu = read_percpu_array(&stats, n_slots).map_err(read_err(bpf::maps::STATS))?;
     let mut slots = HashMap::new();
@@ -109,7 +113,7 @@ fn read_slot_stats(obj: &Object, n_slots: usize) -> Result<HashMap<u64, SlotStat
             sum += &s;
         }
         if sum.calls > 0 {
-            slots.insert(slot as u64, sum);
+            slots.insert(SlotId::of_index(slot), sum);
         }
     }
     Ok(slots)
@@ -127,10 +131,10 @@ fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs
     // per-CPU hash and 8-byte keys overran the key buffer once), else take
     // the slower, checked way.
     if map.map_type() != libbpf_rs::MapType::PercpuArray || map.key_size() != 4 {
-        return (0..n as u32)
-            .map(|slot| {
+        return (0..n)
+            .map(|i| {
                 Ok(map
-                    .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)?
+                    .lookup_percpu(&SlotId::of_index(i).key(), MapFlags::ANY)?
                     .unwrap_or_default())
             })
             .collect();
@@ -183,15 +187,15 @@ fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
     /// Per slot, summed over CPUs.
-    pub slots: HashMap<u64, SlotStats>,
+    pub slots: HashMap<SlotId, SlotStats>,
     /// Per (slot, call site): calls, total and max wait.
-    pub sites: Vec<(u64, Callsite, SiteVal)>,
+    pub sites: Vec<(SlotId, Callsite, SiteVal)>,
     pub drops: Drops,
 }
 
 impl Counters {
     /// One probe's totals: the sum of its slots (symbols).
-    pub fn probe_total(&self, slots: &[u64]) -> SlotStats {
+    pub fn probe_total(&self, slots: &[SlotId]) -> SlotStats {
         let mut sum = SlotStats::default();
         for st in slots.iter().filter_map(|s| self.slots.get(s)) {
             sum += st;
@@ -202,7 +206,7 @@ impl Counters {
     /// One probe's call sites, with their cumulative counts.
     pub fn probe_sites<'a>(
         &'a self,
-        slots: &'a [u64],
+        slots: &'a [SlotId],
     ) -> impl Iterator<Item = (Callsite, SiteVal)> + 'a {
         self.sites
             .iter()
@@ -221,7 +225,7 @@ pub struct LiveProbe {
     pub measure: Measure,
     /// The catalog says where its caller's `file`/`line` are.
     pub has_callsites: bool,
-    pub slots: Vec<u64>,
+    pub slots: Vec<SlotId>,
 }
 
 /// Everything, stacks included: read once, after the probes are detached.
@@ -273,7 +277,7 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
     let slots = read_slot_stats(obj, n_slots)?;
     let sites = read_hash::<SiteKey, SiteVal>(obj, bpf::maps::SITE_STATS)?
         .into_iter()
-        .map(|(k, v)| (k.slot, k.site, v))
+        .map(|(k, v)| (SlotId::from_kernel(k.slot), k.site, v))
         .collect();
 
     let drops_map = map(obj, bpf::maps::DROPS)?;
@@ -344,7 +348,7 @@ pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Col
             Vec::new()
         };
         stacks.push(StackSample {
-            slot: key.slot,
+            slot: SlotId::from_kernel(key.slot),
             ips,
             site: key.site,
             thread: crate::bpf_abi::comm_name(&key.comm),

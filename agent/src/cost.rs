@@ -14,6 +14,7 @@
 //! from the kernel's figures over the last second or more.
 
 use crate::attach::{ProgramRuns, RunStats};
+use crate::bpf_abi::SlotId;
 use crate::calibrate::HitCost;
 use crate::catalog::Measure;
 use crate::governor::{SlotCost, SlotCount};
@@ -59,8 +60,8 @@ pub struct LiveCost {
     /// Per slot: its counts when its stack share was last measured, and
     /// that share (stacks taken per call). With the stack interval, a hot
     /// probe takes far fewer stacks than one per hit in `stack_every`.
-    slots_last: HashMap<usize, SlotCount>,
-    stack_share: HashMap<usize, f64>,
+    slots_last: HashMap<SlotId, SlotCount>,
+    stack_share: HashMap<SlotId, f64>,
 }
 
 impl LiveCost {
@@ -77,7 +78,7 @@ impl LiveCost {
 
     /// Re-measures each slot's share of calls that took a stack, where
     /// enough calls happened since its last measure.
-    pub fn observe_slots(&mut self, counts: &HashMap<usize, SlotCount>) {
+    pub fn observe_slots(&mut self, counts: &HashMap<SlotId, SlotCount>) {
         for (&slot, &now) in counts {
             let last = self.slots_last.get(&slot).copied().unwrap_or_default();
             let calls = now.calls.saturating_sub(last.calls);
@@ -123,7 +124,7 @@ impl LiveCost {
         measure: Measure,
         entry: EntryInsn,
         stack_every: u32,
-        slot: usize,
+        slot: SlotId,
     ) -> SlotCost {
         let total = self.per_call_ns(measure, entry);
         let walk_ns = if self.hit.with_stacks {
@@ -215,9 +216,9 @@ mod tests {
         assert_eq!(c.per_call_ns(Measure::Latency, EntryInsn::Push), 3000.0);
         // The governor's split: 700 ns of stack walk taken out of the base
         // while every hit takes a stack; an eighth of it when 1 in 8 does.
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, 0);
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, SlotId::of_index(0));
         assert_eq!((sc.base_ns, sc.stack_ns), (2300.0, 700.0));
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 8, 0);
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 8, SlotId::of_index(0));
         assert_eq!(sc.base_ns, 3000.0 - 87.5);
         // Count-only: nothing seen yet, calibration holds.
         assert_eq!(c.per_call_ns(Measure::Count, EntryInsn::Push), 900.0);
@@ -243,15 +244,16 @@ mod tests {
             stacks,
         };
         // Too few calls: not measured yet, one in `stack_every` assumed.
-        c.observe_slots(&HashMap::from([(3, count(100, 1))]));
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, 3);
+        let three = SlotId::of_index(3);
+        c.observe_slots(&HashMap::from([(three, count(100, 1))]));
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, three);
         assert_eq!((sc.base_ns, sc.stack_ns), (2300.0, 700.0));
-        c.observe_slots(&HashMap::from([(3, count(10_000, 100))]));
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, 3);
+        c.observe_slots(&HashMap::from([(three, count(10_000, 100))]));
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 1, three);
         assert_eq!((sc.base_ns, sc.stack_ns), (3000.0 - 7.0, 7.0));
         // At one in 4 of the hits past the interval, 1 % took stacks: at
         // one in 1 it would be 4 %.
-        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 4, 3);
+        let sc = c.slot_cost(Measure::Latency, EntryInsn::Push, 4, three);
         assert_eq!((sc.base_ns, sc.stack_ns), (3000.0 - 7.0, 28.0));
         // The projection at the current rate is the measured total.
         assert_eq!(sc.base_ns + sc.stack_ns / 4.0, 3000.0);

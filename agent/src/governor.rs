@@ -29,6 +29,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use crate::bpf_abi::SlotId;
 use crate::estimate::OnWindow;
 
 /// The default budget: 1 % of one core.
@@ -116,16 +117,16 @@ pub struct SlotCount {
 /// One probe as the governor sees it: its slots and their costs.
 #[derive(Debug, Clone)]
 pub struct GovernedProbe {
-    pub slots: Vec<(usize, SlotCost)>,
+    pub slots: Vec<(SlotId, SlotCost)>,
 }
 
 /// What the recorder must do now, all in one batch.
 #[derive(Debug, Default, PartialEq)]
 pub struct Actions {
-    pub suspend: Vec<usize>,
-    pub resume: Vec<usize>,
+    pub suspend: Vec<SlotId>,
+    pub resume: Vec<SlotId>,
     /// New stack sampling rates (slot, 1-in-N).
-    pub stack_every: Vec<(usize, u32)>,
+    pub stack_every: Vec<(SlotId, u32)>,
 }
 
 impl Actions {
@@ -162,7 +163,7 @@ enum Mode {
 }
 
 struct ProbeState {
-    slots: Vec<(usize, SlotCost)>,
+    slots: Vec<(SlotId, SlotCost)>,
     mode: Mode,
     /// Live (the flag is on) since.
     on_since: Option<Instant>,
@@ -182,7 +183,7 @@ struct ProbeState {
 }
 
 impl ProbeState {
-    fn sum(&self, counts: &HashMap<usize, SlotCount>) -> SlotCount {
+    fn sum(&self, counts: &HashMap<SlotId, SlotCount>) -> SlotCount {
         let mut s = SlotCount::default();
         for (slot, _) in &self.slots {
             let c = counts.get(slot).copied().unwrap_or_default();
@@ -205,7 +206,7 @@ impl ProbeState {
             / self.slots.len() as f64
     }
 
-    fn slot_ids(&self) -> impl Iterator<Item = usize> + '_ {
+    fn slot_ids(&self) -> impl Iterator<Item = SlotId> + '_ {
         self.slots.iter().map(|(s, _)| *s)
     }
 }
@@ -238,7 +239,7 @@ impl Governor {
     pub fn new(
         cfg: GovernorConfig,
         probes: Vec<GovernedProbe>,
-        counts: &HashMap<usize, SlotCount>,
+        counts: &HashMap<SlotId, SlotCount>,
         now: Instant,
     ) -> Self {
         let probes = probes
@@ -278,7 +279,7 @@ impl Governor {
     }
 
     /// New per-slot costs (measured live); used from the next tick on.
-    pub fn update_costs(&mut self, costs: &HashMap<usize, SlotCost>) {
+    pub fn update_costs(&mut self, costs: &HashMap<SlotId, SlotCost>) {
         for p in &mut self.probes {
             for (slot, cost) in &mut p.slots {
                 if let Some(c) = costs.get(slot) {
@@ -293,7 +294,7 @@ impl Governor {
     pub fn tick(
         &mut self,
         now: Instant,
-        counts: impl FnOnce() -> HashMap<usize, SlotCount>,
+        counts: impl FnOnce() -> HashMap<SlotId, SlotCount>,
     ) -> Actions {
         let mut actions = Actions::default();
         // A caller ticking every `tick` wakes a little late or early by
@@ -310,7 +311,7 @@ impl Governor {
         t.saturating_duration_since(self.started).as_secs_f64()
     }
 
-    fn decide(&mut self, now: Instant, counts: &HashMap<usize, SlotCount>, actions: &mut Actions) {
+    fn decide(&mut self, now: Instant, counts: &HashMap<SlotId, SlotCount>, actions: &mut Actions) {
         for p in &mut self.probes {
             let total = p.sum(counts);
             let delta = total.calls.saturating_sub(p.last.calls);
@@ -456,7 +457,7 @@ impl Governor {
 
     /// The recorder finished re-attaching `slots` at `now`: the window
     /// starts when the probe is really live.
-    pub fn resumed(&mut self, slots: &[usize], now: Instant) {
+    pub fn resumed(&mut self, slots: &[SlotId], now: Instant) {
         let min_on = self.cfg.min_on;
         for p in &mut self.probes {
             if p.slots.iter().any(|(s, _)| slots.contains(s)) {
@@ -488,7 +489,7 @@ impl Governor {
     pub fn windows_now(
         &self,
         now: Instant,
-        counts: &HashMap<usize, SlotCount>,
+        counts: &HashMap<SlotId, SlotCount>,
     ) -> Vec<Vec<OnWindow>> {
         self.probes
             .iter()
@@ -516,7 +517,7 @@ impl Governor {
 
     /// Closes the books at `now` (the end of the recording) with the final
     /// `counts` (read after the probes were detached).
-    pub fn finish(&mut self, now: Instant, counts: &HashMap<usize, SlotCount>) -> Vec<DutyReport> {
+    pub fn finish(&mut self, now: Instant, counts: &HashMap<SlotId, SlotCount>) -> Vec<DutyReport> {
         let total = self.since_start(now);
         let windows = self.windows_now(now, counts);
         self.probes
@@ -640,12 +641,12 @@ mod tests {
         SlotCost { base_ns, stack_ns }
     }
 
-    fn counts(pairs: &[(usize, u64)]) -> HashMap<usize, SlotCount> {
+    fn counts(pairs: &[(usize, u64)]) -> HashMap<SlotId, SlotCount> {
         pairs
             .iter()
             .map(|&(s, calls)| {
                 (
-                    s,
+                    SlotId::of_index(s),
                     SlotCount {
                         calls,
                         wait_ns: calls * 1000,
@@ -660,7 +661,7 @@ mod tests {
         Governor::new(
             GovernorConfig::default(),
             vec![GovernedProbe {
-                slots: vec![(0, c)],
+                slots: vec![(SlotId::of_index(0), c)],
             }],
             &HashMap::new(),
             t0,
@@ -893,7 +894,10 @@ mod tests {
     fn hits_while_attaching_are_not_in_any_window() {
         let t0 = Instant::now();
         let probes = vec![GovernedProbe {
-            slots: vec![(0, cost(1_000.0, 0.0)), (1, cost(1_000.0, 0.0))],
+            slots: vec![
+                (SlotId::of_index(0), cost(1_000.0, 0.0)),
+                (SlotId::of_index(1), cost(1_000.0, 0.0)),
+            ],
         }];
         let before = counts(&[(0, 700_000), (1, 300_000)]);
         let mut g = Governor::new(GovernorConfig::default(), probes, &before, t0);
@@ -910,7 +914,7 @@ mod tests {
         let t0 = Instant::now();
         let probes = (0..3)
             .map(|i| GovernedProbe {
-                slots: vec![(i, cost(5_000.0, 0.0))],
+                slots: vec![(SlotId::of_index(i), cost(5_000.0, 0.0))],
             })
             .collect();
         let mut g = Governor::new(GovernorConfig::default(), probes, &HashMap::new(), t0);
@@ -921,6 +925,6 @@ mod tests {
         });
         let mut s = a.suspend.clone();
         s.sort();
-        assert_eq!(s, vec![0, 1, 2]);
+        assert_eq!(s, (0..3).map(SlotId::of_index).collect::<Vec<_>>());
     }
 }

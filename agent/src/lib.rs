@@ -16,6 +16,7 @@
 pub mod bpf_layout;
 pub mod attach;
 pub mod attach_errno;
+pub mod attach_plan;
 pub mod bpf_abi;
 pub mod bundle;
 pub mod bundle_read;

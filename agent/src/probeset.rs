@@ -162,7 +162,7 @@ impl ProbeSet {
             .iter()
             .max_by_key(|p| p.resolution.symbols.len())
             .expect("points > 0");
-        let estimate = crate::attach::AttachEstimate::for_points(points, self.probes.len());
+        let estimate = crate::attach_plan::AttachEstimate::for_points(points, self.probes.len());
         Err(CatalogError::TooBroad {
             pattern: widest.spec.symbols.join(", "),
             origin: format!("probe `{}`", widest.spec.name),

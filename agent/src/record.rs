@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, MapLimits, Session, SessionOptions};
-use crate::bpf_abi::Callsite;
+use crate::bpf_abi::{Callsite, SlotId};
 use crate::calibrate::{
     calibrate_or_reuse, measure_with, CalibrateError, Calibration, Calibrator, HitCost,
 };
@@ -261,7 +261,7 @@ pub struct StackWindow {
     started: Instant,
 }
 
-type StackIdentity = (u64, Vec<u64>, Callsite, Option<String>);
+type StackIdentity = (SlotId, Vec<u64>, Callsite, Option<String>);
 
 fn stack_identity(s: &crate::collect::StackSample) -> StackIdentity {
     (s.slot, s.ips.clone(), s.site, s.thread.clone())
@@ -297,7 +297,7 @@ pub struct Recorder {
     /// When `cost` last re-read the kernel's run statistics.
     cost_observed: Instant,
     /// The stack sampling the governor set per slot (absent: every hit).
-    stack_every: HashMap<usize, u32>,
+    stack_every: HashMap<SlotId, u32>,
     /// With [`StackCapture::OnDemand`]: whether each slot takes stacks
     /// now, and until when the open window lasts.
     stack_gate: Option<(Vec<bool>, Option<Instant>)>,
@@ -417,11 +417,12 @@ impl Recorder {
                 cost.observe_slots(&session.read_slot_counts().unwrap_or_default());
                 self.cost_observed = Instant::now();
                 if let Some(g) = self.governor.as_mut() {
-                    let costs: HashMap<usize, SlotCost> = session
+                    let costs: HashMap<SlotId, SlotCost> = session
                         .slots
                         .iter()
                         .enumerate()
                         .filter(|(_, s)| s.attached)
+                        .map(|(i, s)| (SlotId::of_index(i), s))
                         .map(|(i, s)| {
                             let every = self.stack_every.get(&i).copied().unwrap_or(1);
                             (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
@@ -443,11 +444,11 @@ impl Recorder {
         match &self.stack_gate {
             None => session.set_stack_every(&actions.stack_every),
             Some((gate, _)) => {
-                let open: Vec<(usize, u32)> = actions
+                let open: Vec<(SlotId, u32)> = actions
                     .stack_every
                     .iter()
                     .copied()
-                    .filter(|(slot, _)| gate.get(*slot).copied().unwrap_or(false))
+                    .filter(|(slot, _)| gate.get(slot.index()).copied().unwrap_or(false))
                     .collect();
                 session.set_stack_every(&open);
             }
@@ -510,13 +511,13 @@ impl Recorder {
             .iter()
             .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
             .collect();
-        let on: Vec<(usize, u32)> = probes
+        let on: Vec<(SlotId, u32)> = probes
             .iter()
             .flat_map(|&probe| session.slots_of(probe))
             .map(|(i, _)| (i, self.stack_every.get(&i).copied().unwrap_or(1)))
             .collect();
         for &(i, _) in &on {
-            gate[i] = true;
+            gate[i.index()] = true;
         }
         session.set_stack_every(&on);
         *deadline = Some(until);
@@ -562,11 +563,11 @@ impl Recorder {
         else {
             return;
         };
-        let off: Vec<(usize, u32)> = gate
+        let off: Vec<(SlotId, u32)> = gate
             .iter()
             .enumerate()
             .filter(|(_, on)| **on)
-            .map(|(i, _)| (i, 0))
+            .map(|(i, _)| (SlotId::of_index(i), 0))
             .collect();
         session.set_stack_every(&off);
         gate.iter_mut().for_each(|g| *g = false);
@@ -647,8 +648,8 @@ impl Recorder {
 
     /// What one call at `slot` costs the server now, in ns: the calibrated
     /// trap plus the programs' measured run time (as the governor charges).
-    pub fn per_call_ns(&self, slot: u64) -> Option<f64> {
-        let s = self.session.as_ref()?.slots.get(slot as usize)?;
+    pub fn per_call_ns(&self, slot: SlotId) -> Option<f64> {
+        let s = self.session.as_ref()?.slots.get(slot.index())?;
         Some(match &self.cost {
             Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
             None => self.hit_cost.per_call_ns(s.measure, s.symbol.entry),
@@ -686,7 +687,7 @@ impl Recorder {
 
     /// Per-slot costs measured live (e.g. from the kernel's BPF run-time
     /// stats), replacing the calibrated ones from the governor's next tick.
-    pub fn update_costs(&mut self, costs: &HashMap<usize, SlotCost>) {
+    pub fn update_costs(&mut self, costs: &HashMap<SlotId, SlotCost>) {
         if let Some(g) = self.governor.as_mut() {
             g.update_costs(costs);
         }
@@ -753,12 +754,12 @@ impl Recorder {
         // links were gone (returns of calls in flight included).
         let duties = match (self.governor.as_mut(), &snapshot) {
             (Some(g), Ok(snap)) => {
-                let counts: HashMap<usize, SlotCount> = snap
+                let counts: HashMap<SlotId, SlotCount> = snap
                     .slots
                     .iter()
                     .map(|(slot, st)| {
                         (
-                            *slot as usize,
+                            *slot,
                             SlotCount {
                                 calls: st.calls,
                                 wait_ns: st.wait_ns_total,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::attach::{AttachOutcome, Session, Slot};
-use crate::bpf_abi::{Callsite, SiteVal, SlotStats};
+use crate::bpf_abi::{Callsite, SiteVal, SlotId, SlotStats};
 use crate::calibrate::HitCost;
 use crate::callsite::CallsiteNamer;
 use crate::catalog::Measure;
@@ -88,7 +88,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
     let mut symbolizer = plan.stack_symbolizer(maps);
     // Every user stack of the recording named up front, file by file (the
     // peak RSS of the end is one file's debug info, not all of them).
-    let exact_first: HashMap<u64, bool> = (0..plan.probes.len())
+    let exact_first: HashMap<SlotId, bool> = (0..plan.probes.len())
         .flat_map(|idx| {
             let count = plan.probes[idx].spec.measure == Measure::Count;
             probe_slots(session, idx).into_iter().map(move |(id, _)| (id, count))
@@ -274,24 +274,12 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
     };
 
     let mut summary = Summary {
-        format_version: crate::contract::FORMAT_VERSION,
-        tool: "innoprof".to_string(),
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        target: plan.target_info(),
-        catalog: plan.catalog_file.clone(),
         started_unix_ms,
-        duration_s,
-        end_reason,
-        complete: end_reason == EndReason::Duration,
-        probes: results,
         counters,
         drops: snapshot.drops,
         cpu: cpu.map(|c| c.summary),
         overhead,
-        timeseries: None,
-        findings: Vec::new(),
-        server_state: None,
-        segments: Vec::new(),
+        ..bare_summary(plan, results, duration_s, end_reason)
     };
     summary.findings = crate::findings::evaluate(&summary);
     Ok(Recording {
@@ -300,6 +288,39 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         timeseries: None,
         stacks: named_stacks,
     })
+}
+
+/// A summary of `plan`'s `probes` over `duration_s` with nothing else
+/// measured yet: a recording adds its counters, drops, CPU profile and
+/// overhead, a findings window (`serve`) the server's state. One
+/// constructor, so the two say what tool, format and target they are of
+/// alike; the caller evaluates the findings once it is filled.
+pub(crate) fn bare_summary(
+    plan: &Plan,
+    probes: Vec<ProbeResult>,
+    duration_s: f64,
+    end_reason: EndReason,
+) -> Summary {
+    Summary {
+        format_version: crate::contract::FORMAT_VERSION,
+        tool: "innoprof".to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: plan.target_info(),
+        catalog: plan.catalog_file.clone(),
+        started_unix_ms: 0,
+        duration_s,
+        end_reason,
+        complete: end_reason == EndReason::Duration,
+        probes,
+        counters: Vec::new(),
+        drops: Default::default(),
+        cpu: None,
+        overhead: Default::default(),
+        timeseries: None,
+        findings: Vec::new(),
+        server_state: None,
+        segments: Vec::new(),
+    }
 }
 
 /// A probe the governor cut saw only part of the calls: its counts stay
@@ -365,8 +386,8 @@ impl<'a> LatchNames<'a> {
 /// Call sites of one probe, merged across its symbols, most wait first;
 /// one row per (latch, site) where the probe names latches.
 fn callsite_results(
-    slots: &[(u64, &Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, SiteVal)],
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<CallsiteResult> {
@@ -392,8 +413,8 @@ fn callsite_results(
 
 /// Per named latch: calls and wait, most wait first.
 fn latch_results(
-    slots: &[(u64, &Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, SiteVal)],
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<LatchResult> {
@@ -412,8 +433,8 @@ fn latch_results(
 /// the site has no row), each row with the first site that named it;
 /// most wait first, then most calls, then by row.
 fn sum_sites<K: Ord + std::hash::Hash>(
-    slots: &[(u64, &Slot)],
-    sites: &[(u64, Callsite, SiteVal)],
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, SiteVal)],
     mut row_of: impl FnMut(&Callsite) -> Option<K>,
 ) -> Vec<(K, Callsite, SiteVal)> {
     let mut rows: HashMap<K, (Callsite, SiteVal)> = HashMap::new();
@@ -440,23 +461,21 @@ fn sum_sites<K: Ord + std::hash::Hash>(
 
 /// The attached slots of probe `idx`, with their ids as the maps key them
 /// (none without a session).
-pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(u64, &Slot)> {
-    session.map_or_else(Vec::new, |s| {
-        s.slots_of(idx).map(|(i, slot)| (i as u64, slot)).collect()
-    })
+pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(SlotId, &Slot)> {
+    session.map_or_else(Vec::new, |s| s.slots_of(idx).collect())
 }
 
 /// Folded stacks of one probe, weighted by wait time and by count.
 pub(crate) fn fold_stacks(
     stem: &str,
     measure: Measure,
-    slots: &[(u64, &Slot)],
+    slots: &[(SlotId, &Slot)],
     samples: &[StackSample],
     symbolizer: &mut StackSymbolizer,
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
-    let names: HashMap<u64, &str> = slots
+    let names: HashMap<SlotId, &str> = slots
         .iter()
         .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
         .collect();

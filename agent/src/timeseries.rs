@@ -400,7 +400,7 @@ mod tests {
             name: name.into(),
             measure: Measure::Latency,
             has_callsites,
-            slots: vec![0],
+            slots: vec![crate::bpf_abi::SlotId::of_index(0)],
         }
     }
 

@@ -1,5 +1,6 @@
 //! `innoprof`: argument parsing and wiring only; the work is in the library.
 
+mod clock;
 mod cpu_args;
 mod diff;
 mod docs;
@@ -28,7 +29,8 @@ use innoprof::record::{Plan, RecordOptions, Recorder, StackCapture};
 use innoprof::report::model::EndReason;
 use innoprof::report::table;
 use innoprof::timeseries::IntervalSeries;
-use tokio::signal::unix::{signal, SignalKind};
+
+use crate::clock::{Clock, Event, Signals};
 
 /// Exit status when the target exited during the recording (partial output written).
 pub(crate) const EXIT_TARGET_EXITED: u8 = 3;
@@ -303,10 +305,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         calibrator: crate::own_calibrator(),
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
-    let mut signals = Signals {
-        int: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
-        term: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
-    };
+    let mut signals = Signals::install()?;
     // --follow knows the server again by its datadir (its working directory).
     let instance =
         if args.follow {
@@ -391,11 +390,6 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     })
 }
 
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-}
-
 /// `--follow`: polls for the instance's next process until `deadline` or a
 /// signal, and plans its probes (resolved anew: an upgrade may have
 /// brought another build). None: it did not come back in time.
@@ -405,30 +399,34 @@ async fn wait_for_instance(
     deadline: tokio::time::Instant,
     signals: &mut Signals,
 ) -> Option<Plan> {
-    let mut poll = tokio::time::interval(Duration::from_millis(250));
+    #[derive(Clone, Copy)]
+    struct Poll;
+    let mut clock = Clock::new(signals)
+        .until(deadline)
+        .now_and_every(Poll, Duration::from_millis(250));
     let mut said: Option<String> = None;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => return None,
-            _ = signals.int.recv() => return None,
-            _ = signals.term.recv() => return None,
-            _ = poll.tick() => {
-                let Ok(Some(found)) = instance.running() else { continue };
-                opts.pid = found.pid;
-                match Plan::build(opts) {
-                    Ok(plan) => return Some(plan),
-                    // Still starting (or briefly unreadable): tried again.
-                    Err(e) => {
-                        let why = innoprof::error_chain(&e);
-                        if said.as_deref() != Some(why.as_str()) {
-                            eprintln!("innoprof: cannot attach to pid {} yet: {why}; retrying", found.pid);
-                            said = Some(why);
-                        }
-                    }
+    // The deadline or a signal: not back in time.
+    while let Event::Due(Poll) = clock.next().await {
+        let Ok(Some(found)) = instance.running() else {
+            continue;
+        };
+        opts.pid = found.pid;
+        match Plan::build(opts) {
+            Ok(plan) => return Some(plan),
+            // Still starting (or briefly unreadable): tried again.
+            Err(e) => {
+                let why = innoprof::error_chain(&e);
+                if said.as_deref() != Some(why.as_str()) {
+                    eprintln!(
+                        "innoprof: cannot attach to pid {} yet: {why}; retrying",
+                        found.pid
+                    );
+                    said = Some(why);
                 }
             }
         }
     }
+    None
 }
 
 /// One server process's part of a recording: attach, record until
@@ -515,31 +513,33 @@ async fn record_segment(
         ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
             .expect("template"),
     );
-    let deadline = tokio::time::sleep_until(deadline_at);
-    tokio::pin!(deadline);
-    // The governor's own period (it switches probes within a second); each
-    // wakeup costs the agent CPU, so no more often than that.
-    let mut tick = tokio::time::interval(innoprof::governor::GovernorConfig::default().tick);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    #[derive(Clone, Copy)]
+    enum Duty {
+        Govern,
+        Sample,
+    }
+    let mut clock = Clock::new(signals)
+        .until(deadline_at)
+        .governor(Duty::Govern);
+    if let Some(period) = args.interval {
+        clock = clock.every(Duty::Sample, period);
+    }
     let started = std::time::Instant::now();
-    // Without --interval the branch below is disabled; the period is moot.
-    let period = args.interval.unwrap_or(Duration::from_secs(3600));
-    let mut interval_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    interval_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let end = loop {
-        tokio::select! {
-            _ = &mut deadline => break EndReason::Duration,
-            _ = signals.int.recv() => break EndReason::Interrupted,
-            _ = signals.term.recv() => break EndReason::Interrupted,
-            _ = tick.tick() => {
+        match clock.next().await {
+            Event::Deadline => break EndReason::Duration,
+            Event::Signal => break EndReason::Interrupted,
+            Event::Due(Duty::Govern) => {
                 recorder.govern();
                 bar.set_position(started.elapsed().as_millis() as u64);
+                // At the governor's period rather than ALIVE_EVERY: the
+                // recording ends within a tick of the server's exit.
                 if !target.is_alive() {
                     break EndReason::TargetExited;
                 }
             }
-            _ = interval_tick.tick(), if series.is_some() => {
-                series.as_mut().expect("guarded").sample(&recorder)?;
+            Event::Due(Duty::Sample) => {
+                series.as_mut().expect("--interval").sample(&recorder)?;
             }
         }
     };

@@ -29,8 +29,8 @@ use innoprof::live::LiveView;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::target::{Liveness, Target};
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
 
+use crate::clock::{Clock, Event, Signals};
 use crate::http_guard::{ConnectionGuard, DEFAULT_MAX_CONNECTIONS};
 use crate::pid_arg::PidArg;
 use crate::probe_args::ProbeArgs;
@@ -596,8 +596,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     // Before anything else: a refused address must cost nothing.
     check_listen_address(args.listen, args.listen_any)?;
     tune_allocator();
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut signals = Signals::install()?;
     let mut notifier = args.ready.notifier()?;
     let commit = env!("INNOPROF_GIT_COMMIT").to_string();
     let setup = Setup {
@@ -662,20 +661,20 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             .map(|r| &r.recorder),
     );
     crate::ready_args::announce(&mut notifier, &ready);
-    let mut findings_tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + args.findings_window,
-        args.findings_window,
-    );
-    findings_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut discover_tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + DISCOVER_EVERY, DISCOVER_EVERY);
-    discover_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-
-    // The governor's own period (it switches probes within a second); each
-    // wakeup costs the agent CPU, so no more often than that.
-    let mut tick = tokio::time::interval(innoprof::governor::GovernorConfig::default().tick);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut alive_check = tokio::time::interval(Duration::from_millis(250));
+    #[derive(Clone, Copy)]
+    enum Duty {
+        Govern,
+        Findings,
+        Discover,
+        AliveCheck,
+    }
+    let mut clock = Clock::new(&mut signals)
+        .governor(Duty::Govern)
+        .every(Duty::Findings, args.findings_window);
+    if args.all {
+        clock = clock.every(Duty::Discover, DISCOVER_EVERY);
+    }
+    let mut clock = clock.alive_check(Duty::AliveCheck);
     let guard = ConnectionGuard::new(args.max_connections as usize);
     // Set while accepting is paused after an error.
     let mut accept_again: Option<tokio::time::Instant> = None;
@@ -701,33 +700,35 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                 }
             },
             _ = tokio::time::sleep_until(resume), if accept_again.is_some() => accept_again = None,
-            _ = sigint.recv() => break ExitCode::SUCCESS,
-            _ = sigterm.recv() => break ExitCode::SUCCESS,
-            _ = tick.tick() => {
-                for run in live.borrow_mut().servers.iter_mut().filter_map(|w| w.run.as_mut()) {
-                    run.recorder.govern();
+            event = clock.next() => match event {
+                // No deadline is set: serve runs until a signal.
+                Event::Signal | Event::Deadline => break ExitCode::SUCCESS,
+                Event::Due(Duty::Govern) => {
+                    for run in live.borrow_mut().servers.iter_mut().filter_map(|w| w.run.as_mut()) {
+                        run.recorder.govern();
+                    }
                 }
-            }
-            _ = findings_tick.tick() => {
-                for w in &mut live.borrow_mut().servers {
-                    w.findings_window();
+                Event::Due(Duty::Findings) => {
+                    for w in &mut live.borrow_mut().servers {
+                        w.findings_window();
+                    }
+                    release_freed_memory();
                 }
-                release_freed_memory();
-            }
-            _ = discover_tick.tick(), if args.all => {
-                discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
-            }
-            _ = alive_check.tick() => {
-                let exit = live
-                    .borrow_mut()
-                    .servers
-                    .iter_mut()
-                    .map(|w| w.check(&setup))
-                    .find_map(Result::err);
-                if let Some(code) = exit {
-                    break code;
+                Event::Due(Duty::Discover) => {
+                    discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
                 }
-            }
+                Event::Due(Duty::AliveCheck) => {
+                    let exit = live
+                        .borrow_mut()
+                        .servers
+                        .iter_mut()
+                        .map(|w| w.check(&setup))
+                        .find_map(Result::err);
+                    if let Some(code) = exit {
+                        break code;
+                    }
+                }
+            },
         }
     };
     // Connection tasks may still hold the state: detach explicitly.

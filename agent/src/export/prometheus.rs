@@ -184,7 +184,7 @@ pub struct Exporter {
     /// new calls at its current per-call cost (so it only grows, though
     /// the cost model is re-estimated), and each slot's calls then.
     probe_cost_s: f64,
-    slot_calls: HashMap<u64, u64>,
+    slot_calls: HashMap<crate::bpf_abi::SlotId, u64>,
     /// What the server's earlier runs counted (serve follows it across
     /// restarts): added to this run's series so each keeps growing.
     carried: Totals,
@@ -1005,20 +1005,21 @@ mod tests {
 
     #[test]
     fn scrape_text_has_every_family() {
+        let slot = crate::bpf_abi::SlotId::of_index;
         let probes = vec![
             LiveProbe {
                 probe: 0,
                 name: "innodb.mutex.enter".into(),
                 measure: Measure::Latency,
                 has_callsites: true,
-                slots: vec![0, 1],
+                slots: vec![slot(0), slot(1)],
             },
             LiveProbe {
                 probe: 1,
                 name: "innodb.dict_sys.row_id".into(),
                 measure: Measure::Count,
                 has_callsites: false,
-                slots: vec![2],
+                slots: vec![slot(2)],
             },
         ];
         let target = TargetLabels {
@@ -1038,10 +1039,10 @@ mod tests {
             ..SlotStats::default()
         };
         st.hist[20] = 3;
-        c.slots.insert(0, st);
-        c.slots.insert(1, st);
+        c.slots.insert(slot(0), st);
+        c.slots.insert(slot(1), st);
         c.slots.insert(
-            2,
+            slot(2),
             SlotStats {
                 calls: 7,
                 ..SlotStats::default()

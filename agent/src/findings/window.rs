@@ -107,25 +107,10 @@ pub fn summary(
             })
         })
         .collect();
+    // A window is always complete: it ends when its period does.
     let mut summary = Summary {
-        format_version: crate::contract::FORMAT_VERSION,
-        tool: "innoprof".to_string(),
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        target: plan.target_info(),
-        catalog: plan.catalog_file.clone(),
-        started_unix_ms: 0,
-        duration_s: window_s,
-        end_reason: EndReason::Duration,
-        complete: true,
-        probes: results,
-        counters: Vec::new(),
-        drops: Default::default(),
-        cpu: None,
-        overhead: Default::default(),
-        timeseries: None,
-        findings: Vec::new(),
         server_state,
-        segments: Vec::new(),
+        ..crate::results::bare_summary(plan, results, window_s, EndReason::Duration)
     };
     summary.findings = super::evaluate(&summary);
     summary

@@ -17,13 +17,12 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use innoprof::catalog::CatalogError;
-use innoprof::governor::GovernorConfig;
 use innoprof::live::{Frame, LiveView, SortKey};
 use innoprof::probeset::ProbeRequest;
 use innoprof::record::{Plan, RecordError, RecordOptions, Recorder};
 use innoprof::target::Liveness;
-use tokio::signal::unix::{signal, SignalKind};
 
+use crate::clock::{Clock, Event, Signals};
 use crate::cpu_args::CpuArgs;
 use crate::pid_arg::PidArg;
 use crate::probe_args::ProbeArgs;
@@ -101,10 +100,8 @@ fn print_text(text: &str) -> Result<bool> {
 
 async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     // Signal handlers first: a Ctrl-C during attach must still detach.
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    // The ssh session or terminal went away: detach as on q.
-    let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
+    // SIGHUP: the ssh session or terminal went away; detach as on q.
+    let mut signals = Signals::install()?.with_hangup()?;
     let opts = RecordOptions {
         pid,
         force: args.force,
@@ -167,20 +164,23 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         draw(s, &title, &shown, keys, refreshes)?;
     }
 
-    // The governor's period; keys are read on the same tick (50 ms is
-    // quick enough for a keypress and costs no thread).
-    let mut tick = tokio::time::interval(GovernorConfig::default().tick);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut refresh =
-        tokio::time::interval_at(tokio::time::Instant::now() + args.interval, args.interval);
-    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut alive_check = tokio::time::interval(Duration::from_millis(250));
+    #[derive(Clone, Copy)]
+    enum Duty {
+        Govern,
+        Refresh,
+        AliveCheck,
+    }
+    // Keys are read on the governor's tick (50 ms is quick enough for a
+    // keypress and costs no thread).
+    let mut clock = Clock::new(&mut signals)
+        .governor(Duty::Govern)
+        .every(Duty::Refresh, args.interval)
+        .alive_check(Duty::AliveCheck);
     let code = loop {
-        tokio::select! {
-            _ = sigint.recv() => break ExitCode::SUCCESS,
-            _ = sigterm.recv() => break ExitCode::SUCCESS,
-            _ = sighup.recv() => break ExitCode::SUCCESS,
-            _ = tick.tick() => {
+        match clock.next().await {
+            // No deadline is set: top runs until q, a signal or --iterations.
+            Event::Signal | Event::Deadline => break ExitCode::SUCCESS,
+            Event::Due(Duty::Govern) => {
                 recorder.govern();
                 let Some(s) = screen.as_mut() else { continue };
                 let actions = s.actions()?;
@@ -194,7 +194,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                     draw(s, &title, &shown, keys, refreshes)?;
                 }
             }
-            _ = refresh.tick() => {
+            Event::Due(Duty::Refresh) => {
                 // Read even when paused: unpausing then shows the last
                 // interval, not everything since the pause.
                 let mut frame = view.refresh(&recorder)?;
@@ -218,7 +218,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                     break ExitCode::SUCCESS;
                 }
             }
-            _ = alive_check.tick() => {
+            Event::Due(Duty::AliveCheck) => {
                 if matches!(target.liveness(), Liveness::Gone) {
                     // The screen goes first, so the message stays visible.
                     drop(screen.take());
