@@ -227,7 +227,11 @@ impl Plan {
 fn spawn_calibration(
     opts: &RecordOptions,
 ) -> std::thread::JoinHandle<Result<Calibration, CalibrateError>> {
-    let (stacks, fresh, how) = (opts.capture_stacks, opts.recalibrate, opts.calibrator.clone());
+    let (stacks, fresh, how) = (
+        opts.capture_stacks,
+        opts.recalibrate,
+        opts.calibrator.clone(),
+    );
     std::thread::spawn(move || {
         if fresh {
             measure_with(stacks, &how)

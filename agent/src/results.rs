@@ -91,7 +91,9 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
     let exact_first: HashMap<SlotId, bool> = (0..plan.probes.len())
         .flat_map(|idx| {
             let count = plan.probes[idx].spec.measure == Measure::Count;
-            probe_slots(session, idx).into_iter().map(move |(id, _)| (id, count))
+            probe_slots(session, idx)
+                .into_iter()
+                .map(move |(id, _)| (id, count))
         })
         .collect();
     let cpu_user: Vec<Vec<u64>> = cpu_raw.as_ref().map_or_else(Vec::new, |c| c.user_stacks());
