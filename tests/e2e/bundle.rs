@@ -697,6 +697,9 @@ fn record_follow_spans_a_restart_in_one_bundle() {
     server.start_again();
     assert_ne!(server.pid, first_pid);
     rec.wait_stderr(&format!("is back as pid {}", server.pid));
+    // The new segment's probes are on once it says so (its ready line went
+    // with the first segment): a load started before that is not all seen.
+    rec.wait_stderr(&format!("(pid {}, ", server.pid));
     let second = txns(
         server
             .sysbench_load("oltp_read_write", 2, 3)
