@@ -248,14 +248,14 @@ fn tune_allocator() {
 }
 
 /// Drops the server binary's pages from innoprof's mapping of it, at each
-/// scrape. They come in without innoprof reading them: once this process
-/// has held a uprobe (the hit-cost calibration probes innoprof itself),
-/// the kernel visits every mapping of a binary when one of its uprobes is
-/// unregistered, ours included, and faults in (with its neighbours) the
-/// page of each probed instruction: 0.25-0.6 MiB after a restart or a
-/// governor cut on MariaDB 10.2.11, a third of serve's RSS wander. The
-/// page cache keeps them; an madvise over a mapping with almost nothing
-/// resident costs microseconds.
+/// scrape. The kernel used to fault them in: a process that has held a
+/// uprobe has every mapping of a probed binary visited at each unregister
+/// (0.25-0.6 MiB after a restart or a governor cut on MariaDB 10.2.11),
+/// which the hit-cost calibration caused until it moved to a child
+/// ([`innoprof::calibrate::Calibrator::Child`]). What serve's own reads
+/// bring in (naming stacks for /debug/pprof, call sites) is released here
+/// still; the page cache keeps it, and an madvise over a mapping with
+/// almost nothing resident costs microseconds.
 fn release_binary_pages(run: &Run) {
     run.recorder.plan().image.release_pages();
 }
