@@ -52,6 +52,10 @@ struct slot_stats {
 	__u64 wait_ns_max;
 	__u64 hist[HIST_SLOTS];
 	__u64 stacks; /* stacks taken: the governor's cost model reads it */
+	/* Hits while the slot was switched off, before the kernel detached
+	 * it (or while a cut probe's links wait to be dropped): no count, no
+	 * time, but the server paid the trap. The cost model charges them. */
+	__u64 off_hits;
 };
 
 /* A call site: the caller's __FILE__ pointer (a string in the target's

@@ -50,6 +50,9 @@ pub struct SlotStats {
     pub hist: [u64; HIST_SLOTS],
     /// Stacks taken (a sample of the calls; see `stack_interval_ns`).
     pub stacks: u64,
+    /// Hits while the slot was switched off (before the kernel detached
+    /// it): not counted as calls, but the server paid their trap.
+    pub off_hits: u64,
 }
 mirrors_slot_stats!(SlotStats);
 
@@ -60,6 +63,7 @@ impl std::ops::AddAssign<&SlotStats> for SlotStats {
         self.wait_ns_total += other.wait_ns_total;
         self.wait_ns_max = self.wait_ns_max.max(other.wait_ns_max);
         self.stacks += other.stacks;
+        self.off_hits += other.off_hits;
         for (a, b) in self.hist.iter_mut().zip(other.hist.iter()) {
             *a += b;
         }
@@ -74,6 +78,7 @@ impl Default for SlotStats {
             wait_ns_max: 0,
             hist: [0; HIST_SLOTS],
             stacks: 0,
+            off_hits: 0,
         }
     }
 }

@@ -86,14 +86,7 @@ pub fn read_slot_counts(
 ) -> Result<HashMap<SlotId, crate::governor::SlotCount>, CollectError> {
     Ok(read_slot_stats(obj, n_slots)?
         .into_iter()
-        .map(|(slot, s)| {
-            let count = crate::governor::SlotCount {
-                calls: s.calls,
-                wait_ns: s.wait_ns_total,
-                stacks: s.stacks,
-            };
-            (slot, count)
-        })
+        .map(|(slot, s)| (slot, crate::governor::SlotCount::from(&s)))
         .collect())
 }
 

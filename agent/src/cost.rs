@@ -242,6 +242,7 @@ mod tests {
             calls,
             wait_ns: 0,
             stacks,
+            off_hits: 0,
         };
         // Too few calls: not measured yet, one in `stack_every` assumed.
         let three = SlotId::of_index(3);

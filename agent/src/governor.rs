@@ -112,6 +112,20 @@ pub struct SlotCount {
     pub wait_ns: u64,
     /// Stacks taken (not used by the governor; the cost model reads it).
     pub stacks: u64,
+    /// Hits while switched off, before the kernel detached the slot: each
+    /// paid the trap, so each is charged to the budget.
+    pub off_hits: u64,
+}
+
+impl From<&crate::bpf_abi::SlotStats> for SlotCount {
+    fn from(s: &crate::bpf_abi::SlotStats) -> Self {
+        Self {
+            calls: s.calls,
+            wait_ns: s.wait_ns_total,
+            stacks: s.stacks,
+            off_hits: s.off_hits,
+        }
+    }
 }
 
 /// One probe as the governor sees it: its slots and their costs.
@@ -190,6 +204,7 @@ impl ProbeState {
             s.calls += c.calls;
             s.wait_ns += c.wait_ns;
             s.stacks += c.stacks;
+            s.off_hits += c.off_hits;
         }
         s
     }
@@ -317,6 +332,11 @@ impl Governor {
             let delta = total.calls.saturating_sub(p.last.calls);
             // Charged at the rate the stacks were taken at since the last tick.
             self.spent += delta as f64 * p.per_call_ns(p.stack_every) / 1e9;
+            // Hits after a switch-off and before the kernel's detach paid
+            // the trap (the programs return at once): charged at the cost of
+            // a hit without its stack, an upper bound of what they cost.
+            let off = total.off_hits.saturating_sub(p.last.off_hits);
+            self.spent += off as f64 * p.per_call_ns(0) / 1e9;
             // On-time since the last decision (switches happen only at
             // decisions, so a probe is on for all of it from `on_since`).
             let on = p.on_since.map_or(Duration::ZERO, |s| {
@@ -651,6 +671,7 @@ mod tests {
                         calls,
                         wait_ns: calls * 1000,
                         stacks: 0,
+                        off_hits: 0,
                     },
                 )
             })
@@ -666,6 +687,23 @@ mod tests {
             &HashMap::new(),
             t0,
         )
+    }
+
+    /// A hit between a switch-off and the kernel's detach is no call, but
+    /// it paid the trap: the budget is charged for it.
+    #[test]
+    fn hits_after_a_switch_off_are_charged() {
+        let t0 = Instant::now();
+        let mut g = one_probe(cost(2_000.0, 500.0), t0);
+        let mut c = counts(&[(0, 1_000)]);
+        g.tick(t0 + MS(50), || c.clone());
+        let after_calls = g.spent;
+        assert!(after_calls > 0.0);
+        c.get_mut(&SlotId::of_index(0)).unwrap().off_hits = 500;
+        g.tick(t0 + MS(100), || c.clone());
+        // 500 hits at the base cost, no stack: 2 µs each.
+        let charged = g.spent - after_calls;
+        assert!((charged - 500.0 * 2e-6).abs() < 1e-12, "{charged}");
     }
 
     #[test]

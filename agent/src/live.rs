@@ -61,9 +61,11 @@ pub struct ProbeReading {
     pub hist: [u64; HIST_SLOTS],
     /// Seconds the probe has been switched on (the governor's account).
     pub attached_s: f64,
-    /// Per slot (symbol): cumulative calls and what one call costs the
-    /// server now, in ns. The interval's spend is its new calls at the
-    /// current cost (a cumulative spend would move with every re-estimate).
+    /// Per slot (symbol): cumulative hits (calls, and hits while switched
+    /// off before the kernel detached it: they paid the trap) and what one
+    /// costs the server now, in ns. The interval's spend is its new hits at
+    /// the current cost (a cumulative spend would move with every
+    /// re-estimate).
     pub slots: Vec<(u64, f64)>,
 }
 
@@ -511,8 +513,11 @@ impl LiveView {
                     .slots
                     .iter()
                     .map(|s| {
-                        let calls = counters.slots.get(s).map_or(0, |st| st.calls);
-                        (calls, recorder.per_call_ns(*s).unwrap_or(0.0))
+                        let hits = counters
+                            .slots
+                            .get(s)
+                            .map_or(0, |st| st.calls + st.off_hits);
+                        (hits, recorder.per_call_ns(*s).unwrap_or(0.0))
                     })
                     .collect(),
             });

@@ -761,16 +761,7 @@ impl Recorder {
                 let counts: HashMap<SlotId, SlotCount> = snap
                     .slots
                     .iter()
-                    .map(|(slot, st)| {
-                        (
-                            *slot,
-                            SlotCount {
-                                calls: st.calls,
-                                wait_ns: st.wait_ns_total,
-                                stacks: st.stacks,
-                            },
-                        )
-                    })
+                    .map(|(slot, st)| (*slot, SlotCount::from(st)))
                     .collect();
                 Some(g.finish(ended, &counts))
             }

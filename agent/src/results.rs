@@ -85,6 +85,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         None => hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
     };
     let mut trap_ns = 0.0;
+    let mut switched_off_hits = 0;
     let mut symbolizer = plan.stack_symbolizer(maps);
     // Every user stack of the recording named up front, file by file (the
     // peak RSS of the end is one file's debug info, not all of them).
@@ -121,8 +122,14 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         let mut spent_ns = 0.0;
         for (slot_id, slot) in &my_slots {
             let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
-            spent_ns += st.calls as f64 * cost_of(slot);
-            trap_ns += st.calls as f64 * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
+            // A hit while switched off ran the programs only to return,
+            // but paid the whole trap; the programs' average run time per
+            // hit is over all their runs, those included, so hits × average
+            // is the kernel's measured total.
+            let hits = (st.calls + st.off_hits) as f64;
+            spent_ns += hits * cost_of(slot);
+            trap_ns += hits * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
+            switched_off_hits += st.off_hits;
             total += &st;
             let s = &slot.symbol;
             symbols.push(SymbolInfo {
@@ -273,6 +280,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
             c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
         }),
         trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+        switched_off_hits,
     };
 
     let mut summary = Summary {

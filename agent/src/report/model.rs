@@ -103,16 +103,21 @@ pub struct OverheadSummary {
     pub calibration_reused: Option<String>,
     /// The governor's budget (`--max-overhead`); None when it was off.
     pub budget_pct_of_core: Option<f64>,
-    /// Server CPU spent in probe hits: per probe, its calls × (the
+    /// Server CPU spent in probe hits: per probe, its hits (calls, and
+    /// hits while switched off before the kernel detached it) × (the
     /// calibrated trap + its programs' average run time in the target).
     pub probes_pct_of_core: f64,
     /// Of that, the BPF programs' run time as the kernel measured it in the
     /// target (all probes, hits of switched-off slots included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bpf_pct_of_core: Option<f64>,
-    /// Of that, the traps: calls × calibrated trap cost.
+    /// Of that, the traps: hits × calibrated trap cost.
     #[serde(default)]
     pub trap_pct_of_core: f64,
+    /// Hits on probes switched off by the governor before the kernel
+    /// detached them (all probes): not calls, but counted in the cost.
+    #[serde(default)]
+    pub switched_off_hits: u64,
     /// innoprof's own CPU (user + system) over the recording.
     pub agent_cpu_pct_of_core: f64,
     pub agent_max_rss_kb: u64,
