@@ -513,10 +513,7 @@ impl LiveView {
                     .slots
                     .iter()
                     .map(|s| {
-                        let hits = counters
-                            .slots
-                            .get(s)
-                            .map_or(0, |st| st.calls + st.off_hits);
+                        let hits = counters.slots.get(s).map_or(0, |st| st.calls + st.off_hits);
                         (hits, recorder.per_call_ns(*s).unwrap_or(0.0))
                     })
                     .collect(),
