@@ -422,6 +422,13 @@ class Switch:
                 out["innoprof_duration_s"] = s.get("duration_s")
                 out["probes_attached"] = sum(1 for p in s.get("probes", []) if p.get("symbols"))
                 out["probes_sampled"] = sum(1 for p in s.get("probes", []) if p.get("sampling"))
+                # What the estimate is made of, and how often the governor
+                # switched (attach and detach cost the server outside the
+                # hits: the target's mmap lock, text pages, TLB flushes).
+                out["innoprof_bpf_pct_of_core"] = ov.get("bpf_pct_of_core")
+                out["innoprof_trap_pct_of_core"] = ov.get("trap_pct_of_core")
+                out["innoprof_switched_off_hits"] = ov.get("switched_off_hits")
+                out["governor_switches"] = (ov.get("attach") or {}).get("governor_switches")
                 if window is not None:
                     out["innoprof_window_pct_of_core"] = estimate_in_window(state["rec"], s, *window)
             except (OSError, ValueError) as e:
@@ -503,6 +510,8 @@ def bench_combo(server, server_pid, dirname, workload, configs, args, rng, innop
                    if sw_info.get("innoprof_probes_pct_of_core") is not None else "")
                 + (f" ({sw_info['innoprof_window_pct_of_core']:.2f} % in the measured seconds)"
                    if sw_info.get("innoprof_window_pct_of_core") is not None else "")
+                + (f", {sw_info['governor_switches']} governor switches"
+                   if sw_info.get("governor_switches") else "")
                 + (f", start {sw_info['start_s']:.2f} s, stop {sw_info['stop_s']:.2f} s"))
     finally:
         if state is not None:  # interrupted mid-phase: detach, or restore performance_schema
@@ -541,6 +550,9 @@ def pairs_of(phases):
             "innoprof_agent_cpu_pct_of_core": sw.get("innoprof_agent_cpu_pct_of_core"),
             "agent_cpu_pct_of_core": t.get("agent_cpu_pct_of_core"),
             "probes_sampled": sw.get("probes_sampled"), "probes_attached": sw.get("probes_attached"),
+            "governor_switches": sw.get("governor_switches"),
+            "innoprof_bpf_pct_of_core": sw.get("innoprof_bpf_pct_of_core"),
+            "innoprof_trap_pct_of_core": sw.get("innoprof_trap_pct_of_core"),
             "start_s": sw.get("start_s"), "attach_s": sw.get("attach_s"),
             "detach_s": sw.get("detach_s"), "stop_s": sw.get("stop_s"),
         })
