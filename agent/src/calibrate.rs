@@ -424,8 +424,8 @@ fn planned(image: &ElfImage, name: &str) -> Result<PlannedProbe, CalibrateError>
 /// (utime + stime per transaction). Wall time also counts every moment the
 /// thread waited for a CPU: calibrated on a busy 2-core host (the first
 /// recording of a boot usually runs under the very load it is to watch),
-/// it read 3.8 us of trap for a 1.1 us one, and the estimate of what the
-/// probes cost MySQL 5.6.24 came out 1.8x the measured change.
+/// it read 3.8 us of trap for a ~0.9 us one, and the estimate of what
+/// `--probes all` cost MySQL 5.6.24 came out 2.3x the measured change.
 fn run(f: unsafe extern "C" fn(u64) -> u64, calls: u64) -> f64 {
     let mut acc = 0u64;
     let start = thread_cpu_ns();
