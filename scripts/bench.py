@@ -11,6 +11,11 @@ One sysbench run (2 threads, `--report-interval=1`) runs without a break per
   all-10    innoprof record --probes all --no-cpu --max-overhead 10 (governed at 10 % of a
             core: the governor samples stacks and cuts probes, at a cost this VM's noise
             can resolve, unlike the 1 % default's)
+  hold      innoprof record --probe 'row_merge*' --no-cpu --max-overhead off: ~60 functions
+            of index builds, which the sysbench load never calls, attached and left alone
+  toggle    the same, every probe switched off and on again every 250 ms
+            (INNOPROF_BENCH_TOGGLE_MS=250, as the governor cuts probes): what switching
+            itself costs the server, the hits being none
   shipped   innoprof record                              (default probes + 99 Hz CPU sampling)
   cpu99     innoprof record --probes none                (99 Hz CPU sampling only)
   pfs       performance_schema all-timed: every instrument ENABLED='YES', TIMED='YES' and
@@ -87,10 +92,14 @@ INNOPROF_ARGS = {
     "all": ["--probes", "all", "--no-cpu"],
     "all-off": ["--probes", "all", "--no-cpu", "--max-overhead", "off"],
     "all-10": ["--probes", "all", "--no-cpu", "--max-overhead", "10"],
+    "hold": ["--probe", "row_merge*", "--no-cpu", "--max-overhead", "off"],
+    "toggle": ["--probe", "row_merge*", "--no-cpu", "--max-overhead", "off"],
     "shipped": [],
     "cpu99": ["--probes", "none"],
 }
 ALL_CONFIGS = list(INNOPROF_ARGS) + ["pfs", "bpftrace"]
+# Extra environment per configuration.
+INNOPROF_ENV = {"toggle": {"INNOPROF_BENCH_TOGGLE_MS": "250"}}
 # Targets of issue 12 item 10, reported against (never asserted).
 TARGETS = {"default": (0.995, 1.01), "shipped": (0.995, 1.01), "all": (0.99, None)}
 
@@ -269,7 +278,7 @@ class Agent:
     """An innoprof or bpftrace process switched on and off around a phase: ready once
     innoprof's `--ready-fd` line comes, or (bpftrace) once `ready_text` is in its stdout."""
 
-    def __init__(self, argv, workdir, name, ready_text=None):
+    def __init__(self, argv, workdir, name, ready_text=None, env=None):
         self.workdir = workdir
         self.err_path = os.path.join(workdir, f"{name}.err")
         self.out_path = os.path.join(workdir, f"{name}.out")
@@ -277,6 +286,8 @@ class Agent:
         self.t_ready = None
         files = {"stdout": open(self.out_path, "w"), "stderr": open(self.err_path, "w")}
         self.pipe = None if ready_text else ReadyPipe()
+        if env:
+            files["env"] = dict(os.environ, **env)
         self.proc = self.pipe.popen(argv, **files) if self.pipe else subprocess.Popen(argv, **files)
         self.first_seen = {}  # program id (or "perf_event") -> when first seen on a link
         deadline = self.t_launch + 600
@@ -401,7 +412,8 @@ class Switch:
         # query the server, which the measured seconds would count.
         agent = Agent([self.innoprof, "record", "--pid", str(self.pid), "--duration", "24h", "--out", rec,
                        "--interval", "1s", "--no-server-state"]
-                      + INNOPROF_ARGS[config], self.workdir, f"innoprof{self.n}")
+                      + INNOPROF_ARGS[config], self.workdir, f"innoprof{self.n}",
+                      env=INNOPROF_ENV.get(config))
         return {"kind": "agent", "agent": agent, "rec": rec}
 
     def off(self, config, state, window=None):

@@ -17,6 +17,7 @@ pub mod bpf_layout;
 pub mod attach;
 pub mod attach_errno;
 pub mod attach_plan;
+pub mod bench_toggle;
 pub mod bpf_abi;
 pub mod bundle;
 pub mod bundle_read;

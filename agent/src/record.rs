@@ -307,6 +307,9 @@ pub struct Recorder {
     stack_gate: Option<(Vec<bool>, Option<Instant>)>,
     /// Resumes the kernel refused (the probe then stays off).
     governor_errors: Vec<String>,
+    /// `INNOPROF_BENCH_TOGGLE_MS` without a governor: every probe switched
+    /// off and on again on a period (the benchmark's switching cost).
+    bench_toggle: Option<crate::bench_toggle::Toggle>,
     agent_cpu_at_start: Duration,
     /// The in-memory counters, read at start and end (see `memcounters`).
     counters: CounterRecorder,
@@ -377,6 +380,10 @@ impl Recorder {
             Governor::new(cfg, probes, &so_far, started)
         });
         let n_slots = session.as_ref().map_or(0, |s| s.slots.len());
+        let bench_toggle = match plan.governor {
+            None => crate::bench_toggle::Toggle::from_env(started),
+            Some(_) => None,
+        };
         Ok(Self {
             plan,
             session,
@@ -394,6 +401,7 @@ impl Recorder {
             stack_every: HashMap::new(),
             stack_gate: (stacks == StackCapture::OnDemand).then(|| (vec![false; n_slots], None)),
             governor_errors: Vec::new(),
+            bench_toggle,
             agent_cpu_at_start,
             counters,
         })
@@ -433,6 +441,21 @@ impl Recorder {
                         })
                         .collect();
                     g.update_costs(&costs);
+                }
+            }
+        }
+        if let (Some(t), Some(session)) = (self.bench_toggle.as_mut(), self.session.as_mut()) {
+            if let Some(on) = t.due(Instant::now()) {
+                let all: Vec<SlotId> = (session.slots.iter().enumerate())
+                    .filter(|(_, s)| s.attached)
+                    .map(|(i, _)| SlotId::of_index(i))
+                    .collect();
+                if on {
+                    if let Err(e) = session.resume(&all) {
+                        self.governor_errors.push(crate::error_chain(&e));
+                    }
+                } else {
+                    session.suspend(&all);
                 }
             }
         }

@@ -241,6 +241,49 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
+/// The benchmark's switching instrument (`INNOPROF_BENCH_TOGGLE_MS`,
+/// bench.py's `toggle`): with no governor, every probe goes off and on
+/// again on the period, as the governor cuts probes; the calls are those
+/// seen while on, and nothing stays attached after.
+#[test]
+fn the_bench_toggle_switches_every_probe_on_its_period() {
+    let _k = kernel_lock();
+    const RATE: u32 = 2_000;
+    let paced = Paced::start(RATE, 20);
+    let pid = paced.pid.to_string();
+    let mut rec = Recording::start_env(
+        &[
+            "--pid",
+            &pid,
+            "--force",
+            "--duration",
+            "3s",
+            "--probe",
+            "paced_hit",
+            "--no-cpu",
+        ],
+        &[("INNOPROF_BENCH_TOGGLE_MS", "200")],
+    );
+    rec.wait_attached();
+    let (code, _, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    paced.stop();
+    let s = rec.summary();
+    let attach = s.overhead.attach.as_ref().expect("attach info");
+    // 3 s at 200 ms: ~14 switches, off and on (a late tick may skip one).
+    assert!((8..=16).contains(&attach.governor_switches), "{attach:?}");
+    // On about half the time.
+    let made = f64::from(RATE) * s.duration_s;
+    let p = probe(&s, "paced_hit");
+    assert!(
+        (p.calls as f64) > 0.2 * made && (p.calls as f64) < 0.8 * made,
+        "{} calls seen of ~{made:.0} made: {p:?}",
+        p.calls
+    );
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
+
 /// A burst of calls (10,000/s for 1 s: ~7,500 made while probed), then
 /// idle, under the default governor: the burst costs a fraction of what the
 /// 10 s window allows, so the probe is never cut, and the count is exact

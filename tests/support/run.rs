@@ -91,17 +91,22 @@ impl Recording {
     /// the governor is off: most tests check exact counts, which a
     /// duty-cycled probe only estimates (tests/e2e/governor.rs covers it).
     pub fn start(args: &[&str]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    /// Like `start`, with these variables added to innoprof's environment.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        Self::start_in(args, &out, dir)
+        Self::start_in(args, &out, dir, env)
     }
 
     /// Like `start`, writing the recording to `out` (kept after the test).
     pub fn start_to(args: &[&str], out: &Path) -> Self {
-        Self::start_in(args, out, tempfile::tempdir().unwrap())
+        Self::start_in(args, out, tempfile::tempdir().unwrap(), &[])
     }
 
-    fn start_in(args: &[&str], out: &Path, dir: tempfile::TempDir) -> Self {
+    fn start_in(args: &[&str], out: &Path, dir: tempfile::TempDir, env: &[(&str, &str)]) -> Self {
         let out = out.to_path_buf();
         let stderr_path = dir.path().join("stderr.txt");
         let governor: &[&str] = if args.contains(&"--max-overhead") {
@@ -112,6 +117,7 @@ impl Recording {
         let mut cmd = Command::new(innoprof());
         let ready = ReadyPipe::attach_to(&mut cmd);
         let child = cmd
+            .envs(env.iter().copied())
             .arg("record")
             .args(args)
             .args(governor)
