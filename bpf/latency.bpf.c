@@ -142,12 +142,21 @@ static __always_inline bool is_target(__u64 pid_tgid)
 	return target_tgid == 0 || (pid_tgid >> 32) == target_tgid;
 }
 
-static __always_inline bool slot_enabled(__u64 slot)
+/* Whether a slot is switched on. A hit on a slot switched off (after the
+ * governor's switch-off, before the kernel's detach) is counted here, for
+ * the cost model: it is no call, but the server paid its trap. */
+static __always_inline bool slot_on(__u64 slot)
 {
 	__u32 key = (__u32)slot;
 	__u32 *on = bpf_map_lookup_elem(&enabled, &key);
+	struct slot_stats *s;
 
-	return on && *on;
+	if (on && *on)
+		return true;
+	s = bpf_map_lookup_elem(&stats, &key);
+	if (s)
+		s->off_hits++;
+	return false;
 }
 
 static __always_inline __u32 log2_slot(__u64 v)
@@ -396,16 +405,6 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 	scratch->busy = 0;
 }
 
-/* A hit on a slot switched off: only counted, for the cost model. */
-static __always_inline void count_off_hit(__u64 slot)
-{
-	__u32 key = (__u32)slot;
-	struct slot_stats *s = bpf_map_lookup_elem(&stats, &key);
-
-	if (s)
-		s->off_hits++;
-}
-
 /* Entry of a timed probe: remember when this thread entered this slot. */
 SEC("uprobe")
 int lat_enter(struct pt_regs *ctx)
@@ -415,12 +414,8 @@ int lat_enter(struct pt_regs *ctx)
 	struct start_key key;
 	struct start_val val;
 
-	if (!is_target(pid_tgid))
+	if (!is_target(pid_tgid) || !slot_on(COOKIE_SLOT(cookie)))
 		return 0;
-	if (!slot_enabled(COOKIE_SLOT(cookie))) {
-		count_off_hit(COOKIE_SLOT(cookie));
-		return 0;
-	}
 	key.pid_tgid = pid_tgid;
 	key.slot = COOKIE_SLOT(cookie);
 	val.site = read_site(ctx, cookie);
@@ -471,12 +466,8 @@ int count_hit(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct callsite site;
 
-	if (!is_target(pid_tgid))
+	if (!is_target(pid_tgid) || !slot_on(COOKIE_SLOT(cookie)))
 		return 0;
-	if (!slot_enabled(COOKIE_SLOT(cookie))) {
-		count_off_hit(COOKIE_SLOT(cookie));
-		return 0;
-	}
 	site = read_site(ctx, cookie);
 	add_stats(COOKIE_SLOT(cookie), 0, false);
 	add_site(COOKIE_SLOT(cookie), site, 0);

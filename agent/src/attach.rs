@@ -401,14 +401,19 @@ impl Session {
         Ok(session)
     }
 
-    /// The attached slots of planned probe `probe`, with their ids: the
-    /// one grouping of slots by probe.
-    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (SlotId, &Slot)> {
+    /// Every attached slot, with its id.
+    pub fn attached_slots(&self) -> impl Iterator<Item = (SlotId, &Slot)> {
         self.slots
             .iter()
             .enumerate()
-            .filter(move |(_, s)| s.probe == probe && s.attached)
+            .filter(|(_, s)| s.attached)
             .map(|(i, s)| (SlotId::of_index(i), s))
+    }
+
+    /// The attached slots of planned probe `probe`, with their ids: the
+    /// one grouping of slots by probe.
+    pub fn slots_of(&self, probe: usize) -> impl Iterator<Item = (SlotId, &Slot)> {
+        self.attached_slots().filter(move |(_, s)| s.probe == probe)
     }
 
     /// A slot the kernel refused: off, not attached, and the reason kept.

@@ -56,6 +56,14 @@ pub struct SlotStats {
 }
 mirrors_slot_stats!(SlotStats);
 
+impl SlotStats {
+    /// Every hit the server paid a trap for: the calls, and the hits while
+    /// switched off. What the cost estimate charges.
+    pub fn hits(&self) -> u64 {
+        self.calls + self.off_hits
+    }
+}
+
 /// Adds another CPU's values, or another slot's of the same probe.
 impl std::ops::AddAssign<&SlotStats> for SlotStats {
     fn add_assign(&mut self, other: &Self) {

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::bpf_abi::{Callsite, HIST_SLOTS};
+use crate::bpf_abi::{Callsite, SlotStats, HIST_SLOTS};
 use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::catalog::Measure;
 use crate::collect::{CollectError, LiveProbe};
@@ -513,7 +513,7 @@ impl LiveView {
                     .slots
                     .iter()
                     .map(|s| {
-                        let hits = counters.slots.get(s).map_or(0, |st| st.calls + st.off_hits);
+                        let hits = counters.slots.get(s).map_or(0, SlotStats::hits);
                         (hits, recorder.per_call_ns(*s).unwrap_or(0.0))
                     })
                     .collect(),

@@ -430,11 +430,7 @@ impl Recorder {
                 self.cost_observed = Instant::now();
                 if let Some(g) = self.governor.as_mut() {
                     let costs: HashMap<SlotId, SlotCost> = session
-                        .slots
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, s)| s.attached)
-                        .map(|(i, s)| (SlotId::of_index(i), s))
+                        .attached_slots()
                         .map(|(i, s)| {
                             let every = self.stack_every.get(&i).copied().unwrap_or(1);
                             (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
@@ -446,10 +442,7 @@ impl Recorder {
         }
         if let (Some(t), Some(session)) = (self.bench_toggle.as_mut(), self.session.as_mut()) {
             if let Some(on) = t.due(Instant::now()) {
-                let all: Vec<SlotId> = (session.slots.iter().enumerate())
-                    .filter(|(_, s)| s.attached)
-                    .map(|(i, _)| SlotId::of_index(i))
-                    .collect();
+                let all: Vec<SlotId> = session.attached_slots().map(|(i, _)| i).collect();
                 if on {
                     if let Err(e) = session.resume(&all) {
                         self.governor_errors.push(crate::error_chain(&e));

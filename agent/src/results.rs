@@ -126,7 +126,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
             // but paid the whole trap; the programs' average run time per
             // hit is over all their runs, those included, so hits × average
             // is the kernel's measured total.
-            let hits = (st.calls + st.off_hits) as f64;
+            let hits = st.hits() as f64;
             spent_ns += hits * cost_of(slot);
             trap_ns += hits * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
             switched_off_hits += st.off_hits;
