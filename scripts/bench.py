@@ -97,6 +97,10 @@ INNOPROF_ARGS = {
     "default": ["--probes", "default", "--no-cpu"],
     "all": ["--probes", "all", "--no-cpu"],
     "all-off": ["--probes", "all", "--no-cpu", "--max-overhead", "off"],
+    # The same with CPU sampling (99 Hz): the probes' cost is also seen in
+    # the samples (summary.json's overhead.probes_seen_in_samples); the
+    # sampler's own cost is in the measured change (config cpu99 alone).
+    "all-off-seen": ["--probes", "all", "--max-overhead", "off"],
     "all-10": ["--probes", "all", "--no-cpu", "--max-overhead", "10"],
     "hold": IDLE_PROBES + ["--no-cpu", "--max-overhead", "off"],
     "toggle": IDLE_PROBES + ["--no-cpu", "--max-overhead", "off"],
@@ -208,13 +212,13 @@ class Sysbench:
     """A continuous sysbench run; each per-second report is stored with the
     server's CPU time read the moment it arrived."""
 
-    def __init__(self, dirname, workload, threads, server_pid):
+    def __init__(self, dirname, workload, threads, server_pid, rate=0):
         self.server_pid = server_pid
         self.samples = []  # (monotonic time, report second, tps, p95 ms, err/s, server CPU s, unix time)
         self.cond = threading.Condition()
         self.proc = subprocess.Popen(
             [SYSBENCH, dirname, "run", workload, f"--threads={threads}", "--time=0",
-             "--report-interval=1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+             "--report-interval=1"] + ([f"--rate={rate}"] if rate else []), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.tail = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -447,6 +451,10 @@ class Switch:
                 out["innoprof_trap_pct_of_core"] = ov.get("trap_pct_of_core")
                 out["innoprof_switched_off_hits"] = ov.get("switched_off_hits")
                 out["governor_switches"] = (ov.get("attach") or {}).get("governor_switches")
+                # With CPU sampling: the probes' cost as the samples saw it
+                # (samples in the kernel's uprobe handling), a measurement
+                # beside the model.
+                out["innoprof_seen_pct_of_core"] = (ov.get("probes_seen_in_samples") or {}).get("pct_of_core")
                 if window is not None:
                     out["innoprof_window_pct_of_core"] = estimate_in_window(state["rec"], s, *window)
             except (OSError, ValueError) as e:
@@ -499,7 +507,7 @@ def schedule(configs, pairs, rng):
 def bench_combo(server, server_pid, dirname, workload, configs, args, rng, innoprof, pfs, workdir):
     log(f"{server} {workload}: preparing")
     subprocess.run([SYSBENCH, dirname, "prepare", workload], check=True, capture_output=True)
-    sb = Sysbench(dirname, workload, args.threads, server_pid)
+    sb = Sysbench(dirname, workload, args.threads, server_pid, args.rate)
     sw = Switch(innoprof, server_pid, dirname, pfs, workdir)
     phases = []
     state = None
@@ -571,6 +579,7 @@ def pairs_of(phases):
             "governor_switches": sw.get("governor_switches"),
             "innoprof_bpf_pct_of_core": sw.get("innoprof_bpf_pct_of_core"),
             "innoprof_trap_pct_of_core": sw.get("innoprof_trap_pct_of_core"),
+            "innoprof_seen_pct_of_core": sw.get("innoprof_seen_pct_of_core"),
             "start_s": sw.get("start_s"), "attach_s": sw.get("attach_s"),
             "detach_s": sw.get("detach_s"), "stop_s": sw.get("stop_s"),
         })
@@ -607,7 +616,8 @@ def summarise(pairs, rng):
                "baseline_cpu_us_per_txn": statistics.median(p["baseline_cpu_us_per_txn"] for p in ps)}
         for k in ("tps_ratio", "cpu_per_txn_ratio", "measured_cost_pct_of_core"):
             row[k], row[k + "_lo"], row[k + "_hi"] = bootstrap_median([p[k] for p in ps], rng)
-        for k in ("innoprof_probes_pct_of_core", "innoprof_window_pct_of_core", "innoprof_agent_cpu_pct_of_core", "agent_cpu_pct_of_core",
+        for k in ("innoprof_probes_pct_of_core", "innoprof_window_pct_of_core", "innoprof_seen_pct_of_core",
+                  "innoprof_agent_cpu_pct_of_core", "agent_cpu_pct_of_core",
                   "probes_sampled", "probes_attached", "start_s", "attach_s", "detach_s", "stop_s"):
             xs = [p[k] for p in ps if p.get(k) is not None]
             row[k] = statistics.median(xs) if xs else None
@@ -655,6 +665,12 @@ def summarise(pairs, rng):
                          + ("yes" if ok else "no"))
         elif row["innoprof_probes_pct_of_core"] is not None and row["probes_attached"]:
             notes.append("estimate within 30 %: no (measured change <= 0)")
+        seen = row["innoprof_seen_pct_of_core"]
+        if seen is not None and row["probes_attached"] and row["measured_cost_pct_of_core"] > 0:
+            # The samples' view over the whole recording (uniform only
+            # ungoverned), against the measured change.
+            row["seen_over_measured"] = seen / row["measured_cost_pct_of_core"]
+            notes.append(f"seen in CPU samples {seen:.2f} % of a core, seen/measured {row['seen_over_measured']:.2f}")
         row["target"] = "; ".join(notes) if notes else "-"
         rows.append(row)
     return rows
@@ -760,6 +776,10 @@ def main():
                     help="reports skipped after each switch, for attach/detach to pass (default 2)")
     ap.add_argument("--warmup", type=int, default=10, help="reports before the first phase (default 10)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rate", type=int, default=0,
+                    help="sysbench's fixed arrival rate, transactions/s (default 0: as fast as it can). "
+                         "Below saturation the server's CPU per transaction is not inflated by "
+                         "threads waiting for a core, and its noise is smaller")
     ap.add_argument("--seed", type=int, default=None, help="order of the treatments (default: random, printed)")
     ap.add_argument("--innoprof", default=os.path.join(ROOT, "target", "release", "innoprof"))
     ap.add_argument("--no-build", action="store_true", help="do not run cargo build --release first")
@@ -791,7 +811,7 @@ def main():
         phases += bench_server(server, configs, workloads, args, rng, args.innoprof)
     pairs = pairs_of(phases)
     rows = summarise(pairs, random.Random(seed))
-    meta = {"servers": args.servers, "workloads": workloads, "configs": configs, "threads": args.threads,
+    meta = {"servers": args.servers, "workloads": workloads, "configs": configs, "threads": args.threads, "rate": args.rate,
             "pairs": args.pairs, "phase": args.phase, "settle": args.settle, "warmup": args.warmup,
             "seed": seed, "innoprof": args.innoprof, "wall_s": time.time() - t0,
             "kernel": os.uname().release,

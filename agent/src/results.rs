@@ -26,7 +26,7 @@ use crate::report;
 use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
-    Sampling, SamplingState, StackStats, Summary, SymbolInfo,
+    SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
 };
 use crate::report::named_stack::{NamedStack, RecordedStacks};
 use crate::report::pprof::ProbeStackSet;
@@ -266,7 +266,14 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
     // After the stacks are named: the end's symbolization is most of what
     // a recording costs innoprof, and its peak RSS.
     let agent_cpu = own_cpu_time().saturating_sub(agent_cpu_at_start);
+    // Only where probes were attached: without them a sample in uprobe
+    // handling is somebody else's probe.
+    let probes_seen_in_samples = cpu.as_ref().filter(|_| session.is_some()).and_then(|c| {
+        let on = &c.summary.oncpu;
+        SampledCost::new(on.probe_handling_samples, on.frequency_hz, duration_s)
+    });
     let overhead = OverheadSummary {
+        probes_seen_in_samples,
         hit_cost,
         calibration_note,
         calibration_reused,

@@ -11,8 +11,8 @@ use crate::outputs::describe;
 use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::Recording;
 use crate::report::model::{
-    CallsiteResult, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState, Segment,
-    Summary, SymbolInfo,
+    CallsiteResult, LatchResult, ProbeResult, ProbeStatus, SampledCost, Sampling, SamplingState,
+    Segment, Summary, SymbolInfo,
 };
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
 use crate::server_state::innodb_status_file;
@@ -109,6 +109,13 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         (Some(x), Some(y)) => Some(weight(x, y)),
         (x, y) => x.or(y),
     };
+    // Samples add up over the segments watched (one without probes saw
+    // none of theirs); the share is of all the time watched.
+    let seen = [&sa.overhead, &sb.overhead].map(|o| o.probes_seen_in_samples);
+    overhead.probes_seen_in_samples = seen.iter().flatten().next().and_then(|first| {
+        let samples = seen.iter().flatten().map(|s| s.samples).sum();
+        SampledCost::new(samples, first.frequency_hz, watched)
+    });
     overhead.agent_cpu_pct_of_core = weight(
         sa.overhead.agent_cpu_pct_of_core,
         sb.overhead.agent_cpu_pct_of_core,
@@ -153,6 +160,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
             on.lost.kernel_stack += x.oncpu.lost.kernel_stack;
             on.lost.truncated += x.oncpu.lost.truncated;
             on.lost.map_full += x.oncpu.lost.map_full;
+            on.probe_handling_samples += x.oncpu.probe_handling_samples;
             on.folded = on.folded.clone().or(x.oncpu.folded.clone());
             on.flamegraph = on.flamegraph.clone().or(x.oncpu.flamegraph.clone());
             on.distinct_stacks = folded_lines(&folded, on.folded.as_deref());
@@ -544,9 +552,14 @@ mod tests {
             EndReason::TargetExited,
             "main;f 2\nmain;g 1\n",
         );
-        let b = segment(43, 6.0, 4.0, EndReason::Duration, "main;f 3\n");
+        let mut b = segment(43, 6.0, 4.0, EndReason::Duration, "main;f 3\n");
+        // 198 samples at 99 Hz in uprobe handling, all in the second
+        // segment: 2 CPU seconds of the 8 watched.
+        b.summary.overhead.probes_seen_in_samples = SampledCost::new(198, 99, 4.0);
         let r = merge(vec![a, b]);
         let s = &r.summary;
+        let seen = s.overhead.probes_seen_in_samples.unwrap();
+        assert_eq!((seen.samples, seen.pct_of_core), (198, 25.0));
         assert_eq!(s.target.pid, 43);
         assert_eq!((s.duration_s, s.watched_s()), (10.0, 8.0));
         assert_eq!(s.gaps(), [(4.0, 6.0)]);

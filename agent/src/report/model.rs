@@ -118,6 +118,11 @@ pub struct OverheadSummary {
     /// detached them (all probes): not calls, but counted in the cost.
     #[serde(default)]
     pub switched_off_hits: u64,
+    /// What probe hits cost the server as the CPU samples saw it (None
+    /// without CPU sampling): a measurement beside `probes_pct_of_core`,
+    /// which is a model (hits × per-hit cost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes_seen_in_samples: Option<SampledCost>,
     /// innoprof's own CPU (user + system) over the recording.
     pub agent_cpu_pct_of_core: f64,
     pub agent_max_rss_kb: u64,
@@ -128,6 +133,44 @@ pub struct OverheadSummary {
     /// detaching took; None with no uprobes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<crate::attach::AttachInfo>,
+}
+
+/// CPU time seen by sampling: `samples` of a `frequency_hz` cpu-clock event,
+/// each 1/frequency of a CPU second, as % of one core over the recording,
+/// with a 95 % interval for the count (Poisson, square-root approximation:
+/// (√k ∓ 0.98)², the upper end from k + 1).
+///
+/// For probe hits it counts the kernel's part of a hit: a sample that lands
+/// in the few user-mode instructions of a hit (the out-of-line step, the
+/// return trampoline) shows no kernel frame and is not counted; nor is the
+/// time of a trap taken with interrupts off, which the timer sees only at
+/// the point they are back on (usually still inside the handling).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SampledCost {
+    pub samples: u64,
+    pub frequency_hz: u64,
+    pub pct_of_core: f64,
+    pub pct_of_core_lo: f64,
+    pub pct_of_core_hi: f64,
+}
+
+impl SampledCost {
+    pub fn new(samples: u64, frequency_hz: u64, duration_s: f64) -> Option<Self> {
+        if frequency_hz == 0 || duration_s <= 0.0 {
+            return None;
+        }
+        let pct = |k: f64| k / frequency_hz as f64 / duration_s * 100.0;
+        let k = samples as f64;
+        let lo = (k.sqrt() - 0.98).max(0.0).powi(2);
+        let hi = ((k + 1.0).sqrt() + 0.98).powi(2);
+        Some(Self {
+            samples,
+            frequency_hz,
+            pct_of_core: pct(k),
+            pct_of_core_lo: pct(lo),
+            pct_of_core_hi: pct(hi),
+        })
+    }
 }
 
 /// A probe the governor detached part of the time. Its `calls` and wait
@@ -353,6 +396,12 @@ pub struct OnCpuSummary {
     pub target_cpu_pct: f64,
     pub lost: OnCpuLost,
     pub distinct_stacks: usize,
+    /// Samples whose kernel stack is in the kernel's uprobe handling (the
+    /// breakpoint trap, the probe programs, the return trampoline): what
+    /// innoprof's probes cost the target, seen from the target's side. See
+    /// `overhead.probes_seen_in_samples`.
+    #[serde(default)]
+    pub probe_handling_samples: u64,
     /// `oncpu.folded`: weighted by samples.
     pub folded: Option<String>,
     pub flamegraph: Option<String>,
@@ -437,5 +486,27 @@ impl Recording {
         }
         self.summary.server_state = Some(state);
         self.summary.findings = crate::findings::evaluate(&self.summary);
+    }
+}
+
+#[cfg(test)]
+mod sampled_cost_tests {
+    use super::SampledCost;
+
+    #[test]
+    fn a_sampled_share_is_its_samples_time_with_a_poisson_interval() {
+        // 990 samples at 99 Hz over 20 s: 10 CPU seconds, 50 % of a core.
+        let s = SampledCost::new(990, 99, 20.0).unwrap();
+        assert!((s.pct_of_core - 50.0).abs() < 1e-9);
+        // ±1.96 sd of a Poisson count (sd √990 ≈ 31.5 samples ≈ 1.6 %).
+        assert!((s.pct_of_core_lo - 46.93).abs() < 0.01, "{s:?}");
+        assert!((s.pct_of_core_hi - 53.22).abs() < 0.01, "{s:?}");
+        // None seen: zero, with room above for what the samples missed
+        // ((1 + 0.98)² = 3.92 samples; the exact 95 % bound is 3.69).
+        let z = SampledCost::new(0, 99, 10.0).unwrap();
+        assert_eq!((z.pct_of_core, z.pct_of_core_lo), (0.0, 0.0));
+        assert!((z.pct_of_core_hi - 3.9204 / 99.0 / 10.0 * 100.0).abs() < 1e-9);
+        assert_eq!(SampledCost::new(5, 0, 10.0), None);
+        assert_eq!(SampledCost::new(5, 99, 0.0), None);
     }
 }

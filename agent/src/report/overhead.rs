@@ -19,6 +19,12 @@ pub fn render(summary: &Summary) -> String {
         o.agent_cpu_pct_of_core,
         o.agent_max_rss_kb / 1024,
     );
+    if let Some(seen) = &o.probes_seen_in_samples {
+        out.push_str(&format!(
+            "  seen in the CPU samples: {:.2}% of one core [{:.2}, {:.2}] ({} samples in the kernel's uprobe handling)\n",
+            seen.pct_of_core, seen.pct_of_core_lo, seen.pct_of_core_hi, seen.samples,
+        ));
+    }
     out.push_str(&render_hit_cost(&o.hit_cost));
     for note in [&o.calibration_note, &o.calibration_reused]
         .into_iter()

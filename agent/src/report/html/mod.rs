@@ -110,6 +110,12 @@ fn about(page: &Page) -> Markup {
                     (format!("{:.2}", m.overhead.probes_pct_of_core)) " % of one CPU"
                     @if !m.overhead.calibrated { span.note { " — " (m.overhead.method) } }
                 } }
+                @if let Some(seen) = &s.overhead.probes_seen_in_samples {
+                    tr { th { "overhead (CPU samples)" } td {
+                        (format!("{:.2} % of one CPU [{:.2}, {:.2}]", seen.pct_of_core, seen.pct_of_core_lo, seen.pct_of_core_hi))
+                        span.note { " — " (seen.samples) " samples in the kernel's uprobe handling" }
+                    } }
+                }
                 tr { th { "lost" } td {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
