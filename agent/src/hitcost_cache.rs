@@ -21,27 +21,21 @@
 //! or holds implausible figures is ignored (and replaced by the next
 //! measurement).
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::calibrate::HitCost;
+use crate::run_dir::{self, BootAndBuild};
 
 /// How long a measurement is reused within a boot.
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
-const DEFAULT_DIR: &str = "/run/innoprof";
-
 /// What identifies the conditions a measurement holds for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Key {
-    boot_id: String,
-    exe_dev: u64,
-    exe_ino: u64,
-    exe_size: u64,
-    exe_mtime_ns: i128,
+    build: BootAndBuild,
     stacks: bool,
 }
 
@@ -65,7 +59,7 @@ pub struct HitCostCache {
 
 impl Default for HitCostCache {
     fn default() -> Self {
-        Self::in_dir(DEFAULT_DIR)
+        Self::in_dir(run_dir::DEFAULT_DIR)
     }
 }
 
@@ -85,15 +79,9 @@ impl HitCostCache {
     /// This boot's measurement for this binary and stack setting, if a
     /// trusted, fresh and plausible one exists.
     pub fn load(&self, stacks: bool) -> Option<Cached> {
-        trusted_dir(&self.dir).ok()?;
         let key = current_key(stacks)?;
-        let path = self.file(stacks);
-        let meta = std::fs::symlink_metadata(&path).ok()?;
-        // Our own file: a regular file of root's, written by nobody else.
-        if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.len() > 64 << 10 {
-            return None;
-        }
-        let entry: Entry = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let bytes = run_dir::read_own_file(&self.dir, &self.file(stacks), 64 << 10)?;
+        let entry: Entry = serde_json::from_slice(&bytes).ok()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
         let fresh = entry.measured_unix_s <= now && now - entry.measured_unix_s < MAX_AGE.as_secs();
         (entry.key == key && fresh && plausible(&entry.cost)).then(|| Cached {
@@ -111,11 +99,6 @@ impl HitCostCache {
             return Err(bad("implausible hit cost"));
         }
         let key = current_key(cost.with_stacks).ok_or_else(|| bad("no boot id"))?;
-        match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
-        trusted_dir(&self.dir)?;
         let entry = Entry {
             key,
             measured_unix_s: SystemTime::now()
@@ -124,55 +107,14 @@ impl HitCostCache {
                 .as_secs(),
             cost: *cost,
         };
-        let path = self.file(cost.with_stacks);
-        // Written beside it and renamed over it: readers see the old file
-        // or the new one, never half of one. The temporary name is ours
-        // (pid-unique), created exclusively, so nothing else is clobbered.
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)?;
-            f.write_all(&serde_json::to_vec(&entry).map_err(std::io::Error::other)?)?;
-            std::fs::rename(&tmp, &path)
-        };
-        let written = write();
-        if written.is_err() {
-            // Only the file this call created exclusively.
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
-    }
-}
-
-/// A directory only root can change: root's own, no symlink, no group or
-/// other access.
-fn trusted_dir(dir: &Path) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(dir)?;
-    let mode = meta.permissions().mode();
-    if meta.is_dir() && meta.uid() == 0 && mode & 0o077 == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("{} is not a directory only root can use", dir.display()),
-        ))
+        let bytes = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+        run_dir::write_own_file(&self.dir, &self.file(cost.with_stacks), &bytes)
     }
 }
 
 fn current_key(stacks: bool) -> Option<Key> {
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let exe = std::fs::metadata("/proc/self/exe").ok()?;
     Some(Key {
-        boot_id: boot_id.trim().to_string(),
-        exe_dev: exe.dev(),
-        exe_ino: exe.ino(),
-        exe_size: exe.size(),
-        exe_mtime_ns: i128::from(exe.mtime()) * 1_000_000_000 + i128::from(exe.mtime_nsec()),
+        build: BootAndBuild::current()?,
         stacks,
     })
 }
@@ -196,6 +138,7 @@ fn plausible(c: &HitCost) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn cost(stacks: bool) -> HitCost {
         HitCost {
@@ -274,7 +217,7 @@ mod tests {
         });
         assert!(cache.load(true).is_none(), "older than a day");
         cache.store(&cost(true)).unwrap();
-        edit(&|v| v["key"]["boot_id"] = "another boot".into());
+        edit(&|v| v["key"]["build"]["boot_id"] = "another boot".into());
         assert!(cache.load(true).is_none(), "another boot");
         cache.store(&cost(true)).unwrap();
         edit(&|v| v["cost"]["latency_emulated_ns"] = (-1.0).into());

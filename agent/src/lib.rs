@@ -51,6 +51,7 @@ pub mod report;
 pub mod resolve;
 pub mod results;
 pub mod rootfs;
+pub mod run_dir;
 pub mod segments;
 pub mod server;
 pub mod server_state;

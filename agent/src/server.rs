@@ -79,43 +79,73 @@ impl std::fmt::Display for ServerInfo {
 
 impl ServerInfo {
     pub fn detect(image: &ElfImage) -> Self {
-        Self::from_strings(&image.rodata_strings())
+        let mut detector = Detector::default();
+        image.for_each_rodata_string(|s| detector.see(s));
+        detector.finish()
     }
 
     /// MariaDB embeds `"10.2.11-MariaDB"`; MySQL and Percona embed the bare
     /// `"5.6.24"` next to their compilation comment.
     pub fn from_strings(strings: &[String]) -> Self {
-        if let Some(v) = strings
-            .iter()
-            .find_map(|s| s.strip_suffix("-MariaDB").and_then(Version::parse))
+        let mut detector = Detector::default();
+        for s in strings {
+            detector.see(s);
+        }
+        detector.finish()
+    }
+}
+
+/// What the server's strings say, gathered in one pass (in file order).
+#[derive(Default)]
+struct Detector {
+    /// The first `"X.Y.Z-MariaDB"`.
+    mariadb: Option<Version>,
+    percona: bool,
+    mysql: bool,
+    /// The first bare `X.Y.Z` of a MySQL server line.
+    mysql_version: Option<Version>,
+}
+
+impl Detector {
+    fn see(&mut self, s: &str) {
+        if self.mariadb.is_none() {
+            self.mariadb = s.strip_suffix("-MariaDB").and_then(Version::parse);
+        }
+        self.percona |= s.contains("Percona Server");
+        self.mysql |=
+            s.starts_with("MySQL Community Server") || s.starts_with("MySQL Enterprise Server");
+        // Other libraries' versions live in the same binary (zlib "1.2.11",
+        // "3.23.57" for old clients); MySQL server lines are 5.x, 8.x, 9.x.
+        if self.mysql_version.is_none()
+            && s.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            && s.matches('.').count() == 2
         {
-            return Self {
+            self.mysql_version =
+                Version::parse(s).filter(|v| matches!(v.major, 5 | 8 | 9) && v.minor <= 7);
+        }
+    }
+
+    fn finish(self) -> ServerInfo {
+        if let Some(v) = self.mariadb {
+            return ServerInfo {
                 family: Family::Mariadb,
                 version: Some(v),
             };
         }
-        let family = if strings.iter().any(|s| s.contains("Percona Server")) {
+        let family = if self.percona {
             Family::Percona
-        } else if strings.iter().any(|s| {
-            s.starts_with("MySQL Community Server") || s.starts_with("MySQL Enterprise Server")
-        }) {
+        } else if self.mysql {
             Family::Mysql
         } else {
-            return Self {
+            return ServerInfo {
                 family: Family::Unknown,
                 version: None,
             };
         };
-        // Other libraries' versions live in the same binary (zlib "1.2.11",
-        // "3.23.57" for old clients); MySQL server lines are 5.x, 8.x, 9.x.
-        let version = strings
-            .iter()
-            .filter(|s| {
-                s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.matches('.').count() == 2
-            })
-            .filter_map(|s| Version::parse(s))
-            .find(|v| matches!(v.major, 5 | 8 | 9) && v.minor <= 7);
-        Self { family, version }
+        ServerInfo {
+            family,
+            version: self.mysql_version,
+        }
     }
 }
 

@@ -12,6 +12,7 @@ mod offcpu;
 pub(crate) mod profile;
 mod sampler;
 pub mod unwind;
+pub mod unwind_cache;
 
 use crate::bpf_layout::cpu as bpf;
 use std::time::Instant;

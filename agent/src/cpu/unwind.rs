@@ -28,6 +28,7 @@ use super::abi::{
     UnwindRow, UNWIND_CFA, UNWIND_END, UNWIND_FP, UNWIND_RBP_SAME, UNWIND_RBP_UNDEF,
     UNWIND_REG_RBP, UNWIND_REG_RSP, UNWIND_STOP,
 };
+use super::unwind_cache::{FileUnwind, UnwindCache};
 
 /// The walker's binary search does 24 steps.
 pub const MAX_ROWS: usize = 1 << 24;
@@ -56,8 +57,14 @@ pub struct ModuleUnwind {
 }
 
 impl UnwindTable {
-    /// Builds the rows for every executable file mapping of a process.
+    /// Builds the rows for every executable file mapping of a process,
+    /// reusing rows kept earlier in this boot ([`UnwindCache`]).
     pub fn for_process(maps: &ProcessMaps) -> Self {
+        Self::for_process_with(maps, &UnwindCache::default())
+    }
+
+    /// [`Self::for_process`] with the rows kept in `cache`.
+    pub fn for_process_with(maps: &ProcessMaps, cache: &UnwindCache) -> Self {
         // One load bias per file: the first executable mapping decides.
         let mut files: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
         for (start, _end, offset, path) in maps.executable_regions() {
@@ -69,7 +76,7 @@ impl UnwindTable {
             let found = maps
                 .opened(path)
                 .map_err(str::to_string)
-                .and_then(|f| module_rows(&f.fd_path(), start, offset));
+                .and_then(|f| module_rows(&f.fd_path(), start, offset, cache));
             match found {
                 Ok(r) => {
                     modules.push(ModuleUnwind {
@@ -101,23 +108,41 @@ fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
 
 /// Rows of one file, at absolute addresses given where one of its
 /// executable mappings starts and which file offset it maps.
-fn module_rows(path: &Path, map_start: u64, map_offset: u64) -> Result<Vec<UnwindRow>, String> {
+fn module_rows(
+    path: &Path,
+    map_start: u64,
+    map_offset: u64,
+    cache: &UnwindCache,
+) -> Result<Vec<UnwindRow>, String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
+    let unwind = match cache.load(&file) {
+        Some(kept) => kept,
+        None => {
+            let built = file_rows(&file)?;
+            // Not kept: the next recording builds them again.
+            let _ = cache.store(&file, &built);
+            built
+        }
+    };
+    let bias = unwind
+        .bias(map_start, map_offset)
+        .ok_or("no executable segment holds the mapped offset")?;
+    Ok(unwind.placed(bias))
+}
+
+/// Rows of one file at its link-time addresses, with its executable
+/// segments (to place them where a process maps it).
+fn file_rows(file: &File) -> Result<FileUnwind, String> {
     let cache = ReadCache::new(file);
     let elf = object::File::parse(&cache).map_err(|e| e.to_string())?;
-    // Load bias: the mapping shows the file offset at map_start. The
-    // executable segment mapped there (its start rounded down to the page,
-    // as mmap needs) keeps vaddr - offset constant.
-    let seg = elf
+    let segments: Vec<(u64, u64, u64)> = elf
         .segments()
-        .find(|s| {
-            let executable = matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0);
+        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0))
+        .map(|s| {
             let (off, size) = s.file_range();
-            executable && (off & !0xfff..off + size).contains(&map_offset)
+            (s.address(), off, size)
         })
-        .ok_or("no executable segment holds the mapped offset")?;
-    let vaddr = (seg.address() + map_offset).wrapping_sub(seg.file_range().0);
-    let bias = map_start.wrapping_sub(vaddr);
+        .collect();
 
     let section = elf
         .section_by_name(".eh_frame")
@@ -150,11 +175,11 @@ fn module_rows(path: &Path, map_start: u64, map_offset: u64) -> Result<Vec<Unwin
             continue;
         };
         while let Ok(Some(row)) = table.next_row() {
-            let addr = row.start_address().wrapping_add(bias);
+            let addr = row.start_address();
             let seq = std::cmp::Reverse(found.len());
             found.push((addr, false, seq, convert(row, addr)));
         }
-        let end = fde.end_address().wrapping_add(bias);
+        let end = fde.end_address();
         let seq = std::cmp::Reverse(found.len());
         found.push((
             end,
@@ -173,7 +198,7 @@ fn module_rows(path: &Path, map_start: u64, map_offset: u64) -> Result<Vec<Unwin
     found.dedup_by_key(|&mut (addr, ..)| addr);
     let mut rows: Vec<UnwindRow> = found.into_iter().map(|(.., row)| row).collect();
     rows.dedup_by(|later, earlier| same_rule(later, earlier));
-    Ok(rows)
+    Ok(FileUnwind { segments, rows })
 }
 
 fn convert<T: gimli::ReaderOffset>(row: &gimli::UnwindTableRow<T>, addr: u64) -> UnwindRow {
@@ -261,5 +286,26 @@ mod tests {
             .find(|m| m.path.contains("libc.so"))
             .expect("libc mapped");
         assert!(libc.rows > 1000 && libc.error.is_none(), "{libc:?}");
+    }
+
+    /// Rows kept from an earlier build of the same files are the rows
+    /// built anew, placed where this process maps them.
+    #[test]
+    fn kept_rows_are_the_rows_built_anew() {
+        let maps = ProcessMaps::read(std::process::id()).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let cache = UnwindCache::in_dir(d.path().join("run"));
+        let built = UnwindTable::for_process_with(&maps, &cache);
+        let kept = std::fs::read_dir(d.path().join("run")).unwrap().count();
+        assert!(kept >= 2, "this test binary and libc at least: {kept}");
+        let reused = UnwindTable::for_process_with(&maps, &cache);
+        assert_eq!(reused.rows, built.rows);
+        assert_eq!(
+            format!("{:?}", reused.modules),
+            format!("{:?}", built.modules)
+        );
+        // And without the cache at all.
+        let none = UnwindCache::in_dir(d.path().join("absent/run"));
+        assert_eq!(UnwindTable::for_process_with(&maps, &none).rows, built.rows);
     }
 }

@@ -1,0 +1,160 @@
+//! innoprof's per-boot directory (`/run/innoprof`, tmpfs: gone at reboot),
+//! where it keeps what it measured or derived once and may reuse until
+//! the next boot: the hit cost ([`crate::hitcost_cache`]) and the unwind
+//! rows of the files a server maps ([`crate::cpu::unwind_cache`]).
+//!
+//! innoprof runs as root next to production, so the directory is only used
+//! while root alone can change it: root's own, no symlink, no group or
+//! other access. Files are read only when they are root's regular files
+//! nobody else can write, within a size limit, and written beside their
+//! final name under an exclusively created temporary name, then renamed
+//! over it: a reader sees the old file or the new one, never half of one,
+//! and nothing innoprof did not create is ever clobbered or removed.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the per-boot caches live.
+pub const DEFAULT_DIR: &str = "/run/innoprof";
+
+/// A directory only root can change: root's own, no symlink, no group or
+/// other access.
+pub fn trusted_dir(dir: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    let mode = meta.permissions().mode();
+    if meta.is_dir() && meta.uid() == 0 && mode & 0o077 == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory only root can use", dir.display()),
+        ))
+    }
+}
+
+/// Creates `dir` (0700) if it is missing, then checks it is trusted.
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    trusted_dir(dir)
+}
+
+/// The bytes of `path` in a trusted `dir`, if it is a regular file of
+/// root's that nobody else can write, of at most `max_len` bytes.
+pub fn read_own_file(dir: &Path, path: &Path, max_len: u64) -> Option<Vec<u8>> {
+    trusted_dir(dir).ok()?;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.len() > max_len {
+        return None;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // Bounded even if the file grew since it was looked at.
+    f.take(max_len + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max_len).then_some(bytes)
+}
+
+/// Writes `bytes` to `path` in `dir` (created 0700 if missing) through a
+/// temporary file of this process's, renamed over `path`.
+pub fn write_own_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    ensure_dir(dir)?;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        std::fs::rename(&tmp, path)
+    };
+    let written = write();
+    if written.is_err() {
+        // Only the file this call created exclusively.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// This boot and this innoprof binary (device, inode, size, mtime of
+/// `/proc/self/exe`): what a kept result derived by innoprof's own code
+/// holds for. Another build may compute it differently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootAndBuild {
+    pub boot_id: String,
+    pub exe_dev: u64,
+    pub exe_ino: u64,
+    pub exe_size: u64,
+    pub exe_mtime_ns: i128,
+}
+
+impl BootAndBuild {
+    pub fn current() -> Option<Self> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let exe = std::fs::metadata("/proc/self/exe").ok()?;
+        Some(Self {
+            boot_id: boot_id.trim().to_string(),
+            exe_dev: exe.dev(),
+            exe_ino: exe.ino(),
+            exe_size: exe.size(),
+            exe_mtime_ns: mtime_ns(&exe),
+        })
+    }
+}
+
+/// A file's modification time in ns.
+pub fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_files_round_trip_and_foreign_ones_are_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        let file = run.join("x.bin");
+        write_own_file(&run, &file, b"hello").unwrap();
+        assert_eq!(std::fs::metadata(&run).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(
+            read_own_file(&run, &file, 5).as_deref(),
+            Some(&b"hello"[..])
+        );
+        // Over the limit: not read.
+        assert_eq!(read_own_file(&run, &file, 4), None);
+        // Writable by others: not read.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(read_own_file(&run, &file, 5), None);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // A symlink in its place: not followed.
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::write(&elsewhere, b"other").unwrap();
+        let link = run.join("link.bin");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        assert_eq!(read_own_file(&run, &link, 5), None);
+        // A directory open to others: neither read nor written.
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(read_own_file(&run, &file, 5), None);
+        assert!(write_own_file(&run, &file, b"again").is_err());
+        // Nothing but what was written is left (no temporary file).
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["link.bin", "x.bin"]);
+    }
+}
