@@ -16,9 +16,14 @@ RSS; with two binaries, the median of their per-round ratio.
 The per-boot hit-cost cache (/run/innoprof) is warmed first with `innoprof
 calibrate` for every binary, unless --cold-calibration, which passes
 `--recalibrate` to every run: each pays for measuring, as the first
-recording of a boot does. (Binaries that predate the cache always measure;
-two binaries overwrite each other's cached entry.) Nothing else is shared
-between runs.
+recording of a boot does. (Binaries that predate the cache always measure.
+Each binary keeps its own entry since 2026-11-25; builds before that shared
+one file, so two of them side by side overwrote each other's and both
+measured in every run.) Each binary also keeps the unwind rows of the
+server's files for the boot (/run/innoprof/unwind-*.rows, since
+2026-11-25): its first run builds them, later runs reuse them, as a DBA's
+second recording of the same server does. Nothing else is shared between
+runs.
 
 Usage: scripts/agentcost.py [--server mariadb-10.2.11] [--workload oltp_read_write]
                             [--duration 30] [--runs 5] [--bin NAME=PATH ...]

@@ -68,19 +68,23 @@ impl HitCostCache {
         Self { dir: dir.into() }
     }
 
-    fn file(&self, stacks: bool) -> PathBuf {
-        self.dir.join(if stacks {
-            "hitcost-stacks.json"
-        } else {
-            "hitcost-nostacks.json"
-        })
+    /// One file per innoprof binary (device and inode of its executable)
+    /// and stack setting: two builds measured side by side (a benchmark
+    /// of the agent's own cost) each keep their own, instead of
+    /// overwriting each other's and measuring again in every run.
+    fn file(&self, key: &Key) -> PathBuf {
+        let stacks = if key.stacks { "stacks" } else { "nostacks" };
+        self.dir.join(format!(
+            "hitcost-{stacks}-{:x}-{:x}.json",
+            key.build.exe_dev, key.build.exe_ino
+        ))
     }
 
     /// This boot's measurement for this binary and stack setting, if a
     /// trusted, fresh and plausible one exists.
     pub fn load(&self, stacks: bool) -> Option<Cached> {
         let key = current_key(stacks)?;
-        let bytes = run_dir::read_own_file(&self.dir, &self.file(stacks), 64 << 10)?;
+        let bytes = run_dir::read_own_file(&self.dir, &self.file(&key), 64 << 10)?;
         let entry: Entry = serde_json::from_slice(&bytes).ok()?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
         let fresh = entry.measured_unix_s <= now && now - entry.measured_unix_s < MAX_AGE.as_secs();
@@ -99,6 +103,7 @@ impl HitCostCache {
             return Err(bad("implausible hit cost"));
         }
         let key = current_key(cost.with_stacks).ok_or_else(|| bad("no boot id"))?;
+        let path = self.file(&key);
         let entry = Entry {
             key,
             measured_unix_s: SystemTime::now()
@@ -108,7 +113,7 @@ impl HitCostCache {
             cost: *cost,
         };
         let bytes = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
-        run_dir::write_own_file(&self.dir, &self.file(cost.with_stacks), &bytes)
+        run_dir::write_own_file(&self.dir, &path, &bytes)
     }
 }
 
@@ -174,7 +179,9 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, ["hitcost-stacks.json"]);
+        let own = cache.file(&current_key(true).unwrap());
+        assert_eq!(names, [own.file_name().unwrap()]);
+        assert!(own.to_string_lossy().contains("hitcost-stacks-"));
     }
 
     #[test]
@@ -194,7 +201,7 @@ mod tests {
         std::os::unix::fs::symlink(&run, &link).unwrap();
         assert!(HitCostCache::in_dir(&link).load(false).is_none());
         // A file someone else could have written is ignored.
-        let file = run.join("hitcost-nostacks.json");
+        let file = cache.file(&current_key(false).unwrap());
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert!(cache.load(false).is_none());
     }
@@ -205,7 +212,7 @@ mod tests {
         let run = d.path().join("run");
         let cache = HitCostCache::in_dir(&run);
         cache.store(&cost(true)).unwrap();
-        let file = run.join("hitcost-stacks.json");
+        let file = cache.file(&current_key(true).unwrap());
         let edit = |f: &dyn Fn(&mut serde_json::Value)| {
             let mut v: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
