@@ -43,7 +43,7 @@ pub enum RootError {
 }
 
 /// Device and inode: what identifies a file across paths and opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct FileId {
     pub major: u32,
     pub minor: u32,

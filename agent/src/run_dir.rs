@@ -107,14 +107,9 @@ impl BootAndBuild {
             exe_dev: exe.dev(),
             exe_ino: exe.ino(),
             exe_size: exe.size(),
-            exe_mtime_ns: mtime_ns(&exe),
+            exe_mtime_ns: i128::from(exe.mtime()) * 1_000_000_000 + i128::from(exe.mtime_nsec()),
         })
     }
-}
-
-/// A file's modification time in ns.
-pub fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
-    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
 }
 
 #[cfg(test)]

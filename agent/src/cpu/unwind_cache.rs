@@ -7,8 +7,8 @@
 //! (a baseline, the incident, again after a change), so the rows of each
 //! file are kept in the per-boot directory ([`crate::run_dir`]) and reused
 //! when the very same file is mapped again: same device, inode, size and
-//! modification time (as `ElfImage::is_file` tells files apart), read by
-//! the same innoprof binary in the same boot.
+//! modification time (`FileId` and `file_stamp`, as `ElfImage::is_file`
+//! tells files apart), read by the same innoprof binary in the same boot.
 //!
 //! The rows are kept at the file's link-time addresses, with its
 //! executable segments, so a later process that maps the file elsewhere
@@ -17,12 +17,14 @@
 //! ignored and built again.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use super::abi::UnwindRow;
+use crate::resolve::elf::file_stamp;
+use crate::rootfs::FileId;
 use crate::run_dir::{self, BootAndBuild};
 
 /// A file with more rows than this is not kept (~64 MiB of tmpfs).
@@ -74,23 +76,9 @@ impl FileUnwind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Key {
     build: BootAndBuild,
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime_ns: i128,
-}
-
-impl Key {
-    fn of(file: &File) -> Option<Self> {
-        let meta = file.metadata().ok()?;
-        Some(Self {
-            build: BootAndBuild::current()?,
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime_ns: run_dir::mtime_ns(&meta),
-        })
-    }
+    file: FileId,
+    /// Size and modification time.
+    stamp: (u64, SystemTime),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,6 +90,9 @@ struct Header {
 
 pub struct UnwindCache {
     dir: PathBuf,
+    /// This boot and binary, read once per cache (a recording), not per
+    /// mapped file; None: nothing is kept or reused.
+    build: Option<BootAndBuild>,
 }
 
 impl Default for UnwindCache {
@@ -112,20 +103,36 @@ impl Default for UnwindCache {
 
 impl UnwindCache {
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            build: BootAndBuild::current(),
+        }
+    }
+
+    fn key(&self, file: &File) -> Option<Key> {
+        Some(Key {
+            build: self.build.clone()?,
+            file: FileId::of(file).ok()?,
+            stamp: file_stamp(file)?,
+        })
     }
 
     /// One kept file per mapped file identity: a file replaced in place
     /// (same inode) overwrites its entry.
     fn path(&self, key: &Key) -> PathBuf {
+        let FileId {
+            major,
+            minor,
+            inode,
+        } = key.file;
         self.dir
-            .join(format!("unwind-{:x}-{:x}.rows", key.dev, key.ino))
+            .join(format!("unwind-{major:x}-{minor:x}-{inode:x}.rows"))
     }
 
     /// The kept rows of `file`, if the same file's were kept by this
     /// binary in this boot.
     pub fn load(&self, file: &File) -> Option<FileUnwind> {
-        let key = Key::of(file)?;
+        let key = self.key(file)?;
         let max = (MAX_KEPT_ROWS * ROW_BYTES + (64 << 10)) as u64;
         let bytes = run_dir::read_own_file(&self.dir, &self.path(&key), max)?;
         let (header, rows) = decode(&bytes)?;
@@ -143,7 +150,9 @@ impl UnwindCache {
         if unwind.rows.len() > MAX_KEPT_ROWS {
             return Err(bad("too many rows to keep"));
         }
-        let key = Key::of(file).ok_or_else(|| bad("no boot id or file identity"))?;
+        let key = self
+            .key(file)
+            .ok_or_else(|| bad("no boot id or file identity"))?;
         let path = self.path(&key);
         if !path.exists() && self.kept_files() >= MAX_KEPT_FILES {
             return Err(bad("the per-boot directory holds enough unwind rows"));
@@ -245,14 +254,14 @@ mod tests {
         // A kept file cut short or out of order is not used.
         let file = File::open(&path).unwrap();
         cache.store(&file, &unwind()).unwrap();
-        let kept = cache.path(&Key::of(&file).unwrap());
+        let kept = cache.path(&cache.key(&file).unwrap());
         let bytes = std::fs::read(&kept).unwrap();
         std::fs::write(&kept, &bytes[..bytes.len() - 1]).unwrap();
         assert_eq!(cache.load(&file), None);
         let mut shuffled = unwind();
         shuffled.rows.swap(3, 4);
         let header = Header {
-            key: Key::of(&file).unwrap(),
+            key: cache.key(&file).unwrap(),
             segments: shuffled.segments.clone(),
             rows: shuffled.rows.len(),
         };

@@ -473,8 +473,10 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A file's size and modification time.
-fn file_stamp(file: &std::fs::File) -> Option<(u64, std::time::SystemTime)> {
+/// A file's size and modification time: with its [`FileId`], what tells
+/// the very same file from one changed in place (also
+/// [`crate::cpu::unwind_cache`]).
+pub(crate) fn file_stamp(file: &std::fs::File) -> Option<(u64, std::time::SystemTime)> {
     let meta = file.metadata().ok()?;
     Some((meta.len(), meta.modified().ok()?))
 }
