@@ -39,6 +39,7 @@ pub mod histogram;
 pub mod hitcost_cache;
 pub mod inspect;
 pub mod kernel;
+pub mod kernel_symbols;
 pub mod live;
 pub mod memcounters;
 pub mod outputs;

@@ -1,7 +1,9 @@
 //! innoprof's per-boot directory (`/run/innoprof`, tmpfs: gone at reboot),
 //! where it keeps what it measured or derived once and may reuse until
-//! the next boot: the hit cost ([`crate::hitcost_cache`]) and the unwind
-//! rows of the files a server maps ([`crate::cpu::unwind_cache`]).
+//! the next boot: the hit cost ([`crate::hitcost_cache`]), the unwind
+//! rows of the files a server maps ([`crate::cpu::unwind_cache`]), the
+//! index of a server's DWARF units ([`crate::resolve::lines::UnitIndex`])
+//! and the kernel's function names ([`crate::kernel_symbols`]).
 //!
 //! innoprof runs as root next to production, so the directory is only used
 //! while root alone can change it: root's own, no symlink, no group or
@@ -15,7 +17,12 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+use std::time::SystemTime;
+
 use serde::{Deserialize, Serialize};
+
+use crate::resolve::elf::file_stamp;
+use crate::rootfs::FileId;
 
 /// Where the per-boot caches live.
 pub const DEFAULT_DIR: &str = "/run/innoprof";
@@ -110,6 +117,55 @@ impl BootAndBuild {
             exe_mtime_ns: i128::from(exe.mtime()) * 1_000_000_000 + i128::from(exe.mtime_nsec()),
         })
     }
+}
+
+/// What a result derived from one file's bytes is kept for: this boot and
+/// innoprof binary, and the very same file (device, inode, size and
+/// modification time, as `ElfImage::is_file` tells files apart).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileKey {
+    pub build: BootAndBuild,
+    pub file: FileId,
+    /// Size and modification time.
+    pub stamp: (u64, SystemTime),
+}
+
+impl FileKey {
+    pub fn of(build: &BootAndBuild, file: &std::fs::File) -> Option<Self> {
+        Some(Self {
+            build: build.clone(),
+            file: FileId::of(file).ok()?,
+            stamp: file_stamp(file)?,
+        })
+    }
+
+    /// `{prefix}-MAJOR-MINOR-INODE.{ext}`: one kept file per file identity,
+    /// so a file replaced in place (same inode) overwrites its entry.
+    pub fn file_name(&self, prefix: &str, ext: &str) -> String {
+        let FileId {
+            major,
+            minor,
+            inode,
+        } = self.file;
+        format!("{prefix}-{major:x}-{minor:x}-{inode:x}.{ext}")
+    }
+}
+
+/// How many of `dir`'s files are named `{prefix}-*.{ext}`: innoprof
+/// never removes a file it did not write and does not track which ones
+/// earlier runs wrote, so each kind of kept file is capped by count.
+pub fn count_kept(dir: &Path, prefix: &str, ext: &str) -> usize {
+    let (prefix, ext) = (format!("{prefix}-"), format!(".{ext}"));
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(&prefix) && name.ends_with(&ext)
+            })
+            .count()
+    })
 }
 
 #[cfg(test)]

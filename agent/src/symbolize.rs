@@ -15,6 +15,7 @@ use std::sync::Arc;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 
+use crate::kernel_symbols::KernelSymbols;
 use crate::rootfs::{self, FileId, TargetFile};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,106 +199,6 @@ impl Frame {
 
     fn unknown(name: String, module: String) -> Self {
         Self::new(name, module, FrameKind::Unknown)
-    }
-}
-
-/// Kernel function names from one read of `/proc/kallsyms` (generating it
-/// costs the kernel ~50 ms of CPU: blazesym's kernel source and a separate
-/// scan for the text bounds read it twice). kallsyms has no symbol sizes,
-/// so an address names the function starting at or below it, and only
-/// inside core text, init text and module cores: outside those ranges (a
-/// BPF program, a module unloaded since) the preceding symbol would be
-/// whatever came before, and such addresses stay unnamed instead.
-/// Without a readable kallsyms (or with addresses hidden, all zero) nothing
-/// is named. A vmlinux with DWARF, where one exists, is not read: kernel
-/// frames carry no inline frames.
-#[derive(Debug, Default)]
-struct KernelSymbols {
-    /// Function start → offset of its name in `names`, sorted by address;
-    /// of several names at one address, the first kallsyms lists.
-    starts: Vec<(u64, u32)>,
-    /// Every name, each ended by a NUL.
-    names: String,
-    ranges: Vec<(u64, u64)>,
-}
-
-impl KernelSymbols {
-    fn read() -> Self {
-        let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-        match std::fs::File::open("/proc/kallsyms") {
-            // Line by line: the whole file is ~5 MB, held at the end of a
-            // recording when the agent's memory peaks anyway.
-            Ok(f) => Self::parse(std::io::BufReader::with_capacity(64 << 10, f), &modules),
-            Err(_) => Self::default(),
-        }
-    }
-
-    fn parse(mut kallsyms: impl std::io::BufRead, modules: &str) -> Self {
-        let mut marks: HashMap<&'static str, u64> = HashMap::new();
-        let mut out = Self::default();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match kallsyms.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            // `address type name [module]`
-            let mut it = line.split_whitespace();
-            let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
-                continue;
-            };
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
-                continue;
-            };
-            for mark in ["_stext", "_etext", "_sinittext", "_einittext"] {
-                if name == mark {
-                    marks.insert(mark, addr);
-                }
-            }
-            // Text symbols only: data names must not name a code address.
-            if addr == 0 || !matches!(ty, "t" | "T" | "w" | "W") {
-                continue;
-            }
-            let Ok(at) = u32::try_from(out.names.len()) else {
-                break;
-            };
-            out.names.push_str(name);
-            out.names.push('\0');
-            out.starts.push((addr, at));
-        }
-        // Stable: of equal addresses the first listed stays first.
-        out.starts.sort_by_key(|&(addr, _)| addr);
-        out.starts.dedup_by_key(|&mut (addr, _)| addr);
-        out.starts.shrink_to_fit();
-        out.names.shrink_to_fit();
-        for (start, end) in [("_stext", "_etext"), ("_sinittext", "_einittext")] {
-            if let (Some(&s), Some(&e)) = (marks.get(start), marks.get(end)) {
-                out.ranges.push((s, e));
-            }
-        }
-        // `name size refs deps state address`
-        for line in modules.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if let (Some(size), Some(addr)) = (f.get(1), f.get(5)) {
-                let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap_or(0);
-                if let (true, Ok(size)) = (addr != 0, size.parse::<u64>()) {
-                    out.ranges.push((addr, addr + size));
-                }
-            }
-        }
-        out
-    }
-
-    /// The function containing `ip`, if it is kernel or module text.
-    fn name(&self, ip: u64) -> Option<&str> {
-        if !self.ranges.iter().any(|&(s, e)| ip >= s && ip < e) {
-            return None;
-        }
-        let i = self.starts.partition_point(|&(addr, _)| addr <= ip);
-        let (_, at) = *self.starts.get(i.checked_sub(1)?)?;
-        let rest = self.names.get(at as usize..)?;
-        rest.split('\0').next()
     }
 }
 
@@ -634,7 +535,7 @@ impl StackSymbolizer {
         if todo.is_empty() {
             return;
         }
-        let symbols = self.kernel_symbols.get_or_insert_with(KernelSymbols::read);
+        let symbols = self.kernel_symbols.get_or_insert_with(KernelSymbols::load);
         for ip in &todo {
             let name = match symbols.name(*ip) {
                 Some(name) => name.to_string(),
@@ -947,39 +848,6 @@ fn read_build_id(file: &TargetFile) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Names come from the function at or below the address, text only,
-    /// inside the text ranges; a data symbol or an address past the text
-    /// (a BPF program) names nothing.
-    #[test]
-    fn kernel_symbols_name_text_inside_its_ranges() {
-        let kallsyms = "\
-ffffffff81000000 T _stext
-ffffffff81000000 T startup_64
-ffffffff81000100 t early_helper
-ffffffff81000180 D some_data
-ffffffff81000200 T schedule
-ffffffff81100000 T _etext
-ffffffffa0001000 t bpf_prog_1234_x\t[bpf]
-ffffffffc0100000 t mod_fn\t[virtio]
-";
-        let modules = "virtio 4096 1 - Live 0xffffffffc0100000\n";
-        let k = KernelSymbols::parse(kallsyms.as_bytes(), modules);
-        assert_eq!(k.name(0xffffffff81000000), Some("_stext"));
-        assert_eq!(k.name(0xffffffff81000150), Some("early_helper"));
-        // `some_data` is not code: the text symbol before it names it.
-        assert_eq!(k.name(0xffffffff810001a0), Some("early_helper"));
-        assert_eq!(k.name(0xffffffff81000fff), Some("schedule"));
-        assert_eq!(k.name(0xffffffffa0001010), None);
-        assert_eq!(k.name(0xffffffffc0100010), Some("mod_fn"));
-        assert_eq!(k.name(0xffffffffc0101000), None);
-        // Hidden addresses (all zero, no CAP_SYSLOG) name nothing.
-        let hidden = KernelSymbols::parse(
-            "0000000000000000 T _stext\n0000000000000000 T schedule\n".as_bytes(),
-            "",
-        );
-        assert_eq!(hidden.name(0xffffffff81000200), None);
-    }
 
     #[test]
     fn parses_executable_file_mappings_only() {

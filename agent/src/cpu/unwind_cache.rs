@@ -16,16 +16,12 @@
 //! parse, is foreign (see `run_dir`), or says it is another file is
 //! ignored and built again.
 
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::PathBuf;
-use std::time::SystemTime;
-
-use serde::{Deserialize, Serialize};
 
 use super::abi::UnwindRow;
-use crate::resolve::elf::file_stamp;
-use crate::rootfs::FileId;
-use crate::run_dir::{self, BootAndBuild};
+use crate::run_dir::{self, BootAndBuild, FileKey};
 
 /// A file with more rows than this is not kept (~64 MiB of tmpfs).
 const MAX_KEPT_ROWS: usize = 1 << 22;
@@ -73,13 +69,7 @@ impl FileUnwind {
 }
 
 /// What a kept file says it holds rows for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Key {
-    build: BootAndBuild,
-    file: FileId,
-    /// Size and modification time.
-    stamp: (u64, SystemTime),
-}
+type Key = FileKey;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
@@ -110,23 +100,11 @@ impl UnwindCache {
     }
 
     fn key(&self, file: &File) -> Option<Key> {
-        Some(Key {
-            build: self.build.clone()?,
-            file: FileId::of(file).ok()?,
-            stamp: file_stamp(file)?,
-        })
+        FileKey::of(self.build.as_ref()?, file)
     }
 
-    /// One kept file per mapped file identity: a file replaced in place
-    /// (same inode) overwrites its entry.
     fn path(&self, key: &Key) -> PathBuf {
-        let FileId {
-            major,
-            minor,
-            inode,
-        } = key.file;
-        self.dir
-            .join(format!("unwind-{major:x}-{minor:x}-{inode:x}.rows"))
+        self.dir.join(key.file_name("unwind", "rows"))
     }
 
     /// The kept rows of `file`, if the same file's were kept by this
@@ -166,16 +144,7 @@ impl UnwindCache {
     }
 
     fn kept_files(&self) -> usize {
-        std::fs::read_dir(&self.dir).map_or(0, |entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| {
-                    let name = e.file_name();
-                    let name = name.to_string_lossy();
-                    name.starts_with("unwind-") && name.ends_with(".rows")
-                })
-                .count()
-        })
+        run_dir::count_kept(&self.dir, "unwind", "rows")
     }
 }
 
