@@ -6,7 +6,6 @@
 //! it touched when done ([`ElfImage::release_pages`]), so a recording
 //! does not carry the binary's symbol tables or DWARF in its resident set.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
@@ -221,8 +220,27 @@ impl ElfImage {
         if let Some(index) = self.unit_index.get() {
             return Ok(index.as_ref());
         }
-        let built = UnitIndex::build(self)?;
+        let built = UnitIndex::kept_or_build(self)?;
         Ok(self.unit_index.get_or_init(|| built).as_ref())
+    }
+
+    /// What a result derived from this image's DWARF is kept for (see
+    /// [`crate::run_dir`]): the debug file's identity if one is in use,
+    /// else the binary's as it was opened.
+    pub(crate) fn dwarf_file_key(
+        &self,
+        build: &crate::run_dir::BootAndBuild,
+    ) -> Option<crate::run_dir::FileKey> {
+        match (&self.debug_open, &self.debug_data) {
+            (Some(debug), _) => crate::run_dir::FileKey::of(build, debug.file()),
+            // DWARF from a file no longer open: not kept.
+            (None, Some(_)) => None,
+            (None, None) => Some(crate::run_dir::FileKey {
+                build: build.clone(),
+                file: self.file_id?,
+                stamp: self.stamp?,
+            }),
+        }
     }
 
     /// `.gnu_debuglink`: the debug file's name and CRC32.
@@ -436,8 +454,7 @@ fn build_id(path: &Path, file: &object::File) -> Result<Option<String>, ElfError
 /// `.dynsym` repeats the exported `.symtab` entries.
 fn function_symbols(file: &object::File) -> Vec<FunctionSymbol> {
     // Names borrowed from the map: no second copy of every name.
-    let mut seen: HashSet<(&str, u64)> = HashSet::new();
-    let mut symbols = Vec::new();
+    let mut found: Vec<(SymbolTable, &str, u64, u64)> = Vec::new();
     let tables = [
         (SymbolTable::Symtab, file.symbols()),
         (SymbolTable::Dynsym, file.dynamic_symbols()),
@@ -448,19 +465,33 @@ fn function_symbols(file: &object::File) -> Vec<FunctionSymbol> {
                 continue;
             }
             let Ok(raw) = sym.name() else { continue };
-            if raw.is_empty() || !seen.insert((raw, sym.address())) {
-                continue;
+            if !raw.is_empty() {
+                found.push((table, raw, sym.address(), sym.size()));
             }
-            symbols.push(FunctionSymbol {
-                raw: raw.to_string(),
-                clone_suffix: clone_suffix(raw).map(str::to_string),
-                address: sym.address(),
-                size: sym.size(),
-                table,
-            });
         }
     }
-    symbols
+    // The same name at the same address once (`.dynsym` repeats `.symtab`),
+    // the first listed kept. By sorting, not hashing: hashing ~10^5 mangled
+    // names was ~10 ms of every recording's plan.
+    let mut order: Vec<usize> = (0..found.len()).collect();
+    order.sort_unstable_by_key(|&i| (found[i].2, found[i].1, i));
+    let mut repeated = vec![false; found.len()];
+    for pair in order.windows(2) {
+        let (a, b) = (&found[pair[0]], &found[pair[1]]);
+        repeated[pair[1]] = a.2 == b.2 && a.1 == b.1;
+    }
+    found
+        .iter()
+        .zip(repeated)
+        .filter(|(_, repeated)| !repeated)
+        .map(|(&(table, raw, address, size), _)| FunctionSymbol {
+            raw: raw.to_string(),
+            clone_suffix: clone_suffix(raw).map(str::to_string),
+            address,
+            size,
+            table,
+        })
+        .collect()
 }
 
 /// GCC appends `.constprop.N`, `.isra.N`, `.part.N`, `.cold`, … to clones.
@@ -484,6 +515,46 @@ pub(crate) fn file_stamp(file: &std::fs::File) -> Option<(u64, std::time::System
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
+
+    /// Every defined text symbol of both tables is listed once per name
+    /// and address, in the order the tables list them, the first kept.
+    #[test]
+    fn function_symbols_are_each_listed_once_in_table_order() {
+        let bytes = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        let listed = function_symbols(&file);
+        let mut expected: Vec<(SymbolTable, String, u64)> = Vec::new();
+        let (mut seen, mut candidates) = (HashSet::new(), 0);
+        for (table, iter) in [
+            (SymbolTable::Symtab, file.symbols()),
+            (SymbolTable::Dynsym, file.dynamic_symbols()),
+        ] {
+            for sym in iter {
+                let name = sym.name().unwrap_or("");
+                if sym.kind() != SymbolKind::Text
+                    || sym.is_undefined()
+                    || sym.address() == 0
+                    || name.is_empty()
+                {
+                    continue;
+                }
+                candidates += 1;
+                if seen.insert((name.to_string(), sym.address())) {
+                    expected.push((table, name.to_string(), sym.address()));
+                }
+            }
+        }
+        let got: Vec<(SymbolTable, String, u64)> = listed
+            .iter()
+            .map(|s| (s.table, s.raw.clone(), s.address))
+            .collect();
+        assert!(got.len() > 1000, "{} symbols", got.len());
+        // libc lists versioned aliases (`memcpy@GLIBC_2.2.5` beside
+        // `memcpy@@GLIBC_2.14`) under one name at one address: repeats.
+        assert!(candidates > got.len() + 100, "{candidates} listed");
+        assert_eq!(got, expected);
+    }
 
     #[test]
     fn clone_suffixes() {

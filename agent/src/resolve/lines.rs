@@ -12,11 +12,14 @@
 //! unit whose file table names that header.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use gimli::AttributeValue;
+use serde::{Deserialize, Serialize};
 
 use super::dwarf::{Reader, Trim};
 use super::{DemangledName, ElfImage};
+use crate::run_dir::{self, BootAndBuild, FileKey};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinesError {
@@ -31,12 +34,76 @@ pub enum LinesError {
 /// 10.2.11), so an image builds it once ([`ElfImage::unit_index`]) and
 /// keeps it: `serve` names new latch sites window after window, and after
 /// a restart of the same binary its plan, image and index are reused.
-#[derive(Debug, Default)]
+///
+/// The index depends only on the DWARF file and innoprof's code, and a
+/// recording that names latch sites spent ~25 ms building it (the headers'
+/// page faults besides), so it is also kept for the rest of the boot in
+/// the per-boot directory ([`crate::run_dir`], `units-MAJOR-MINOR-INODE.json`)
+/// and reused for the very same DWARF file by the same innoprof binary.
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct UnitIndex {
     units: HashMap<String, Vec<gimli::DebugInfoOffset>>,
 }
 
+/// A kept index larger than this is not read (MariaDB 10.2.11's: ~40 KB).
+const MAX_KEPT_BYTES: u64 = 8 << 20;
+/// Past this many kept indexes, nothing new is kept (see
+/// [`run_dir::count_kept`]).
+const MAX_KEPT_FILES: usize = 256;
+
+/// A kept index: what it was built from, and the units by file name.
+#[derive(Serialize, Deserialize)]
+struct KeptIndex {
+    key: FileKey,
+    units: HashMap<String, Vec<usize>>,
+}
+
 impl UnitIndex {
+    /// The index kept in this boot for `image`'s DWARF file, or built (and
+    /// then kept: a failure to keep it only means building it again).
+    pub(crate) fn kept_or_build(image: &ElfImage) -> Result<Option<Self>, LinesError> {
+        Self::kept_or_build_in(image, Path::new(run_dir::DEFAULT_DIR))
+    }
+
+    fn kept_or_build_in(image: &ElfImage, dir: &Path) -> Result<Option<Self>, LinesError> {
+        let key = BootAndBuild::current().and_then(|build| image.dwarf_file_key(&build));
+        let Some(key) = key else {
+            return Self::build(image);
+        };
+        let path = dir.join(key.file_name("units", "json"));
+        let kept = run_dir::read_own_file(dir, &path, MAX_KEPT_BYTES)
+            .and_then(|bytes| serde_json::from_slice::<KeptIndex>(&bytes).ok())
+            .filter(|kept| kept.key == key);
+        if let Some(kept) = kept {
+            let units = kept.units.into_iter().map(|(name, offsets)| {
+                (
+                    name,
+                    offsets.into_iter().map(gimli::DebugInfoOffset).collect(),
+                )
+            });
+            return Ok(Some(Self {
+                units: units.collect(),
+            }));
+        }
+        let built = Self::build(image)?;
+        if let Some(index) = &built {
+            if path.exists() || run_dir::count_kept(dir, "units", "json") < MAX_KEPT_FILES {
+                let units = index
+                    .units
+                    .iter()
+                    .map(|(name, offsets)| (name.clone(), offsets.iter().map(|o| o.0).collect()));
+                let kept = KeptIndex {
+                    key,
+                    units: units.collect(),
+                };
+                if let Ok(bytes) = serde_json::to_vec(&kept) {
+                    let _ = run_dir::write_own_file(dir, &path, &bytes);
+                }
+            }
+        }
+        Ok(built)
+    }
+
     /// One pass over the unit headers of `image`'s DWARF (None: it has none).
     pub(crate) fn build(image: &ElfImage) -> Result<Option<Self>, LinesError> {
         let Some(dwarf) = super::dwarf::load(image.dwarf_data())? else {
@@ -279,6 +346,40 @@ mod tests {
     use super::*;
 
     /// This test's own source line, looked up in the test binary's DWARF.
+    /// The index kept for a file comes back equal to a fresh build, from
+    /// the kept file (the same file again); a changed file is rebuilt.
+    #[test]
+    fn the_unit_index_is_kept_for_the_same_file_only() {
+        let d = tempfile::tempdir().unwrap();
+        let (dir, binary) = (d.path().join("run"), d.path().join("bin"));
+        std::fs::copy(std::env::current_exe().unwrap(), &binary).unwrap();
+        let image = ElfImage::open(&binary).unwrap();
+        let fresh = UnitIndex::build(&image)
+            .unwrap()
+            .expect("test builds have DWARF");
+        assert!(fresh.units.len() > 10, "{} units", fresh.units.len());
+        let first = UnitIndex::kept_or_build_in(&image, &dir).unwrap().unwrap();
+        assert_eq!(first, fresh);
+        let kept: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(kept.len(), 1, "one kept index");
+        let kept = kept[0].as_ref().unwrap().path();
+        // What the next call returns is what the kept file says: mark it.
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+        doc["units"]["only-in-the-kept-file.cc"] = serde_json::json!([0]);
+        std::fs::write(&kept, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let again = UnitIndex::kept_or_build_in(&image, &dir).unwrap().unwrap();
+        assert!(again.units.contains_key("only-in-the-kept-file.cc"));
+        // The file changed (its mtime): built again, and kept anew.
+        let f = std::fs::File::options().write(true).open(&binary).unwrap();
+        f.set_modified(std::time::SystemTime::UNIX_EPOCH).unwrap();
+        let changed = ElfImage::open(&binary).unwrap();
+        let rebuilt = UnitIndex::kept_or_build_in(&changed, &dir)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rebuilt, fresh);
+    }
+
     #[test]
     fn finds_the_function_of_a_line_in_its_own_binary() {
         let line = line!() + 1;
