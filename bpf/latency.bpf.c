@@ -77,15 +77,22 @@ struct {
 	__type(value, struct stack_hold);
 } stack_hold SEC(".maps");
 
+/* Not preallocated (as `stacks`): a preallocated table of 65,536 entries
+ * cost every recording ~5-10 ms of kernel CPU to create and free, for the
+ * few thousand a recording fills; an entry is allocated when a stack is
+ * first seen, at most once per `stack_interval_ns` per CPU and slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 65536);
 	__type(key, struct stack_key);
 	__type(value, struct stack_val);
 } stack_counts SEC(".maps");
 
+/* Not preallocated either: one entry per call site seen. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384);
 	__type(key, struct site_key);
 	__type(value, struct site_val);
