@@ -59,7 +59,7 @@ pub struct HitCostCache {
 
 impl Default for HitCostCache {
     fn default() -> Self {
-        Self::in_dir(run_dir::DEFAULT_DIR)
+        Self::in_dir(run_dir::default_dir())
     }
 }
 

@@ -49,7 +49,7 @@ impl KernelSymbols {
     /// The kept table of this boot, or one read of `/proc/kallsyms` (then
     /// kept for the next recording).
     pub fn load() -> Self {
-        Self::load_in(Path::new(run_dir::DEFAULT_DIR), Path::new("/proc"))
+        Self::load_in(run_dir::default_dir(), Path::new("/proc"))
     }
 
     fn load_in(dir: &Path, proc: &Path) -> Self {

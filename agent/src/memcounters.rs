@@ -11,6 +11,7 @@
 //! never fatal.
 
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::time::Instant;
 
 use object::{Object, ObjectSegment};
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::{CounterPath, CounterSpec};
 use crate::resolve::counter::{resolve_counters_in, CounterError, CounterLayout, Step};
 use crate::resolve::ElfImage;
+use crate::run_dir::{self, BootAndBuild, FileKey};
 
 /// A counter the catalog asked for, and where it lives in this binary.
 #[derive(Debug, Clone, Serialize)]
@@ -39,28 +41,127 @@ impl PlannedCounter {
     }
 }
 
-/// Resolves each counter against the binary's DWARF.
+/// Resolves each counter against the binary's DWARF, reusing the layouts
+/// kept earlier in this boot for the same DWARF file ([`KeptLayouts`]).
 pub fn plan_counters(image: &ElfImage, specs: Vec<CounterSpec>) -> Vec<PlannedCounter> {
+    plan_counters_in(image, specs, run_dir::default_dir())
+}
+
+fn plan_counters_in(image: &ElfImage, specs: Vec<CounterSpec>, dir: &Path) -> Vec<PlannedCounter> {
     if specs.is_empty() {
         return Vec::new();
     }
-    let paths: Vec<&CounterPath> = specs.iter().map(|s| &s.counter).collect();
-    let layouts: Vec<Result<CounterLayout, String>> = if image.has_debug_info {
-        match resolve_counters_in(image, &paths) {
-            Ok(each) => each
-                .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect(),
-            Err(e) => vec![Err(e.to_string()); specs.len()],
+    if !image.has_debug_info {
+        let why = CounterError::NoDebugInfo.to_string();
+        return specs
+            .into_iter()
+            .map(|spec| PlannedCounter {
+                spec,
+                layout: Err(why.clone()),
+            })
+            .collect();
+    }
+    let kept = KeptLayouts::load(image, dir);
+    let mut layouts: Vec<Option<Result<CounterLayout, String>>> = specs
+        .iter()
+        .map(|s| kept.as_ref().and_then(|k| k.get(&s.counter)))
+        .collect();
+    let todo: Vec<&CounterPath> = specs
+        .iter()
+        .zip(&layouts)
+        .filter(|(_, l)| l.is_none())
+        .map(|(s, _)| &s.counter)
+        .collect();
+    if !todo.is_empty() {
+        match resolve_counters_in(image, &todo) {
+            Ok(each) => {
+                let mut each = each.into_iter().map(|r| r.map_err(|e| e.to_string()));
+                let mut resolved = Vec::new();
+                for (spec, layout) in specs.iter().zip(layouts.iter_mut()) {
+                    if layout.is_none() {
+                        let l = each.next().expect("one result per counter");
+                        resolved.push((spec.counter.clone(), l.clone()));
+                        *layout = Some(l);
+                    }
+                }
+                if let Some(mut kept) = kept {
+                    kept.layouts.extend(resolved);
+                    kept.store(dir);
+                }
+            }
+            // The file as a whole failed (its DWARF does not parse): said
+            // for each counter, and not kept.
+            Err(e) => {
+                for layout in layouts.iter_mut().filter(|l| l.is_none()) {
+                    *layout = Some(Err(e.to_string()));
+                }
+            }
         }
-    } else {
-        vec![Err(CounterError::NoDebugInfo.to_string()); specs.len()]
-    };
+    }
     specs
         .into_iter()
         .zip(layouts)
-        .map(|(spec, layout)| PlannedCounter { spec, layout })
+        .map(|(spec, layout)| PlannedCounter {
+            spec,
+            layout: layout.expect("every counter resolved or kept"),
+        })
         .collect()
+}
+
+/// Counter layouts kept for the rest of the boot, per DWARF file
+/// (`counters-MAJOR-MINOR-INODE.json` in the per-boot directory, see
+/// [`crate::run_dir`]). Finding a global's definition walks the DWARF
+/// units: MariaDB 11.4.5 has no `.debug_pubnames` to say where, and
+/// walking its 216 MB of `.debug_info` was ~0.35 s of CPU at the start of
+/// every recording. A layout depends only on the file and innoprof's code,
+/// so it is reused for the very same file by the same innoprof binary;
+/// "not in this build" answers are kept too, they are as fixed.
+#[derive(Serialize, Deserialize)]
+struct KeptLayouts {
+    key: FileKey,
+    layouts: Vec<(CounterPath, Result<CounterLayout, String>)>,
+}
+
+/// A kept file larger than this is not read (a few KB in practice).
+const MAX_KEPT_BYTES: u64 = 1 << 20;
+/// Past this many kept files, nothing new is kept.
+const MAX_KEPT_FILES: usize = 256;
+
+impl KeptLayouts {
+    /// What was kept for `image`'s DWARF file, or an empty set to fill;
+    /// None when nothing can be kept (no boot id, no file identity).
+    fn load(image: &ElfImage, dir: &Path) -> Option<Self> {
+        let key = BootAndBuild::current().and_then(|b| image.dwarf_file_key(&b))?;
+        let kept = run_dir::read_own_file(dir, &dir.join(Self::name(&key)), MAX_KEPT_BYTES)
+            .and_then(|bytes| serde_json::from_slice::<Self>(&bytes).ok())
+            .filter(|k| k.key == key);
+        Some(kept.unwrap_or(Self {
+            key,
+            layouts: Vec::new(),
+        }))
+    }
+
+    fn name(key: &FileKey) -> String {
+        key.file_name("counters", "json")
+    }
+
+    fn get(&self, path: &CounterPath) -> Option<Result<CounterLayout, String>> {
+        self.layouts
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, l)| l.clone())
+    }
+
+    /// Failures only mean resolving again next time.
+    fn store(&self, dir: &Path) {
+        let path = dir.join(Self::name(&self.key));
+        if !path.exists() && run_dir::count_kept(dir, "counters", "json") >= MAX_KEPT_FILES {
+            return;
+        }
+        if let Ok(bytes) = serde_json::to_vec(self) {
+            let _ = run_dir::write_own_file(dir, &path, &bytes);
+        }
+    }
 }
 
 /// The target's memory, read-only, with the binary's load bias.
@@ -368,6 +469,42 @@ mod tests {
                 path: path.into(),
             },
         }
+    }
+
+    /// Layouts are kept per DWARF file: a second plan reads them from the
+    /// kept file (marked here, so a fresh resolution would show), resolves
+    /// only what the file lacks, and adds it.
+    #[test]
+    fn counter_layouts_are_kept_for_the_same_file() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("run");
+        let image = ElfImage::open(&std::env::current_exe().unwrap()).unwrap();
+        let first = plan_counters_in(&image, vec![spec("innoprof_test_sys", "lsn")], &dir);
+        let lsn = first[0].layout.clone().unwrap();
+        let kept: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(kept.len(), 1);
+        let kept = kept[0].as_ref().unwrap().path();
+        let text = std::fs::read_to_string(&kept).unwrap();
+        assert!(text.contains("innoprof_test_sys"), "{text}");
+        let marked = text.replace(
+            &format!("\"type_name\":\"{}\"", lsn.type_name),
+            "\"type_name\":\"kept\"",
+        );
+        assert_ne!(marked, text);
+        std::fs::write(&kept, marked).unwrap();
+        let second = plan_counters_in(
+            &image,
+            vec![
+                spec("innoprof_test_sys", "lsn"),
+                spec("innoprof_test_sys_ptr", "row_id"),
+            ],
+            &dir,
+        );
+        assert_eq!(second[0].layout.as_ref().unwrap().type_name, "kept");
+        let row = second[1].layout.as_ref().unwrap();
+        assert_eq!(row.steps, [Step::Deref, Step::Offset(72)]);
+        let text = std::fs::read_to_string(&kept).unwrap();
+        assert!(text.contains("innoprof_test_sys_ptr"), "added: {text}");
     }
 
     /// Resolves fields of this test binary's own statics from its DWARF,

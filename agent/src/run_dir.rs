@@ -27,6 +27,22 @@ use crate::rootfs::FileId;
 /// Where the per-boot caches live.
 pub const DEFAULT_DIR: &str = "/run/innoprof";
 
+/// The directory the caches use: [`DEFAULT_DIR`]; for the agent's own unit
+/// tests, one apart (`innoprof-unit-tests-run` in the temp directory). A
+/// test binary is a new file at every build, and what tests keep for it
+/// would otherwise count against the real directory's caps until reboot.
+pub fn default_dir() -> &'static Path {
+    #[cfg(not(test))]
+    {
+        Path::new(DEFAULT_DIR)
+    }
+    #[cfg(test)]
+    {
+        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        DIR.get_or_init(|| std::env::temp_dir().join("innoprof-unit-tests-run"))
+    }
+}
+
 /// A directory only root can change: root's own, no symlink, no group or
 /// other access.
 pub fn trusted_dir(dir: &Path) -> std::io::Result<()> {

@@ -87,7 +87,7 @@ pub struct UnwindCache {
 
 impl Default for UnwindCache {
     fn default() -> Self {
-        Self::in_dir(run_dir::DEFAULT_DIR)
+        Self::in_dir(run_dir::default_dir())
     }
 }
 

@@ -11,7 +11,7 @@
 
 use gimli::{AttributeValue, UnitOffset};
 use object::{Object, ObjectSymbol};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::dwarf::Reader;
 use super::latch::members;
@@ -46,7 +46,7 @@ pub enum CounterError {
 }
 
 /// One move from the global's address towards the integer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
     /// Add a member's byte offset.
@@ -55,7 +55,7 @@ pub enum Step {
     Deref,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterLayout {
     /// The global's link-time address (the load bias is added at run time
     /// for a position-independent binary).

@@ -62,7 +62,7 @@ impl UnitIndex {
     /// The index kept in this boot for `image`'s DWARF file, or built (and
     /// then kept: a failure to keep it only means building it again).
     pub(crate) fn kept_or_build(image: &ElfImage) -> Result<Option<Self>, LinesError> {
-        Self::kept_or_build_in(image, Path::new(run_dir::DEFAULT_DIR))
+        Self::kept_or_build_in(image, run_dir::default_dir())
     }
 
     fn kept_or_build_in(image: &ElfImage, dir: &Path) -> Result<Option<Self>, LinesError> {
