@@ -207,7 +207,7 @@ fn without_tracing(mut stack: NamedStack) -> NamedStack {
 ///
 /// The trap's entry runs with interrupts off: the cpu-clock timer that
 /// expires then fires when they are back on, at `irqentry_exit_to_user_mode`
-/// under `asm_exc_int3` (a third of these samples on MySQL 5.6.24 under
+/// under `asm_exc_int3` (a quarter to a third of these samples on MySQL 5.6.24 under
 /// `--probes all`): still the trap's time, counted by its entry frame.
 fn in_uprobe_handling(frames: &[Frame]) -> bool {
     frames.iter().any(|f| {
