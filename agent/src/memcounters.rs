@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::{CounterPath, CounterSpec};
 use crate::resolve::counter::{resolve_counters_in, CounterError, CounterLayout, Step};
 use crate::resolve::ElfImage;
-use crate::run_dir::{self, BootAndBuild, FileKey};
+use crate::run_dir::{self, FileKey};
 
 /// A counter the catalog asked for, and where it lives in this binary.
 #[derive(Debug, Clone, Serialize)]
@@ -116,7 +116,6 @@ fn plan_counters_in(image: &ElfImage, specs: Vec<CounterSpec>, dir: &Path) -> Ve
 /// every recording. A layout depends only on the file and innoprof's code,
 /// so it is reused for the very same file by the same innoprof binary;
 /// "not in this build" answers are kept too, they are as fixed.
-#[derive(Serialize, Deserialize)]
 struct KeptLayouts {
     key: FileKey,
     layouts: Vec<(CounterPath, Result<CounterLayout, String>)>,
@@ -126,23 +125,18 @@ struct KeptLayouts {
 const MAX_KEPT_BYTES: u64 = 1 << 20;
 /// Past this many kept files, nothing new is kept.
 const MAX_KEPT_FILES: usize = 256;
+const KEPT_PREFIX: &str = "counters";
 
 impl KeptLayouts {
     /// What was kept for `image`'s DWARF file, or an empty set to fill;
     /// None when nothing can be kept (no boot id, no file identity).
     fn load(image: &ElfImage, dir: &Path) -> Option<Self> {
-        let key = BootAndBuild::current().and_then(|b| image.dwarf_file_key(&b))?;
-        let kept = run_dir::read_own_file(dir, &dir.join(Self::name(&key)), MAX_KEPT_BYTES)
-            .and_then(|bytes| serde_json::from_slice::<Self>(&bytes).ok())
-            .filter(|k| k.key == key);
-        Some(kept.unwrap_or(Self {
+        let key = image.dwarf_file_key()?;
+        let layouts = run_dir::load_json(dir, &key, KEPT_PREFIX, MAX_KEPT_BYTES);
+        Some(Self {
             key,
-            layouts: Vec::new(),
-        }))
-    }
-
-    fn name(key: &FileKey) -> String {
-        key.file_name("counters", "json")
+            layouts: layouts.unwrap_or_default(),
+        })
     }
 
     fn get(&self, path: &CounterPath) -> Option<Result<CounterLayout, String>> {
@@ -152,15 +146,8 @@ impl KeptLayouts {
             .map(|(_, l)| l.clone())
     }
 
-    /// Failures only mean resolving again next time.
     fn store(&self, dir: &Path) {
-        let path = dir.join(Self::name(&self.key));
-        if !path.exists() && run_dir::count_kept(dir, "counters", "json") >= MAX_KEPT_FILES {
-            return;
-        }
-        if let Ok(bytes) = serde_json::to_vec(self) {
-            let _ = run_dir::write_own_file(dir, &path, &bytes);
-        }
+        run_dir::store_json(dir, &self.key, KEPT_PREFIX, MAX_KEPT_FILES, &self.layouts);
     }
 }
 

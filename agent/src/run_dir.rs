@@ -16,7 +16,6 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -164,6 +163,50 @@ impl FileKey {
             inode,
         } = self.file;
         format!("{prefix}-{major:x}-{minor:x}-{inode:x}.{ext}")
+    }
+}
+
+/// A value derived from one file, kept as JSON with the key it holds for.
+#[derive(Serialize, Deserialize)]
+struct KeptJson<T> {
+    key: FileKey,
+    value: T,
+}
+
+/// The value kept as `{prefix}-MAJOR-MINOR-INODE.json` in `dir` for
+/// `key`, if that file is ours (see [`read_own_file`]), at most `max_len`
+/// bytes, parses, and was kept for this very key.
+pub fn load_json<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    key: &FileKey,
+    prefix: &str,
+    max_len: u64,
+) -> Option<T> {
+    let bytes = read_own_file(dir, &dir.join(key.file_name(prefix, "json")), max_len)?;
+    let kept: KeptJson<T> = serde_json::from_slice(&bytes).ok()?;
+    (kept.key == *key).then_some(kept.value)
+}
+
+/// Keeps `value` for `key` as `{prefix}-MAJOR-MINOR-INODE.json` in `dir`,
+/// unless `dir` already holds `max_files` such files and this one is not
+/// among them. A failure only means deriving the value again next time.
+pub fn store_json<T: Serialize>(
+    dir: &Path,
+    key: &FileKey,
+    prefix: &str,
+    max_files: usize,
+    value: &T,
+) {
+    let path = dir.join(key.file_name(prefix, "json"));
+    if !path.exists() && count_kept(dir, prefix, "json") >= max_files {
+        return;
+    }
+    let kept = KeptJson {
+        key: key.clone(),
+        value,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&kept) {
+        let _ = write_own_file(dir, &path, &bytes);
     }
 }
 

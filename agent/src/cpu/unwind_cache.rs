@@ -16,9 +16,10 @@
 //! parse, is foreign (see `run_dir`), or says it is another file is
 //! ignored and built again.
 
-use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use super::abi::UnwindRow;
 use crate::run_dir::{self, BootAndBuild, FileKey};

@@ -225,12 +225,10 @@ impl ElfImage {
     }
 
     /// What a result derived from this image's DWARF is kept for (see
-    /// [`crate::run_dir`]): the debug file's identity if one is in use,
-    /// else the binary's as it was opened.
-    pub(crate) fn dwarf_file_key(
-        &self,
-        build: &crate::run_dir::BootAndBuild,
-    ) -> Option<crate::run_dir::FileKey> {
+    /// [`crate::run_dir`]): this boot and innoprof binary, and the debug
+    /// file's identity if one is in use, else the binary's as it was opened.
+    pub(crate) fn dwarf_file_key(&self) -> Option<crate::run_dir::FileKey> {
+        let build = &crate::run_dir::BootAndBuild::current()?;
         match (&self.debug_open, &self.debug_data) {
             (Some(debug), _) => crate::run_dir::FileKey::of(build, debug.file()),
             // DWARF from a file no longer open: not kept.

@@ -15,11 +15,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gimli::AttributeValue;
-use serde::{Deserialize, Serialize};
 
 use super::dwarf::{Reader, Trim};
 use super::{DemangledName, ElfImage};
-use crate::run_dir::{self, BootAndBuild, FileKey};
+use crate::run_dir;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinesError {
@@ -51,13 +50,6 @@ const MAX_KEPT_BYTES: u64 = 8 << 20;
 /// [`run_dir::count_kept`]).
 const MAX_KEPT_FILES: usize = 256;
 
-/// A kept index: what it was built from, and the units by file name.
-#[derive(Serialize, Deserialize)]
-struct KeptIndex {
-    key: FileKey,
-    units: HashMap<String, Vec<usize>>,
-}
-
 impl UnitIndex {
     /// The index kept in this boot for `image`'s DWARF file, or built (and
     /// then kept: a failure to keep it only means building it again).
@@ -66,16 +58,13 @@ impl UnitIndex {
     }
 
     fn kept_or_build_in(image: &ElfImage, dir: &Path) -> Result<Option<Self>, LinesError> {
-        let key = BootAndBuild::current().and_then(|build| image.dwarf_file_key(&build));
-        let Some(key) = key else {
+        let Some(key) = image.dwarf_file_key() else {
             return Self::build(image);
         };
-        let path = dir.join(key.file_name("units", "json"));
-        let kept = run_dir::read_own_file(dir, &path, MAX_KEPT_BYTES)
-            .and_then(|bytes| serde_json::from_slice::<KeptIndex>(&bytes).ok())
-            .filter(|kept| kept.key == key);
-        if let Some(kept) = kept {
-            let units = kept.units.into_iter().map(|(name, offsets)| {
+        // Units by file name, as offsets into `.debug_info`.
+        type Kept = HashMap<String, Vec<usize>>;
+        if let Some(kept) = run_dir::load_json::<Kept>(dir, &key, "units", MAX_KEPT_BYTES) {
+            let units = kept.into_iter().map(|(name, offsets)| {
                 (
                     name,
                     offsets.into_iter().map(gimli::DebugInfoOffset).collect(),
@@ -87,19 +76,12 @@ impl UnitIndex {
         }
         let built = Self::build(image)?;
         if let Some(index) = &built {
-            if path.exists() || run_dir::count_kept(dir, "units", "json") < MAX_KEPT_FILES {
-                let units = index
-                    .units
-                    .iter()
-                    .map(|(name, offsets)| (name.clone(), offsets.iter().map(|o| o.0).collect()));
-                let kept = KeptIndex {
-                    key,
-                    units: units.collect(),
-                };
-                if let Ok(bytes) = serde_json::to_vec(&kept) {
-                    let _ = run_dir::write_own_file(dir, &path, &bytes);
-                }
-            }
+            let kept: Kept = index
+                .units
+                .iter()
+                .map(|(name, offsets)| (name.clone(), offsets.iter().map(|o| o.0).collect()))
+                .collect();
+            run_dir::store_json(dir, &key, "units", MAX_KEPT_FILES, &kept);
         }
         Ok(built)
     }
@@ -366,7 +348,7 @@ mod tests {
         // What the next call returns is what the kept file says: mark it.
         let mut doc: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
-        doc["units"]["only-in-the-kept-file.cc"] = serde_json::json!([0]);
+        doc["value"]["only-in-the-kept-file.cc"] = serde_json::json!([0]);
         std::fs::write(&kept, serde_json::to_vec(&doc).unwrap()).unwrap();
         let again = UnitIndex::kept_or_build_in(&image, &dir).unwrap().unwrap();
         assert!(again.units.contains_key("only-in-the-kept-file.cc"));
