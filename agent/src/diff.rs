@@ -159,6 +159,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         server_state: None,
         files: Vec::new(),
     };
+    let mut shifts: Vec<CpuShift> = Vec::new();
     for (kind, unit, mode, by_total) in PROFILES {
         let name = instance(FOLDED, kind);
         let (Some(before), Some(after)) = (
@@ -188,6 +189,15 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
                 }
             }
         }
+        let mut symbols = symbol_deltas(&before_top, &after_top, by_total);
+        // Where CPU moved is judged on every function: an entry point
+        // whose time is spread over many callees (the undo walk: +12.7
+        // points total on MariaDB 11.4.5 with ~0 self) ranks far below
+        // the table's cut by self growth.
+        if kind == "oncpu" {
+            shifts = symbols.iter().map(CpuShift::from).collect();
+        }
+        symbols.truncate(SYMBOL_ROWS);
         report.profiles.push(ProfileDiff {
             kind: kind.to_string(),
             unit: unit.to_string(),
@@ -195,7 +205,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             incident_total: after_top.total,
             folded: folded_name.clone(),
             flamegraph: svg.as_ref().map(|_| svg_name.clone()),
-            symbols: symbol_deltas(&before_top, &after_top, by_total),
+            symbols,
         });
         report.files.push((folded_name, diff_folded));
         if let Some(svg) = svg {
@@ -209,20 +219,6 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
     // its numbers compared above, without findings.
     let typed = |v| serde_json::from_value::<crate::report::model::Summary>(v).ok();
     if let (Some(b), Some(i)) = (typed(base_summary), typed(inc_summary)) {
-        let shifts: Vec<CpuShift> = report
-            .profiles
-            .iter()
-            .filter(|p| p.kind == "oncpu")
-            .flat_map(|p| &p.symbols)
-            .map(|s| CpuShift {
-                symbol: s.symbol.clone(),
-                module: s.module.clone(),
-                baseline_pct: s.baseline_self_pct,
-                incident_pct: s.incident_self_pct,
-                baseline_total_pct: s.baseline_total_pct,
-                incident_total_pct: s.incident_total_pct,
-            })
-            .collect();
         report.server_state = b
             .server_state
             .as_ref()
@@ -409,6 +405,8 @@ fn differential(before: &str, after: &str) -> String {
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
+/// Every function of either table, the largest change first (self growth
+/// on-CPU, total growth off-CPU).
 fn symbol_deltas(before: &TopSymbols, after: &TopSymbols, by_total: bool) -> Vec<SymbolDelta> {
     use std::collections::BTreeMap;
     let mut merged: BTreeMap<(String, String), [f64; 4]> = BTreeMap::new();
@@ -447,8 +445,20 @@ fn symbol_deltas(before: &TopSymbols, after: &TopSymbols, by_total: bool) -> Vec
             .then(kb.1.total_cmp(&ka.1))
             .then_with(|| a.symbol.cmp(&b.symbol))
     });
-    rows.truncate(SYMBOL_ROWS);
     rows
+}
+
+impl From<&SymbolDelta> for CpuShift {
+    fn from(s: &SymbolDelta) -> Self {
+        CpuShift {
+            symbol: s.symbol.clone(),
+            module: s.module.clone(),
+            baseline_pct: s.baseline_self_pct,
+            incident_pct: s.incident_self_pct,
+            baseline_total_pct: s.baseline_total_pct,
+            incident_total_pct: s.incident_total_pct,
+        }
+    }
 }
 
 fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<ProbeDelta> {
@@ -608,6 +618,39 @@ mod tests {
             "{text}"
         );
         assert!(out.join("diff.json").exists());
+    }
+
+    /// The undo walk's time spread over many callees: its own row ranks
+    /// below the listed 30 by self growth, and still decides where CPU
+    /// moved (the shape of an S6 run on MariaDB 11.4.5).
+    #[test]
+    fn cpu_moved_is_judged_on_functions_past_the_table() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (base, inc) = (tmp.path().join("b"), tmp.path().join("i"));
+        let summary = serde_json::to_string(&crate::report::html::tests::summary()).unwrap();
+        let (mut before, mut after) = (String::new(), String::new());
+        for n in 0..40 {
+            before += &format!("main;f{n} 10\n");
+            after += &format!("main;f{n} 7\n");
+            after += &format!("main;row_vers_build_for_consistent_read;g{n} 3\n");
+        }
+        for (dir, folded) in [(&base, before), (&inc, after)] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("summary.json"), &summary).unwrap();
+            std::fs::write(dir.join("oncpu.folded"), folded).unwrap();
+        }
+        let r = diff_dirs(&base, &inc).unwrap();
+        let listed = &r.profiles[0].symbols;
+        assert_eq!(listed.len(), SYMBOL_ROWS);
+        assert!(listed
+            .iter()
+            .all(|s| s.symbol != "row_vers_build_for_consistent_read"));
+        let f = &r.findings[0];
+        assert_eq!(f.rule, "cpu_hot_path", "{:?}", r.findings);
+        assert!(
+            f.title.contains("undo and MVCC") && f.title.contains("+30"),
+            "{f:?}"
+        );
     }
 
     #[test]
