@@ -106,6 +106,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
             .chain(cpu_user.iter().map(|ips| (ips.as_slice(), true))),
     );
     drop(cpu_user);
+    crate::own_usage::debug_phase("after user stacks named");
     let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
     let mut results = Vec::new();
     let mut folded = Vec::new();
