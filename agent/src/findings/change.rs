@@ -23,6 +23,12 @@ const SUBSYSTEMS: &[(&[&str], &str, &str)] = &[
         &[
             "trx_undo_",
             "row_vers_",
+            // The read side's own steps into the walk (row_search_mvcc →
+            // row_sel_build_prev_vers_for_mysql → row_vers_build_for_
+            // consistent_read): 0 -> 13.1 points total in a CI run of S6 on
+            // MariaDB 11.4.5, which counted as row operations until then.
+            "row_sel_build_prev_vers",
+            "row_sel_build_committed_vers",
             "trx_purge",
             "row_purge",
             "trx_undo",
@@ -95,6 +101,9 @@ const SUBSYSTEMS: &[(&[&str], &str, &str)] = &[
 const ENTRY_POINTS: &[&str] = &[
     "row_search",
     "row_sel_step",
+    // A read through a secondary index fetches the clustered record here,
+    // and the old version is built under it.
+    "row_sel_get_clust_rec",
     "row_ins_step",
     "row_upd_step",
     "row_insert_for_mysql",
@@ -388,6 +397,21 @@ mod tests {
                 .starts_with("row_vers_build_for_consistent_read: 0.0 % -> 18.0 %"),
             "{:?}",
             f.evidence
+        );
+        // The read side's step into the walk is the walk's (a CI run of S6
+        // on MariaDB 11.4.5, its three largest rows).
+        let mut prev = shift("row_sel_build_prev_vers_for_mysql", "mariadbd", 0.0, 0.0);
+        prev.incident_total_pct = 13.1;
+        let mut search = shift("row_search_mvcc", "mariadbd", 0.8, 0.4);
+        search.baseline_total_pct = 9.4;
+        search.incident_total_pct = 20.2;
+        let mut upd = shift("row_upd_clust_rec", "mariadbd", 0.1, 0.1);
+        upd.baseline_total_pct = 4.7;
+        upd.incident_total_pct = 5.0;
+        let f = cpu_hot_path(&[prev, search, upd]).unwrap();
+        assert_eq!(
+            f.title,
+            "CPU moved to undo and MVCC: +13 points of the server's CPU samples"
         );
         assert!(cpu_hot_path(&[shift("ut_delay(unsigned long)", "mysqld", 3.0, 5.0)]).is_none());
         assert_eq!(super::super::thousands(999.0), "999");
