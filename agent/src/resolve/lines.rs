@@ -49,6 +49,8 @@ const MAX_KEPT_BYTES: u64 = 8 << 20;
 /// Past this many kept indexes, nothing new is kept (see
 /// [`run_dir::count_kept`]).
 const MAX_KEPT_FILES: usize = 256;
+/// The kept files' names: `units-MAJOR-MINOR-INODE.json`.
+const KEPT_PREFIX: &str = "units";
 
 impl UnitIndex {
     /// The index kept in this boot for `image`'s DWARF file, or built (and
@@ -63,7 +65,7 @@ impl UnitIndex {
         };
         // Units by file name, as offsets into `.debug_info`.
         type Kept = HashMap<String, Vec<usize>>;
-        if let Some(kept) = run_dir::load_json::<Kept>(dir, &key, "units", MAX_KEPT_BYTES) {
+        if let Some(kept) = run_dir::load_json::<Kept>(dir, &key, KEPT_PREFIX, MAX_KEPT_BYTES) {
             let units = kept.into_iter().map(|(name, offsets)| {
                 (
                     name,
@@ -81,7 +83,7 @@ impl UnitIndex {
                 .iter()
                 .map(|(name, offsets)| (name.clone(), offsets.iter().map(|o| o.0).collect()))
                 .collect();
-            run_dir::store_json(dir, &key, "units", MAX_KEPT_FILES, &kept);
+            run_dir::store_json(dir, &key, KEPT_PREFIX, MAX_KEPT_FILES, &kept);
         }
         Ok(built)
     }
