@@ -31,6 +31,7 @@ pub mod cost;
 pub mod cpu;
 pub mod diff;
 pub mod discover;
+pub mod dwarf_frames;
 pub mod estimate;
 pub mod export;
 pub mod findings;

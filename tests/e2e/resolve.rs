@@ -231,6 +231,78 @@ fn mariadb_11_4_5_catalog_pie() {
     );
 }
 
+/// The DWARF walk (`innoprof::dwarf_frames`) names a real server's code
+/// frame for frame as blazesym does, and names nearly all of it itself:
+/// every 25th function's first, middle and last byte.
+fn dwarf_walk_names_as_blazesym(name: &str, covers_at_least: f64) {
+    let binary = server_binary(name);
+    let image = ElfImage::open(&binary).unwrap();
+    let mut functions: Vec<(u64, u64)> = image
+        .symbols
+        .iter()
+        .filter(|s| s.size > 0)
+        .map(|s| (s.address, s.size))
+        .collect();
+    functions.sort_unstable();
+    functions.dedup();
+    let offsets: Vec<u64> = functions
+        .iter()
+        .step_by(25)
+        .flat_map(|&(a, size)| [a, a + size / 2, a + size - 1])
+        .filter_map(|a| image.file_offset(a))
+        .collect();
+    assert!(offsets.len() > 1_000, "{name}: {} offsets", offsets.len());
+    let file = std::sync::Arc::new(
+        innoprof::rootfs::TargetFile::from_open(std::fs::File::open(&binary).unwrap()).unwrap(),
+    );
+    let both = innoprof::symbolize::name_both_ways(&file, &offsets);
+    // Code several units describe (copies of an inline function, old
+    // GCC): the walk takes the first unit's frames, blazesym whichever
+    // its sort gives; the function is the same.
+    let function = |frames: &[innoprof::symbolize::Frame]| frames.first().map(|f| f.name.clone());
+    let differ: Vec<_> = (0..offsets.len())
+        .filter(|&i| match both.shared[i] {
+            false => both.walked[i] != both.blazesym[i],
+            true => function(&both.walked[i]) != function(&both.blazesym[i]),
+        })
+        .map(|i| (offsets[i], &both.walked[i], &both.blazesym[i]))
+        .collect();
+    let shared = both.shared.iter().filter(|&&s| s).count();
+    let shared_otherwise_named = (0..offsets.len())
+        .filter(|&i| both.shared[i] && both.walked[i] != both.blazesym[i])
+        .count();
+    assert!(
+        differ.is_empty(),
+        "{name}: {} of {} differ, e.g. {:#?}",
+        differ.len(),
+        offsets.len(),
+        &differ[..differ.len().min(3)]
+    );
+    let covered = both.by_walk as f64 / offsets.len() as f64;
+    eprintln!(
+        "{name}: the walk named {} of {} addresses ({shared} described by several units, \
+         {shared_otherwise_named} of them given other inlined frames or lines by blazesym)",
+        both.by_walk,
+        offsets.len()
+    );
+    assert!(
+        covered >= covers_at_least,
+        "{name}: the walk named {} of {}",
+        both.by_walk,
+        offsets.len()
+    );
+}
+
+#[test]
+fn dwarf_walk_names_as_blazesym_in_the_real_servers() {
+    // Measured 2026-11-25: 95 %, 97 % and 91 % (the rest is code no
+    // unit's `.debug_aranges` holds: PLT, start-up code, libraries built
+    // without DWARF; blazesym names those from the symbol table).
+    dwarf_walk_names_as_blazesym("mariadb-10.2.11", 0.85);
+    dwarf_walk_names_as_blazesym("mysql-5.6.24", 0.85);
+    dwarf_walk_names_as_blazesym("mariadb-11.4.5", 0.85);
+}
+
 /// Inline instances of `function` as llvm-dwarfdump (an independent DWARF
 /// reader) sees them.
 fn dwarfdump_inline_count(binary: &Path, function: &str) -> usize {

@@ -90,6 +90,19 @@ struct LoadSegment {
 pub struct OffsetMap(Vec<(u64, u64, u64)>);
 
 impl OffsetMap {
+    /// The loadable segments of a file: how its file offsets and virtual
+    /// addresses correspond (what [`ElfImage::offset_map`] keeps).
+    pub fn of(file: &object::File<'_>) -> Self {
+        Self(
+            file.segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (offset, size, s.address())
+                })
+                .collect(),
+        )
+    }
+
     pub fn address_of(&self, file_offset: u64) -> Option<u64> {
         self.0
             .iter()

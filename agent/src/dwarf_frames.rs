@@ -1,0 +1,930 @@
+//! The frames at code addresses, read from DWARF by a walk that touches
+//! only what each address needs.
+//!
+//! blazesym (like addr2line) reads every function of each unit an address
+//! falls in before it answers: on MariaDB 10.2.11 that was most of a
+//! recording's CPU after its 30 s (0.26 s for the ~2,700 server addresses
+//! of one recording) and the end's peak RSS. Here the unit comes from
+//! `.debug_aranges`; its top-level entries are stepped over by their
+//! `DW_AT_sibling` links (types and declarations are never read); only the
+//! function whose ranges hold an address is read, with its inlined calls;
+//! and only the line sequences holding an address are kept.
+//!
+//! The answer is blazesym's, rule for rule (see `blazesym::dwarf`): the
+//! same name attributes in the same order, the same inlined-call search,
+//! the same source paths and the same demangler, so frames named here and
+//! frames named by blazesym are the same (checked frame by frame on the
+//! catalog's servers that carry DWARF, `tests/e2e/resolve.rs`). An address
+//! no function holds is [`Walked::NoFunction`] or [`Walked::NoUnit`]: the
+//! caller names it from the ELF symbols, as blazesym falls back to. What
+//! the walk does not cover is [`Walked::Unsure`] and goes to blazesym:
+//! units whose ranges differ around the address, two functions holding
+//! it, a name in another unit, no line row, a compressed section, a
+//! supplementary file, no `.debug_aranges`. Where several units describe
+//! the same code (old GCCs keep every copy's DWARF of an inline function),
+//! the first unit's frames are taken, not blazesym's arbitrary pick.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gimli::{AttributeValue, DebugInfoOffset, UnitOffset};
+use object::{Object, ObjectSection};
+
+use crate::resolve::dwarf::{endian, Reader};
+
+/// A source position as blazesym gives it: the directory joined with the
+/// file (`CodeInfo::to_path`), and the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeLine {
+    pub path: PathBuf,
+    pub line: Option<u32>,
+}
+
+/// What is at one address: the function (its name demangled, its bounds)
+/// and the functions inlined into it there, outermost first, each with the
+/// source position blazesym gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundFrames {
+    /// The address looked up.
+    pub probe: u64,
+    pub name: String,
+    /// Start of the function's `low_pc`/`high_pc` bounds (0 without them).
+    pub fn_addr: u64,
+    /// Their size; None for a function given by `DW_AT_ranges` alone.
+    pub size: Option<u64>,
+    pub code_line: Option<CodeLine>,
+    pub inlined: Vec<(String, Option<CodeLine>)>,
+    /// Other units describe this address too (a copy of an inline
+    /// function; see `DwarfFrames::unit_of`): the first unit's frames.
+    pub shared: bool,
+}
+
+impl FoundFrames {
+    /// Whether the function's bounds hold the address: the check the
+    /// symbolizer makes of blazesym's symbols (`within`), the same way
+    /// (an offset past a known, non-zero size is a neighbour's).
+    pub fn function_holds_probe(&self) -> bool {
+        self.size
+            .is_none_or(|size| size == 0 || self.probe.wrapping_sub(self.fn_addr) < size)
+    }
+}
+
+/// What the walk found at one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Walked {
+    /// A function, and what is inlined into it there.
+    Frames(FoundFrames),
+    /// A unit holds the address but no function of it does: blazesym
+    /// names it from the ELF symbols, with this line (its
+    /// `DwarfResolver` falls back so).
+    NoFunction(Option<CodeLine>),
+    /// No unit's `.debug_aranges` hold it: ELF symbols, no line.
+    NoUnit,
+    /// Not covered (see the module's notes): blazesym names it.
+    Unsure,
+}
+
+/// Why the walk does not answer for an address: blazesym does.
+#[derive(Debug)]
+struct NotCovered;
+
+impl From<gimli::Error> for NotCovered {
+    fn from(_: gimli::Error) -> Self {
+        NotCovered
+    }
+}
+
+/// The walk's pages are dropped from the resident set after every this
+/// many bytes of units read.
+const RELEASE_EVERY: usize = 4 << 20;
+
+/// One ELF file's DWARF, ready for [`Self::find`].
+pub struct DwarfFrames<'a> {
+    dwarf: gimli::Dwarf<Reader<'a>>,
+    /// `.debug_aranges`: (begin, end, unit), by begin.
+    aranges: Vec<(u64, u64, DebugInfoOffset)>,
+}
+
+impl<'a> DwarfFrames<'a> {
+    /// The file's DWARF, if the walk can read it: `.debug_info` and
+    /// `.debug_aranges` present, no section compressed, no supplementary
+    /// file (`.gnu_debugaltlink`, `.debug_sup`).
+    pub fn new(elf: &'a [u8]) -> Option<Self> {
+        let file = object::File::parse(elf).ok()?;
+        file.section_by_name(".debug_info")?;
+        file.section_by_name(".debug_aranges")?;
+        if [".gnu_debugaltlink", ".debug_sup"]
+            .iter()
+            .any(|s| file.section_by_name(s).is_some())
+        {
+            return None;
+        }
+        let compressed = file.sections().any(|s| {
+            s.name()
+                .is_ok_and(|n| n.starts_with(".debug") || n.starts_with(".zdebug"))
+                && (s.name().is_ok_and(|n| n.starts_with(".zdebug"))
+                    || s.compressed_file_range()
+                        .map_or(true, |r| r.format != object::CompressionFormat::None))
+        });
+        if compressed {
+            return None;
+        }
+        let endian = endian(&file);
+        let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'a>, std::convert::Infallible> {
+            let data = file
+                .section_by_name(id.name())
+                .and_then(|s| s.data().ok())
+                .unwrap_or(&[]);
+            Ok(gimli::EndianSlice::new(data, endian))
+        })
+        .unwrap_or_else(|never| match never {});
+        let mut aranges = Vec::new();
+        let mut headers = dwarf.debug_aranges.headers();
+        while let Ok(Some(header)) = headers.next() {
+            let unit = header.debug_info_offset();
+            let mut entries = header.entries();
+            while let Ok(Some(e)) = entries.next() {
+                if e.length() != 0 {
+                    let r = e.range();
+                    aranges.push((r.begin, r.end, unit));
+                }
+            }
+        }
+        aranges.sort_unstable_by_key(|&(begin, _, _)| begin);
+        Some(Self { dwarf, aranges })
+    }
+
+    /// The unit whose `.debug_aranges` hold `addr` (Ok(None): none does),
+    /// and whether others hold the same range too. Old GCCs keep the
+    /// DWARF of every copy of an inline function emitted in many units
+    /// while the linker keeps the code of the first copy only; the first
+    /// unit in the file describes that one, so it is taken (blazesym takes
+    /// whichever its sort puts last). Units holding different ranges
+    /// around the address are not guessed between.
+    fn unit_of(&self, addr: u64) -> Result<Option<(DebugInfoOffset, bool)>, NotCovered> {
+        let upto = self.aranges.partition_point(|&(begin, _, _)| begin <= addr);
+        // A short look back is enough: aranges are small and sorted.
+        let holding: Vec<&(u64, u64, DebugInfoOffset)> = self.aranges[..upto]
+            .iter()
+            .rev()
+            .take(256)
+            .filter(|&&(_, end, _)| addr < end)
+            .collect();
+        let Some(&&(begin, end, _)) = holding.first() else {
+            return Ok(None);
+        };
+        if holding.iter().any(|&&(b, e, _)| (b, e) != (begin, end)) {
+            return Err(NotCovered);
+        }
+        let first = holding
+            .iter()
+            .map(|&&(_, _, u)| u)
+            .min()
+            .ok_or(NotCovered)?;
+        Ok(Some((first, holding.iter().any(|&&(_, _, u)| u != first))))
+    }
+
+    /// What is at each of `addrs` (virtual addresses of the file).
+    /// `release` is called after each unit with the bytes the walk read
+    /// (to drop them from the resident set).
+    pub fn find(&self, addrs: &[u64], mut release: impl FnMut()) -> Vec<Walked> {
+        let mut out = vec![Walked::Unsure; addrs.len()];
+        let mut by_unit: std::collections::BTreeMap<DebugInfoOffset, Vec<(usize, u64)>> =
+            Default::default();
+        let mut shared = vec![false; addrs.len()];
+        for (i, &a) in addrs.iter().enumerate() {
+            match self.unit_of(a) {
+                Ok(Some((unit, others))) => {
+                    shared[i] = others;
+                    by_unit.entry(unit).or_default().push((i, a))
+                }
+                Ok(None) => out[i] = Walked::NoUnit,
+                Err(NotCovered) => {}
+            }
+        }
+        // In file order, the pages dropped every few MiB of units read.
+        let mut read_since = 0;
+        for (unit, mut wanted) in by_unit {
+            wanted.sort_unstable_by_key(|&(_, a)| a);
+            if let Ok((found, size)) = self.find_in_unit(unit, &wanted) {
+                for ((i, _), mut f) in wanted.iter().zip(found) {
+                    if let Walked::Frames(frames) = &mut f {
+                        frames.shared = shared[*i];
+                    }
+                    out[*i] = f;
+                }
+                read_since += size;
+            }
+            if read_since >= RELEASE_EVERY {
+                release();
+                read_since = 0;
+            }
+        }
+        out
+    }
+
+    /// `wanted`: (index, address) sorted by address, all in this unit.
+    fn find_in_unit(
+        &self,
+        offset: DebugInfoOffset,
+        wanted: &[(usize, u64)],
+    ) -> Result<(Vec<Walked>, usize), NotCovered> {
+        let header = self.dwarf.debug_info.header_from_offset(offset)?;
+        let size = header.length_including_self();
+        let unit = self.dwarf.unit(header)?;
+        let unit = gimli::UnitRef::new(&self.dwarf, &unit);
+        let lang = language(unit)?;
+        let addrs: Vec<u64> = wanted.iter().map(|&(_, a)| a).collect();
+        let mut functions: Vec<(UnitOffset, Vec<u64>)> = Vec::new();
+        top_level_functions(unit, &addrs, &mut functions)?;
+        // Functions elsewhere (a lambda inside its enclosing function, a
+        // Rust method inside its type's entry): then every entry of this
+        // unit is read, as blazesym reads them, to find them or to know
+        // that no function holds the address.
+        let found = functions
+            .iter()
+            .map(|(_, holds)| holds.len())
+            .sum::<usize>();
+        if found < addrs.len() {
+            functions.clear();
+            every_function(unit, &addrs, &mut functions)?;
+        }
+        // An address two functions claim is left to blazesym (whose pick
+        // between them depends on its sort).
+        let mut claims: HashMap<u64, usize> = HashMap::new();
+        for a in functions.iter().flat_map(|(_, holds)| holds) {
+            *claims.entry(*a).or_default() += 1;
+        }
+        let lines = Lines::parse(unit, &addrs)?;
+        let mut at: HashMap<u64, Walked> = HashMap::new();
+        for (die, holds) in functions {
+            let Ok(function) = Function::parse(unit, die) else {
+                continue;
+            };
+            let Ok(inlined) = InlinedFunctions::parse(unit, die) else {
+                continue;
+            };
+            for a in holds {
+                if claims[&a] > 1 || inlined.nested_code_holds(a) {
+                    continue;
+                }
+                if let Ok(f) = frames_at(&function, &inlined, &lines, lang, a) {
+                    at.insert(a, Walked::Frames(f));
+                }
+            }
+        }
+        let walked = addrs
+            .iter()
+            .map(|a| match (at.remove(a), claims.contains_key(a)) {
+                (Some(w), _) => w,
+                (None, true) => Walked::Unsure,
+                (None, false) => Walked::NoFunction(lines.at(*a)),
+            })
+            .collect();
+        Ok((walked, size))
+    }
+}
+
+/// The unit's source language, as blazesym reads it (the first
+/// `DW_AT_language` of the unit's entry), for demangling.
+fn language<'a>(unit: gimli::UnitRef<'_, Reader<'a>>) -> Result<Lang, NotCovered> {
+    let mut entries = unit.entries_raw(None)?;
+    let Some(abbrev) = entries.read_abbreviation()? else {
+        return Ok(Lang::Unknown);
+    };
+    for spec in abbrev.attributes() {
+        let attr = entries.read_attribute(*spec)?;
+        if attr.name() == gimli::DW_AT_language {
+            return Ok(match attr.value() {
+                AttributeValue::Language(l) => Lang::of(l),
+                _ => Lang::Unknown,
+            });
+        }
+    }
+    Ok(Lang::Unknown)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    Rust,
+    Cpp,
+    Unknown,
+}
+
+impl Lang {
+    fn of(l: gimli::DwLang) -> Self {
+        match l {
+            gimli::DW_LANG_Rust => Self::Rust,
+            gimli::DW_LANG_C_plus_plus
+            | gimli::DW_LANG_C_plus_plus_03
+            | gimli::DW_LANG_C_plus_plus_11
+            | gimli::DW_LANG_C_plus_plus_14
+            | gimli::DW_LANG_C_plus_plus_17
+            | gimli::DW_LANG_C_plus_plus_20 => Self::Cpp,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// blazesym's `maybe_demangle`: the same demanglers, the same order.
+    fn demangle(self, name: &str) -> String {
+        let rust = || {
+            rustc_demangle::try_demangle(name)
+                .ok()
+                .map(|d| format!("{d:#}"))
+        };
+        let cpp = || {
+            cpp_demangle_blazesym::Symbol::new(name)
+                .ok()
+                .and_then(|s| s.demangle().ok())
+        };
+        match self {
+            Self::Rust => rust(),
+            Self::Cpp => cpp(),
+            Self::Unknown => rust().or_else(cpp),
+        }
+        .unwrap_or_else(|| name.to_string())
+    }
+}
+
+/// The subprograms among the unit's top-level entries (and inside
+/// namespaces) whose ranges hold any of `addrs` (sorted), with the
+/// addresses each holds. Every other entry is stepped over whole.
+fn top_level_functions<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    addrs: &[u64],
+    out: &mut Vec<(UnitOffset, Vec<u64>)>,
+) -> Result<(), NotCovered> {
+    let mut tree = unit.entries_tree(None)?;
+    let root = tree.root()?;
+    walk_scope(unit, root, addrs, out)
+}
+
+fn walk_scope<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    node: gimli::EntriesTreeNode<'_, '_, Reader<'a>>,
+    addrs: &[u64],
+    out: &mut Vec<(UnitOffset, Vec<u64>)>,
+) -> Result<(), NotCovered> {
+    let mut children = node.children();
+    while let Some(child) = children.next()? {
+        match child.entry().tag() {
+            gimli::DW_TAG_namespace => walk_scope(unit, child, addrs, out)?,
+            gimli::DW_TAG_subprogram => {
+                let ranges = RangeAttributes::of(child.entry(), unit)?;
+                let holds = holding(unit, &ranges, addrs)?;
+                if !holds.is_empty() {
+                    out.push((child.entry().offset(), holds));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every subprogram of the unit, at any depth (blazesym's
+/// `Functions::parse`), whose ranges hold any of `addrs` (sorted).
+fn every_function<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    addrs: &[u64],
+    out: &mut Vec<(UnitOffset, Vec<u64>)>,
+) -> Result<(), NotCovered> {
+    let mut entries = unit.entries_raw(None)?;
+    while !entries.is_empty() {
+        let offset = entries.next_offset();
+        let Some(abbrev) = entries.read_abbreviation()? else {
+            continue;
+        };
+        if abbrev.tag() != gimli::DW_TAG_subprogram {
+            entries.skip_attributes(abbrev.attributes())?;
+            continue;
+        }
+        let mut ranges = RangeAttributes::default();
+        for spec in abbrev.attributes() {
+            ranges.read(&entries.read_attribute(*spec)?, unit)?;
+        }
+        let holds = holding(unit, &ranges, addrs)?;
+        if !holds.is_empty() {
+            out.push((offset, holds));
+        }
+    }
+    Ok(())
+}
+
+/// Which of `addrs` (sorted) the ranges hold, sorted.
+fn holding<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    ranges: &RangeAttributes,
+    addrs: &[u64],
+) -> Result<Vec<u64>, NotCovered> {
+    let mut holds = Vec::new();
+    ranges.for_each_range(unit, |r| {
+        let from = addrs.partition_point(|&a| a < r.begin);
+        holds.extend(addrs[from..].iter().take_while(|&&a| a < r.end));
+    })?;
+    holds.sort_unstable();
+    holds.dedup();
+    Ok(holds)
+}
+
+/// A function's ranges as blazesym reads them (`RangeAttributes`).
+#[derive(Default)]
+struct RangeAttributes {
+    low_pc: Option<u64>,
+    high_pc: Option<u64>,
+    size: Option<u64>,
+    ranges: Option<gimli::RangeListsOffset>,
+}
+
+impl RangeAttributes {
+    fn of<'a>(
+        entry: &gimli::DebuggingInformationEntry<Reader<'a>>,
+        unit: gimli::UnitRef<'_, Reader<'a>>,
+    ) -> Result<Self, NotCovered> {
+        let mut r = Self::default();
+        for attr in entry.attrs() {
+            r.read(attr, unit)?;
+        }
+        Ok(r)
+    }
+
+    fn read<'a>(
+        &mut self,
+        attr: &gimli::Attribute<Reader<'a>>,
+        unit: gimli::UnitRef<'_, Reader<'a>>,
+    ) -> Result<(), NotCovered> {
+        match (attr.name(), attr.value()) {
+            (gimli::DW_AT_low_pc, AttributeValue::Addr(v)) => self.low_pc = Some(v),
+            (gimli::DW_AT_low_pc, AttributeValue::DebugAddrIndex(i)) => {
+                self.low_pc = Some(unit.address(i)?)
+            }
+            (gimli::DW_AT_high_pc, AttributeValue::Addr(v)) => self.high_pc = Some(v),
+            (gimli::DW_AT_high_pc, AttributeValue::DebugAddrIndex(i)) => {
+                self.high_pc = Some(unit.address(i)?)
+            }
+            (gimli::DW_AT_high_pc, AttributeValue::Udata(v)) => self.size = Some(v),
+            (gimli::DW_AT_ranges, v) => self.ranges = unit.attr_ranges_offset(v)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Each non-empty range; whether there was one.
+    fn for_each_range<'a>(
+        &self,
+        unit: gimli::UnitRef<'_, Reader<'a>>,
+        mut f: impl FnMut(gimli::Range),
+    ) -> Result<bool, NotCovered> {
+        let mut any = false;
+        let mut add = |r: gimli::Range| {
+            if r.begin < r.end {
+                f(r);
+                any = true;
+            }
+        };
+        if let Some(offset) = self.ranges {
+            let mut list = unit.ranges(offset)?;
+            while let Some(r) = list.next()? {
+                add(r);
+            }
+        } else if let (Some(begin), Some(end)) = (self.low_pc, self.high_pc) {
+            add(gimli::Range { begin, end });
+        } else if let (Some(begin), Some(size)) = (self.low_pc, self.size) {
+            add(gimli::Range {
+                begin,
+                end: begin + size,
+            });
+        }
+        Ok(any)
+    }
+
+    fn bounds(&self) -> Option<gimli::Range> {
+        match (self.low_pc, self.high_pc, self.size) {
+            (Some(begin), Some(end), _) => Some(gimli::Range { begin, end }),
+            (Some(begin), None, Some(size)) => Some(gimli::Range {
+                begin,
+                end: begin + size,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A function entry as blazesym's `Functions::parse` reads it.
+struct Function {
+    name: Option<String>,
+    bounds: Option<gimli::Range>,
+}
+
+impl Function {
+    fn parse<'a>(
+        unit: gimli::UnitRef<'_, Reader<'a>>,
+        die: UnitOffset,
+    ) -> Result<Self, NotCovered> {
+        let mut entries = unit.entries_raw(Some(die))?;
+        let abbrev = entries.read_abbreviation()?.ok_or(NotCovered)?;
+        let mut name = None;
+        let mut ranges = RangeAttributes::default();
+        for spec in abbrev.attributes() {
+            let attr = entries.read_attribute(*spec)?;
+            match attr.name() {
+                gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                    if let Ok(v) = unit.attr_string(attr.value()) {
+                        name = Some(v);
+                    }
+                }
+                gimli::DW_AT_name => {
+                    if name.is_none() {
+                        name = unit.attr_string(attr.value()).ok();
+                    }
+                }
+                gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                    if name.is_none() {
+                        name = name_attr(attr.value(), unit, 16)?;
+                    }
+                }
+                _ => ranges.read(&attr, unit)?,
+            }
+        }
+        Ok(Self {
+            name: name.map(utf8).transpose()?,
+            bounds: ranges.bounds(),
+        })
+    }
+}
+
+fn utf8(r: Reader<'_>) -> Result<String, NotCovered> {
+    Ok(r.to_string().map_err(|_| NotCovered)?.to_owned())
+}
+
+/// blazesym's `name_attr`: follows a reference within the unit; one into
+/// another unit is not covered (blazesym finds that unit by a walk over
+/// every unit header).
+fn name_attr<'a>(
+    value: AttributeValue<Reader<'a>>,
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    limit: usize,
+) -> Result<Option<Reader<'a>>, NotCovered> {
+    if limit == 0 {
+        return Ok(None);
+    }
+    match value {
+        AttributeValue::UnitRef(offset) => name_entry(unit, offset, limit),
+        AttributeValue::DebugInfoRef(_) | AttributeValue::DebugInfoRefSup(_) => Err(NotCovered),
+        _ => Ok(None),
+    }
+}
+
+/// blazesym's `name_entry`: a linkage name at once, else the name, else
+/// where the entry's origin or specification leads.
+fn name_entry<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    offset: UnitOffset,
+    limit: usize,
+) -> Result<Option<Reader<'a>>, NotCovered> {
+    let mut entries = unit.entries_raw(Some(offset))?;
+    let abbrev = entries.read_abbreviation()?.ok_or(NotCovered)?;
+    let mut name = None;
+    let mut next = None;
+    for spec in abbrev.attributes() {
+        let attr = entries.read_attribute(*spec)?;
+        match attr.name() {
+            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                if let Ok(v) = unit.attr_string(attr.value()) {
+                    return Ok(Some(v));
+                }
+            }
+            gimli::DW_AT_name => {
+                if let Ok(v) = unit.attr_string(attr.value()) {
+                    name = Some(v);
+                }
+            }
+            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                next = Some(attr.value());
+            }
+            _ => {}
+        }
+    }
+    match (name, next) {
+        (Some(n), _) => Ok(Some(n)),
+        (None, Some(next)) => name_attr(next, unit, limit - 1),
+        (None, None) => Ok(None),
+    }
+}
+
+/// One inlined call, as blazesym's `InlinedFunction` keeps it.
+struct InlinedCall {
+    name: Option<String>,
+    call_file: Option<u64>,
+    call_line: u32,
+}
+
+/// One range of an inlined call, at its depth of inlining.
+struct InlinedRange {
+    range: gimli::Range,
+    depth: usize,
+    call: usize,
+}
+
+/// The inlined calls of one function, searched as blazesym searches them.
+struct InlinedFunctions {
+    calls: Vec<InlinedCall>,
+    /// By (depth, begin).
+    ranges: Vec<InlinedRange>,
+    /// Ranges of functions nested in this one (blazesym lists them among
+    /// the unit's functions, which this walk does not read).
+    nested: Vec<gimli::Range>,
+}
+
+impl InlinedFunctions {
+    fn parse<'a>(
+        unit: gimli::UnitRef<'_, Reader<'a>>,
+        die: UnitOffset,
+    ) -> Result<Self, NotCovered> {
+        let mut entries = unit.entries_raw(Some(die))?;
+        let depth = entries.next_depth();
+        let abbrev = entries.read_abbreviation()?.ok_or(NotCovered)?;
+        entries.skip_attributes(abbrev.attributes())?;
+        let mut s = Self {
+            calls: Vec::new(),
+            ranges: Vec::new(),
+            nested: Vec::new(),
+        };
+        s.children(unit, &mut entries, depth, 0)?;
+        s.ranges.sort_unstable_by_key(|r| (r.depth, r.range.begin));
+        Ok(s)
+    }
+
+    /// blazesym's `Function::parse_children`: nested functions skipped,
+    /// inlined calls read (their children one level deeper), every other
+    /// entry's children read at the same level.
+    fn children<'a>(
+        &mut self,
+        unit: gimli::UnitRef<'_, Reader<'a>>,
+        entries: &mut gimli::EntriesRaw<'_, Reader<'a>>,
+        depth: isize,
+        inlined_depth: usize,
+    ) -> Result<(), NotCovered> {
+        loop {
+            let next_depth = entries.next_depth();
+            if next_depth <= depth {
+                return Ok(());
+            }
+            let Some(abbrev) = entries.read_abbreviation()? else {
+                continue;
+            };
+            match abbrev.tag() {
+                gimli::DW_TAG_subprogram => {
+                    let mut ranges = RangeAttributes::default();
+                    for spec in abbrev.attributes() {
+                        ranges.read(&entries.read_attribute(*spec)?, unit)?;
+                    }
+                    ranges.for_each_range(unit, |r| self.nested.push(r))?;
+                    while entries.next_depth() > next_depth {
+                        if let Some(a) = entries.read_abbreviation()? {
+                            entries.skip_attributes(a.attributes())?;
+                        }
+                    }
+                }
+                gimli::DW_TAG_inlined_subroutine => {
+                    let mut ranges = RangeAttributes::default();
+                    let mut call = InlinedCall {
+                        name: None,
+                        call_file: None,
+                        call_line: 0,
+                    };
+                    let mut name = None;
+                    for spec in abbrev.attributes() {
+                        let attr = entries.read_attribute(*spec)?;
+                        match attr.name() {
+                            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                                if let Ok(v) = unit.attr_string(attr.value()) {
+                                    name = Some(v);
+                                }
+                            }
+                            gimli::DW_AT_name => {
+                                if name.is_none() {
+                                    name = unit.attr_string(attr.value()).ok();
+                                }
+                            }
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                                if name.is_none() {
+                                    name = name_attr(attr.value(), unit, 16)?;
+                                }
+                            }
+                            gimli::DW_AT_call_file => {
+                                // DWARF 5 numbers files from 0 (see blazesym).
+                                if let AttributeValue::FileIndex(fi) = attr.value() {
+                                    if fi > 0 || unit.header.version() >= 5 {
+                                        call.call_file = Some(fi);
+                                    }
+                                }
+                            }
+                            gimli::DW_AT_call_line => {
+                                call.call_line = attr.udata_value().unwrap_or(0) as u32;
+                            }
+                            _ => ranges.read(&attr, unit)?,
+                        }
+                    }
+                    call.name = name.map(utf8).transpose()?;
+                    let index = self.calls.len();
+                    self.calls.push(call);
+                    ranges.for_each_range(unit, |range| {
+                        self.ranges.push(InlinedRange {
+                            range,
+                            depth: inlined_depth,
+                            call: index,
+                        })
+                    })?;
+                    self.children(unit, entries, next_depth, inlined_depth + 1)?;
+                }
+                _ => entries.skip_attributes(abbrev.attributes())?,
+            }
+        }
+    }
+
+    /// Whether a function nested in this one holds `probe`.
+    fn nested_code_holds(&self, probe: u64) -> bool {
+        self.nested
+            .iter()
+            .any(|r| r.begin <= probe && probe < r.end)
+    }
+
+    /// The calls holding `probe`, outermost first (blazesym's search: at
+    /// each depth, a range holding it among those after the last found).
+    fn at(&self, probe: u64) -> Vec<&InlinedCall> {
+        let mut found = Vec::new();
+        let mut ranges = &self.ranges[..];
+        loop {
+            let depth = found.len();
+            let search = ranges.binary_search_by(|r| {
+                if r.depth > depth {
+                    Ordering::Greater
+                } else if r.depth < depth {
+                    Ordering::Less
+                } else if r.range.begin > probe {
+                    Ordering::Greater
+                } else if r.range.end <= probe {
+                    Ordering::Less
+                } else {
+                    Ordering::Equal
+                }
+            });
+            let Ok(i) = search else {
+                return found;
+            };
+            found.push(&self.calls[ranges[i].call]);
+            ranges = &ranges[i + 1..];
+        }
+    }
+}
+
+/// One sequence of a line program: [start, end), its rows as (address,
+/// file index, line).
+type Sequence = (u64, u64, Vec<(u64, u64, u32)>);
+
+/// The rows of a unit's line program, of the sequences that hold an
+/// address asked for (blazesym keeps every sequence; the lookup is the same).
+struct Lines {
+    files: Vec<PathBuf>,
+    /// By start.
+    sequences: Vec<Sequence>,
+}
+
+impl Lines {
+    fn parse<'a>(unit: gimli::UnitRef<'_, Reader<'a>>, addrs: &[u64]) -> Result<Self, NotCovered> {
+        let Some(program) = unit.line_program.clone() else {
+            return Ok(Self {
+                files: Vec::new(),
+                sequences: Vec::new(),
+            });
+        };
+        let mut rows = program.rows();
+        let mut sequences = Vec::new();
+        let mut current: Vec<(u64, u64, u32)> = Vec::new();
+        while let Some((_, row)) = rows.next_row()? {
+            if row.end_sequence() {
+                if let Some(&(start, _, _)) = current.first() {
+                    let end = row.address();
+                    let from = addrs.partition_point(|&a| a < start);
+                    if addrs.get(from).is_some_and(|&a| a < end) {
+                        sequences.push((start, end, std::mem::take(&mut current)));
+                    }
+                }
+                current.clear();
+                continue;
+            }
+            let line = row.line().map_or(0, |l| l.get() as u32);
+            let (address, file) = (row.address(), row.file_index());
+            match current.last_mut() {
+                Some(last) if last.0 == address => *last = (address, file, line),
+                _ => current.push((address, file, line)),
+            }
+        }
+        sequences.sort_unstable_by_key(|&(start, _, _)| start);
+        let header = rows.header();
+        let mut files = vec![match header.file(0) {
+            Some(f) => render_file(unit, f, header)?,
+            // DWARF 4 and earlier may have no file 0.
+            None => PathBuf::new(),
+        }];
+        let mut index = 1;
+        while let Some(f) = header.file(index) {
+            files.push(render_file(unit, f, header)?);
+            index += 1;
+        }
+        Ok(Self { files, sequences })
+    }
+
+    /// blazesym's `Lines::find_location`.
+    fn at(&self, probe: u64) -> Option<CodeLine> {
+        let seq = self
+            .sequences
+            .binary_search_by(|&(start, end, _)| {
+                if probe < start {
+                    Ordering::Greater
+                } else if probe >= end {
+                    Ordering::Less
+                } else {
+                    Ordering::Equal
+                }
+            })
+            .ok()?;
+        let rows = &self.sequences[seq].2;
+        let i = match rows.binary_search_by(|r| r.0.cmp(&probe)) {
+            Ok(i) => i,
+            Err(0) => return None,
+            Err(i) => i - 1,
+        };
+        let (_, file, line) = rows[i];
+        Some(CodeLine {
+            path: self.files.get(file as usize)?.clone(),
+            line: (line != 0).then_some(line),
+        })
+    }
+
+    fn file(&self, index: u64) -> Option<&Path> {
+        self.files.get(index as usize).map(PathBuf::as_path)
+    }
+}
+
+/// blazesym's `render_file` then `CodeInfo::to_path`: the unit's
+/// directory, the file's directory pushed onto it (replacing it when
+/// absolute), then the file joined.
+fn render_file<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+    file: &gimli::FileEntry<Reader<'a>>,
+    header: &gimli::LineProgramHeader<Reader<'a>>,
+) -> Result<PathBuf, NotCovered> {
+    use std::os::unix::ffi::OsStrExt;
+    let as_path = |r: Reader<'_>| PathBuf::from(std::ffi::OsStr::from_bytes(r.slice()));
+    let mut dir = unit.comp_dir.map(as_path).unwrap_or_default();
+    if file.directory_index() != 0 {
+        if let Some(d) = file.directory(header) {
+            dir.push(as_path(unit.attr_string(d)?));
+        }
+    }
+    Ok(dir.join(as_path(unit.attr_string(file.path_name())?)))
+}
+
+/// blazesym's `fill_code_info` for a function found at `probe`: the
+/// address's own line moves to the innermost inlined call, and each call's
+/// line to the frame it was made from. No line row, no frames: blazesym
+/// gives none then either, and this walk leaves it to blazesym.
+fn frames_at(
+    function: &Function,
+    inlined: &InlinedFunctions,
+    lines: &Lines,
+    lang: Lang,
+    probe: u64,
+) -> Result<FoundFrames, NotCovered> {
+    let mut direct = Some(lines.at(probe).ok_or(NotCovered)?);
+    let mut frames: Vec<(String, Option<CodeLine>)> = Vec::new();
+    for call in inlined.at(probe) {
+        let mut code = match call.call_file {
+            Some(f) => Some(CodeLine {
+                // An invalid index: blazesym warns and gives no line.
+                path: lines.file(f).ok_or(NotCovered)?.to_path_buf(),
+                line: Some(call.call_line),
+            }),
+            None => None,
+        };
+        if let Some(last) = frames.last_mut() {
+            std::mem::swap(&mut code, &mut last.1);
+        } else if code.is_some() {
+            std::mem::swap(&mut code, &mut direct);
+        }
+        let name = call.name.as_deref().unwrap_or("");
+        frames.push((lang.demangle(name), code));
+    }
+    Ok(FoundFrames {
+        probe,
+        name: lang.demangle(function.name.as_deref().unwrap_or("")),
+        fn_addr: function.bounds.map_or(0, |b| b.begin),
+        size: function.bounds.map(|b| b.end - b.begin),
+        code_line: direct,
+        inlined: frames,
+        shared: false,
+    })
+}
