@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use gimli::{AttributeValue, DebugInfoOffset, UnitOffset};
 use object::{Object, ObjectSection};
 
-use crate::resolve::dwarf::{endian, Reader};
+use crate::resolve::dwarf::{sections, Reader};
 
 /// A source position as blazesym gives it: the directory joined with the
 /// file (`CodeInfo::to_path`), and the line.
@@ -130,15 +130,7 @@ impl<'a> DwarfFrames<'a> {
         if compressed {
             return None;
         }
-        let endian = endian(&file);
-        let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'a>, std::convert::Infallible> {
-            let data = file
-                .section_by_name(id.name())
-                .and_then(|s| s.data().ok())
-                .unwrap_or(&[]);
-            Ok(gimli::EndianSlice::new(data, endian))
-        })
-        .unwrap_or_else(|never| match never {});
+        let dwarf = sections(&file);
         let mut aranges = Vec::new();
         let mut headers = dwarf.debug_aranges.headers();
         while let Ok(Some(header)) = headers.next() {
@@ -528,23 +520,8 @@ impl Function {
         let mut ranges = RangeAttributes::default();
         for spec in abbrev.attributes() {
             let attr = entries.read_attribute(*spec)?;
-            match attr.name() {
-                gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
-                    if let Ok(v) = unit.attr_string(attr.value()) {
-                        name = Some(v);
-                    }
-                }
-                gimli::DW_AT_name => {
-                    if name.is_none() {
-                        name = unit.attr_string(attr.value()).ok();
-                    }
-                }
-                gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                    if name.is_none() {
-                        name = name_attr(attr.value(), unit, 16)?;
-                    }
-                }
-                _ => ranges.read(&attr, unit)?,
+            if !read_name(&mut name, &attr, unit)? {
+                ranges.read(&attr, unit)?;
             }
         }
         Ok(Self {
@@ -552,6 +529,35 @@ impl Function {
             bounds: ranges.bounds(),
         })
     }
+}
+
+/// blazesym's rule for a function's or an inlined call's name, one
+/// attribute at a time: a linkage name wins, then the name, then where
+/// the origin or specification leads. Whether `attr` was one of those.
+fn read_name<'a>(
+    name: &mut Option<Reader<'a>>,
+    attr: &gimli::Attribute<Reader<'a>>,
+    unit: gimli::UnitRef<'_, Reader<'a>>,
+) -> Result<bool, NotCovered> {
+    match attr.name() {
+        gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+            if let Ok(v) = unit.attr_string(attr.value()) {
+                *name = Some(v);
+            }
+        }
+        gimli::DW_AT_name => {
+            if name.is_none() {
+                *name = unit.attr_string(attr.value()).ok();
+            }
+        }
+        gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+            if name.is_none() {
+                *name = name_attr(attr.value(), unit, 16)?;
+            }
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 fn utf8(r: Reader<'_>) -> Result<String, NotCovered> {
@@ -697,22 +703,10 @@ impl InlinedFunctions {
                     let mut name = None;
                     for spec in abbrev.attributes() {
                         let attr = entries.read_attribute(*spec)?;
+                        if read_name(&mut name, &attr, unit)? {
+                            continue;
+                        }
                         match attr.name() {
-                            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
-                                if let Ok(v) = unit.attr_string(attr.value()) {
-                                    name = Some(v);
-                                }
-                            }
-                            gimli::DW_AT_name => {
-                                if name.is_none() {
-                                    name = unit.attr_string(attr.value()).ok();
-                                }
-                            }
-                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                                if name.is_none() {
-                                    name = name_attr(attr.value(), unit, 16)?;
-                                }
-                            }
                             gimli::DW_AT_call_file => {
                                 // DWARF 5 numbers files from 0 (see blazesym).
                                 if let AttributeValue::FileIndex(fi) = attr.value() {

@@ -24,15 +24,21 @@ pub fn load(elf_data: &[u8]) -> Result<Option<gimli::Dwarf<Reader<'_>>>, object:
     if file.section_by_name(".debug_info").is_none() {
         return Ok(None);
     }
-    let endian = endian(&file);
-    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'_>, std::convert::Infallible> {
+    Ok(Some(sections(&file)))
+}
+
+/// The DWARF sections of a parsed file (missing ones empty, as gimli
+/// expects), read in place.
+pub fn sections<'a>(file: &object::File<'a>) -> gimli::Dwarf<Reader<'a>> {
+    let endian = endian(file);
+    let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'a>, std::convert::Infallible> {
         let data = file
             .section_by_name(id.name())
             .and_then(|s| s.data().ok())
             .unwrap_or(&[]);
         Ok(EndianSlice::new(data, endian))
     });
-    Ok(Some(dwarf.unwrap_or_else(|never| match never {})))
+    dwarf.unwrap_or_else(|never| match never {})
 }
 
 /// Releases an image's pages as a walk over all units advances, so the
