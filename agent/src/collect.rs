@@ -84,9 +84,33 @@ pub fn read_slot_counts(
     obj: &Object,
     n_slots: usize,
 ) -> Result<HashMap<SlotId, crate::governor::SlotCount>, CollectError> {
-    Ok(read_slot_stats(obj, n_slots)?
+    // The governor's read, twenty times a second: the four counters it
+    // uses summed straight from the batch's buffer (no histogram, no
+    // per-CPU copies).
+    let stats = map(obj, bpf::maps::STATS)?;
+    let mut sums = vec![crate::governor::SlotCount::default(); n_slots];
+    let mut layout_ok = true;
+    for_each_percpu_value(&stats, n_slots, |slot, v| {
+        match from_bytes::<SlotStats>(v) {
+            Some(s) => {
+                let c = &mut sums[slot];
+                c.calls += s.calls;
+                c.wait_ns += s.wait_ns_total;
+                c.stacks += s.stacks;
+                c.off_hits += s.off_hits;
+            }
+            None => layout_ok = false,
+        }
+    })
+    .map_err(read_err(bpf::maps::STATS))?;
+    if !layout_ok {
+        return Err(CollectError::Layout(bpf::maps::STATS));
+    }
+    Ok(sums
         .into_iter()
-        .map(|(slot, s)| (slot, crate::governor::SlotCount::from(&s)))
+        .enumerate()
+        .filter(|(_, c)| c.calls > 0 || c.off_hits > 0)
+        .map(|(slot, c)| (SlotId::of_index(slot), c))
         .collect())
 }
 
@@ -97,42 +121,54 @@ fn read_slot_stats(
     n_slots: usize,
 ) -> Result<HashMap<SlotId, SlotStats>, CollectError> {
     let stats = map(obj, bpf::maps::STATS)?;
-    let per_cpu = read_percpu_array(&stats, n_slots).map_err(read_err(bpf::maps::STATS))?;
-    let mut slots = HashMap::new();
-    for (slot, values) in per_cpu.into_iter().enumerate() {
-        let mut sum = SlotStats::default();
-        for v in values {
-            let s: SlotStats = from_bytes(&v).ok_or(CollectError::Layout(bpf::maps::STATS))?;
-            sum += &s;
+    let mut sums = vec![SlotStats::default(); n_slots];
+    let mut layout_ok = true;
+    for_each_percpu_value(&stats, n_slots, |slot, v| {
+        match from_bytes::<SlotStats>(v) {
+            Some(s) => sums[slot] += &s,
+            None => layout_ok = false,
         }
-        if sum.calls > 0 {
-            slots.insert(SlotId::of_index(slot), sum);
-        }
+    })
+    .map_err(read_err(bpf::maps::STATS))?;
+    if !layout_ok {
+        return Err(CollectError::Layout(bpf::maps::STATS));
     }
-    Ok(slots)
+    Ok(sums
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| s.calls > 0)
+        .map(|(slot, s)| (SlotId::of_index(slot), s))
+        .collect())
 }
 
-/// The first `n` entries of a per-CPU array, each as one value per
-/// possible CPU, with BPF_MAP_LOOKUP_BATCH (one syscall instead of `n`:
-/// the governor reads thousands of slots four times a second).
-fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs::Error> {
+/// Calls `each(index, value)` for the first `n` entries of a per-CPU
+/// array, once per possible CPU, read with BPF_MAP_LOOKUP_BATCH (one
+/// syscall instead of `n`: the governor reads the slots twenty times a
+/// second) into one buffer.
+fn for_each_percpu_value(
+    map: &Map,
+    n: usize,
+    mut each: impl FnMut(usize, &[u8]),
+) -> Result<(), libbpf_rs::Error> {
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(());
     }
     // The kernel writes keys and values laid out by the map it has: make
     // sure that is the map this buffer is sized for (a stale object with a
     // per-CPU hash and 8-byte keys overran the key buffer once), else take
     // the slower, checked way.
     if map.map_type() != libbpf_rs::MapType::PercpuArray || map.key_size() != 4 {
-        return (0..n)
-            .map(|i| {
-                Ok(map
-                    .lookup_percpu(&SlotId::of_index(i).key(), MapFlags::ANY)?
-                    .unwrap_or_default())
-            })
-            .collect();
+        for i in 0..n {
+            let per_cpu = map
+                .lookup_percpu(&SlotId::of_index(i).key(), MapFlags::ANY)?
+                .unwrap_or_default();
+            for v in &per_cpu {
+                each(i, v);
+            }
+        }
+        return Ok(());
     }
-    let cpus = libbpf_rs::num_possible_cpus()?;
+    let cpus = possible_cpus()?;
     let value_size = map.value_size() as usize;
     // The kernel lays per-CPU values out 8-byte aligned.
     let stride = value_size.div_ceil(8) * 8;
@@ -163,16 +199,24 @@ fn read_percpu_array(map: &Map, n: usize) -> Result<Vec<Vec<Vec<u8>>>, libbpf_rs
             -ret,
         )));
     }
-    Ok((0..count as usize)
-        .map(|i| {
-            (0..cpus)
-                .map(|c| {
-                    let at = (i * cpus + c) * stride;
-                    values[at..at + value_size].to_vec()
-                })
-                .collect()
-        })
-        .collect())
+    for i in 0..count as usize {
+        for c in 0..cpus {
+            let at = (i * cpus + c) * stride;
+            each(i, &values[at..at + value_size]);
+        }
+    }
+    Ok(())
+}
+
+/// The number of possible CPUs, read once (libbpf parses a sysfs file
+/// each time it is asked; the governor asks twenty times a second).
+fn possible_cpus() -> Result<usize, libbpf_rs::Error> {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if let Some(&n) = CPUS.get() {
+        return Ok(n);
+    }
+    let n = libbpf_rs::num_possible_cpus()?;
+    Ok(*CPUS.get_or_init(|| n))
 }
 
 /// The cumulative counters alone (no stacks): cheap enough to read while
@@ -312,16 +356,19 @@ pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Col
             .into_iter()
             .collect();
     let hold = map(obj, bpf::maps::STACK_HOLD)?;
-    for per_cpu in read_percpu_array(&hold, n_slots).map_err(read_err(bpf::maps::STACK_HOLD))? {
-        for v in per_cpu {
-            let h: StackHold = from_bytes(&v).ok_or(CollectError::Layout(bpf::maps::STACK_HOLD))?;
-            if h.pend_count == 0 && h.pend_wait == 0 {
-                continue;
-            }
-            let e = folded.entry(h.last).or_default();
-            e.count += h.pend_count;
-            e.wait_ns += h.pend_wait;
+    let mut holds = Vec::new();
+    for_each_percpu_value(&hold, n_slots, |_, v| {
+        holds.push(from_bytes::<StackHold>(v))
+    })
+    .map_err(read_err(bpf::maps::STACK_HOLD))?;
+    for h in holds {
+        let h = h.ok_or(CollectError::Layout(bpf::maps::STACK_HOLD))?;
+        if h.pend_count == 0 && h.pend_wait == 0 {
+            continue;
         }
+        let e = folded.entry(h.last).or_default();
+        e.count += h.pend_count;
+        e.wait_ns += h.pend_wait;
     }
     let mut stacks = Vec::new();
     for (key, val) in folded {

@@ -341,35 +341,71 @@ impl Lang {
 
 /// The subprograms among the unit's top-level entries (and inside
 /// namespaces) whose ranges hold any of `addrs` (sorted), with the
-/// addresses each holds. Every other entry is stepped over whole.
+/// addresses each holds. Any other entry is read only up to its
+/// `DW_AT_sibling` link (GCC writes it first) and stepped over whole
+/// (a class and its members, a type and its fields are never read).
 fn top_level_functions<'a>(
     unit: gimli::UnitRef<'_, Reader<'a>>,
     addrs: &[u64],
     out: &mut Vec<(UnitOffset, Vec<u64>)>,
 ) -> Result<(), NotCovered> {
-    let mut tree = unit.entries_tree(None)?;
-    let root = tree.root()?;
-    walk_scope(unit, root, addrs, out)
-}
-
-fn walk_scope<'a>(
-    unit: gimli::UnitRef<'_, Reader<'a>>,
-    node: gimli::EntriesTreeNode<'_, '_, Reader<'a>>,
-    addrs: &[u64],
-    out: &mut Vec<(UnitOffset, Vec<u64>)>,
-) -> Result<(), NotCovered> {
-    let mut children = node.children();
-    while let Some(child) = children.next()? {
-        match child.entry().tag() {
-            gimli::DW_TAG_namespace => walk_scope(unit, child, addrs, out)?,
-            gimli::DW_TAG_subprogram => {
-                let ranges = RangeAttributes::of(child.entry(), unit)?;
-                let holds = holding(unit, &ranges, addrs)?;
-                if !holds.is_empty() {
-                    out.push((child.entry().offset(), holds));
+    let mut entries = unit.entries_raw(None)?;
+    let root = entries.read_abbreviation()?.ok_or(NotCovered)?;
+    entries.skip_attributes(root.attributes())?;
+    // Depths from the unit's entry; a cursor opened at a sibling counts
+    // from 0 there, so `base` is the sibling's depth.
+    let mut base = 0;
+    while !entries.is_empty() {
+        let depth = base + entries.next_depth();
+        if depth <= 0 {
+            break;
+        }
+        let offset = entries.next_offset();
+        let Some(abbrev) = entries.read_abbreviation()? else {
+            continue;
+        };
+        let tag = abbrev.tag();
+        if tag == gimli::DW_TAG_namespace {
+            // Its entries come next, and are read as the unit's are.
+            entries.skip_attributes(abbrev.attributes())?;
+            continue;
+        }
+        let function = tag == gimli::DW_TAG_subprogram;
+        let mut ranges = RangeAttributes::default();
+        let mut sibling = None;
+        for (i, spec) in abbrev.attributes().iter().enumerate() {
+            if !function && sibling.is_some() {
+                entries.skip_attributes(&abbrev.attributes()[i..])?;
+                break;
+            }
+            let attr = entries.read_attribute(*spec)?;
+            match (attr.name(), attr.value()) {
+                (gimli::DW_AT_sibling, AttributeValue::UnitRef(o)) => sibling = Some(o),
+                _ if function => ranges.read(&attr, unit)?,
+                _ => {}
+            }
+        }
+        if function {
+            let holds = holding(unit, &ranges, addrs)?;
+            if !holds.is_empty() {
+                out.push((offset, holds));
+            }
+        }
+        if !abbrev.has_children() {
+            continue;
+        }
+        match sibling {
+            Some(next) => {
+                entries = unit.entries_raw(Some(next))?;
+                base = depth;
+            }
+            None => {
+                while base + entries.next_depth() > depth && !entries.is_empty() {
+                    if let Some(a) = entries.read_abbreviation()? {
+                        entries.skip_attributes(a.attributes())?;
+                    }
                 }
             }
-            _ => {}
         }
     }
     Ok(())
@@ -430,17 +466,6 @@ struct RangeAttributes {
 }
 
 impl RangeAttributes {
-    fn of<'a>(
-        entry: &gimli::DebuggingInformationEntry<Reader<'a>>,
-        unit: gimli::UnitRef<'_, Reader<'a>>,
-    ) -> Result<Self, NotCovered> {
-        let mut r = Self::default();
-        for attr in entry.attrs() {
-            r.read(attr, unit)?;
-        }
-        Ok(r)
-    }
-
     fn read<'a>(
         &mut self,
         attr: &gimli::Attribute<Reader<'a>>,

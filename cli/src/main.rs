@@ -508,11 +508,16 @@ async fn record_segment(
     let ready = innoprof::ready::Ready::record(&recorder, left.as_secs_f64());
     ready_args::announce(notifier, &ready);
 
-    let bar = ProgressBar::new(left.as_millis() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
-            .expect("template"),
-    );
+    // Only where someone watches: indicatif draws nothing to a pipe or a
+    // file, but still keeps its state at every governor tick.
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let bar = ProgressBar::new(left.as_millis() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
+                .expect("template"),
+        );
+        bar
+    });
     #[derive(Clone, Copy)]
     enum Duty {
         Govern,
@@ -531,7 +536,9 @@ async fn record_segment(
             Event::Signal => break EndReason::Interrupted,
             Event::Due(Duty::Govern) => {
                 recorder.govern();
-                bar.set_position(started.elapsed().as_millis() as u64);
+                if let Some(bar) = &bar {
+                    bar.set_position(started.elapsed().as_millis() as u64);
+                }
                 // At the governor's period rather than ALIVE_EVERY: the
                 // recording ends within a tick of the server's exit.
                 if !target.is_alive() {
@@ -543,7 +550,9 @@ async fn record_segment(
             }
         }
     };
-    bar.finish_and_clear();
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
     innoprof::own_usage::debug_phase("after recording");
     // When the recording's clock ends, not after detaching and symbolizing.
     let state = state.finish();
