@@ -136,6 +136,38 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* The governor's alarm, per CPU: the hits (counted calls and hits on a
+ * slot switched off) this CPU may still take before the governor must
+ * look again. The hit that takes the last one wakes it through `wakes`;
+ * between alarms it sleeps for up to half a second instead of waking
+ * twenty times a second to find nothing changed. 0: disarmed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} wake_left SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} wakes SEC(".maps");
+
+static __always_inline void spend_alarm(void)
+{
+	__u32 zero = 0;
+	__s64 *left = bpf_map_lookup_elem(&wake_left, &zero);
+	__u64 cpu;
+
+	if (!left || *left <= 0)
+		return;
+	*left -= 1;
+	if (*left == 0) {
+		cpu = bpf_get_smp_processor_id();
+		bpf_ringbuf_output(&wakes, &cpu, sizeof(cpu), BPF_RB_FORCE_WAKEUP);
+	}
+}
+
 static __always_inline void count_drop(__u32 reason)
 {
 	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
@@ -163,6 +195,7 @@ static __always_inline bool slot_on(__u64 slot)
 	s = bpf_map_lookup_elem(&stats, &key);
 	if (s)
 		s->off_hits++;
+	spend_alarm();
 	return false;
 }
 
@@ -298,6 +331,7 @@ static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 	}
 	/* Per-CPU values: plain increments are race-free. */
 	s->calls++;
+	spend_alarm();
 	if (!timed)
 		return;
 	s->wait_ns_total += wait_ns;

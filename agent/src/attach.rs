@@ -182,6 +182,10 @@ pub struct Session {
     reaper: Option<Reaper>,
     /// Keeps the kernel's per-program run-time statistics on.
     _stats: Option<OwnedFd>,
+    /// The governor's alarm (`wakes`, see `arm_alarm`); None where the
+    /// ring buffer could not be set up (the governor then looks on its
+    /// own clock alone).
+    alarm: Option<libbpf_rs::RingBuffer<'static>>,
 }
 
 /// A thread that drops (detaches) links handed to it, in order. A detach
@@ -322,7 +326,9 @@ impl Session {
             },
             reaper: None,
             _stats: stats,
+            alarm: None,
         };
+        session.alarm = session.open_alarm();
         session.plan_slots(plan, opts.capture_stacks && opts.stacks_from_start);
         let started = Instant::now();
         // Hot probes last: whatever attaches first fires while the rest
@@ -754,6 +760,46 @@ impl Session {
         }
     }
 
+    fn open_alarm(&self) -> Option<libbpf_rs::RingBuffer<'static>> {
+        let map = self.map(bpf::maps::WAKES)?;
+        let mut builder = libbpf_rs::RingBufferBuilder::new();
+        // The record says which CPU rang; that it rang is all that matters.
+        builder.add(&map, |_| 0).ok()?;
+        builder.build().ok()
+    }
+
+    /// Arms the governor's alarm: it rings (`alarm_fd` becomes readable)
+    /// once some CPU has taken `hits_per_cpu` more hits (counted calls and
+    /// hits on slots switched off); 0 disarms it. One write for all CPUs.
+    pub fn arm_alarm(&self, hits_per_cpu: u64) {
+        let Some(map) = self.map(bpf::maps::WAKE_LEFT) else {
+            return;
+        };
+        let Ok(cpus) = libbpf_rs::num_possible_cpus() else {
+            return;
+        };
+        let left = i64::try_from(hits_per_cpu).unwrap_or(i64::MAX);
+        let values = vec![left.to_ne_bytes().to_vec(); cpus];
+        let _ = map.update_percpu(&0u32.to_ne_bytes(), &values, MapFlags::ANY);
+    }
+
+    /// A descriptor readable when the alarm has rung and
+    /// [`Self::take_alarm`] has not been called since (a duplicate of the
+    /// ring buffer's: the caller owns it); None without an alarm.
+    pub fn alarm_fd(&self) -> Option<OwnedFd> {
+        self.alarm.as_ref()?;
+        let map = self.map(bpf::maps::WAKES)?;
+        std::os::fd::AsFd::as_fd(&map).try_clone_to_owned().ok()
+    }
+
+    /// Whether the alarm rang since the last call (and quiets it). No
+    /// syscall: the ring buffer's positions are mapped.
+    pub fn take_alarm(&self) -> bool {
+        self.alarm
+            .as_ref()
+            .is_some_and(|ring| ring.consume_raw() > 0)
+    }
+
     /// Sets the slots' flag in the `enabled` map (a slot counts only while on).
     fn set_enabled(&mut self, slots: &[SlotId], on: bool) {
         let Some(map) = self.map(bpf::maps::ENABLED) else {
@@ -964,6 +1010,8 @@ fn drop_concurrently(links: Vec<(&'static str, Link)>) {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // The ring buffer's mappings before the map's object.
+        self.alarm = None;
         self.detach();
     }
 }

@@ -1,10 +1,14 @@
 //! The overhead governor: keeps the server CPU that probe hits cost under
 //! a budget (a percentage of one core, held over any `window`, 10 s).
 //!
-//! Every `tick` (50 ms) it reads each probe's calls, charges them at the
+//! At each decision it reads each probe's calls, charges them at the
 //! probe's per-call cost (`SlotCost`: what every hit pays + the stack
 //! walk, divided by the stack sampling rate), and plans the next `horizon`
-//! with what the window still allows (never less than the budget itself):
+//! with what the window still allows (never less than the budget itself).
+//! Decisions come every `tick` (50 ms) while anything moves, up to
+//! `calm_tick` (500 ms) apart once settled, and at once when the BPF alarm
+//! rings (more hits on some CPU than the stretch was planned for: see
+//! `Governor::look_again`). The plan:
 //!
 //! 1. Probes that fit stay fully on with every stack: cheapest first, as
 //!    long as their projected cost fits. A probe whose cost fits the
@@ -47,6 +51,11 @@ pub struct GovernorConfig {
     /// How often costs are re-read and the plan re-made (BPF-side levers
     /// change at once; detaching waits for `min_on`).
     pub tick: Duration,
+    /// After a decision that changed nothing, the next comes this much
+    /// later at most (a switch planned earlier, or the alarm, brings it
+    /// sooner): each look wakes the agent, which under load costs more
+    /// than the read itself.
+    pub calm_tick: Duration,
     /// The budget holds over any window this long.
     pub window: Duration,
     /// A cut probe is on for at least this long each time: a uprobe
@@ -71,6 +80,7 @@ impl Default for GovernorConfig {
             // 0.1 s goes in a few ticks, so decisions come often. A tick
             // is one batched map read.
             tick: Duration::from_millis(50),
+            calm_tick: Duration::from_millis(500),
             window: Duration::from_secs(10),
             min_on: Duration::from_secs(1),
             horizon: Duration::from_millis(250),
@@ -238,6 +248,15 @@ pub struct Governor {
     next_tick: Instant,
     /// Re-plans the switch-offs alone between ticks.
     debug: bool,
+    /// The alarm rang: decide at the next tick, whenever it is.
+    woken: bool,
+    /// Decisions made so far (the recorder re-arms the alarm after each).
+    decisions: u64,
+    /// Hits any one CPU may take before the next decision is due early
+    /// (0: no alarm).
+    alarm_hits: u64,
+    /// What the window allowed per second at the last decision.
+    allowance: f64,
 }
 
 /// One probe's plan for the next stretch: stack rate and share of time on.
@@ -290,7 +309,28 @@ impl Governor {
             last_tick: now,
             next_tick: now + FIRST_TICK.min(cfg.tick),
             debug: std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some(),
+            woken: false,
+            decisions: 0,
+            alarm_hits: 0,
+            allowance: cfg.budget_pct / 100.0,
         }
+    }
+
+    /// The alarm rang (some CPU took `alarm_hits` hits since the last
+    /// decision): the next call to [`Self::tick`] decides.
+    pub fn wake(&mut self) {
+        self.woken = true;
+    }
+
+    /// When the next decision is due, alarm aside.
+    pub fn next_decision(&self) -> Instant {
+        self.next_tick
+    }
+
+    /// Decisions so far, and the alarm's hits per CPU for the stretch
+    /// until the next one (0: none).
+    pub fn alarm(&self) -> (u64, u64) {
+        (self.decisions, self.alarm_hits)
     }
 
     /// New per-slot costs (measured live); used from the next tick on.
@@ -315,11 +355,74 @@ impl Governor {
         // A caller ticking every `tick` wakes a little late or early by
         // turns: a fifth of a tick's slack keeps that from skipping a
         // decision (and doubling the period).
-        if now + self.cfg.tick / 5 >= self.next_tick {
+        if self.woken || now + self.cfg.tick / 5 >= self.next_tick {
+            self.woken = false;
             self.decide(now, &counts(), &mut actions);
-            self.next_tick = now + self.cfg.tick;
+            self.decisions += 1;
+            self.next_tick = self.look_again(now, &actions);
         }
         actions
+    }
+
+    /// When to decide again after deciding `actions` at `now`, and the
+    /// alarm for the stretch until then. While anything moves, a `tick`
+    /// later. After a decision that changed nothing, `calm_tick` later if
+    /// the probes fully on, at the rates they had, would not spend more
+    /// over it than the window allows over the `horizon` (probes inside an
+    /// on-window the governor opened are left out: that window lasts
+    /// `min_on` whatever the tick); never later than a switch already
+    /// planned. Either way the alarm rings first when some CPU takes more
+    /// hits than the stretch was planned for: 1.5 times the calls the
+    /// probes on were making, plus what one tick of the whole budget pays
+    /// for at the dearest hit. So a burst is met after at most that many
+    /// hits per CPU, not after a stretch of time at whatever rate it has.
+    fn look_again(&mut self, now: Instant, actions: &Actions) -> Instant {
+        let full_rate: f64 = self
+            .probes
+            .iter()
+            .filter(|p| p.on_since.is_some() && p.on_until.is_none())
+            .map(|p| p.rate * p.per_call_ns(p.stack_every) / 1e9)
+            .sum();
+        let calm = actions.is_empty()
+            && full_rate * self.cfg.calm_tick.as_secs_f64()
+                <= self.allowance * self.cfg.horizon.as_secs_f64();
+        let planned = self
+            .probes
+            .iter()
+            .filter_map(|p| match p.on_since {
+                Some(_) => p.on_until,
+                None => p.next_on,
+            })
+            .min();
+        let mut next = now
+            + if calm {
+                self.cfg.calm_tick.max(self.cfg.tick)
+            } else {
+                self.cfg.tick
+            };
+        if let Some(t) = planned {
+            next = next.min(t.max(now + self.cfg.tick / 5));
+        }
+        let dearest = self
+            .probes
+            .iter()
+            .map(|p| p.per_call_ns(p.stack_every))
+            .fold(0.0, f64::max);
+        self.alarm_hits = if dearest > 0.0 {
+            let stretch = next.saturating_duration_since(now).as_secs_f64();
+            let expected: f64 = self
+                .probes
+                .iter()
+                .filter(|p| p.on_since.is_some())
+                .map(|p| p.rate * stretch)
+                .sum();
+            let one_tick =
+                self.cfg.budget_pct / 100.0 * self.cfg.tick.as_secs_f64() * 1e9 / dearest;
+            (1.5 * expected + one_tick).ceil().max(1.0) as u64
+        } else {
+            0
+        };
+        next
     }
 
     fn since_start(&self, t: Instant) -> f64 {
@@ -379,6 +482,7 @@ impl Governor {
         let window = self.cfg.window.as_secs_f64();
         let allowance =
             ((budget * (window + ahead) - (self.spent - spent_then)) / ahead).max(budget);
+        self.allowance = allowance;
 
         let demand: Vec<(f64, SlotCost)> = self
             .probes
@@ -700,10 +804,50 @@ mod tests {
         let after_calls = g.spent;
         assert!(after_calls > 0.0);
         c.get_mut(&SlotId::of_index(0)).unwrap().off_hits = 500;
+        // Nothing changed at 50 ms, so the next look is due at 550 ms; the
+        // alarm (as the hits would ring it) brings it now.
+        g.wake();
         g.tick(t0 + MS(100), || c.clone());
         // 500 hits at the base cost, no stack: 2 µs each.
         let charged = g.spent - after_calls;
         assert!((charged - 500.0 * 2e-6).abs() < 1e-12, "{charged}");
+    }
+
+    /// After a decision that changed nothing the governor sleeps for
+    /// `calm_tick`, with an alarm sized to the calls it expects; the alarm
+    /// brings the decision at once; while things move it looks every tick.
+    #[test]
+    fn a_calm_governor_sleeps_until_its_alarm_or_calm_tick() {
+        let t0 = Instant::now();
+        // 1,000 calls/s at 2 µs + 0.5 µs stack: 0.25 % of a core, fits.
+        let mut g = one_probe(cost(2_000.0, 500.0), t0);
+        assert_eq!(g.alarm(), (0, 0));
+        let a = g.tick(t0 + MS(50), || counts(&[(0, 50)]));
+        assert!(a.is_empty());
+        assert_eq!(g.next_decision(), t0 + MS(550));
+        // 1.5 x 500 calls expected in 0.5 s, + 1 % of 50 ms at 2.5 µs (200).
+        assert_eq!(g.alarm(), (1, 950));
+        // Not due, no alarm: no decision (the counts are not even read).
+        g.tick(t0 + MS(100), || panic!("read before the look was due"));
+        assert_eq!(g.alarm().0, 1);
+        // The alarm: decided at once. 20,000 calls in 0.05 s is 400,000/s,
+        // 100 % of a core: stacks go sparse, and the next look is a tick away.
+        g.wake();
+        let a = g.tick(t0 + MS(100), || counts(&[(0, 20_050)]));
+        assert!(!a.stack_every.is_empty(), "{a:?}");
+        assert_eq!(g.alarm().0, 2);
+        assert_eq!(g.next_decision(), t0 + MS(150));
+        // On the calm stretch's clock, without an alarm, too.
+        let mut g = one_probe(cost(2_000.0, 500.0), t0);
+        g.tick(t0 + MS(50), || counts(&[(0, 50)]));
+        g.tick(t0 + MS(550), || counts(&[(0, 550)]));
+        assert_eq!(g.alarm().0, 2);
+        // 100,000 calls/s: 25 % of a core, which the idle window's savings
+        // pay for (nothing changes), but not for 500 ms: watched every tick.
+        let mut g = one_probe(cost(2_000.0, 500.0), t0);
+        let a = g.tick(t0 + MS(50), || counts(&[(0, 5_000)]));
+        assert!(a.is_empty(), "{a:?}");
+        assert_eq!(g.next_decision(), t0 + MS(100));
     }
 
     #[test]

@@ -307,6 +307,8 @@ pub struct Recorder {
     stack_gate: Option<(Vec<bool>, Option<Instant>)>,
     /// Resumes the kernel refused (the probe then stays off).
     governor_errors: Vec<String>,
+    /// The governor decision the BPF alarm was last armed after.
+    alarm_armed_for: u64,
     /// `INNOPROF_BENCH_TOGGLE_MS` without a governor: every probe switched
     /// off and on again on a period (the benchmark's switching cost).
     bench_toggle: Option<crate::bench_toggle::Toggle>,
@@ -401,6 +403,7 @@ impl Recorder {
             stack_every: HashMap::new(),
             stack_gate: (stacks == StackCapture::OnDemand).then(|| (vec![false; n_slots], None)),
             governor_errors: Vec::new(),
+            alarm_armed_for: 0,
             bench_toggle,
             agent_cpu_at_start,
             counters,
@@ -455,9 +458,23 @@ impl Recorder {
         let (Some(g), Some(session)) = (self.governor.as_mut(), self.session.as_mut()) else {
             return;
         };
+        if session.take_alarm() {
+            g.wake();
+            if std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some() {
+                eprintln!("governor: alarm");
+            }
+        }
         let actions = g.tick(Instant::now(), || {
             session.read_slot_counts().unwrap_or_default()
         });
+        let (decisions, alarm_hits) = g.alarm();
+        if decisions != self.alarm_armed_for {
+            session.arm_alarm(alarm_hits);
+            if std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some() {
+                eprintln!("governor: alarm armed at {alarm_hits} hits per CPU");
+            }
+            self.alarm_armed_for = decisions;
+        }
         // The BPF-side lever first: no uprobe is touched. On demand, only
         // the slots of an open window take stacks at all.
         self.stack_every.extend(actions.stack_every.iter().copied());
@@ -484,6 +501,21 @@ impl Recorder {
 
     pub fn target(&self) -> &Target {
         &self.plan.target
+    }
+
+    /// When [`Self::govern`] must run next: the governor's next decision,
+    /// unless the alarm ([`Self::alarm_fd`]) rings first. None without a
+    /// governor (call it on the governor's `tick` then: other duties,
+    /// such as closing a stack window, ride on it).
+    pub fn next_govern_at(&self) -> Option<Instant> {
+        self.governor.as_ref().map(Governor::next_decision)
+    }
+
+    /// Readable when the governor's alarm has rung: call
+    /// [`Self::govern`] then. None without probes or a governor.
+    pub fn alarm_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        self.governor.as_ref()?;
+        self.session.as_ref()?.alarm_fd()
     }
 
     /// Index of the attached probe named `name`.

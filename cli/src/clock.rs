@@ -12,7 +12,11 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use std::os::fd::OwnedFd;
+
 use anyhow::{Context, Result};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::{Instant, Interval, MissedTickBehavior, Sleep};
 
@@ -76,7 +80,20 @@ pub struct Clock<'s, D> {
     signals: &'s mut Signals,
     deadline: Option<Pin<Box<Sleep>>>,
     duties: Vec<(D, Interval)>,
+    asked: Option<Asked<D>>,
 }
+
+/// A duty due when its doer says ([`Clock::due_again_at`]), or at once
+/// when an alarm file descriptor becomes readable.
+struct Asked<D> {
+    duty: D,
+    at: Pin<Box<Sleep>>,
+    alarm: Option<AsyncFd<OwnedFd>>,
+}
+
+/// An on-demand duty whose doer did not say when again: due this much
+/// later anyway.
+const ASKED_FALLBACK: Duration = Duration::from_secs(1);
 
 impl<'s, D: Copy> Clock<'s, D> {
     pub fn new(signals: &'s mut Signals) -> Self {
@@ -84,6 +101,7 @@ impl<'s, D: Copy> Clock<'s, D> {
             signals,
             deadline: None,
             duties: Vec::new(),
+            asked: None,
         }
     }
 
@@ -98,6 +116,28 @@ impl<'s, D: Copy> Clock<'s, D> {
     /// more often than that.
     pub fn governor(self, duty: D) -> Self {
         self.now_and_every(duty, innoprof::governor::GovernorConfig::default().tick)
+    }
+
+    /// `duty` at once, then whenever [`Self::due_again_at`] says, or as
+    /// soon as `alarm` is readable (the governor's alarm: its decisions
+    /// come when something changed, not twenty times a second).
+    pub fn on_demand(mut self, duty: D, alarm: Option<OwnedFd>) -> Self {
+        // SAFETY: the AsyncFd owns the descriptor, open until it drops.
+        let alarm = alarm
+            .and_then(|fd| unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE).ok() });
+        self.asked = Some(Asked {
+            duty,
+            at: Box::pin(tokio::time::sleep_until(Instant::now())),
+            alarm,
+        });
+        self
+    }
+
+    /// When the on-demand duty is due next (alarm aside).
+    pub fn due_again_at(&mut self, at: Instant) {
+        if let Some(a) = self.asked.as_mut() {
+            a.at.as_mut().reset(at);
+        }
     }
 
     /// `duty` at once, then every [`ALIVE_EVERY`].
@@ -140,6 +180,20 @@ impl<'s, D: Copy> Clock<'s, D> {
             if let Some(d) = self.deadline.as_mut() {
                 if d.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Event::Deadline);
+                }
+            }
+            if let Some(a) = self.asked.as_mut() {
+                if a.at.as_mut().poll(cx).is_ready() {
+                    a.at.as_mut().reset(Instant::now() + ASKED_FALLBACK);
+                    return Poll::Ready(Event::Due(a.duty));
+                }
+                if let Some(fd) = &a.alarm {
+                    if let Poll::Ready(Ok(mut ready)) = fd.poll_read_ready(cx) {
+                        // Edge-triggered: the doer empties the ring buffer,
+                        // and the next ring is a new edge.
+                        ready.clear_ready();
+                        return Poll::Ready(Event::Due(a.duty));
+                    }
                 }
             }
             for (duty, interval) in &mut self.duties {
@@ -189,5 +243,34 @@ mod tests {
                 (Event::Deadline, 250),
             ]
         );
+    }
+
+    /// The governor's duty: at once, then when its doer says, and at once
+    /// whenever the alarm descriptor becomes readable.
+    #[tokio::test(start_paused = true)]
+    async fn an_on_demand_duty_comes_when_asked_or_when_its_alarm_rings() {
+        use std::io::Write;
+        let mut signals = Signals::install().unwrap();
+        let start = Instant::now();
+        let (mut ring, alarm) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut clock = Clock::new(&mut signals)
+            .until(start + Duration::from_millis(1_000))
+            .on_demand(Duty::Fast, Some(OwnedFd::from(alarm)));
+        let ms = |start: Instant| (Instant::now() - start).as_millis();
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 0);
+        clock.due_again_at(start + Duration::from_millis(300));
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 300);
+        clock.due_again_at(start + Duration::from_millis(800));
+        ring.write_all(b"x").unwrap();
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 300, "the alarm brings the duty at once");
+        // Not again for the same ring: next at 800 as asked.
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 800);
+        // Not asked again: a second later at the latest (past the deadline here).
+        assert_eq!(clock.next().await, Event::Deadline);
+        assert_eq!(ms(start), 1_000);
     }
 }

@@ -523,9 +523,14 @@ async fn record_segment(
         Govern,
         Sample,
     }
-    let mut clock = Clock::new(signals)
-        .until(deadline_at)
-        .governor(Duty::Govern);
+    let clock = Clock::new(signals).until(deadline_at);
+    // With a governor, its decisions come when it asks or its alarm rings;
+    // without, the duty still runs on the governor's tick (the alive check
+    // rides on it).
+    let mut clock = match recorder.next_govern_at() {
+        Some(_) => clock.on_demand(Duty::Govern, recorder.alarm_fd()),
+        None => clock.governor(Duty::Govern),
+    };
     if let Some(period) = args.interval {
         clock = clock.every(Duty::Sample, period);
     }
@@ -536,6 +541,13 @@ async fn record_segment(
             Event::Signal => break EndReason::Interrupted,
             Event::Due(Duty::Govern) => {
                 recorder.govern();
+                if let Some(at) = recorder.next_govern_at() {
+                    // Looked at no later than ALIVE_EVERY: the recording
+                    // ends soon after the server's exit.
+                    let at = tokio::time::Instant::from_std(at)
+                        .min(tokio::time::Instant::now() + clock::ALIVE_EVERY);
+                    clock.due_again_at(at);
+                }
                 if let Some(bar) = &bar {
                     bar.set_position(started.elapsed().as_millis() as u64);
                 }
