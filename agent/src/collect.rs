@@ -84,34 +84,19 @@ pub fn read_slot_counts(
     obj: &Object,
     n_slots: usize,
 ) -> Result<HashMap<SlotId, crate::governor::SlotCount>, CollectError> {
-    // The governor's read, twenty times a second: the four counters it
-    // uses summed straight from the batch's buffer (no histogram, no
-    // per-CPU copies).
-    let stats = map(obj, bpf::maps::STATS)?;
-    let mut sums = vec![crate::governor::SlotCount::default(); n_slots];
-    let mut layout_ok = true;
-    for_each_percpu_value(&stats, n_slots, |slot, v| {
-        match from_bytes::<SlotStats>(v) {
-            Some(s) => {
-                let c = &mut sums[slot];
-                c.calls += s.calls;
-                c.wait_ns += s.wait_ns_total;
-                c.stacks += s.stacks;
-                c.off_hits += s.off_hits;
-            }
-            None => layout_ok = false,
-        }
-    })
-    .map_err(read_err(bpf::maps::STATS))?;
-    if !layout_ok {
-        return Err(CollectError::Layout(bpf::maps::STATS));
-    }
-    Ok(sums
-        .into_iter()
-        .enumerate()
-        .filter(|(_, c)| c.calls > 0 || c.off_hits > 0)
-        .map(|(slot, c)| (SlotId::of_index(slot), c))
-        .collect())
+    // The governor's read: the four counters it uses summed straight from
+    // the batch's buffer (no histogram, no per-CPU copies).
+    sum_slot_stats(
+        obj,
+        n_slots,
+        |c: &mut crate::governor::SlotCount, s| {
+            c.calls += s.calls;
+            c.wait_ns += s.wait_ns_total;
+            c.stacks += s.stacks;
+            c.off_hits += s.off_hits;
+        },
+        |c| c.calls > 0 || c.off_hits > 0,
+    )
 }
 
 /// Per-slot stats summed over CPUs, for slots `0..n_slots` (slot ids are
@@ -120,12 +105,28 @@ fn read_slot_stats(
     obj: &Object,
     n_slots: usize,
 ) -> Result<HashMap<SlotId, SlotStats>, CollectError> {
+    sum_slot_stats(
+        obj,
+        n_slots,
+        |t: &mut SlotStats, s| *t += s,
+        |t| t.calls > 0,
+    )
+}
+
+/// The `stats` map's values of slots `0..n_slots`, each CPU's added into
+/// a `T` by `add`; the slots whose sum `keep` accepts.
+fn sum_slot_stats<T: Default + Clone>(
+    obj: &Object,
+    n_slots: usize,
+    add: impl Fn(&mut T, &SlotStats),
+    keep: impl Fn(&T) -> bool,
+) -> Result<HashMap<SlotId, T>, CollectError> {
     let stats = map(obj, bpf::maps::STATS)?;
-    let mut sums = vec![SlotStats::default(); n_slots];
+    let mut sums = vec![T::default(); n_slots];
     let mut layout_ok = true;
     for_each_percpu_value(&stats, n_slots, |slot, v| {
         match from_bytes::<SlotStats>(v) {
-            Some(s) => sums[slot] += &s,
+            Some(s) => add(&mut sums[slot], &s),
             None => layout_ok = false,
         }
     })
@@ -136,8 +137,8 @@ fn read_slot_stats(
     Ok(sums
         .into_iter()
         .enumerate()
-        .filter(|(_, s)| s.calls > 0)
-        .map(|(slot, s)| (SlotId::of_index(slot), s))
+        .filter(|(_, t)| keep(t))
+        .map(|(slot, t)| (SlotId::of_index(slot), t))
         .collect())
 }
 

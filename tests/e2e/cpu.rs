@@ -105,17 +105,20 @@ fn spinning_function_dominates_and_blocked_time_is_exact() {
         (0, 0, 0),
         "{lost:?}"
     );
-    // The only walk allowed to stop early is through the dynamic linker's
-    // lazy-binding trampoline (a thread's first call of a libc function):
-    // its CFA is rbx-based, a rule the BPF walker does not implement. CI
-    // once caught one of 583 samples there.
+    // The only walks allowed to stop early are through the dynamic
+    // linker's lazy-binding trampoline (a thread's first call of a libc
+    // function: its CFA is rbx-based, a rule the BPF walker does not
+    // implement; CI once caught one of 583 samples there) and in an
+    // object's `_init` (crti's `.init` code, which has no CFI; which
+    // object's was not found out: CI caught one of 594 samples there on
+    // 2026-11-26, a walk that stopped at its first frame).
     let stopped: u64 = stacks
         .iter()
         .filter(|(s, _)| s.starts_with("[unwind stopped];"))
         .inspect(|(s, _)| {
             assert!(
-                s.contains(";_dl_runtime_resolve"),
-                "a walk stopped outside the lazy-binding trampoline: {s}"
+                s.contains(";_dl_runtime_resolve") || s.ends_with(";_init"),
+                "a walk stopped outside the lazy-binding trampoline and _init: {s}"
             )
         })
         .map(|(_, n)| n)
