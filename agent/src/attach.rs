@@ -775,7 +775,7 @@ impl Session {
         let Some(map) = self.map(bpf::maps::WAKE_LEFT) else {
             return;
         };
-        let Ok(cpus) = libbpf_rs::num_possible_cpus() else {
+        let Ok(cpus) = crate::collect::possible_cpus() else {
             return;
         };
         let left = i64::try_from(hits_per_cpu).unwrap_or(i64::MAX);

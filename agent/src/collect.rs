@@ -211,7 +211,7 @@ fn for_each_percpu_value(
 
 /// The number of possible CPUs, read once (libbpf parses a sysfs file
 /// each time it is asked; the governor asks twenty times a second).
-fn possible_cpus() -> Result<usize, libbpf_rs::Error> {
+pub(crate) fn possible_cpus() -> Result<usize, libbpf_rs::Error> {
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     if let Some(&n) = CPUS.get() {
         return Ok(n);

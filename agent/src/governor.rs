@@ -320,6 +320,9 @@ impl Governor {
     /// decision): the next call to [`Self::tick`] decides.
     pub fn wake(&mut self) {
         self.woken = true;
+        if self.debug {
+            eprintln!("governor: alarm");
+        }
     }
 
     /// When the next decision is due, alarm aside.
@@ -422,6 +425,13 @@ impl Governor {
         } else {
             0
         };
+        if self.debug {
+            eprintln!(
+                "governor: next look in {:.2}s, alarm at {} hits per CPU",
+                next.saturating_duration_since(now).as_secs_f64(),
+                self.alarm_hits
+            );
+        }
         next
     }
 

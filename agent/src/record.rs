@@ -460,9 +460,6 @@ impl Recorder {
         };
         if session.take_alarm() {
             g.wake();
-            if std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some() {
-                eprintln!("governor: alarm");
-            }
         }
         let actions = g.tick(Instant::now(), || {
             session.read_slot_counts().unwrap_or_default()
@@ -470,9 +467,6 @@ impl Recorder {
         let (decisions, alarm_hits) = g.alarm();
         if decisions != self.alarm_armed_for {
             session.arm_alarm(alarm_hits);
-            if std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some() {
-                eprintln!("governor: alarm armed at {alarm_hits} hits per CPU");
-            }
             self.alarm_armed_for = decisions;
         }
         // The BPF-side lever first: no uprobe is touched. On demand, only

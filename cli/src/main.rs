@@ -551,8 +551,8 @@ async fn record_segment(
                 if let Some(bar) = &bar {
                     bar.set_position(started.elapsed().as_millis() as u64);
                 }
-                // At the governor's period rather than ALIVE_EVERY: the
-                // recording ends within a tick of the server's exit.
+                // At each look (ALIVE_EVERY apart at most): the recording
+                // ends soon after the server's exit.
                 if !target.is_alive() {
                     break EndReason::TargetExited;
                 }
