@@ -84,11 +84,22 @@ pub struct Clock<'s, D> {
 }
 
 /// A duty due when its doer says ([`Clock::due_again_at`]), or at once
-/// when an alarm file descriptor becomes readable.
+/// when one of its alarm file descriptors becomes readable (`serve`
+/// watches several servers, each with its governor's alarm).
 struct Asked<D> {
     duty: D,
     at: Pin<Box<Sleep>>,
-    alarm: Option<AsyncFd<OwnedFd>>,
+    alarms: Vec<AsyncFd<OwnedFd>>,
+}
+
+fn registered(alarms: impl IntoIterator<Item = OwnedFd>) -> Vec<AsyncFd<OwnedFd>> {
+    alarms
+        .into_iter()
+        // An alarm the reactor refuses is not watched: its governor still
+        // decides when it said it would.
+        // SAFETY: the AsyncFd owns the descriptor, open until it drops.
+        .filter_map(|fd| unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE).ok() })
+        .collect()
 }
 
 /// An on-demand duty whose doer did not say when again: due this much
@@ -119,18 +130,22 @@ impl<'s, D: Copy> Clock<'s, D> {
     }
 
     /// `duty` at once, then whenever [`Self::due_again_at`] says, or as
-    /// soon as `alarm` is readable (the governor's alarm: its decisions
-    /// come when something changed, not twenty times a second).
-    pub fn on_demand(mut self, duty: D, alarm: Option<OwnedFd>) -> Self {
-        // SAFETY: the AsyncFd owns the descriptor, open until it drops.
-        let alarm = alarm
-            .and_then(|fd| unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE).ok() });
+    /// soon as one of `alarms` is readable (the governors' alarms: their
+    /// decisions come when something changed, not twenty times a second).
+    pub fn on_demand(mut self, duty: D, alarms: impl IntoIterator<Item = OwnedFd>) -> Self {
         self.asked = Some(Asked {
             duty,
             at: Box::pin(tokio::time::sleep_until(Instant::now())),
-            alarm,
+            alarms: registered(alarms),
         });
         self
+    }
+
+    /// Replaces the on-demand duty's alarms (the servers watched changed).
+    pub fn set_alarms(&mut self, alarms: impl IntoIterator<Item = OwnedFd>) {
+        if let Some(a) = self.asked.as_mut() {
+            a.alarms = registered(alarms);
+        }
     }
 
     /// When the on-demand duty is due next (alarm aside).
@@ -187,7 +202,7 @@ impl<'s, D: Copy> Clock<'s, D> {
                     a.at.as_mut().reset(Instant::now() + ASKED_FALLBACK);
                     return Poll::Ready(Event::Due(a.duty));
                 }
-                if let Some(fd) = &a.alarm {
+                for fd in &a.alarms {
                     if let Poll::Ready(Ok(mut ready)) = fd.poll_read_ready(cx) {
                         // Edge-triggered: the doer empties the ring buffer,
                         // and the next ring is a new edge.
@@ -272,5 +287,38 @@ mod tests {
         // Not asked again: a second later at the latest (past the deadline here).
         assert_eq!(clock.next().await, Event::Deadline);
         assert_eq!(ms(start), 1_000);
+    }
+
+    /// `serve`: every watched server's alarm rings the duty, and only the
+    /// alarms of the servers watched now.
+    #[tokio::test(start_paused = true)]
+    async fn an_on_demand_duty_rings_for_each_alarm_it_holds_now() {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        let mut signals = Signals::install().unwrap();
+        let start = Instant::now();
+        let (mut gone, gone_alarm) = UnixStream::pair().unwrap();
+        let (mut first, first_alarm) = UnixStream::pair().unwrap();
+        let (mut second, second_alarm) = UnixStream::pair().unwrap();
+        let mut clock = Clock::new(&mut signals)
+            .until(start + Duration::from_millis(1_000))
+            .on_demand(Duty::Fast, [OwnedFd::from(gone_alarm)]);
+        let ms = |start: Instant| (Instant::now() - start).as_millis();
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        clock.set_alarms([OwnedFd::from(first_alarm), OwnedFd::from(second_alarm)]);
+        clock.due_again_at(start + Duration::from_millis(600));
+        second.write_all(b"x").unwrap();
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 0, "the second alarm rings at once");
+        clock.due_again_at(start + Duration::from_millis(600));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        first.write_all(b"x").unwrap();
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 100, "the first alarm rings at once");
+        clock.due_again_at(start + Duration::from_millis(600));
+        // The replaced alarm is closed, not watched: next as asked.
+        assert!(gone.write_all(b"x").is_err());
+        assert_eq!(clock.next().await, Event::Due(Duty::Fast));
+        assert_eq!(ms(start), 600);
     }
 }

@@ -129,6 +129,9 @@ struct Watched {
 
 /// The probes on one run of the server (one process).
 struct Run {
+    /// This run among all serve started: when the runs change, the
+    /// governors' alarms are taken again.
+    serial: u64,
     recorder: Recorder,
     /// Reads the counters per findings window.
     view: LiveView,
@@ -262,9 +265,14 @@ fn release_binary_pages(run: &Run) {
 
 impl Run {
     fn start(plan: Plan) -> Result<Self> {
+        static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
         let view = LiveView::new(&recorder)?;
-        Ok(Self { recorder, view })
+        Ok(Self {
+            serial: STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            recorder,
+            view,
+        })
     }
 }
 
@@ -340,7 +348,7 @@ impl Watched {
 
     /// Evaluates the findings rules over the window since the last call.
     fn findings_window(&mut self) {
-        let Some(Run { recorder, view }) = &mut self.run else {
+        let Some(Run { recorder, view, .. }) = &mut self.run else {
             return;
         };
         match view.advance(recorder) {
@@ -668,8 +676,10 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         Discover,
         AliveCheck,
     }
+    // The governors decide when one asks or its alarm rings, as in record.
+    let mut runs = live.borrow().run_serials();
     let mut clock = Clock::new(&mut signals)
-        .governor(Duty::Govern)
+        .on_demand(Duty::Govern, live.borrow().alarms())
         .every(Duty::Findings, args.findings_window);
     if args.all {
         clock = clock.every(Duty::Discover, DISCOVER_EVERY);
@@ -707,6 +717,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                     for run in live.borrow_mut().servers.iter_mut().filter_map(|w| w.run.as_mut()) {
                         run.recorder.govern();
                     }
+                    clock.due_again_at(live.borrow().next_govern_at());
                 }
                 Event::Due(Duty::Findings) => {
                     for w in &mut live.borrow_mut().servers {
@@ -716,6 +727,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                 }
                 Event::Due(Duty::Discover) => {
                     discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
+                    watch_alarms(&live.borrow(), &mut runs, &mut clock);
                 }
                 Event::Due(Duty::AliveCheck) => {
                     let exit = live
@@ -727,6 +739,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                     if let Some(code) = exit {
                         break code;
                     }
+                    watch_alarms(&live.borrow(), &mut runs, &mut clock);
                 }
             },
         }
@@ -745,6 +758,48 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         );
     }
     Ok(code)
+}
+
+impl Live {
+    /// The runs watched now (see [`Run::serial`]).
+    fn run_serials(&self) -> Vec<u64> {
+        self.servers
+            .iter()
+            .filter_map(|w| Some(w.run.as_ref()?.serial))
+            .collect()
+    }
+
+    /// Every run's governor alarm.
+    fn alarms(&self) -> Vec<std::os::fd::OwnedFd> {
+        self.servers
+            .iter()
+            .filter_map(|w| w.run.as_ref()?.recorder.alarm_fd())
+            .collect()
+    }
+
+    /// When the first governor wants to decide again; without one, a
+    /// governor's tick from now (the duty still closes stack windows).
+    fn next_govern_at(&self) -> tokio::time::Instant {
+        self.servers
+            .iter()
+            .filter_map(|w| w.run.as_ref()?.recorder.next_govern_at())
+            .min()
+            .map(tokio::time::Instant::from_std)
+            .unwrap_or_else(|| {
+                tokio::time::Instant::now() + innoprof::governor::GovernorConfig::default().tick
+            })
+    }
+}
+
+/// Takes the governors' alarms again when the runs watched changed (a
+/// restart followed, a server found or gone), and looks at once.
+fn watch_alarms<D: Copy>(live: &Live, runs: &mut Vec<u64>, clock: &mut Clock<'_, D>) {
+    let now = live.run_serials();
+    if now != *runs {
+        *runs = now;
+        clock.set_alarms(live.alarms());
+        clock.due_again_at(tokio::time::Instant::now());
+    }
 }
 
 /// `--all`: attaches to every server on the host not yet watched (a
