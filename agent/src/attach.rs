@@ -21,7 +21,8 @@
 //! libbpf (through libbpf-rs) loads this object because aya 0.14 cannot make
 //! a program for uprobe_multi links: the kernel wants
 //! `BPF_TRACE_UPROBE_MULTI` as the program's expected attach type, and aya
-//! never sets one for uprobes. The CPU profiler stays on aya.
+//! never sets one for uprobes. The CPU profiler's object is loaded by
+//! libbpf too (`crate::cpu`).
 
 use crate::bpf_layout::latency as bpf;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -962,11 +963,7 @@ fn random_u64() -> u64 {
 
 /// Writes a `const volatile` global of the object into its .rodata image.
 fn write_rodata(data: &mut [u8], name: &'static str, value: &[u8]) -> Result<(), AttachError> {
-    let offset = crate::bpf_abi::rodata_offset(name).ok_or(AttachError::Missing(name))?;
-    data.get_mut(offset..offset + value.len())
-        .ok_or(AttachError::Missing(name))?
-        .copy_from_slice(value);
-    Ok(())
+    crate::bpf_abi::write_rodata(LATENCY_OBJ, data, name, value).ok_or(AttachError::Missing(name))
 }
 
 /// Switches on the kernel's per-program run-time statistics for as long as

@@ -168,7 +168,7 @@ pub fn retry_delay(errno: i32, attempt: u32) -> Option<Duration> {
 }
 
 /// The errno inside an error (an `io::Error` anywhere in its `source`
-/// chain, as in aya's `SyscallError`).
+/// chain, as libbpf-rs and `thiserror` wrappers keep it).
 pub fn errno_in(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
     let mut cur = Some(err);
     while let Some(e) = cur {
@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(retry_delay(libc::EINTR, 0), None);
     }
 
-    /// The shape of aya's `SyscallError`: the errno is in the source.
+    /// An error wrapping a syscall's: the errno is in the source.
     #[derive(Debug, thiserror::Error)]
     #[error("`perf_event_open` failed")]
     struct Syscall {

@@ -272,19 +272,50 @@ pub const DROP_REASONS: [DropReason; defines::DROP_MAX as usize] = [
     DropReason::StackBusy,
 ];
 
+/// A compiled BPF object built into innoprof, 8-byte aligned: libbpf and
+/// `object` read its ELF headers in place.
+macro_rules! include_bpf_object {
+    ($path:expr) => {{
+        #[repr(C, align(8))]
+        struct Aligned<Bytes: ?Sized> {
+            bytes: Bytes,
+        }
+        static ALIGNED: &Aligned<[u8]> = &Aligned {
+            bytes: *include_bytes!($path),
+        };
+        &ALIGNED.bytes
+    }};
+}
+pub(crate) use include_bpf_object;
+
 /// The compiled BPF object (built by agent/build.rs from bpf/latency.bpf.c).
-pub static LATENCY_OBJ: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/latency.bpf.o"));
+pub static LATENCY_OBJ: &[u8] = include_bpf_object!(concat!(env!("OUT_DIR"), "/latency.bpf.o"));
 
 /// Where a `const volatile` global of the latency object lives in its
 /// .rodata section (the loader writes it before load).
 pub fn rodata_offset(name: &str) -> Option<usize> {
+    rodata_offset_in(LATENCY_OBJ, name)
+}
+
+/// Where a `const volatile` global of the BPF object `obj` lives in its
+/// .rodata section.
+pub fn rodata_offset_in(obj: &[u8], name: &str) -> Option<usize> {
     use object::{Object, ObjectSection, ObjectSymbol};
-    let file = object::File::parse(LATENCY_OBJ).ok()?;
+    let file = object::File::parse(obj).ok()?;
     let rodata = file.section_by_name(".rodata")?.index();
     file.symbols()
         .find(|s| s.name() == Ok(name) && s.section_index() == Some(rodata))
         .map(|s| s.address() as usize)
+}
+
+/// Writes a `const volatile` global of the BPF object `obj` into `data`,
+/// the image of its .rodata the loader holds before load; None when the
+/// object has no such global of that size.
+pub fn write_rodata(obj: &[u8], data: &mut [u8], name: &str, value: &[u8]) -> Option<()> {
+    let offset = rodata_offset_in(obj, name)?;
+    data.get_mut(offset..offset + value.len())?
+        .copy_from_slice(value);
+    Some(())
 }
 
 #[cfg(test)]

@@ -75,11 +75,17 @@ pub struct OffCpuStart {
 }
 mirrors_offcpu_start!(OffCpuStart);
 
-// SAFETY: plain-old-data with no padding (u32 pairs, then u64s), mirrored from C.
-unsafe impl aya::Pod for CpuStack {}
-unsafe impl aya::Pod for OffCpuVal {}
-unsafe impl aya::Pod for OffCpuStart {}
-unsafe impl aya::Pod for UnwindRow {}
+// SAFETY: plain-old-data with no padding (u32 pairs, then u64s; the row's
+// i32, i16 and two u8 fill its 16 bytes), mirrored from C and checked
+// against clang's layout; all-zero bytes are a valid value of each.
+unsafe impl bytemuck::Zeroable for CpuStack {}
+unsafe impl bytemuck::Pod for CpuStack {}
+unsafe impl bytemuck::Zeroable for OffCpuVal {}
+unsafe impl bytemuck::Pod for OffCpuVal {}
+unsafe impl bytemuck::Zeroable for OffCpuStart {}
+unsafe impl bytemuck::Pod for OffCpuStart {}
+unsafe impl bytemuck::Zeroable for UnwindRow {}
+unsafe impl bytemuck::Pod for UnwindRow {}
 
 pub const UNWIND_CFA: u8 = defines::UNWIND_CFA as u8;
 pub const UNWIND_FP: u8 = defines::UNWIND_FP as u8;
@@ -123,7 +129,8 @@ pub enum Counter {
 pub const COUNTERS: usize = defines::CNT_MAX as usize;
 
 /// The compiled BPF object (built by agent/build.rs from bpf/cpu.bpf.c).
-pub static CPU_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/cpu.bpf.o"));
+pub static CPU_OBJ: &[u8] =
+    crate::bpf_abi::include_bpf_object!(concat!(env!("OUT_DIR"), "/cpu.bpf.o"));
 
 pub use crate::bpf_layout::cpu::programs::{
     CPU_SAMPLE as PROG_SAMPLE, OFFCPU_SWITCH as PROG_SWITCH,

@@ -17,8 +17,9 @@ pub mod unwind_cache;
 use crate::bpf_layout::cpu as bpf;
 use std::time::Instant;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
-use aya::{Ebpf, EbpfLoader};
+use std::os::fd::{AsFd, AsRawFd};
+
+use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
 
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ};
@@ -30,12 +31,16 @@ pub use profile::{CpuProfile, TOP_ROWS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
-    #[error("loading the CPU profiler's BPF object failed")]
-    Load(#[from] aya::EbpfError),
-    #[error("BPF program {name} failed (verifier, permissions or kernel support)")]
+    #[error("opening the CPU profiler's BPF object failed")]
+    Open(#[source] libbpf_rs::Error),
+    #[error(
+        "loading the CPU profiler's BPF object failed (verifier, permissions, or the kernel's BTF for off-CPU)"
+    )]
+    Load(#[source] libbpf_rs::Error),
+    #[error("attaching BPF program {name} failed (permissions or kernel support)")]
     Program {
         name: &'static str,
-        source: aya::programs::ProgramError,
+        source: libbpf_rs::Error,
     },
     #[error("BPF program `{0}` missing from the object")]
     MissingProgram(&'static str),
@@ -47,23 +52,20 @@ pub enum CpuError {
     #[error(
         "opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?)"
     )]
-    PerfEvent {
-        cpu: u32,
-        source: aya::programs::ProgramError,
-    },
-    #[error("off-CPU profiling needs the kernel's BTF (/sys/kernel/btf/vmlinux)")]
-    Btf(#[source] aya::BtfError),
+    PerfEvent { cpu: u32, source: std::io::Error },
     #[error("BPF map `{0}` is missing or of the wrong type")]
     Map(&'static str),
+    #[error("BPF object global `{0}` is missing")]
+    Global(&'static str),
     #[error("reading BPF map `{map}`")]
     Read {
         map: &'static str,
-        source: aya::maps::MapError,
+        source: libbpf_rs::Error,
     },
     #[error("reading /proc/{pid}/maps")]
     Maps { pid: u32, source: std::io::Error },
     #[error("loading unwind rows into BPF")]
-    Unwind(#[source] aya::maps::MapError),
+    Unwind(#[source] libbpf_rs::Error),
     #[error("sampling frequency {0} Hz is out of range (1..=10000)")]
     Frequency(u64),
     #[error(transparent)]
@@ -94,7 +96,7 @@ impl Default for CpuOptions {
 
 /// Sampling and (optionally) switch tracing attached to one process.
 pub struct CpuProfiler {
-    ebpf: Ebpf,
+    obj: Object,
     opts: CpuOptions,
     sampler: sampler::Sampler,
     switches: Option<offcpu::Switches>,
@@ -115,24 +117,18 @@ impl CpuProfiler {
         if !(1..=10_000).contains(&opts.frequency_hz) {
             return Err(CpuError::Frequency(opts.frequency_hz));
         }
-        let rows = unwind.rows.len() as u32;
-        let mut ebpf = EbpfLoader::new()
-            .override_global(bpf::globals::TARGET_TGID, &pid, true)
-            .override_global(bpf::globals::MIN_BLOCK_NS, &opts.offcpu_min_ns, true)
-            .override_global(bpf::globals::UNWIND_ROWS_LEN, &rows, true)
-            .map_max_entries(bpf::maps::UNWIND_ROWS, rows.max(1))
-            .load(CPU_OBJ)?;
-        load_rows(&mut ebpf, &unwind.rows)?;
+        let mut obj = load_object(pid, opts, unwind.rows.len())?;
+        load_rows(&obj, &unwind.rows)?;
         // Off-CPU first: if the tracepoint is refused, no perf event was
         // opened for nothing.
         let switches = if opts.offcpu {
-            Some(offcpu::Switches::attach(&mut ebpf)?)
+            Some(offcpu::Switches::attach(&mut obj)?)
         } else {
             None
         };
-        let sampler = sampler::Sampler::attach(&mut ebpf, opts.frequency_hz)?;
+        let sampler = sampler::Sampler::attach(&mut obj, opts.frequency_hz)?;
         Ok(Self {
-            ebpf,
+            obj,
             opts: opts.clone(),
             sampler,
             switches,
@@ -157,9 +153,9 @@ impl CpuProfiler {
     /// Stops sampling and switch tracing, then reads every map.
     pub fn stop(mut self) -> Result<RawCpuProfile, CpuError> {
         if let Some(s) = self.switches.as_mut() {
-            s.detach(&mut self.ebpf);
+            s.detach();
         }
-        self.sampler.detach(&mut self.ebpf);
+        self.sampler.detach();
         self.snapshot()
     }
 
@@ -168,13 +164,13 @@ impl CpuProfiler {
     pub fn snapshot(&self) -> Result<RawCpuProfile, CpuError> {
         let duration_s = self.started.elapsed().as_secs_f64();
         let now = offcpu::monotonic_ns();
-        let ebpf = &self.ebpf;
-        let counters = read_counters(ebpf)?;
-        let oncpu = read_counts::<u64>(ebpf, bpf::maps::ONCPU_COUNTS)?;
+        let obj = &self.obj;
+        let counters = read_counters(obj)?;
+        let oncpu = read_hash::<CpuStack, u64>(obj, bpf::maps::ONCPU_COUNTS)?;
         let (offcpu, still_blocked) = if self.switches.is_some() {
             (
-                read_counts::<OffCpuVal>(ebpf, bpf::maps::OFFCPU_COUNTS)?,
-                offcpu::still_blocked(ebpf, now, self.opts.offcpu_min_ns)?,
+                read_hash::<CpuStack, OffCpuVal>(obj, bpf::maps::OFFCPU_COUNTS)?,
+                offcpu::still_blocked(obj, now, self.opts.offcpu_min_ns)?,
             )
         } else {
             (Vec::new(), Vec::new())
@@ -285,23 +281,62 @@ fn exe_module(pid: u32) -> Option<String> {
 /// an mmap of the array (one memcpy), else in batches
 /// (`BPF_MAP_UPDATE_BATCH`, Linux >= 5.6: ~40 ms of kernel CPU for
 /// mysqld's ~175,000 rows), else one row per call (~0.1 s).
-fn load_rows(ebpf: &mut Ebpf, rows: &[UnwindRow]) -> Result<(), CpuError> {
-    if let Some(aya::maps::Map::Array(data)) = ebpf.map(bpf::maps::UNWIND_ROWS) {
-        use std::os::fd::{AsFd, AsRawFd};
-        let fd = data.fd().as_fd().as_raw_fd();
-        if write_mapped(fd, rows).is_ok() || update_batch(fd, rows).is_ok() {
-            return Ok(());
-        }
+fn load_rows(obj: &Object, rows: &[UnwindRow]) -> Result<(), CpuError> {
+    let map = map(obj, bpf::maps::UNWIND_ROWS)?;
+    let fd = map.as_fd().as_raw_fd();
+    if write_mapped(fd, rows).is_ok() || update_batch(fd, rows).is_ok() {
+        return Ok(());
     }
-    let mut map: Array<&mut MapData, UnwindRow> = Array::try_from(
-        ebpf.map_mut(bpf::maps::UNWIND_ROWS)
-            .ok_or(CpuError::Map(bpf::maps::UNWIND_ROWS))?,
-    )
-    .map_err(|_| CpuError::Map(bpf::maps::UNWIND_ROWS))?;
     for (i, row) in rows.iter().enumerate() {
-        map.set(i as u32, row, 0).map_err(CpuError::Unwind)?;
+        map.update(
+            &(i as u32).to_ne_bytes(),
+            bytemuck::bytes_of(row),
+            MapFlags::ANY,
+        )
+        .map_err(CpuError::Unwind)?;
     }
     Ok(())
+}
+
+/// Opens the object, writes its configuration (the target, the off-CPU
+/// threshold, the unwind rows' count) and sizes the unwind array, then
+/// loads it: the switch program only for off-CPU (it alone needs the
+/// kernel's BTF, and libbpf reads that only for a program that does).
+fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuError> {
+    let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+    let mut builder = ObjectBuilder::default();
+    let mut open = builder.open_memory(CPU_OBJ).map_err(CpuError::Open)?;
+    for mut m in open.maps_mut() {
+        let name = m.name().to_string_lossy().into_owned();
+        if name.ends_with(".rodata") {
+            let data = m.initial_value_mut().ok_or(CpuError::Map(".rodata"))?;
+            for (global, value) in [
+                (bpf::globals::TARGET_TGID, &pid.to_ne_bytes()[..]),
+                (
+                    bpf::globals::MIN_BLOCK_NS,
+                    &opts.offcpu_min_ns.to_ne_bytes()[..],
+                ),
+                (bpf::globals::UNWIND_ROWS_LEN, &rows.to_ne_bytes()[..]),
+            ] {
+                crate::bpf_abi::write_rodata(CPU_OBJ, data, global, value)
+                    .ok_or(CpuError::Global(global))?;
+            }
+        } else if name == bpf::maps::UNWIND_ROWS {
+            m.set_max_entries(rows.max(1)).map_err(CpuError::Open)?;
+        }
+    }
+    for mut prog in open.progs_mut() {
+        if prog.name() == abi::PROG_SWITCH && !opts.offcpu {
+            prog.set_autoload(false);
+        }
+    }
+    open.load().map_err(CpuError::Load)
+}
+
+fn map<'a>(obj: &'a Object, name: &'static str) -> Result<libbpf_rs::Map<'a>, CpuError> {
+    obj.maps()
+        .find(|m| m.name() == name)
+        .ok_or(CpuError::Map(name))
 }
 
 // An mmapable array lays its elements out every round_up(value_size, 8)
@@ -390,36 +425,43 @@ fn update_batch(map_fd: i32, rows: &[UnwindRow]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn read_counters(ebpf: &Ebpf) -> Result<[u64; COUNTERS], CpuError> {
-    let map: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
-        ebpf.map(bpf::maps::CPU_COUNTERS)
-            .ok_or(CpuError::Map(bpf::maps::CPU_COUNTERS))?,
-    )
-    .map_err(|_| CpuError::Map(bpf::maps::CPU_COUNTERS))?;
+fn read_counters(obj: &Object) -> Result<[u64; COUNTERS], CpuError> {
+    let name = bpf::maps::CPU_COUNTERS;
+    let map = map(obj, name)?;
     let mut out = [0u64; COUNTERS];
     for (i, slot) in out.iter_mut().enumerate() {
-        *slot = map
-            .get(&(i as u32), 0)
-            .map_err(|source| CpuError::Read {
-                map: bpf::maps::CPU_COUNTERS,
-                source,
-            })?
-            .iter()
-            .sum();
+        let per_cpu = map
+            .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(|source| CpuError::Read { map: name, source })?
+            .unwrap_or_default();
+        for v in per_cpu {
+            *slot +=
+                bytemuck::try_pod_read_unaligned::<u64>(&v).map_err(|_| CpuError::Map(name))?;
+        }
     }
     Ok(out)
 }
 
-fn read_counts<V: aya::Pod>(
-    ebpf: &Ebpf,
+/// Every (key, value) of a hash map, decoded.
+fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
+    obj: &Object,
     name: &'static str,
-) -> Result<Vec<(CpuStack, V)>, CpuError> {
-    let map: BpfHashMap<&MapData, CpuStack, V> =
-        BpfHashMap::try_from(ebpf.map(name).ok_or(CpuError::Map(name))?)
-            .map_err(|_| CpuError::Map(name))?;
-    map.iter()
-        .map(|item| item.map_err(|source| CpuError::Read { map: name, source }))
-        .collect()
+) -> Result<Vec<(K, V)>, CpuError> {
+    let map = map(obj, name)?;
+    let mut out = Vec::new();
+    for key in map.keys() {
+        // A key deleted between the walk and the lookup is simply gone.
+        let Some(value) = map
+            .lookup(&key, MapFlags::ANY)
+            .map_err(|source| CpuError::Read { map: name, source })?
+        else {
+            continue;
+        };
+        let k = bytemuck::try_pod_read_unaligned(&key).map_err(|_| CpuError::Map(name))?;
+        let v = bytemuck::try_pod_read_unaligned(&value).map_err(|_| CpuError::Map(name))?;
+        out.push((k, v));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -439,20 +481,19 @@ mod tests {
                 kind: (i % 5) as u8,
             })
             .collect();
-        let ebpf = EbpfLoader::new()
-            .override_global(bpf::globals::UNWIND_ROWS_LEN, &(n as u32), true)
-            .map_max_entries(bpf::maps::UNWIND_ROWS, n as u32)
-            .load(CPU_OBJ)
-            .unwrap();
-        let Some(aya::maps::Map::Array(data)) = ebpf.map(bpf::maps::UNWIND_ROWS) else {
-            panic!("unwind_rows is an array");
-        };
-        use std::os::fd::{AsFd, AsRawFd};
-        update_batch(data.fd().as_fd().as_raw_fd(), &rows).expect("batch update");
-        let map: Array<&MapData, UnwindRow> =
-            Array::try_from(ebpf.map(bpf::maps::UNWIND_ROWS).unwrap()).unwrap();
+        let obj = load_object(std::process::id(), &CpuOptions::default(), n).unwrap();
+        let map = map(&obj, bpf::maps::UNWIND_ROWS).unwrap();
+        update_batch(map.as_fd().as_raw_fd(), &rows).expect("batch update");
         for i in [0, 1, BATCH_ROWS - 1, BATCH_ROWS, BATCH_ROWS + 1, n - 1] {
-            assert_eq!(map.get(&(i as u32), 0).unwrap(), rows[i], "row {i}");
+            let v = map
+                .lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                bytemuck::pod_read_unaligned::<UnwindRow>(&v),
+                rows[i],
+                "row {i}"
+            );
         }
     }
 }

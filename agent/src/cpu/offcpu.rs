@@ -5,27 +5,23 @@
 //! the per-thread start map.
 
 use crate::bpf_layout::cpu as bpf;
-use aya::maps::{HashMap as BpfHashMap, MapData};
-use aya::programs::tp_btf::BtfTracePointLinkId;
-use aya::programs::BtfTracePoint;
-use aya::{Btf, Ebpf};
+use libbpf_rs::{Link, Object};
 
 use super::abi::{CpuStack, OffCpuStart, PROG_SWITCH};
 use super::CpuError;
 
 pub(super) struct Switches {
-    link: Option<BtfTracePointLinkId>,
+    link: Option<Link>,
 }
 
 impl Switches {
-    pub fn attach(ebpf: &mut Ebpf) -> Result<Self, CpuError> {
-        let btf = Btf::from_sys_fs().map_err(CpuError::Btf)?;
-        let prog = program(ebpf)?;
-        prog.load("sched_switch", &btf)
-            .map_err(|source| CpuError::Program {
-                name: PROG_SWITCH,
-                source,
-            })?;
+    /// Attaches the loaded switch program (libbpf loaded it against the
+    /// kernel's BTF, which `tp_btf` needs).
+    pub fn attach(obj: &mut Object) -> Result<Self, CpuError> {
+        let prog = obj
+            .progs_mut()
+            .find(|p| p.name() == PROG_SWITCH)
+            .ok_or(CpuError::MissingProgram(PROG_SWITCH))?;
         let link = prog.attach().map_err(|source| CpuError::Program {
             name: PROG_SWITCH,
             source,
@@ -33,31 +29,20 @@ impl Switches {
         Ok(Self { link: Some(link) })
     }
 
-    pub fn detach(&mut self, ebpf: &mut Ebpf) {
-        if let (Some(link), Ok(prog)) = (self.link.take(), program(ebpf)) {
-            let _ = prog.detach(link);
-        }
+    pub fn detach(&mut self) {
+        self.link = None;
     }
 }
 
 /// Threads blocked at `now_ns` (CLOCK_MONOTONIC, the clock of
 /// bpf_ktime_get_ns) for at least `min_ns`: their stack and time so far.
 pub(super) fn still_blocked(
-    ebpf: &Ebpf,
+    obj: &Object,
     now_ns: u64,
     min_ns: u64,
 ) -> Result<Vec<(CpuStack, u64)>, CpuError> {
-    let map: BpfHashMap<&MapData, u32, OffCpuStart> = BpfHashMap::try_from(
-        ebpf.map(bpf::maps::OFFCPU_START)
-            .ok_or(CpuError::Map(bpf::maps::OFFCPU_START))?,
-    )
-    .map_err(|_| CpuError::Map(bpf::maps::OFFCPU_START))?;
     let mut out = Vec::new();
-    for item in map.iter() {
-        let (_tid, start) = item.map_err(|source| CpuError::Read {
-            map: bpf::maps::OFFCPU_START,
-            source,
-        })?;
+    for (_tid, start) in super::read_hash::<u32, OffCpuStart>(obj, bpf::maps::OFFCPU_START)? {
         if start.ts == 0 || start.ts > now_ns {
             continue;
         }
@@ -77,14 +62,4 @@ pub(super) fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn program(ebpf: &mut Ebpf) -> Result<&mut BtfTracePoint, CpuError> {
-    ebpf.program_mut(PROG_SWITCH)
-        .ok_or(CpuError::MissingProgram(PROG_SWITCH))?
-        .try_into()
-        .map_err(|source| CpuError::Program {
-            name: PROG_SWITCH,
-            source,
-        })
 }
