@@ -7,8 +7,8 @@
 #   lib/systemd/system/innoprof.service
 #   share/innoprof/dashboards/*.json
 #   README.md  GLIBC.txt (the oldest glibc the binary runs on)
-# Prints the tarball's path. A static (musl) build is not offered: aya and
-# libbpf-sys's bundled libbpf are built against glibc here,
+# Prints the tarball's path. A static (musl) build is not offered:
+# libbpf-sys's bundled libbpf is built against glibc here,
 # and no musl Rust target is installed on these hosts; libelf and zlib are
 # linked in statically, so the binary needs glibc alone (GLIBC.txt).
 set -euo pipefail
