@@ -281,18 +281,19 @@ pub fn read(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
     })
 }
 
-fn map<'a>(obj: &'a Object, name: &'static str) -> Result<Map<'a>, CollectError> {
+/// The object's map `name` (the latency object's, or the CPU profiler's).
+pub(crate) fn map<'a>(obj: &'a Object, name: &'static str) -> Result<Map<'a>, CollectError> {
     obj.maps()
         .find(|m| m.name() == name)
         .ok_or(CollectError::Map(name))
 }
 
-fn read_err(map: &'static str) -> impl Fn(libbpf_rs::Error) -> CollectError {
+pub(crate) fn read_err(map: &'static str) -> impl Fn(libbpf_rs::Error) -> CollectError {
     move |source| CollectError::Read { map, source }
 }
 
 /// Every (key, value) of a hash map, decoded.
-fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
+pub(crate) fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
     obj: &Object,
     name: &'static str,
 ) -> Result<Vec<(K, V)>, CollectError> {

@@ -21,6 +21,8 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
 
+use crate::bpf_abi::from_bytes;
+use crate::collect::{map, read_hash, CollectError};
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ};
 use unwind::UnwindTable;
@@ -57,11 +59,8 @@ pub enum CpuError {
     Map(&'static str),
     #[error("BPF object global `{0}` is missing")]
     Global(&'static str),
-    #[error("reading BPF map `{map}`")]
-    Read {
-        map: &'static str,
-        source: libbpf_rs::Error,
-    },
+    #[error(transparent)]
+    Collect(#[from] crate::collect::CollectError),
     #[error("reading /proc/{pid}/maps")]
     Maps { pid: u32, source: std::io::Error },
     #[error("loading unwind rows into BPF")]
@@ -333,12 +332,6 @@ fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuEr
     open.load().map_err(CpuError::Load)
 }
 
-fn map<'a>(obj: &'a Object, name: &'static str) -> Result<libbpf_rs::Map<'a>, CpuError> {
-    obj.maps()
-        .find(|m| m.name() == name)
-        .ok_or(CpuError::Map(name))
-}
-
 // An mmapable array lays its elements out every round_up(value_size, 8)
 // bytes from the mapping's start: exactly a `[UnwindRow]`.
 const _: () = assert!(std::mem::size_of::<UnwindRow>().is_multiple_of(8));
@@ -432,34 +425,11 @@ fn read_counters(obj: &Object) -> Result<[u64; COUNTERS], CpuError> {
     for (i, slot) in out.iter_mut().enumerate() {
         let per_cpu = map
             .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-            .map_err(|source| CpuError::Read { map: name, source })?
+            .map_err(crate::collect::read_err(name))?
             .unwrap_or_default();
         for v in per_cpu {
-            *slot +=
-                bytemuck::try_pod_read_unaligned::<u64>(&v).map_err(|_| CpuError::Map(name))?;
+            *slot += from_bytes::<u64>(&v).ok_or(CollectError::Layout(name))?;
         }
-    }
-    Ok(out)
-}
-
-/// Every (key, value) of a hash map, decoded.
-fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
-    obj: &Object,
-    name: &'static str,
-) -> Result<Vec<(K, V)>, CpuError> {
-    let map = map(obj, name)?;
-    let mut out = Vec::new();
-    for key in map.keys() {
-        // A key deleted between the walk and the lookup is simply gone.
-        let Some(value) = map
-            .lookup(&key, MapFlags::ANY)
-            .map_err(|source| CpuError::Read { map: name, source })?
-        else {
-            continue;
-        };
-        let k = bytemuck::try_pod_read_unaligned(&key).map_err(|_| CpuError::Map(name))?;
-        let v = bytemuck::try_pod_read_unaligned(&value).map_err(|_| CpuError::Map(name))?;
-        out.push((k, v));
     }
     Ok(out)
 }

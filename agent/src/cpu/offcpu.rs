@@ -42,7 +42,9 @@ pub(super) fn still_blocked(
     min_ns: u64,
 ) -> Result<Vec<(CpuStack, u64)>, CpuError> {
     let mut out = Vec::new();
-    for (_tid, start) in super::read_hash::<u32, OffCpuStart>(obj, bpf::maps::OFFCPU_START)? {
+    for (_tid, start) in
+        crate::collect::read_hash::<u32, OffCpuStart>(obj, bpf::maps::OFFCPU_START)?
+    {
         if start.ts == 0 || start.ts > now_ns {
             continue;
         }
