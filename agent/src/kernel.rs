@@ -3,8 +3,9 @@
 //! halfway through attaching.
 //!
 //! innoprof needs no pseudo file system mounted by hand: the BPF syscall,
-//! the kernel's BTF (`/sys/kernel/btf/vmlinux`, for the programs' CO-RE
-//! relocations and the off-CPU tracepoint) and, where uprobe_multi links are
+//! the kernel's BTF (`/sys/kernel/btf/vmlinux`: the verifier needs it for
+//! the CPU sampler's `bpf_get_current_task_btf` and the off-CPU
+//! tracepoint) and, where uprobe_multi links are
 //! missing, the uprobe PMU in sysfs. tracefs, debugfs and bpffs are not used.
 
 use std::path::Path;
