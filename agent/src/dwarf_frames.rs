@@ -180,7 +180,19 @@ impl<'a> DwarfFrames<'a> {
     /// What is at each of `addrs` (virtual addresses of the file).
     /// `release` is called after each unit with the bytes the walk read
     /// (to drop them from the resident set).
-    pub fn find(&self, addrs: &[u64], mut release: impl FnMut()) -> Vec<Walked> {
+    pub fn find(&self, addrs: &[u64], release: impl FnMut()) -> Vec<Walked> {
+        self.find_indexed(addrs, &mut UnitFunctions::default(), release)
+    }
+
+    /// [`Self::find`], with the top-level functions of units walked
+    /// before taken from `index` (which must be this file's), and those of
+    /// the units walked now added to it.
+    pub fn find_indexed(
+        &self,
+        addrs: &[u64],
+        index: &mut UnitFunctions,
+        mut release: impl FnMut(),
+    ) -> Vec<Walked> {
         let mut out = vec![Walked::Unsure; addrs.len()];
         let mut by_unit: std::collections::BTreeMap<DebugInfoOffset, Vec<(usize, u64)>> =
             Default::default();
@@ -197,9 +209,10 @@ impl<'a> DwarfFrames<'a> {
         }
         // In file order, the pages dropped every few MiB of units read.
         let mut read_since = 0;
+        let mut demangled = Demangled::default();
         for (unit, mut wanted) in by_unit {
             wanted.sort_unstable_by_key(|&(_, a)| a);
-            if let Ok((found, size)) = self.find_in_unit(unit, &wanted) {
+            if let Ok((found, size)) = self.find_in_unit(unit, &wanted, index, &mut demangled) {
                 for ((i, _), mut f) in wanted.iter().zip(found) {
                     if let Walked::Frames(frames) = &mut f {
                         frames.shared = shared[*i];
@@ -221,6 +234,8 @@ impl<'a> DwarfFrames<'a> {
         &self,
         offset: DebugInfoOffset,
         wanted: &[(usize, u64)],
+        index: &mut UnitFunctions,
+        demangled: &mut Demangled,
     ) -> Result<(Vec<Walked>, usize), NotCovered> {
         let header = self.dwarf.debug_info.header_from_offset(offset)?;
         let size = header.length_including_self();
@@ -229,7 +244,15 @@ impl<'a> DwarfFrames<'a> {
         let lang = language(unit)?;
         let addrs: Vec<u64> = wanted.iter().map(|&(_, a)| a).collect();
         let mut functions: Vec<(UnitOffset, Vec<u64>)> = Vec::new();
-        top_level_functions(unit, &addrs, &mut functions)?;
+        let top_level = match index.units.get(&offset.0) {
+            Some(kept) => kept,
+            None => {
+                let walked = top_level_functions(unit)?;
+                index.changed = true;
+                index.units.entry(offset.0).or_insert(walked)
+            }
+        };
+        holding_functions(top_level, &addrs, &mut functions);
         // Functions elsewhere (a lambda inside its enclosing function, a
         // Rust method inside its type's entry): then every entry of this
         // unit is read, as blazesym reads them, to find them or to know
@@ -261,7 +284,7 @@ impl<'a> DwarfFrames<'a> {
                 if claims[&a] > 1 || inlined.nested_code_holds(a) {
                     continue;
                 }
-                if let Ok(f) = frames_at(&function, &inlined, &lines, lang, a) {
+                if let Ok(f) = frames_at(unit, &function, &inlined, &lines, (lang, demangled), a) {
                     at.insert(a, Walked::Frames(f));
                 }
             }
@@ -297,7 +320,7 @@ fn language<'a>(unit: gimli::UnitRef<'_, Reader<'a>>) -> Result<Lang, NotCovered
     Ok(Lang::Unknown)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Lang {
     Rust,
     Cpp,
@@ -339,16 +362,32 @@ impl Lang {
     }
 }
 
-/// The subprograms among the unit's top-level entries (and inside
-/// namespaces) whose ranges hold any of `addrs` (sorted), with the
-/// addresses each holds. Any other entry is read only up to its
-/// `DW_AT_sibling` link (GCC writes it first) and stepped over whole
-/// (a class and its members, a type and its fields are never read).
+/// Names demangled once per walk: the same few hundred functions and
+/// inlined calls come back at address after address, and demangling them
+/// each time was a tenth of the walk.
+#[derive(Default)]
+struct Demangled(HashMap<(Lang, String), String>);
+
+impl Demangled {
+    fn of(&mut self, lang: Lang, name: &str) -> String {
+        if let Some(d) = self.0.get(&(lang, name.to_string())) {
+            return d.clone();
+        }
+        let d = lang.demangle(name);
+        self.0.insert((lang, name.to_string()), d.clone());
+        d
+    }
+}
+
+/// The ranges of the subprograms among the unit's top-level entries (and
+/// inside namespaces), in the order the unit has them. Any other entry is
+/// read only up to its `DW_AT_sibling` link (GCC writes it first) and
+/// stepped over whole (a class and its members, a type and its fields are
+/// never read).
 fn top_level_functions<'a>(
     unit: gimli::UnitRef<'_, Reader<'a>>,
-    addrs: &[u64],
-    out: &mut Vec<(UnitOffset, Vec<u64>)>,
-) -> Result<(), NotCovered> {
+) -> Result<Vec<FunctionRange>, NotCovered> {
+    let mut out = Vec::new();
     let mut entries = unit.entries_raw(None)?;
     let root = entries.read_abbreviation()?.ok_or(NotCovered)?;
     entries.skip_attributes(root.attributes())?;
@@ -386,10 +425,13 @@ fn top_level_functions<'a>(
             }
         }
         if function {
-            let holds = holding(unit, &ranges, addrs)?;
-            if !holds.is_empty() {
-                out.push((offset, holds));
-            }
+            ranges.for_each_range(unit, |r| {
+                out.push(FunctionRange {
+                    begin: r.begin,
+                    end: r.end,
+                    entry: offset.0 as u64,
+                })
+            })?;
         }
         if !abbrev.has_children() {
             continue;
@@ -408,7 +450,48 @@ fn top_level_functions<'a>(
             }
         }
     }
-    Ok(())
+    Ok(out)
+}
+
+/// The functions of `ranges` (one unit's, as [`top_level_functions`]
+/// gives them) that hold any of `addrs` (sorted), with the addresses each
+/// holds, as [`holding`] finds them.
+fn holding_functions(
+    ranges: &[FunctionRange],
+    addrs: &[u64],
+    out: &mut Vec<(UnitOffset, Vec<u64>)>,
+) {
+    for function in ranges.chunk_by(|a, b| a.entry == b.entry) {
+        let each = function.iter().map(|r| gimli::Range {
+            begin: r.begin,
+            end: r.end,
+        });
+        let holds = addresses_in(each, addrs);
+        if !holds.is_empty() {
+            out.push((UnitOffset(function[0].entry as usize), holds));
+        }
+    }
+}
+
+/// One code range of a unit's top-level function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionRange {
+    pub begin: u64,
+    pub end: u64,
+    /// The function's entry, as an offset in its unit.
+    pub entry: u64,
+}
+
+/// The top-level functions of the units a walk read, by the unit's offset
+/// in `.debug_info`: finding them steps over every top-level entry of the
+/// unit (types, declarations), which was ~40 % of a walk, while what it
+/// finds depends only on the file. So a recording keeps them
+/// ([`crate::symbolize`], in the per-boot directory) for the next one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitFunctions {
+    pub units: HashMap<usize, Vec<FunctionRange>>,
+    /// Units were added since it was made or loaded.
+    pub changed: bool,
 }
 
 /// Every subprogram of the unit, at any depth (blazesym's
@@ -446,14 +529,21 @@ fn holding<'a>(
     ranges: &RangeAttributes,
     addrs: &[u64],
 ) -> Result<Vec<u64>, NotCovered> {
+    let mut all = Vec::new();
+    ranges.for_each_range(unit, |r| all.push(r))?;
+    Ok(addresses_in(all, addrs))
+}
+
+/// Which of `addrs` (sorted) any of `ranges` holds, sorted.
+fn addresses_in(ranges: impl IntoIterator<Item = gimli::Range>, addrs: &[u64]) -> Vec<u64> {
     let mut holds = Vec::new();
-    ranges.for_each_range(unit, |r| {
+    for r in ranges {
         let from = addrs.partition_point(|&a| a < r.begin);
         holds.extend(addrs[from..].iter().take_while(|&&a| a < r.end));
-    })?;
+    }
     holds.sort_unstable();
     holds.dedup();
-    Ok(holds)
+    holds
 }
 
 /// A function's ranges as blazesym reads them (`RangeAttributes`).
@@ -644,11 +734,26 @@ fn name_entry<'a>(
     }
 }
 
-/// One inlined call, as blazesym's `InlinedFunction` keeps it.
-struct InlinedCall {
-    name: Option<String>,
+/// One inlined call, as blazesym's `InlinedFunction` keeps it, but for
+/// its name: the attributes that give it, in their order, resolved only
+/// for a call an address is in (most calls of a function are not, and
+/// following `DW_AT_abstract_origin` to each name was a third of the
+/// walk's time).
+struct InlinedCall<'a> {
+    name_attrs: Vec<gimli::Attribute<Reader<'a>>>,
     call_file: Option<u64>,
     call_line: u32,
+}
+
+impl<'a> InlinedCall<'a> {
+    /// The name blazesym reads for the call, by [`read_name`]'s rule.
+    fn name(&self, unit: gimli::UnitRef<'_, Reader<'a>>) -> Result<Option<String>, NotCovered> {
+        let mut name = None;
+        for attr in &self.name_attrs {
+            read_name(&mut name, attr, unit)?;
+        }
+        name.map(utf8).transpose()
+    }
 }
 
 /// One range of an inlined call, at its depth of inlining.
@@ -659,8 +764,8 @@ struct InlinedRange {
 }
 
 /// The inlined calls of one function, searched as blazesym searches them.
-struct InlinedFunctions {
-    calls: Vec<InlinedCall>,
+struct InlinedFunctions<'a> {
+    calls: Vec<InlinedCall<'a>>,
     /// By (depth, begin).
     ranges: Vec<InlinedRange>,
     /// Ranges of functions nested in this one (blazesym lists them among
@@ -668,11 +773,8 @@ struct InlinedFunctions {
     nested: Vec<gimli::Range>,
 }
 
-impl InlinedFunctions {
-    fn parse<'a>(
-        unit: gimli::UnitRef<'_, Reader<'a>>,
-        die: UnitOffset,
-    ) -> Result<Self, NotCovered> {
+impl<'a> InlinedFunctions<'a> {
+    fn parse(unit: gimli::UnitRef<'_, Reader<'a>>, die: UnitOffset) -> Result<Self, NotCovered> {
         let mut entries = unit.entries_raw(Some(die))?;
         let depth = entries.next_depth();
         let abbrev = entries.read_abbreviation()?.ok_or(NotCovered)?;
@@ -690,7 +792,7 @@ impl InlinedFunctions {
     /// blazesym's `Function::parse_children`: nested functions skipped,
     /// inlined calls read (their children one level deeper), every other
     /// entry's children read at the same level.
-    fn children<'a>(
+    fn children(
         &mut self,
         unit: gimli::UnitRef<'_, Reader<'a>>,
         entries: &mut gimli::EntriesRaw<'_, Reader<'a>>,
@@ -721,17 +823,18 @@ impl InlinedFunctions {
                 gimli::DW_TAG_inlined_subroutine => {
                     let mut ranges = RangeAttributes::default();
                     let mut call = InlinedCall {
-                        name: None,
+                        name_attrs: Vec::new(),
                         call_file: None,
                         call_line: 0,
                     };
-                    let mut name = None;
                     for spec in abbrev.attributes() {
                         let attr = entries.read_attribute(*spec)?;
-                        if read_name(&mut name, &attr, unit)? {
-                            continue;
-                        }
                         match attr.name() {
+                            gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name
+                            | gimli::DW_AT_name
+                            | gimli::DW_AT_abstract_origin
+                            | gimli::DW_AT_specification => call.name_attrs.push(attr),
                             gimli::DW_AT_call_file => {
                                 // DWARF 5 numbers files from 0 (see blazesym).
                                 if let AttributeValue::FileIndex(fi) = attr.value() {
@@ -746,7 +849,6 @@ impl InlinedFunctions {
                             _ => ranges.read(&attr, unit)?,
                         }
                     }
-                    call.name = name.map(utf8).transpose()?;
                     let index = self.calls.len();
                     self.calls.push(call);
                     ranges.for_each_range(unit, |range| {
@@ -772,7 +874,7 @@ impl InlinedFunctions {
 
     /// The calls holding `probe`, outermost first (blazesym's search: at
     /// each depth, a range holding it among those after the last found).
-    fn at(&self, probe: u64) -> Vec<&InlinedCall> {
+    fn at(&self, probe: u64) -> Vec<&InlinedCall<'a>> {
         let mut found = Vec::new();
         let mut ranges = &self.ranges[..];
         loop {
@@ -911,11 +1013,12 @@ fn render_file<'a>(
 /// address's own line moves to the innermost inlined call, and each call's
 /// line to the frame it was made from. No line row, no frames: blazesym
 /// gives none then either, and this walk leaves it to blazesym.
-fn frames_at(
+fn frames_at<'a>(
+    unit: gimli::UnitRef<'_, Reader<'a>>,
     function: &Function,
-    inlined: &InlinedFunctions,
+    inlined: &InlinedFunctions<'a>,
     lines: &Lines,
-    lang: Lang,
+    (lang, demangled): (Lang, &mut Demangled),
     probe: u64,
 ) -> Result<FoundFrames, NotCovered> {
     let mut direct = Some(lines.at(probe).ok_or(NotCovered)?);
@@ -934,16 +1037,70 @@ fn frames_at(
         } else if code.is_some() {
             std::mem::swap(&mut code, &mut direct);
         }
-        let name = call.name.as_deref().unwrap_or("");
-        frames.push((lang.demangle(name), code));
+        let name = call.name(unit)?;
+        frames.push((demangled.of(lang, name.as_deref().unwrap_or("")), code));
     }
     Ok(FoundFrames {
         probe,
-        name: lang.demangle(function.name.as_deref().unwrap_or("")),
+        name: demangled.of(lang, function.name.as_deref().unwrap_or("")),
         fn_addr: function.bounds.map_or(0, |b| b.begin),
         size: function.bounds.map(|b| b.end - b.begin),
         code_line: direct,
         inlined: frames,
         shared: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::ObjectSymbol;
+
+    /// Functions found through a unit index, whether built by this walk or
+    /// by one of other addresses, are the functions the walk finds.
+    #[test]
+    fn an_indexed_walk_finds_what_a_plain_walk_finds() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let elf = object::File::parse(&*exe).unwrap();
+        let mut starts: Vec<(u64, u64)> = elf
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+            .map(|s| (s.address(), s.size()))
+            .collect();
+        starts.sort_unstable();
+        let at = |skip: usize| -> Vec<u64> {
+            starts
+                .iter()
+                .skip(skip)
+                .step_by(30)
+                .flat_map(|&(a, size)| [a, a + size / 2])
+                .collect()
+        };
+        let (first, second) = (at(0), at(15));
+        let walk = DwarfFrames::new(&exe).unwrap();
+        let plain = walk.find(&second, || {});
+        assert!(
+            plain
+                .iter()
+                .filter(|w| matches!(w, Walked::Frames(_)))
+                .count()
+                * 4
+                > second.len(),
+            "the walk names too little of this binary to compare"
+        );
+        let mut index = UnitFunctions::default();
+        assert_eq!(walk.find_indexed(&second, &mut index, || {}), plain);
+        assert!(index.changed && !index.units.is_empty());
+        // Again from its own index: no unit walked anew.
+        index.changed = false;
+        assert_eq!(walk.find_indexed(&second, &mut index, || {}), plain);
+        assert!(!index.changed);
+        // From an index of other addresses (some units shared, some not).
+        let mut other = UnitFunctions::default();
+        walk.find_indexed(&first, &mut other, || {});
+        let before = other.units.len();
+        other.changed = false;
+        assert_eq!(walk.find_indexed(&second, &mut other, || {}), plain);
+        assert!(other.changed && other.units.len() > before);
+    }
 }

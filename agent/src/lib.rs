@@ -39,6 +39,7 @@ pub mod governor;
 pub mod histogram;
 pub mod hitcost_cache;
 pub mod inspect;
+pub mod kept_functions;
 pub mod kernel;
 pub mod kernel_symbols;
 pub mod live;

@@ -2,8 +2,10 @@
 //! where it keeps what it measured or derived once and may reuse until
 //! the next boot: the hit cost ([`crate::hitcost_cache`]), the unwind
 //! rows of the files a server maps ([`crate::cpu::unwind_cache`]), the
-//! index of a server's DWARF units ([`crate::resolve::lines::UnitIndex`])
-//! and the kernel's function names ([`crate::kernel_symbols`]).
+//! index of a server's DWARF units ([`crate::resolve::lines::UnitIndex`]),
+//! the functions of the units a stack walk read
+//! ([`crate::kept_functions`]) and the kernel's function names
+//! ([`crate::kernel_symbols`]).
 //!
 //! innoprof runs as root next to production, so the directory is only used
 //! while root alone can change it: root's own, no symlink, no group or

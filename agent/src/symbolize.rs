@@ -934,7 +934,13 @@ fn walk_dwarf(
                     .collect()
             }
         };
-        let mut found = walk.find(&addresses, || map.release());
+        // The units' functions found by earlier recordings of this file.
+        let kept = crate::kept_functions::KeptFunctions::default();
+        let mut index = kept.load(source.file()).unwrap_or_default();
+        let mut found = walk.find_indexed(&addresses, &mut index, || map.release());
+        if index.changed {
+            let _ = kept.store(source.file(), &index);
+        }
         for (f, &a) in found.iter_mut().zip(&addresses) {
             if a == 0 {
                 *f = Walked::Unsure;
