@@ -246,12 +246,18 @@ impl ElfImage {
             (Some(debug), _) => crate::run_dir::FileKey::of(build, debug.file()),
             // DWARF from a file no longer open: not kept.
             (None, Some(_)) => None,
-            (None, None) => Some(crate::run_dir::FileKey {
-                build: build.clone(),
-                file: self.file_id?,
-                stamp: self.stamp?,
-            }),
+            (None, None) => self.file_key(),
         }
+    }
+
+    /// What a result derived from this binary's own bytes is kept for:
+    /// this boot and innoprof binary, and the binary as it was opened.
+    pub(crate) fn file_key(&self) -> Option<crate::run_dir::FileKey> {
+        Some(crate::run_dir::FileKey {
+            build: crate::run_dir::BootAndBuild::current()?,
+            file: self.file_id?,
+            stamp: self.stamp?,
+        })
     }
 
     /// `.gnu_debuglink`: the debug file's name and CRC32.
