@@ -325,7 +325,7 @@ static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 	struct slot_stats *s = bpf_map_lookup_elem(&stats, &key);
 
 	if (!s) {
-		/* Only a slot id past MAX_SLOTS gets here. */
+		/* Only a slot id past the slots the loader sized the map for. */
 		count_drop(DROP_STATS_FULL);
 		return;
 	}

@@ -200,12 +200,18 @@ mod tests {
         let marked = text.replace("\"unknown\"", "\"percona\"");
         assert_ne!(marked, text);
         std::fs::write(&kept, marked).unwrap();
-        assert_eq!(ServerInfo::detect_kept_in(&image, &dir).family, Family::Percona);
+        assert_eq!(
+            ServerInfo::detect_kept_in(&image, &dir).family,
+            Family::Percona
+        );
         // Another binary (a copy: another inode) is read anew.
         let copy = d.path().join("copy");
         std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
         let other = ElfImage::open(&copy).unwrap();
-        assert_eq!(ServerInfo::detect_kept_in(&other, &dir).family, Family::Unknown);
+        assert_eq!(
+            ServerInfo::detect_kept_in(&other, &dir).family,
+            Family::Unknown
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! exited. Frames that cannot be named are `module+0xoffset`, or
 //! `[unknown]` outside any file mapping: never a guessed name.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

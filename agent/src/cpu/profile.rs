@@ -44,7 +44,7 @@ impl RawCpuProfile {
             if in_uprobe_handling(&frames) {
                 probe_handling_samples += n;
             }
-            on_folded.add(&folded_names(&frames), *n);
+            on_folded.add_frames(&frames, *n);
             on_top.add(&frames, *n);
             oncpu_stacks.push((named, *n));
         }
@@ -91,7 +91,7 @@ impl RawCpuProfile {
                 let named = without_tracing(named_stack(stack, symbolizer, false));
                 let frames = named.flat();
                 let us = ns.div_ceil(1000);
-                folded.add(&folded_names(&frames), us);
+                folded.add_frames(&frames, us);
                 top.add(&frames, us);
                 offcpu_stacks.push((named, us));
             }
@@ -209,7 +209,7 @@ fn without_tracing(mut stack: NamedStack) -> NamedStack {
 /// expires then fires when they are back on, at `irqentry_exit_to_user_mode`
 /// under `asm_exc_int3` (a quarter to a third of these samples on MySQL 5.6.24 under
 /// `--probes all`): still the trap's time, counted by its entry frame.
-fn in_uprobe_handling(frames: &[Frame]) -> bool {
+fn in_uprobe_handling(frames: &[&Frame]) -> bool {
     frames.iter().any(|f| {
         f.kind == FrameKind::Kernel
             && (f.name.contains("uprobe")
@@ -220,10 +220,6 @@ fn in_uprobe_handling(frames: &[Frame]) -> bool {
                     "handle_swbp" | "handle_singlestep" | "handle_trampoline"
                 ))
     })
-}
-
-fn folded_names(frames: &[Frame]) -> Vec<String> {
-    frames.iter().map(Frame::folded_name).collect()
 }
 
 fn marker(name: &str, kind: FrameKind) -> Frame {
@@ -287,7 +283,7 @@ mod tests {
         let in_handling = |kernel: &[&str]| {
             let mut frames = vec![user.clone()];
             frames.extend(kernel.iter().map(|n| frame(n, FrameKind::Kernel)));
-            in_uprobe_handling(&frames)
+            in_uprobe_handling(&frames.iter().collect::<Vec<_>>())
         };
         // The trap and the program it runs; the return trampoline.
         assert!(in_handling(&[
@@ -310,7 +306,7 @@ mod tests {
         assert!(!in_handling(&["asm_exc_page_fault", "exc_page_fault"]));
         assert!(!in_handling(&[]));
         // A user function of that name is not the kernel's.
-        assert!(!in_uprobe_handling(&[frame(
+        assert!(!in_uprobe_handling(&[&frame(
             "uprobe_notify_resume",
             FrameKind::User
         )]));

@@ -16,14 +16,44 @@ pub struct FoldedStacks {
 
 impl FoldedStacks {
     pub fn add(&mut self, frames: &[String], weight: u64) {
+        self.add_line(frames.iter().map(String::as_str), weight);
+    }
+
+    /// [`Self::add`] for named frames, as `Frame::folded_name` writes
+    /// them, with no string made per frame (a 30 s CPU profile has
+    /// ~100,000 of them).
+    pub fn add_frames(&mut self, frames: &[&crate::symbolize::Frame], weight: u64) {
+        use crate::symbolize::FrameKind;
+        let mut key = String::new();
+        for (i, f) in frames.iter().enumerate() {
+            if i > 0 {
+                key.push(';');
+            }
+            push_sanitized(&mut key, &f.name);
+            match f.kind {
+                FrameKind::Inlined => key.push_str(" [inlined]"),
+                FrameKind::Kernel => key.push_str("_[k]"),
+                FrameKind::User | FrameKind::Unknown => {}
+            }
+        }
+        self.add_key(key, weight);
+    }
+
+    fn add_line<'a>(&mut self, frames: impl Iterator<Item = &'a str>, weight: u64) {
+        let mut key = String::new();
+        for (i, f) in frames.enumerate() {
+            if i > 0 {
+                key.push(';');
+            }
+            push_sanitized(&mut key, f);
+        }
+        self.add_key(key, weight);
+    }
+
+    fn add_key(&mut self, key: String, weight: u64) {
         if weight == 0 {
             return;
         }
-        let key = frames
-            .iter()
-            .map(|f| sanitize(f))
-            .collect::<Vec<_>>()
-            .join(";");
         *self.lines.entry(key).or_default() += weight;
     }
 
@@ -41,8 +71,16 @@ impl FoldedStacks {
 
 /// `;` separates frames and a newline ends a record; neither may appear
 /// inside a frame name.
-fn sanitize(frame: &str) -> String {
-    frame.replace([';', '\n'], ":")
+fn push_sanitized(out: &mut String, frame: &str) {
+    for part in frame.split_inclusive([';', '\n']) {
+        match part.strip_suffix([';', '\n']) {
+            Some(text) => {
+                out.push_str(text);
+                out.push(':');
+            }
+            None => out.push_str(part),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -58,5 +96,28 @@ mod tests {
         f.add(&s(&["main", "b"]), 3);
         f.add(&s(&["main", "zero"]), 0);
         assert_eq!(f.render(), "main;a:x 1\nmain;b 5\n");
+    }
+
+    /// Named frames fold as their `folded_name`s do, sanitized alike.
+    #[test]
+    fn named_frames_fold_as_their_folded_names() {
+        use crate::symbolize::{Frame, FrameKind};
+        let frames = [
+            Frame::new("main", "mysqld", FrameKind::User),
+            Frame::new("a;b\nc", "mysqld", FrameKind::User),
+            Frame::new("mutex_enter;x", "mysqld", FrameKind::Inlined),
+            Frame::new("[unknown]", "", FrameKind::Unknown),
+            Frame::new("do_syscall_64", "[kernel.kallsyms]", FrameKind::Kernel),
+        ];
+        let refs: Vec<&Frame> = frames.iter().collect();
+        let names: Vec<String> = frames.iter().map(Frame::folded_name).collect();
+        let (mut by_frames, mut by_names) = (FoldedStacks::default(), FoldedStacks::default());
+        by_frames.add_frames(&refs, 3);
+        by_names.add(&names, 3);
+        assert_eq!(by_frames.render(), by_names.render());
+        assert_eq!(
+            by_frames.render(),
+            "main;a:b:c;mutex_enter:x [inlined];[unknown];do_syscall_64_[k] 3\n"
+        );
     }
 }

@@ -27,12 +27,12 @@ pub struct NamedStack {
 
 impl NamedStack {
     /// Every frame, root→leaf (inlined frames after their function).
-    pub fn flat(&self) -> Vec<Frame> {
+    pub fn flat(&self) -> Vec<&Frame> {
         let mut out = Vec::with_capacity(self.frames.len());
         for f in &self.frames {
             match f {
-                StackFrame::At(l) => out.extend(l.frames.iter().cloned()),
-                StackFrame::Marker(m) => out.push(m.clone()),
+                StackFrame::At(l) => out.extend(l.frames.iter()),
+                StackFrame::Marker(m) => out.push(m),
             }
         }
         out
@@ -40,7 +40,7 @@ impl NamedStack {
 
     /// The frames as folded files write them.
     pub fn folded_names(&self) -> Vec<String> {
-        self.flat().iter().map(Frame::folded_name).collect()
+        self.flat().into_iter().map(Frame::folded_name).collect()
     }
 
     pub fn push_located(&mut self, locations: impl IntoIterator<Item = Arc<Location>>) {

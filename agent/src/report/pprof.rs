@@ -9,7 +9,7 @@
 //! protobuf crate, and the derive needs no protoc or build script. Only
 //! the fields innoprof fills are declared (a reader skips absent ones).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::io::Write;
 use std::sync::Arc;
 
@@ -147,8 +147,8 @@ pub struct ProfileBuilder {
     strings: HashMap<String, i64>,
     /// (name, file) → function id.
     functions: HashMap<(String, Option<Arc<str>>), u64>,
-    /// (start, path) → mapping id.
-    mappings: HashMap<(u64, String), u64>,
+    /// start → (path, mapping id).
+    mappings: HashMap<u64, Vec<(String, u64)>>,
     /// (address, mapping id) → location id.
     addresses: HashMap<(u64, u64), u64>,
     /// Marker name → location id.
@@ -217,8 +217,12 @@ impl ProfileBuilder {
         path: &str,
         build_id: Option<&str>,
     ) -> u64 {
-        let key = (start, path.to_string());
-        if let Some(&id) = self.mappings.get(&key) {
+        // Looked up for every frame: by borrowed path, no string made.
+        if let Some(&(_, id)) = self
+            .mappings
+            .get(&start)
+            .and_then(|at| at.iter().find(|(p, _)| p == path))
+        {
             return id;
         }
         let id = self.profile.mapping.len() as u64 + 1;
@@ -236,7 +240,10 @@ impl ProfileBuilder {
             has_functions: true,
             ..Default::default()
         });
-        self.mappings.insert(key, id);
+        self.mappings
+            .entry(start)
+            .or_default()
+            .push((path.to_string(), id));
         id
     }
 

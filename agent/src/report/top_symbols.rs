@@ -6,7 +6,7 @@
 //! not an inlined callee, so the table lines up with `opreport -l` and
 //! `perf report --no-children`.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
@@ -64,8 +64,10 @@ pub enum SelfFrame {
 #[derive(Debug)]
 pub struct TopBuilder {
     mode: SelfFrame,
-    by_self: HashMap<(String, String), u64>,
-    by_total: HashMap<(String, String), u64>,
+    /// Module → function → weight: looked up by borrowed names, so the
+    /// ~100,000 frames of a 30 s profile allocate only for new functions.
+    by_self: HashMap<String, HashMap<String, u64>>,
+    by_total: HashMap<String, HashMap<String, u64>>,
     total: u64,
 }
 
@@ -80,13 +82,14 @@ impl TopBuilder {
     }
 
     /// Adds one stack, frames root→leaf.
-    pub fn add(&mut self, frames: &[Frame], weight: u64) {
+    pub fn add<F: std::borrow::Borrow<Frame>>(&mut self, frames: &[F], weight: u64) {
         if weight == 0 {
             return;
         }
         self.total += weight;
         let functions: Vec<&Frame> = frames
             .iter()
+            .map(|f| f.borrow())
             .filter(|f| f.kind != FrameKind::Inlined)
             .collect();
         let user_leaf = || {
@@ -106,13 +109,16 @@ impl TopBuilder {
                 .or_else(user_leaf),
         };
         if let Some(f) = leaf {
-            *self.by_self.entry(key(f)).or_default() += weight;
+            *weight_of(&mut self.by_self, &f.module, &f.name) += weight;
         }
-        let mut seen: Vec<(String, String)> = functions.iter().map(|f| key(f)).collect();
-        seen.sort();
+        let mut seen: Vec<(&str, &str)> = functions
+            .iter()
+            .map(|f| (f.module.as_str(), f.name.as_str()))
+            .collect();
+        seen.sort_unstable();
         seen.dedup();
-        for k in seen {
-            *self.by_total.entry(k).or_default() += weight;
+        for (module, name) in seen {
+            *weight_of(&mut self.by_total, module, name) += weight;
         }
     }
 
@@ -138,15 +144,25 @@ impl TopBuilder {
         let mut rows: Vec<SymbolRow> = self
             .by_total
             .iter()
-            .map(|(k, &total)| {
-                let samples = self.by_self.get(k).copied().unwrap_or(0);
+            .flat_map(|(module, names)| {
+                names
+                    .iter()
+                    .map(move |(name, &total)| (module, name, total))
+            })
+            .map(|(module, name, total)| {
+                let samples = self
+                    .by_self
+                    .get(module)
+                    .and_then(|names| names.get(name))
+                    .copied()
+                    .unwrap_or(0);
                 SymbolRow {
                     samples,
                     self_pct: pct(samples),
                     total,
                     total_pct: pct(total),
-                    module: k.0.clone(),
-                    symbol: k.1.clone(),
+                    module: module.clone(),
+                    symbol: name.clone(),
                 }
             })
             .collect();
@@ -180,8 +196,20 @@ impl TopBuilder {
     }
 }
 
-fn key(f: &Frame) -> (String, String) {
-    (f.module.clone(), f.name.clone())
+/// The weight kept for `module`'s `name`, made on first use.
+fn weight_of<'a>(
+    by: &'a mut HashMap<String, HashMap<String, u64>>,
+    module: &str,
+    name: &str,
+) -> &'a mut u64 {
+    if !by.contains_key(module) {
+        by.insert(module.to_string(), HashMap::new());
+    }
+    let names = by.get_mut(module).expect("just made");
+    if !names.contains_key(name) {
+        names.insert(name.to_string(), 0);
+    }
+    names.get_mut(name).expect("just made")
 }
 
 /// Reads a frame back from its folded form (see `Frame::folded_name`).
