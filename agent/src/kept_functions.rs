@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::dwarf_frames::{FunctionRange, UnitFunctions};
-use crate::run_dir::{self, BootAndBuild, FileKey};
+use crate::run_dir::{self, FileKey, KeptKind};
 
 /// An index with more ranges than this is not kept (~48 MiB of tmpfs;
 /// MariaDB 10.2.11's ~150 units of one recording have ~15,000).
@@ -26,8 +26,6 @@ const MAX_KEPT_RANGES: usize = 2 << 20;
 /// Kept files are named `functions-*.idx`; past this many, nothing new is
 /// kept (see [`run_dir::count_kept`]).
 const MAX_KEPT_FILES: usize = 256;
-const PREFIX: &str = "functions";
-const EXT: &str = "idx";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
@@ -37,9 +35,7 @@ struct Header {
 }
 
 pub struct KeptFunctions {
-    dir: PathBuf,
-    /// None: nothing is kept or reused.
-    build: Option<BootAndBuild>,
+    kept: KeptKind,
 }
 
 impl Default for KeptFunctions {
@@ -51,25 +47,15 @@ impl Default for KeptFunctions {
 impl KeptFunctions {
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
         Self {
-            dir: dir.into(),
-            build: BootAndBuild::current(),
+            kept: KeptKind::in_dir(dir, "functions", "idx", MAX_KEPT_FILES),
         }
-    }
-
-    fn key(&self, file: &File) -> Option<FileKey> {
-        FileKey::of(self.build.as_ref()?, file)
-    }
-
-    fn path(&self, key: &FileKey) -> PathBuf {
-        self.dir.join(key.file_name(PREFIX, EXT))
     }
 
     /// The units kept for `file` by this binary in this boot.
     pub fn load(&self, file: &File) -> Option<UnitFunctions> {
-        let key = self.key(file)?;
+        let key = self.kept.key(file)?;
         let max = (MAX_KEPT_RANGES * 24 + (1 << 20)) as u64;
-        let bytes = run_dir::read_own_file(&self.dir, &self.path(&key), max)?;
-        let (header, units) = decode(&bytes)?;
+        let (header, units) = decode(&self.kept.read(&key, max)?)?;
         (header.key == key).then_some(UnitFunctions {
             units,
             changed: false,
@@ -86,18 +72,15 @@ impl KeptFunctions {
             return Err(bad("too many functions to keep"));
         }
         let key = self
+            .kept
             .key(file)
             .ok_or_else(|| bad("no boot id or file identity"))?;
-        let path = self.path(&key);
-        if !path.exists() && run_dir::count_kept(&self.dir, PREFIX, EXT) >= MAX_KEPT_FILES {
-            return Err(bad("the per-boot directory holds enough function indexes"));
-        }
         let header = Header {
-            key,
+            key: key.clone(),
             units: index.units.len(),
             ranges,
         };
-        run_dir::write_own_file(&self.dir, &path, &encode(&header, index)?)
+        self.kept.write(&key, &encode(&header, index)?)
     }
 }
 
@@ -187,7 +170,7 @@ mod tests {
         // Cut short, grown, or with an empty range: not used.
         let file = File::open(&path).unwrap();
         kept.store(&file, &index()).unwrap();
-        let at = kept.path(&kept.key(&file).unwrap());
+        let at = kept.kept.path(&kept.kept.key(&file).unwrap());
         let bytes = std::fs::read(&at).unwrap();
         std::fs::write(&at, &bytes[..bytes.len() - 8]).unwrap();
         assert_eq!(kept.load(&file), None);

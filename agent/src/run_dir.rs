@@ -17,7 +17,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -165,6 +165,67 @@ impl FileKey {
             inode,
         } = self.file;
         format!("{prefix}-{major:x}-{minor:x}-{inode:x}.{ext}")
+    }
+}
+
+/// One kind of kept file in a directory, `{prefix}-MAJOR-MINOR-INODE.{ext}`
+/// per file identity, at most `max_files` of them: the unwind rows of a
+/// mapped file, the functions of a DWARF file's units.
+pub struct KeptKind {
+    dir: PathBuf,
+    /// This boot and binary, read once (a recording), not per file;
+    /// None: nothing is kept or reused.
+    build: Option<BootAndBuild>,
+    prefix: &'static str,
+    ext: &'static str,
+    max_files: usize,
+}
+
+impl KeptKind {
+    pub fn in_dir(
+        dir: impl Into<PathBuf>,
+        prefix: &'static str,
+        ext: &'static str,
+        max_files: usize,
+    ) -> Self {
+        Self {
+            dir: dir.into(),
+            build: BootAndBuild::current(),
+            prefix,
+            ext,
+            max_files,
+        }
+    }
+
+    /// What `file`'s kept file would be kept for.
+    pub fn key(&self, file: &std::fs::File) -> Option<FileKey> {
+        FileKey::of(self.build.as_ref()?, file)
+    }
+
+    pub fn path(&self, key: &FileKey) -> PathBuf {
+        self.dir.join(key.file_name(self.prefix, self.ext))
+    }
+
+    /// The kept file's bytes for `key` (see [`read_own_file`]); the caller
+    /// checks the key written in them.
+    pub fn read(&self, key: &FileKey, max_len: u64) -> Option<Vec<u8>> {
+        read_own_file(&self.dir, &self.path(key), max_len)
+    }
+
+    /// Keeps `bytes` for `key`, unless `max_files` of this kind are there
+    /// already and this one is not among them.
+    pub fn write(&self, key: &FileKey, bytes: &[u8]) -> std::io::Result<()> {
+        let path = self.path(key);
+        if !path.exists() && count_kept(&self.dir, self.prefix, self.ext) >= self.max_files {
+            return Err(std::io::Error::other(format!(
+                "{} holds {} {}-*.{} files already",
+                self.dir.display(),
+                self.max_files,
+                self.prefix,
+                self.ext
+            )));
+        }
+        write_own_file(&self.dir, &path, bytes)
     }
 }
 

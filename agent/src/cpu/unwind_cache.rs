@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::abi::UnwindRow;
-use crate::run_dir::{self, BootAndBuild, FileKey};
+use crate::run_dir::{self, FileKey, KeptKind};
 
 /// A file with more rows than this is not kept (~64 MiB of tmpfs).
 const MAX_KEPT_ROWS: usize = 1 << 22;
@@ -80,10 +80,7 @@ struct Header {
 }
 
 pub struct UnwindCache {
-    dir: PathBuf,
-    /// This boot and binary, read once per cache (a recording), not per
-    /// mapped file; None: nothing is kept or reused.
-    build: Option<BootAndBuild>,
+    kept: KeptKind,
 }
 
 impl Default for UnwindCache {
@@ -95,26 +92,16 @@ impl Default for UnwindCache {
 impl UnwindCache {
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
         Self {
-            dir: dir.into(),
-            build: BootAndBuild::current(),
+            kept: KeptKind::in_dir(dir, "unwind", "rows", MAX_KEPT_FILES),
         }
-    }
-
-    fn key(&self, file: &File) -> Option<Key> {
-        FileKey::of(self.build.as_ref()?, file)
-    }
-
-    fn path(&self, key: &Key) -> PathBuf {
-        self.dir.join(key.file_name("unwind", "rows"))
     }
 
     /// The kept rows of `file`, if the same file's were kept by this
     /// binary in this boot.
     pub fn load(&self, file: &File) -> Option<FileUnwind> {
-        let key = self.key(file)?;
+        let key = self.kept.key(file)?;
         let max = (MAX_KEPT_ROWS * ROW_BYTES + (64 << 10)) as u64;
-        let bytes = run_dir::read_own_file(&self.dir, &self.path(&key), max)?;
-        let (header, rows) = decode(&bytes)?;
+        let (header, rows) = decode(&self.kept.read(&key, max)?)?;
         (header.key == key).then_some(FileUnwind {
             segments: header.segments,
             rows,
@@ -130,22 +117,15 @@ impl UnwindCache {
             return Err(bad("too many rows to keep"));
         }
         let key = self
+            .kept
             .key(file)
             .ok_or_else(|| bad("no boot id or file identity"))?;
-        let path = self.path(&key);
-        if !path.exists() && self.kept_files() >= MAX_KEPT_FILES {
-            return Err(bad("the per-boot directory holds enough unwind rows"));
-        }
         let header = Header {
-            key,
+            key: key.clone(),
             segments: unwind.segments.clone(),
             rows: unwind.rows.len(),
         };
-        run_dir::write_own_file(&self.dir, &path, &encode(&header, &unwind.rows)?)
-    }
-
-    fn kept_files(&self) -> usize {
-        run_dir::count_kept(&self.dir, "unwind", "rows")
+        self.kept.write(&key, &encode(&header, &unwind.rows)?)
     }
 }
 
@@ -224,14 +204,14 @@ mod tests {
         // A kept file cut short or out of order is not used.
         let file = File::open(&path).unwrap();
         cache.store(&file, &unwind()).unwrap();
-        let kept = cache.path(&cache.key(&file).unwrap());
+        let kept = cache.kept.path(&cache.kept.key(&file).unwrap());
         let bytes = std::fs::read(&kept).unwrap();
         std::fs::write(&kept, &bytes[..bytes.len() - 1]).unwrap();
         assert_eq!(cache.load(&file), None);
         let mut shuffled = unwind();
         shuffled.rows.swap(3, 4);
         let header = Header {
-            key: cache.key(&file).unwrap(),
+            key: cache.kept.key(&file).unwrap(),
             segments: shuffled.segments.clone(),
             rows: shuffled.rows.len(),
         };
