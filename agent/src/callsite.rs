@@ -233,11 +233,12 @@ fn c_string(bytes: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// Creators found are kept for the same DWARF file, added to and read
     /// back; nothing is kept without a key.
     #[test]
     fn latch_creators_are_kept_for_the_same_file() {
-        use super::KeptCreators;
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("run");
         let image = crate::resolve::ElfImage::open(&std::env::current_exe().unwrap()).unwrap();
@@ -262,8 +263,6 @@ mod tests {
             .found
             .is_empty());
     }
-
-    use super::*;
 
     #[test]
     fn reads_strings_from_own_memory() {

@@ -173,34 +173,17 @@ fn for_each_percpu_value(
     let value_size = map.value_size() as usize;
     // The kernel lays per-CPU values out 8-byte aligned.
     let stride = value_size.div_ceil(8) * 8;
-    let mut keys = vec![0u32; n];
+    let mut keys = vec![0u8; n * 4];
     let mut values = vec![0u8; n * cpus * stride];
-    let mut count = n as u32;
-    let mut out_batch = 0u32;
-    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
-        ..Default::default()
-    };
-    // SAFETY: keys and values hold `count` entries of the map's key size
-    // and per-CPU value size; the kernel writes no more.
-    let ret = unsafe {
-        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
-            std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map)),
-            std::ptr::null_mut(),
-            (&mut out_batch as *mut u32).cast(),
-            keys.as_mut_ptr().cast(),
-            values.as_mut_ptr().cast(),
-            &mut count,
-            &opts,
-        )
-    };
+    let mut out_batch = [0u8; 8];
+    let (count, errno) = lookup_batch(map, None, &mut out_batch, &mut keys, &mut values, n);
     // ENOENT: the batch reached the end of the array (all of it read).
-    if ret < 0 && -ret != libc::ENOENT {
+    if errno != 0 && errno != libc::ENOENT {
         return Err(libbpf_rs::Error::from(std::io::Error::from_raw_os_error(
-            -ret,
+            errno,
         )));
     }
-    for i in 0..count as usize {
+    for i in 0..count {
         for c in 0..cpus {
             let at = (i * cpus + c) * stride;
             each(i, &values[at..at + value_size]);
@@ -329,39 +312,25 @@ fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
     }
     let key_size = map.key_size() as usize;
     let value_size = map.value_size() as usize;
-    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
-        ..Default::default()
-    };
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map));
     // The batch position is a bucket index the kernel hands back (4
     // bytes for a hash map); a key-sized buffer holds it whatever it is.
     let token_size = key_size.max(8);
     let mut in_batch: Option<Vec<u8>> = None;
     let mut out_batch = vec![0u8; token_size];
     let mut chunk = 256usize;
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
     let mut out = Vec::new();
     loop {
-        let mut keys = vec![0u8; chunk * key_size];
-        let mut values = vec![0u8; chunk * value_size];
-        let mut count = chunk as u32;
-        // SAFETY: keys and values hold `chunk` entries of the map's key
-        // and value sizes, the batch buffers `token_size` bytes; the
-        // kernel writes no more than `count` entries.
-        let ret = unsafe {
-            libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
-                fd,
-                in_batch
-                    .as_mut()
-                    .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr().cast()),
-                out_batch.as_mut_ptr().cast(),
-                keys.as_mut_ptr().cast(),
-                values.as_mut_ptr().cast(),
-                &mut count,
-                &opts,
-            )
-        };
-        let errno = if ret < 0 { -ret } else { 0 };
+        keys.resize(chunk * key_size, 0);
+        values.resize(chunk * value_size, 0);
+        let (count, errno) = lookup_batch(
+            map,
+            in_batch.as_deref_mut(),
+            &mut out_batch,
+            &mut keys,
+            &mut values,
+            chunk,
+        );
         match errno {
             0 | libc::ENOENT => {}
             // One bucket holds more entries than the chunk: a bigger one.
@@ -376,7 +345,6 @@ fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
                 return Err(CollectError::Read { map: name, source });
             }
         }
-        let count = count as usize;
         for (k, v) in keys
             .chunks_exact(key_size)
             .zip(values.chunks_exact(value_size))
@@ -394,6 +362,47 @@ fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
         }
         in_batch = Some(out_batch.clone());
     }
+}
+
+/// One BPF_MAP_LOOKUP_BATCH of at most `max` entries into `keys` and
+/// `values` (each at least `max` entries of the map's key and value
+/// size), from the position `in_batch` (None: the start), the next one
+/// written to `out_batch`: how many entries came back, and the errno (0
+/// when none; ENOENT: the end was reached, the entries read still count).
+fn lookup_batch(
+    map: &impl MapCore,
+    in_batch: Option<&mut [u8]>,
+    out_batch: &mut [u8],
+    keys: &mut [u8],
+    values: &mut [u8],
+    max: usize,
+) -> (usize, i32) {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    assert!(
+        keys.len() >= max * map.key_size() as usize
+            && values.len() >= max * map.value_size() as usize,
+        "batch buffers too small for {max} entries"
+    );
+    let mut count = max as u32;
+    // SAFETY: keys and values hold `max` entries of the map's key and
+    // value sizes (checked above; per-CPU values are the caller's to
+    // size), the batch buffers the kernel's position token; the kernel
+    // writes no more than `count` entries.
+    let ret = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+            std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map)),
+            in_batch.map_or(std::ptr::null_mut(), |b| b.as_mut_ptr().cast()),
+            out_batch.as_mut_ptr().cast(),
+            keys.as_mut_ptr().cast(),
+            values.as_mut_ptr().cast(),
+            &mut count,
+            &opts,
+        )
+    };
+    (count as usize, if ret < 0 { -ret } else { 0 })
 }
 
 /// Per-slot stats, call sites and drop counts; no stacks.

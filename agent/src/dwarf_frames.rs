@@ -320,7 +320,7 @@ fn language<'a>(unit: gimli::UnitRef<'_, Reader<'a>>) -> Result<Lang, NotCovered
     Ok(Lang::Unknown)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lang {
     Rust,
     Cpp,
@@ -365,16 +365,19 @@ impl Lang {
 /// Names demangled once per walk: the same few hundred functions and
 /// inlined calls come back at address after address, and demangling them
 /// each time was a tenth of the walk.
+/// One map per [`Lang`] (the same name may demangle differently), looked
+/// up by the borrowed name.
 #[derive(Default)]
-struct Demangled(HashMap<(Lang, String), String>);
+struct Demangled([HashMap<String, String>; 3]);
 
 impl Demangled {
     fn of(&mut self, lang: Lang, name: &str) -> String {
-        if let Some(d) = self.0.get(&(lang, name.to_string())) {
+        let known = &mut self.0[lang as usize];
+        if let Some(d) = known.get(name) {
             return d.clone();
         }
         let d = lang.demangle(name);
-        self.0.insert((lang, name.to_string()), d.clone());
+        known.insert(name.to_string(), d.clone());
         d
     }
 }

@@ -241,9 +241,10 @@ impl ElfImage {
     /// [`crate::run_dir`]): this boot and innoprof binary, and the debug
     /// file's identity if one is in use, else the binary's as it was opened.
     pub(crate) fn dwarf_file_key(&self) -> Option<crate::run_dir::FileKey> {
-        let build = &crate::run_dir::BootAndBuild::current()?;
         match (&self.debug_open, &self.debug_data) {
-            (Some(debug), _) => crate::run_dir::FileKey::of(build, debug.file()),
+            (Some(debug), _) => {
+                crate::run_dir::FileKey::of(&crate::run_dir::BootAndBuild::current()?, debug.file())
+            }
             // DWARF from a file no longer open: not kept.
             (None, Some(_)) => None,
             (None, None) => self.file_key(),
