@@ -354,21 +354,38 @@ static __always_inline void add_folded(struct stack_key *key, __u64 count, __u64
 	__sync_fetch_and_add(&val->wait_ns, wait_ns);
 }
 
+struct hashing {
+	struct stack_ips *s;
+	__u64 h;
+};
+
+/* One frame into the hash; a bpf_loop callback, so the verifier checks it
+ * once instead of each of STACK_DEPTH unrolled steps in every program that
+ * takes stacks (verifying costs the agent CPU at every start). */
+static long hash_step(__u64 i, void *data)
+{
+	struct hashing *x = data;
+	__u64 ip;
+
+	if (i >= STACK_DEPTH)
+		return 1;
+	ip = x->s->ips[i];
+	if (!ip)
+		return 1;
+	x->h = (x->h ^ ip) * 0xff51afd7ed558ccdULL;
+	x->h ^= x->h >> 32;
+	return 0;
+}
+
 /* A keyed multiply-xorshift over the frames (zero after the last). With
  * 64 bits, two of 32,768 distinct stacks merge with odds ~3e-11. */
 static __always_inline __u64 stack_hash(struct stack_ips *s)
 {
-	__u64 h = stack_seed ^ 0x9e3779b97f4a7c15ULL;
+	struct hashing x = { .s = s, .h = stack_seed ^ 0x9e3779b97f4a7c15ULL };
+	__u64 h;
 
-	for (int i = 0; i < STACK_DEPTH; i++) {
-		__u64 ip = s->ips[i];
-
-		if (!ip)
-			break;
-		h = (h ^ ip) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 32;
-	}
-	h ^= h >> 29;
+	bpf_loop(STACK_DEPTH, hash_step, &x, 0);
+	h = x.h ^ (x.h >> 29);
 	return h ? h : 1; /* 0 means lost */
 }
 
