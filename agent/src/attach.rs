@@ -25,7 +25,7 @@
 //! libbpf too (`crate::cpu`).
 
 use crate::bpf_layout::latency as bpf;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -247,13 +247,7 @@ pub struct MapLimits {
     pub callsites: Option<u32>,
 }
 
-/// Cumulative run count and run time of one BPF program, as the kernel
-/// keeps them while run-time statistics are on.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ProgramRuns {
-    pub runs: u64,
-    pub run_ns: u64,
-}
+pub use crate::run_stats::ProgramRuns;
 
 /// The three programs' run statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -304,7 +298,7 @@ impl Session {
         libbpf_rs::set_print(None);
         let slots: usize = plan.iter().map(|p| p.resolution.symbols.len()).sum();
         let object = load_object(opts, mode, slots)?;
-        let stats = enable_run_stats();
+        let stats = crate::run_stats::enable();
         let mut session = Self {
             object,
             slots: Vec::new(),
@@ -846,7 +840,7 @@ impl Session {
             self.object
                 .progs()
                 .find(|p| p.name() == name)
-                .and_then(|p| prog_runs(p.as_fd().as_raw_fd()))
+                .and_then(|p| crate::run_stats::of_program(p.as_fd().as_raw_fd()))
                 .unwrap_or_default()
         };
         RunStats {
@@ -976,29 +970,6 @@ fn random_u64() -> u64 {
 /// Writes a `const volatile` global of the object into its .rodata image.
 fn write_rodata(data: &mut [u8], name: &'static str, value: &[u8]) -> Result<(), AttachError> {
     crate::bpf_abi::write_rodata(LATENCY_OBJ, data, name, value).ok_or(AttachError::Missing(name))
-}
-
-/// Switches on the kernel's per-program run-time statistics for as long as
-/// the returned fd is open (BPF_ENABLE_STATS); None where refused. Costs
-/// two clock reads per program run.
-fn enable_run_stats() -> Option<OwnedFd> {
-    // SAFETY: a plain syscall wrapper; a non-negative result is an fd we own.
-    let fd = unsafe {
-        libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
-    };
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A program's run count and time from the kernel.
-fn prog_runs(fd: i32) -> Option<ProgramRuns> {
-    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of_val(&info) as u32;
-    // SAFETY: the kernel fills at most `len` bytes of `info`.
-    let ret = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-    (ret == 0).then_some(ProgramRuns {
-        runs: info.run_cnt,
-        run_ns: info.run_time_ns,
-    })
 }
 
 /// Detaches links, each on its own thread: the RCU grace periods each

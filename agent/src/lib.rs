@@ -55,6 +55,7 @@ pub mod resolve;
 pub mod results;
 pub mod rootfs;
 pub mod run_dir;
+pub mod run_stats;
 pub mod segments;
 pub mod server;
 pub mod server_state;

@@ -180,6 +180,9 @@ pub struct Spend {
     pub budget_pct_of_core: Option<f64>,
     /// innoprof's own CPU, in % of one core.
     pub agent_pct_of_core: Option<f64>,
+    /// The CPU profiler's BPF programs, kernel-measured, in % of one core
+    /// (None: no profiler, or not measured).
+    pub cpu_profiler_pct_of_core: Option<f64>,
     /// Probes switched off part of the interval.
     pub probes_cut: usize,
 }
@@ -316,6 +319,7 @@ impl Frame {
                 },
                 budget_pct_of_core: budget,
                 agent_pct_of_core: agent_pct,
+                cpu_profiler_pct_of_core: None,
                 probes_cut: cut,
             },
         }
@@ -382,6 +386,7 @@ impl Frame {
                 probes_pct_of_core: o.probes_pct_of_core,
                 budget_pct_of_core: o.budget_pct_of_core,
                 agent_pct_of_core: Some(o.agent_cpu_pct_of_core),
+                cpu_profiler_pct_of_core: o.cpu_profiler_pct_of_core,
                 probes_cut: cut,
             },
         }
@@ -469,6 +474,7 @@ impl LiveView {
             }
             if let Some(before) = &self.last_cpu {
                 let delta = cpu.since(before).symbolize(&mut self.symbolizer);
+                frame.spend.cpu_profiler_pct_of_core = delta.summary.program_pct_of_core();
                 frame.cpu = Some(delta.summary);
             }
             self.last_cpu = Some(cpu);

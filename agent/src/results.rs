@@ -280,6 +280,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         calibration_reused,
         budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
         probes_pct_of_core: probes_cost_pct,
+        cpu_profiler_pct_of_core: cpu.as_ref().and_then(|c| c.summary.program_pct_of_core()),
         agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
         agent_max_rss_kb: own_max_rss_kb(),
         governor_errors,

@@ -11,8 +11,8 @@ use crate::outputs::describe;
 use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::Recording;
 use crate::report::model::{
-    CallsiteResult, LatchResult, ProbeResult, ProbeStatus, SampledCost, Sampling, SamplingState,
-    Segment, Summary, SymbolInfo,
+    CallsiteResult, LatchResult, ProbeResult, ProbeStatus, ProgramCost, SampledCost, Sampling,
+    SamplingState, Segment, Summary, SymbolInfo,
 };
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
 use crate::server_state::innodb_status_file;
@@ -116,6 +116,13 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         let samples = seen.iter().flatten().map(|s| s.samples).sum();
         SampledCost::new(samples, first.frequency_hz, watched)
     });
+    overhead.cpu_profiler_pct_of_core = match (
+        sa.overhead.cpu_profiler_pct_of_core,
+        sb.overhead.cpu_profiler_pct_of_core,
+    ) {
+        (Some(x), Some(y)) => Some(weight(x, y)),
+        (x, y) => x.or(y),
+    };
     overhead.agent_cpu_pct_of_core = weight(
         sa.overhead.agent_cpu_pct_of_core,
         sb.overhead.agent_cpu_pct_of_core,
@@ -161,6 +168,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
             on.lost.truncated += x.oncpu.lost.truncated;
             on.lost.map_full += x.oncpu.lost.map_full;
             on.probe_handling_samples += x.oncpu.probe_handling_samples;
+            on.program = ProgramCost::merged(x.oncpu.program, on.program, watched);
             on.folded = on.folded.clone().or(x.oncpu.folded.clone());
             on.flamegraph = on.flamegraph.clone().or(x.oncpu.flamegraph.clone());
             on.distinct_stacks = folded_lines(&folded, on.folded.as_deref());
@@ -175,6 +183,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
                 o.below_min_blocks += xo.below_min_blocks;
                 o.below_min_ns += xo.below_min_ns;
                 o.preempted_switches += xo.preempted_switches;
+                o.program = ProgramCost::merged(xo.program, o.program, watched);
                 o.lost.unwind_stopped += xo.lost.unwind_stopped;
                 o.lost.map_full += xo.lost.map_full;
                 o.lost.start_map_full += xo.lost.start_map_full;

@@ -754,6 +754,25 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
         .and_then(|c| c.offcpu.as_ref())
         .expect("off-CPU");
     eprintln!("off-CPU: {off:?}");
+    // The profiler's own programs, kernel-measured: the sampler ran once
+    // per tick it counted (statistics on before it attached, read after
+    // it detached), the switch tracer at least once per block it saw.
+    let on = &s.cpu.as_ref().unwrap().oncpu;
+    let sampler = on.program.expect("run statistics (root)");
+    let tracer = off.program.expect("run statistics (root)");
+    eprintln!("sampler {sampler:?}; switch tracer {tracer:?}");
+    assert_eq!(sampler.runs, on.ticks_seen);
+    assert!(tracer.runs >= off.blocks + off.preempted_switches, "{tracer:?}");
+    for p in [sampler, tracer] {
+        assert!(p.avg_ns > 50.0 && p.avg_ns < 200_000.0, "{p:?}");
+    }
+    let cost = s.overhead.cpu_profiler_pct_of_core.expect("measured");
+    assert!((cost - sampler.pct_of_core - tracer.pct_of_core).abs() < 1e-9);
+    let text = rec.file("summary.txt");
+    assert!(
+        text.contains("CPU profiler: ") && text.contains(" sampler runs at "),
+        "{text}"
+    );
     let stacks = folded(&rec.file("offcpu.folded"));
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     let share = |pred: &dyn Fn(&str) -> bool| -> f64 {

@@ -23,8 +23,9 @@ use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
 
 use crate::bpf_abi::from_bytes;
 use crate::collect::{map, read_hash, CollectError};
+use crate::run_stats::ProgramRuns;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
-use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ};
+use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ, PROG_SAMPLE, PROG_SWITCH};
 use unwind::UnwindTable;
 
 pub use unwind::UnwindInfo;
@@ -102,6 +103,18 @@ pub struct CpuProfiler {
     started: Instant,
     exe_module: Option<String>,
     unwind: UnwindInfo,
+    /// Keeps the kernel's run statistics on (None: refused), so the
+    /// programs' own cost is measured, not only modelled.
+    _run_stats: Option<std::os::fd::OwnedFd>,
+}
+
+/// The profiler's programs' kernel-measured runs so far (None where run
+/// statistics are off).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuProgramRuns {
+    pub sample: Option<ProgramRuns>,
+    /// None also without switch tracing.
+    pub switch: Option<ProgramRuns>,
 }
 
 impl CpuProfiler {
@@ -117,6 +130,9 @@ impl CpuProfiler {
             return Err(CpuError::Frequency(opts.frequency_hz));
         }
         let mut obj = load_object(pid, opts, unwind.rows.len())?;
+        // Before any program is attached: every run is then measured, so
+        // the sampler's runs equal the ticks it counted.
+        let run_stats = crate::run_stats::enable();
         load_rows(&obj, &unwind.rows)?;
         // Off-CPU first: if the tracepoint is refused, no perf event was
         // opened for nothing.
@@ -137,7 +153,21 @@ impl CpuProfiler {
                 rows: unwind.rows.len(),
                 files: unwind.modules.clone(),
             },
+            _run_stats: run_stats,
         })
+    }
+
+    /// The programs' runs so far, as the kernel counts them.
+    fn program_runs(&self) -> CpuProgramRuns {
+        let runs = |name| {
+            self._run_stats.as_ref()?;
+            let prog = self.obj.progs().find(|p| p.name() == name)?;
+            crate::run_stats::of_program(prog.as_fd().as_raw_fd())
+        };
+        CpuProgramRuns {
+            sample: runs(PROG_SAMPLE),
+            switch: self.switches.as_ref().and_then(|_| runs(PROG_SWITCH)),
+        }
     }
 
     /// Perf events and tracepoint links held.
@@ -184,6 +214,7 @@ impl CpuProfiler {
             still_blocked,
             exe_module: self.exe_module.clone(),
             unwind: self.unwind.clone(),
+            programs: self.program_runs(),
         })
     }
 
@@ -207,6 +238,7 @@ pub struct RawCpuProfile {
     /// File name of the target's executable, as frames name their module.
     pub exe_module: Option<String>,
     pub unwind: UnwindInfo,
+    pub programs: CpuProgramRuns,
 }
 
 impl RawCpuProfile {
@@ -265,8 +297,16 @@ impl RawCpuProfile {
             still_blocked: self.still_blocked.clone(),
             exe_module: self.exe_module.clone(),
             unwind: self.unwind.clone(),
+            programs: CpuProgramRuns {
+                sample: since(self.programs.sample, earlier.programs.sample),
+                switch: since(self.programs.switch, earlier.programs.switch),
+            },
         }
     }
+}
+
+fn since(now: Option<ProgramRuns>, earlier: Option<ProgramRuns>) -> Option<ProgramRuns> {
+    Some(now?.since(earlier?))
 }
 
 /// The executable's file name (`mysqld`), as frames name their module.
@@ -437,6 +477,54 @@ fn read_counters(obj: &Object) -> Result<[u64; COUNTERS], CpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sampler's cost is the kernel's measure of every run: statistics
+    /// go on before it attaches, so its runs are exactly the ticks it
+    /// counted, and a delta of two snapshots is the runs between them.
+    #[test]
+    fn the_samplers_runs_are_its_ticks_and_their_time_is_measured() {
+        let opts = CpuOptions {
+            frequency_hz: 997,
+            ..CpuOptions::default()
+        };
+        let profiler =
+            CpuProfiler::start_with(std::process::id(), &opts, &UnwindTable::default()).unwrap();
+        let spin = |ms: u64| {
+            let until = Instant::now() + std::time::Duration::from_millis(ms);
+            let mut x = 0u64;
+            while Instant::now() < until {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        };
+        spin(200);
+        let first = profiler.snapshot().unwrap();
+        spin(200);
+        let raw = profiler.stop().unwrap();
+        let runs = raw.programs.sample.expect("run statistics on (root)");
+        assert_eq!(runs.runs, raw.counter(Counter::Ticks), "{runs:?}");
+        assert!(raw.counter(Counter::Samples) > 0, "this process ran");
+        // Time was measured, and each run is at least a nanosecond and at
+        // most a millisecond (a frame-pointer walk of a test thread).
+        assert!(
+            runs.run_ns >= runs.runs && runs.run_ns < runs.runs * 1_000_000,
+            "{runs:?}"
+        );
+        assert_eq!(raw.programs.switch, None, "no switch tracing asked");
+        let later = raw.since(&first);
+        let between = later.programs.sample.unwrap();
+        assert!(between.runs > 0 && between.runs < runs.runs, "{between:?}");
+        // A live snapshot reads the counters, then the statistics: runs
+        // on other CPUs in between skew it by a few, never more.
+        let skew = between.runs.abs_diff(later.counter(Counter::Ticks));
+        assert!(skew <= 4 * raw.cpus as u64, "{between:?} {skew}");
+        let summary = later
+            .symbolize(&mut StackSymbolizer::new(ProcessMaps::default()))
+            .summary;
+        let cost = summary.oncpu.program.unwrap();
+        let pct = between.run_ns as f64 / 1e9 / later.duration_s * 100.0;
+        assert!((cost.pct_of_core - pct).abs() < 1e-9, "{cost:?}");
+        assert_eq!(summary.program_pct_of_core(), Some(cost.pct_of_core));
+    }
 
     /// Rows written in batches (more than one) read back at their index.
     #[test]

@@ -4,7 +4,9 @@
 
 use crate::report::flamegraph;
 use crate::report::folded::FoldedStacks;
-use crate::report::model::{CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary};
+use crate::report::model::{
+    CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary, ProgramCost,
+};
 use crate::report::named_stack::{NamedStack, StackFrame};
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
 use crate::symbolize::{Frame, FrameKind, StackSymbolizer, KERNEL_MODULE};
@@ -72,6 +74,10 @@ impl RawCpuProfile {
             },
             distinct_stacks: self.oncpu.len(),
             probe_handling_samples,
+            program: self
+                .programs
+                .sample
+                .map(|r| ProgramCost::new(r, self.duration_s)),
             folded: (!on_folded.is_empty()).then(|| ONCPU_FOLDED.to_string()),
             flamegraph: (!on_folded.is_empty()).then(|| ONCPU_SVG.to_string()),
             top: on_top.build("samples", TOP_ROWS),
@@ -105,6 +111,10 @@ impl RawCpuProfile {
                 below_min_blocks: self.counter(Counter::OffShort),
                 below_min_ns: self.counter(Counter::OffShortNs),
                 preempted_switches: self.counter(Counter::OffPreempted),
+                program: self
+                    .programs
+                    .switch
+                    .map(|r| ProgramCost::new(r, self.duration_s)),
                 lost: OffCpuLost {
                     unwind_stopped: self.counter(Counter::OffUnwindStop),
                     map_full: self.counter(Counter::OffFull),

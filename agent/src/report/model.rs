@@ -123,6 +123,12 @@ pub struct OverheadSummary {
     /// which is a model (hits × per-hit cost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_seen_in_samples: Option<SampledCost>,
+    /// What the CPU profiler's BPF programs (the sampler, and the switch
+    /// tracer with `--offcpu`) cost, kernel-measured, in % of one core
+    /// (see `cpu.oncpu.program`): outside the governor's budget, which is
+    /// for probe hits. None without CPU profiling or run statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_profiler_pct_of_core: Option<f64>,
     /// innoprof's own CPU (user + system) over the recording.
     pub agent_cpu_pct_of_core: f64,
     pub agent_max_rss_kb: u64,
@@ -133,6 +139,57 @@ pub struct OverheadSummary {
     /// detaching took; None with no uprobes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<crate::attach::AttachInfo>,
+}
+
+/// What one of innoprof's own BPF programs cost, as the kernel measured it
+/// (`BPF_ENABLE_STATS`: a clock read around each run). Measured, not
+/// modelled; paid by whatever thread the CPU was running when the program
+/// ran (the CPU sampler runs at every tick of every CPU, and returns at
+/// once outside the target). Not included: the timer interrupt or
+/// tracepoint that calls the program.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProgramCost {
+    pub runs: u64,
+    pub run_ns: u64,
+    /// run_ns / runs (0 without runs).
+    pub avg_ns: f64,
+    /// run_ns as % of one core over the recording.
+    pub pct_of_core: f64,
+}
+
+impl ProgramCost {
+    pub fn new(runs: crate::run_stats::ProgramRuns, duration_s: f64) -> Self {
+        Self {
+            runs: runs.runs,
+            run_ns: runs.run_ns,
+            avg_ns: if runs.runs > 0 {
+                runs.run_ns as f64 / runs.runs as f64
+            } else {
+                0.0
+            },
+            pct_of_core: if duration_s > 0.0 {
+                runs.run_ns as f64 / 1e9 / duration_s * 100.0
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// Two segments' costs as one over `duration_s`, the time both watched
+    /// (`record --follow`): runs and time add. One missing is left out.
+    pub fn merged(a: Option<Self>, b: Option<Self>, duration_s: f64) -> Option<Self> {
+        let add = |x: Self, y: Self| crate::run_stats::ProgramRuns {
+            runs: x.runs + y.runs,
+            run_ns: x.run_ns + y.run_ns,
+        };
+        match (a, b) {
+            (Some(x), Some(y)) => Some(Self::new(add(x, y), duration_s)),
+            (x, y) => {
+                let one = x.or(y)?;
+                Some(Self::new(add(one, Self::default()), duration_s))
+            }
+        }
+    }
 }
 
 /// CPU time seen by sampling: `samples` of a `frequency_hz` cpu-clock event,
@@ -379,6 +436,19 @@ pub struct CpuSummary {
     pub unwind: crate::cpu::UnwindInfo,
 }
 
+impl CpuSummary {
+    /// What the profiler's BPF programs cost, kernel-measured, in % of one
+    /// core (None: not measured).
+    pub fn program_pct_of_core(&self) -> Option<f64> {
+        let on = self.oncpu.program?.pct_of_core;
+        let off = match &self.offcpu {
+            Some(off) => off.program?.pct_of_core,
+            None => 0.0,
+        };
+        Some(on + off)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OnCpuSummary {
     /// The perf event sampled: `cpu-clock` (software).
@@ -402,6 +472,10 @@ pub struct OnCpuSummary {
     /// `overhead.probes_seen_in_samples`.
     #[serde(default)]
     pub probe_handling_samples: u64,
+    /// The sampling program's runs (one per tick, any process) and their
+    /// kernel-measured time; None where run statistics were refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<ProgramCost>,
     /// `oncpu.folded`: weighted by samples.
     pub folded: Option<String>,
     pub flamegraph: Option<String>,
@@ -441,6 +515,10 @@ pub struct OffCpuSummary {
     /// Switches away while runnable (preempted): waiting for a CPU, not
     /// blocked, so not in the off-CPU profile.
     pub preempted_switches: u64,
+    /// The switch program's runs (every context switch on the host) and
+    /// their kernel-measured time; None where run statistics were refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<ProgramCost>,
     pub lost: OffCpuLost,
     pub distinct_stacks: usize,
     pub folded: Option<String>,
@@ -491,7 +569,36 @@ impl Recording {
 
 #[cfg(test)]
 mod sampled_cost_tests {
-    use super::SampledCost;
+    use super::{ProgramCost, SampledCost};
+    use crate::run_stats::ProgramRuns;
+
+    #[test]
+    fn a_programs_cost_is_its_measured_time_over_the_recording() {
+        let c = ProgramCost::new(
+            ProgramRuns {
+                runs: 1_000,
+                run_ns: 20_000_000,
+            },
+            4.0,
+        );
+        // 20 ms of 4 s: 0.5 % of a core, 20 µs a run.
+        assert_eq!((c.avg_ns, c.pct_of_core), (20_000.0, 0.5));
+        assert_eq!(ProgramCost::new(ProgramRuns::default(), 4.0).avg_ns, 0.0);
+        assert_eq!(
+            ProgramCost::new(ProgramRuns::default(), 0.0).pct_of_core,
+            0.0
+        );
+        // Two segments of 4 s: runs and time add, over the 8 s watched;
+        // a segment not measured leaves the other's time over all of it.
+        let two = ProgramCost::merged(Some(c), Some(c), 8.0).unwrap();
+        assert_eq!(
+            (two.runs, two.run_ns, two.pct_of_core),
+            (2_000, 40_000_000, 0.5)
+        );
+        let one = ProgramCost::merged(None, Some(c), 8.0).unwrap();
+        assert_eq!((one.runs, one.pct_of_core), (1_000, 0.25));
+        assert_eq!(ProgramCost::merged(None, None, 8.0), None);
+    }
 
     #[test]
     fn a_sampled_share_is_its_samples_time_with_a_poisson_interval() {

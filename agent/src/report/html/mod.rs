@@ -116,6 +116,9 @@ fn about(page: &Page) -> Markup {
                         span.note { " — " (seen.samples) " samples in the kernel's uprobe handling" }
                     } }
                 }
+                @if let Some(line) = s.cpu.as_ref().and_then(crate::report::overhead::cpu_profiler_line) {
+                    tr { th { "overhead (CPU profiler)" } td { (line) } }
+                }
                 tr { th { "lost" } td {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
