@@ -155,6 +155,18 @@ static long walk_step(__u64 i, void *data)
 		w->bp = frame[0] > w->bp ? frame[0] : 0;
 	} else if (row->kind == UNWIND_CFA) {
 		cfa = (row->cfa_reg == UNWIND_REG_RBP ? w->bp : w->sp) + (__s64)row->cfa_off;
+		if (row->rbp_off == -16) {
+			/* The usual prologue (push rbp right after the call): the
+			 * saved rbp and the return address are adjacent, one read. */
+			if (bpf_probe_read_user(frame, sizeof(frame), (void *)(cfa - 16))) {
+				w->flags |= CPU_STACK_UNWIND_STOP;
+				return 1;
+			}
+			w->bp = frame[0];
+			ret = frame[1];
+			w->sp = cfa;
+			goto next;
+		}
 		if (row->rbp_off == UNWIND_RBP_UNDEF) {
 			w->bp = 0;
 		} else if (row->rbp_off != UNWIND_RBP_SAME &&
@@ -173,6 +185,7 @@ static long walk_step(__u64 i, void *data)
 		w->flags |= CPU_STACK_UNWIND_STOP;
 		return 1;
 	}
+next:
 	if (!ret)
 		return 1;
 	w->ip = ret;
