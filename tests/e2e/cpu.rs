@@ -762,7 +762,10 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
     let tracer = off.program.expect("run statistics (root)");
     eprintln!("sampler {sampler:?}; switch tracer {tracer:?}");
     assert_eq!(sampler.runs, on.ticks_seen);
-    assert!(tracer.runs >= off.blocks + off.preempted_switches, "{tracer:?}");
+    assert!(
+        tracer.runs >= off.blocks + off.preempted_switches,
+        "{tracer:?}"
+    );
     for p in [sampler, tracer] {
         assert!(p.avg_ns > 50.0 && p.avg_ns < 200_000.0, "{p:?}");
     }

@@ -105,7 +105,7 @@ pub struct CpuProfiler {
     unwind: UnwindInfo,
     /// Keeps the kernel's run statistics on (None: refused), so the
     /// programs' own cost is measured, not only modelled.
-    _run_stats: Option<std::os::fd::OwnedFd>,
+    run_stats_fd: Option<std::os::fd::OwnedFd>,
 }
 
 /// The profiler's programs' kernel-measured runs so far (None where run
@@ -153,14 +153,14 @@ impl CpuProfiler {
                 rows: unwind.rows.len(),
                 files: unwind.modules.clone(),
             },
-            _run_stats: run_stats,
+            run_stats_fd: run_stats,
         })
     }
 
     /// The programs' runs so far, as the kernel counts them.
     fn program_runs(&self) -> CpuProgramRuns {
         let runs = |name| {
-            self._run_stats.as_ref()?;
+            self.run_stats_fd.as_ref()?;
             let prog = self.obj.progs().find(|p| p.name() == name)?;
             crate::run_stats::of_program(prog.as_fd().as_raw_fd())
         };
