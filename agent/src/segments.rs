@@ -116,13 +116,6 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         let samples = seen.iter().flatten().map(|s| s.samples).sum();
         SampledCost::new(samples, first.frequency_hz, watched)
     });
-    overhead.cpu_profiler_pct_of_core = match (
-        sa.overhead.cpu_profiler_pct_of_core,
-        sb.overhead.cpu_profiler_pct_of_core,
-    ) {
-        (Some(x), Some(y)) => Some(weight(x, y)),
-        (x, y) => x.or(y),
-    };
     overhead.agent_cpu_pct_of_core = weight(
         sa.overhead.agent_cpu_pct_of_core,
         sb.overhead.agent_cpu_pct_of_core,
@@ -206,6 +199,8 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         }
         (x, y) => y.clone().or(x.clone()),
     };
+    // From the merged programs, as a single recording derives it.
+    overhead.cpu_profiler_pct_of_core = cpu.as_ref().and_then(|c| c.program_pct_of_core());
 
     let server_state = match (sa.server_state.clone(), sb.server_state.clone()) {
         (Some(mut x), Some(y)) => {

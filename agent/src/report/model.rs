@@ -178,17 +178,18 @@ impl ProgramCost {
     /// Two segments' costs as one over `duration_s`, the time both watched
     /// (`record --follow`): runs and time add. One missing is left out.
     pub fn merged(a: Option<Self>, b: Option<Self>, duration_s: f64) -> Option<Self> {
-        let add = |x: Self, y: Self| crate::run_stats::ProgramRuns {
-            runs: x.runs + y.runs,
-            run_ns: x.run_ns + y.run_ns,
-        };
-        match (a, b) {
-            (Some(x), Some(y)) => Some(Self::new(add(x, y), duration_s)),
-            (x, y) => {
-                let one = x.or(y)?;
-                Some(Self::new(add(one, Self::default()), duration_s))
-            }
-        }
+        let runs = [a, b]
+            .into_iter()
+            .flatten()
+            .map(|c| crate::run_stats::ProgramRuns {
+                runs: c.runs,
+                run_ns: c.run_ns,
+            })
+            .reduce(|x, y| crate::run_stats::ProgramRuns {
+                runs: x.runs + y.runs,
+                run_ns: x.run_ns + y.run_ns,
+            })?;
+        Some(Self::new(runs, duration_s))
     }
 }
 

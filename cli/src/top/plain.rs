@@ -73,7 +73,7 @@ pub fn spend(s: &Spend) -> String {
         .agent_pct_of_core
         .map(|a| format!("; innoprof {a:.2}% of a core"))
         .unwrap_or_default();
-    let sampler = s
+    let profiler = s
         .cpu_profiler_pct_of_core
         .map(|c| format!("; CPU profiler {c:.2}% of a core (kernel-measured)"))
         .unwrap_or_default();
@@ -82,7 +82,7 @@ pub fn spend(s: &Spend) -> String {
         n => format!("; {n} probe(s) duty-cycled (rates are over their on time)"),
     };
     format!(
-        "governor: probes cost {:.3}% of a core{budget}{sampler}{agent}{cut}",
+        "governor: probes cost {:.3}% of a core{budget}{profiler}{agent}{cut}",
         s.probes_pct_of_core
     )
 }
