@@ -17,7 +17,7 @@ pub struct SymbolPattern {
     matcher: WildMatch,
     /// The longest identifier in the pattern: mangled names contain every
     /// identifier verbatim, so symbols without it need no demangling.
-    key: Option<String>,
+    key: Option<memchr::memmem::Finder<'static>>,
 }
 
 impl SymbolPattern {
@@ -27,7 +27,7 @@ impl SymbolPattern {
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|t| t.len() >= 3 && !t.chars().all(|c| c.is_ascii_digit()))
             .max_by_key(|t| t.len())
-            .map(str::to_string);
+            .map(|k| memchr::memmem::Finder::new(k).into_owned());
         Self {
             text: text.to_string(),
             with_params: text.contains('('),
@@ -38,7 +38,9 @@ impl SymbolPattern {
 
     /// Cheap pre-filter on the raw symbol.
     pub fn may_match(&self, raw: &str) -> bool {
-        self.key.as_deref().is_none_or(|k| raw.contains(k))
+        self.key
+            .as_ref()
+            .is_none_or(|k| k.find(raw.as_bytes()).is_some())
     }
 
     pub fn matches(&self, raw: &str, name: &DemangledName) -> bool {
