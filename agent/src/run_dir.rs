@@ -4,8 +4,9 @@
 //! rows of the files a server maps ([`crate::cpu::unwind_cache`]), the
 //! index of a server's DWARF units ([`crate::resolve::lines::UnitIndex`]),
 //! the functions of the units a stack walk read
-//! ([`crate::kept_functions`]) and the kernel's function names
-//! ([`crate::kernel_symbols`]).
+//! ([`crate::kept_functions`]), the kernel's function names
+//! ([`crate::kernel_symbols`]) and inflated copies of libraries' compressed
+//! debug files ([`crate::inflated_debug`]).
 //!
 //! innoprof runs as root next to production, so the directory is only used
 //! while root alone can change it: root's own, no symlink, no group or

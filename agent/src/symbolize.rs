@@ -226,6 +226,9 @@ pub struct StackSymbolizer {
     debug_files: HashMap<FileId, DebugFile>,
     /// DWARF read by [`crate::dwarf_frames`]'s walk before blazesym.
     dwarf_walk: bool,
+    /// Mapped files already looked at for an inflated copy of their debug
+    /// file ([`crate::inflated_debug`]).
+    inflated_checked: std::collections::HashSet<FileId>,
 }
 
 /// A stripped binary's separate debug file, open, with the binary's own
@@ -282,6 +285,7 @@ impl StackSymbolizer {
             held: HashMap::new(),
             debug_files: HashMap::new(),
             dwarf_walk: std::env::var_os("INNOPROF_BLAZESYM_ONLY").is_none(),
+            inflated_checked: Default::default(),
         }
     }
 
@@ -440,7 +444,17 @@ impl StackSymbolizer {
             // A file that could not be opened as mapped stays unnamed.
             let named = match self.maps.opened(&path) {
                 Ok(f) => {
-                    let (f, debug) = (Arc::clone(f), self.debug_files.get(&f.id()).cloned());
+                    let f = Arc::clone(f);
+                    // A library whose debug file's DWARF is compressed is
+                    // named from this boot's inflated copy of it.
+                    if !self.debug_files.contains_key(&f.id())
+                        && self.inflated_checked.insert(f.id())
+                    {
+                        if let Some(d) = crate::inflated_debug::for_library(&f) {
+                            self.debug_files.insert(f.id(), d);
+                        }
+                    }
+                    let debug = self.debug_files.get(&f.id()).cloned();
                     self.name_file_offsets(&f, debug.as_ref(), &module, &offsets)
                 }
                 Err(_) => offsets
