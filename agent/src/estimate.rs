@@ -118,9 +118,9 @@ fn prediction_factor(n: usize) -> f64 {
     let t = match n.saturating_sub(1) {
         // No spread to scale (one window has no gap; zero sd): unused.
         0 => 0.0,
-        df if df <= T975.len() => T975[df - 1],
-        // Past 30 degrees of freedom t is within 2 % of the normal's 1.96.
-        _ => 2.0,
+        // t falls as the degrees of freedom grow: the last one in the
+        // table bounds every one past it (2.042, within 4 % of 1.96).
+        df => T975[df.min(T975.len()) - 1],
     };
     t * 1.5f64.sqrt()
 }

@@ -23,7 +23,6 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 #[cfg(test)]
 use std::path::PathBuf;
@@ -31,7 +30,8 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection};
 
-use crate::resolve::elf::OffsetMap;
+use crate::resolve::debuginfo::build_id_path;
+use crate::resolve::elf::{hex, OffsetMap};
 use crate::resolve::mapped::Mapped;
 use crate::rootfs::TargetFile;
 use crate::run_dir::{self, KeptKind};
@@ -65,16 +65,9 @@ fn for_library_in(library: &TargetFile, debug_root: &Path, kept_dir: &Path) -> O
         (id, OffsetMap::of(&elf))
     };
     lib_map.release();
-    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-    if hex.len() < 4 {
-        return None;
-    }
-    let debug_path = debug_root
-        .join(".build-id")
-        .join(&hex[..2])
-        .join(format!("{}.debug", &hex[2..]));
-    let debug = open_root_file(&debug_path)?;
-    let kept = KeptKind::in_dir(kept_dir, "inflated", "debug", MAX_KEPT_FILES);
+    let debug_path = build_id_path(debug_root, &hex(&build_id))?;
+    let (debug, _) = run_dir::open_root_file(&debug_path, MAX_BYTES)?;
+    let kept = kept_kind(kept_dir);
     let key = kept.key(&debug)?;
     let key_text = serde_json::to_vec(&key).ok()?;
     let path = kept.path(&key);
@@ -92,24 +85,16 @@ fn for_library_in(library: &TargetFile, debug_root: &Path, kept_dir: &Path) -> O
     })
 }
 
-/// `path` opened if it is root's regular file nobody else can write, of
-/// at most [`MAX_BYTES`], reached without following a symlink at its end.
-fn open_root_file(path: &Path) -> Option<File> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    (meta.is_file() && meta.uid() == 0 && meta.mode() & 0o022 == 0 && meta.len() <= MAX_BYTES)
-        .then_some(f)
+/// The copies, one per debug file's identity.
+fn kept_kind(dir: &Path) -> KeptKind {
+    KeptKind::in_dir(dir, "inflated", "debug", MAX_KEPT_FILES)
 }
 
 /// The kept copy at `path`, if the directory is still only root's and the
 /// copy says it is the copy of `key_text`'s file for this boot and binary.
 fn open_copy(dir: &Path, path: &Path, key_text: &[u8]) -> Option<File> {
     run_dir::trusted_dir(dir).ok()?;
-    let f = open_root_file(path)?;
+    let (f, _) = run_dir::open_root_file(path, MAX_BYTES)?;
     let map = Mapped::of(&f).ok()?;
     let said = object::File::parse(map.bytes())
         .ok()?
@@ -130,8 +115,8 @@ fn inflate(debug: &File, build_id: &[u8], key_text: &[u8]) -> Option<Vec<u8>> {
     if bytes.len() as u64 > MAX_BYTES {
         return None;
     }
-    // What the reader inflates, section by section (by index: the
-    // builder keeps the file's section order).
+    // The compressed sections, inflated, by name: the builder below
+    // reads the same sections again and takes these in their place.
     let mut inflated: Vec<(String, Vec<u8>)> = Vec::new();
     {
         let elf = object::File::parse(&*bytes).ok()?;
@@ -192,13 +177,14 @@ fn inflate_section(s: &object::Section<'_, '_>) -> Option<Vec<u8>> {
 /// The per-boot copies' directory, for tests.
 #[cfg(test)]
 fn kept_path(kept_dir: &Path, debug: &File) -> PathBuf {
-    let kept = KeptKind::in_dir(kept_dir, "inflated", "debug", MAX_KEPT_FILES);
+    let kept = kept_kind(kept_dir);
     kept.path(&kept.key(debug).unwrap())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn libc() -> TargetFile {
         TargetFile::from_open(File::open("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap()).unwrap()
@@ -221,7 +207,7 @@ mod tests {
             matches!(info.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_COMPRESSED) == 0)
         );
         // The same DWARF as the original's, inflated.
-        let original = open_root_file(&debug_path_of(&lib)).unwrap();
+        let (original, _) = run_dir::open_root_file(&debug_path_of(&lib), MAX_BYTES).unwrap();
         let orig_map = Mapped::of(&original).unwrap();
         let orig = object::File::parse(orig_map.bytes()).unwrap();
         for name in [".debug_info", ".debug_line", ".debug_str", ".debug_abbrev"] {
@@ -324,17 +310,11 @@ mod tests {
 
     fn debug_path_of(lib: &TargetFile) -> PathBuf {
         let map = Mapped::of(lib.file()).unwrap();
-        let id: String = object::File::parse(map.bytes())
-            .unwrap()
-            .build_id()
-            .unwrap()
-            .unwrap()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Path::new(DEBUG_ROOT)
-            .join(".build-id")
-            .join(&id[..2])
-            .join(format!("{}.debug", &id[2..]))
+        let elf = object::File::parse(map.bytes()).unwrap();
+        build_id_path(
+            Path::new(DEBUG_ROOT),
+            &hex(elf.build_id().unwrap().unwrap()),
+        )
+        .unwrap()
     }
 }

@@ -69,20 +69,32 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     trusted_dir(dir)
 }
 
-/// The bytes of `path` in a trusted `dir`, if it is a regular file of
-/// root's that nobody else can write, of at most `max_len` bytes.
-pub fn read_own_file(dir: &Path, path: &Path, max_len: u64) -> Option<Vec<u8>> {
-    trusted_dir(dir).ok()?;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.is_file() || meta.uid() != 0 || meta.mode() & 0o022 != 0 || meta.len() > max_len {
+/// `path` opened for reading if it is a regular file of root's that
+/// nobody else can write, of at most `max_len` bytes, with its length:
+/// checked before opening (so a FIFO is never opened), and again on the
+/// open file; a symlink at its end is not followed.
+pub fn open_root_file(path: &Path, max_len: u64) -> Option<(std::fs::File, u64)> {
+    let fits = |m: &std::fs::Metadata| {
+        m.is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 && m.len() <= max_len
+    };
+    if !fits(&std::fs::symlink_metadata(path).ok()?) {
         return None;
     }
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .ok()?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    let meta = f.metadata().ok()?;
+    fits(&meta).then_some((f, meta.len()))
+}
+
+/// The bytes of `path` in a trusted `dir`, if it is a regular file of
+/// root's that nobody else can write, of at most `max_len` bytes.
+pub fn read_own_file(dir: &Path, path: &Path, max_len: u64) -> Option<Vec<u8>> {
+    trusted_dir(dir).ok()?;
+    let (f, len) = open_root_file(path, max_len)?;
+    let mut bytes = Vec::with_capacity(len as usize);
     // Bounded even if the file grew since it was looked at.
     f.take(max_len + 1).read_to_end(&mut bytes).ok()?;
     (bytes.len() as u64 <= max_len).then_some(bytes)

@@ -1071,7 +1071,7 @@ fn read_build_id(file: &TargetFile) -> Option<String> {
         .build_id()
         .ok()
         .flatten()
-        .map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+        .map(crate::resolve::elf::hex);
     map.release();
     id
 }

@@ -58,12 +58,8 @@ pub fn attach_debug_info(
     if image.has_symtab && image.has_debug_info {
         return Ok(None);
     }
-    if let Some(id) = image.build_id.clone().filter(|id| id.len() > 2) {
-        for dir in &search.dirs {
-            let candidate = dir
-                .join(".build-id")
-                .join(&id[..2])
-                .join(format!("{}.debug", &id[2..]));
+    if let Some(id) = image.build_id.clone() {
+        for candidate in search.dirs.iter().filter_map(|dir| build_id_path(dir, &id)) {
             if let Ok(file) = rootfs::open_regular(&candidate) {
                 if image.use_debug_open(&file, &candidate).is_ok() {
                     return Ok(Some(FoundBy::BuildId));
@@ -105,6 +101,17 @@ pub fn attach_debug_info(
         }
     }
     Ok(None)
+}
+
+/// Where a debug root keeps the debug file of build-id `hex`, as gdb looks
+/// for it: `ROOT/.build-id/ab/cdef….debug`. None for an id too short to
+/// split so.
+pub fn build_id_path(root: &Path, hex: &str) -> Option<PathBuf> {
+    (hex.len() > 2 && hex.is_ascii()).then(|| {
+        root.join(".build-id")
+            .join(&hex[..2])
+            .join(format!("{}.debug", &hex[2..]))
+    })
 }
 
 /// What gdb's debuglink means: a file name to look for in a few

@@ -518,7 +518,8 @@ fn clone_suffix(raw: &str) -> Option<&str> {
     raw.find('.').filter(|&i| i > 0).map(|i| &raw[i + 1..])
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex, as build-ids are written.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
