@@ -41,6 +41,7 @@ pub mod hitcost_cache;
 pub mod inflated_debug;
 pub mod inspect;
 pub mod kept_functions;
+pub mod kept_plan;
 pub mod kernel;
 pub mod kernel_symbols;
 pub mod live;

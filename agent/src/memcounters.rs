@@ -23,7 +23,7 @@ use crate::resolve::ElfImage;
 use crate::run_dir::{self, FileKey};
 
 /// A counter the catalog asked for, and where it lives in this binary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlannedCounter {
     pub spec: CounterSpec,
     /// Why it cannot be read in this binary, when it cannot.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::catalog::{check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, ProbeSpec};
 use crate::memcounters::{plan_counters, PlannedCounter};
@@ -50,7 +50,7 @@ impl ProbeRequest {
 pub const DEFAULT_MAX_POINTS: usize = 1000;
 
 /// A probe as planned: what the catalog asked for and what resolved.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlannedProbe {
     pub spec: ProbeSpec,
     pub resolution: Resolution,
@@ -59,7 +59,7 @@ pub struct PlannedProbe {
 }
 
 /// The latch layout found for a probe, or why none was.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatchPlan {
     pub layout: LatchLayout,
     /// Set when no symbol's latch could be located (no DWARF, no member).

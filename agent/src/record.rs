@@ -153,7 +153,7 @@ impl Plan {
         let mut image = ElfImage::open_target(&target)?;
         attach_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
-        let set = ProbeSet::resolve(&image, &server, &opts.probes)?;
+        let set = crate::kept_plan::resolve(&image, &server, &opts.probes)?;
         set.check_breadth(opts.probes.max_points)?;
         let nothing_asked = set.probes.is_empty() && set.counters.is_empty();
         if nothing_asked && opts.cpu.is_none() {

@@ -238,7 +238,7 @@ fn dwarf_walk_names_as_blazesym(name: &str, covers_at_least: f64) {
     let binary = server_binary(name);
     let image = ElfImage::open(&binary).unwrap();
     let mut functions: Vec<(u64, u64)> = image
-        .symbols
+        .symbols()
         .iter()
         .filter(|s| s.size > 0)
         .map(|s| (s.address, s.size))
@@ -496,7 +496,7 @@ fn stack_frames_from_debug_file_match_original(
     use std::sync::Arc;
     let image = ElfImage::open(original).unwrap();
     // The middle of ~1,500 functions spread over the text.
-    let funcs: Vec<_> = image.symbols.iter().filter(|s| s.size >= 32).collect();
+    let funcs: Vec<_> = image.symbols().iter().filter(|s| s.size >= 32).collect();
     let step = (funcs.len() / 1500).max(1);
     let offsets: Vec<u64> = funcs
         .iter()
@@ -697,4 +697,48 @@ fn counters_resolve_in_the_real_servers() {
     let no_dwarf = "the binary has no DWARF debug info, and a counter's layout (member offsets) \
                     needs it; install the server's debug symbols";
     counters_resolve("mysql-8.0.15", &[("innodb.dict_sys.row_ids", no_dwarf)]);
+}
+
+/// A probe set kept from an earlier recording (`kept_plan`) is the one
+/// resolving again would give, on each catalog server, for the default set
+/// and for `all`: the second answer is read back from the kept file.
+#[test]
+fn a_kept_probe_set_equals_a_fresh_one_in_the_real_servers() {
+    use innoprof::probeset::ProbeRequest;
+    let as_json = |set: &innoprof::probeset::ProbeSet| {
+        // A Value: the latch layouts' hash maps compared by content, not order.
+        serde_json::to_value((&set.catalog_file, &set.probes, &set.counters)).unwrap()
+    };
+    for name in [
+        "mysql-5.6.24",
+        "mysql-8.0.15",
+        "mariadb-10.2.11",
+        "mariadb-11.4.5",
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        // Kept files go only in a directory only root can use.
+        let dir = tmp.path().join("run");
+        let image = ElfImage::open(&server_binary(name)).unwrap();
+        let server = ServerInfo::detect(&image);
+        for selection in ["default", "all"] {
+            let request = ProbeRequest {
+                selection: Some(selection.into()),
+                max_points: usize::MAX,
+                ..Default::default()
+            };
+            let fresh =
+                innoprof::kept_plan::resolve_kept_in(&image, &server, &request, &dir).unwrap();
+            let kept = innoprof::kept_plan::kept_in(&image, &request, &dir)
+                .unwrap_or_else(|| panic!("{name} {selection}: not kept"));
+            assert!(
+                fresh
+                    .probes
+                    .iter()
+                    .any(|p| !p.resolution.symbols.is_empty()),
+                "{name} {selection}: nothing resolved"
+            );
+            assert_eq!(as_json(&fresh), as_json(&kept), "{name} {selection}");
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "{name}");
+    }
 }

@@ -60,7 +60,7 @@ fn kernel_verdicts_match_the_mirror() {
     let (mut checked, mut refused) = (0, 0);
     let mut mismatches = Vec::new();
     for sym in image
-        .symbols
+        .symbols()
         .iter()
         .filter(|s| s.raw.starts_with("fixture_insn_"))
     {

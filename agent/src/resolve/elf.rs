@@ -6,6 +6,7 @@
 //! it touched when done ([`ElfImage::release_pages`]), so a recording
 //! does not carry the binary's symbol tables or DWARF in its resident set.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
@@ -131,7 +132,9 @@ pub struct ElfImage {
     pub position_independent: bool,
     pub has_symtab: bool,
     pub has_debug_info: bool,
-    pub symbols: Vec<FunctionSymbol>,
+    /// Function symbols, read on first use ([`Self::symbols`]): a plan kept
+    /// from an earlier recording ([`crate::kept_plan`]) needs none of them.
+    symbols: std::sync::OnceLock<Vec<FunctionSymbol>>,
     /// Separate debug info in use, if any (symbols and DWARF come from it).
     pub debug_file: Option<PathBuf>,
     /// The debug file, kept open: the stack symbolizer names frames from
@@ -189,9 +192,7 @@ impl ElfImage {
             })
             .collect();
 
-        let symbols = function_symbols(&file);
         drop(file);
-        // The symbol tables are copied out; their pages are not needed.
         data.release();
         Ok(Self {
             path: path.into(),
@@ -203,7 +204,7 @@ impl ElfImage {
             position_independent,
             has_symtab,
             has_debug_info,
-            symbols,
+            symbols: std::sync::OnceLock::new(),
             debug_file: None,
             segments,
             data,
@@ -314,21 +315,11 @@ impl ElfImage {
                 });
             }
         }
-        let mut symbols = function_symbols(&file);
-        // Exported names the debug file lacks (rare) stay available.
-        for s in std::mem::take(&mut self.symbols) {
-            if !symbols
-                .iter()
-                .any(|d| d.raw == s.raw && d.address == s.address)
-            {
-                symbols.push(s);
-            }
-        }
         self.has_symtab |= file.section_by_name(".symtab").is_some();
         self.has_debug_info |= file.section_by_name(".debug_info").is_some();
         drop(file);
         data.release();
-        self.symbols = symbols;
+        self.symbols = std::sync::OnceLock::new();
         self.debug_file = Some(path.into());
         self.debug_data = Some(data);
         // Units come from the debug file from now on.
@@ -358,6 +349,39 @@ impl ElfImage {
     }
 
     /// The file holding DWARF: the debug file if one is in use.
+    /// The function symbols of `.symtab` and `.dynsym`, read on the first
+    /// call: the debug file's when one is in use, then those of the
+    /// binary's it lacks (exported names, rarely).
+    pub fn symbols(&self) -> &[FunctionSymbol] {
+        self.symbols.get_or_init(|| {
+            let read = |data: &Mapped| {
+                let symbols = object::File::parse(data.bytes())
+                    .map(|file| function_symbols(&file))
+                    .unwrap_or_default();
+                // The symbol tables are copied out; their pages are not needed.
+                data.release();
+                symbols
+            };
+            let own = read(&self.data);
+            let Some(debug) = &self.debug_data else {
+                return own;
+            };
+            let mut symbols = read(debug);
+            let listed: HashSet<(&str, u64)> = symbols
+                .iter()
+                .map(|d| (d.raw.as_str(), d.address))
+                .collect();
+            let missing: Vec<FunctionSymbol> = own
+                .iter()
+                .filter(|s| !listed.contains(&(s.raw.as_str(), s.address)))
+                .cloned()
+                .collect();
+            drop(listed);
+            symbols.extend(missing);
+            symbols
+        })
+    }
+
     pub fn dwarf_data(&self) -> &[u8] {
         self.debug_data.as_ref().unwrap_or(&self.data).bytes()
     }
@@ -491,12 +515,19 @@ fn function_symbols(file: &object::File) -> Vec<FunctionSymbol> {
     // The same name at the same address once (`.dynsym` repeats `.symtab`),
     // the first listed kept. By sorting, not hashing: hashing ~10^5 mangled
     // names was ~10 ms of every recording's plan.
-    let mut order: Vec<usize> = (0..found.len()).collect();
-    order.sort_unstable_by_key(|&i| (found[i].2, found[i].1, i));
+    // Sorted by address alone (names compared only among the few symbols
+    // at one address): comparing names in the sort was ~10 ms more.
+    let mut order: Vec<(u64, u32)> = (0..found.len()).map(|i| (found[i].2, i as u32)).collect();
+    order.sort_unstable();
     let mut repeated = vec![false; found.len()];
-    for pair in order.windows(2) {
-        let (a, b) = (&found[pair[0]], &found[pair[1]]);
-        repeated[pair[1]] = a.2 == b.2 && a.1 == b.1;
+    for run in order
+        .chunk_by(|a, b| a.0 == b.0)
+        .filter(|run| run.len() > 1)
+    {
+        for (k, &(_, i)) in run.iter().enumerate() {
+            let name = found[i as usize].1;
+            repeated[i as usize] = run[..k].iter().any(|&(_, j)| found[j as usize].1 == name);
+        }
     }
     found
         .iter()

@@ -31,7 +31,7 @@ pub enum LatchError {
 }
 
 /// Where the latch id sits in the object an argument points to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LatchField {
     pub offset: u32,
     /// Bytes: 1, 2, 4 or 8.
@@ -42,7 +42,7 @@ pub struct LatchField {
 /// `file_offset`, and a line of `line_size` bytes at `line_offset`,
 /// shifted right by `line_shift` and cut to `line_bits` (0: all) when it
 /// is a bitfield (`unsigned cline:13` in `rw_lock_t`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CreatedField {
     pub file_offset: u32,
     pub line_offset: u32,
@@ -51,7 +51,7 @@ pub struct CreatedField {
     pub line_bits: u8,
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct LatchLayout {
     /// Per function entry address found in DWARF.
     pub fields: HashMap<u64, LatchField>,

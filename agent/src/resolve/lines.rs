@@ -185,7 +185,7 @@ impl<'a> SourceLines<'a> {
     /// The ELF function symbol covering `address`, demangled.
     fn symbol_at(&self, address: u64) -> Option<String> {
         self.image
-            .symbols
+            .symbols()
             .iter()
             .filter(|s| s.address <= address && address < s.address + s.size.max(1))
             .min_by_key(|s| (s.clone_suffix.is_some(), s.size))

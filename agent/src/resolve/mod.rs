@@ -24,7 +24,7 @@ pub use placement::{ArgReads, ProbeMove};
 use placement::{FunctionCode, Placement};
 
 /// One function the probe will attach to.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResolvedSymbol {
     /// Demangled, with parameters; clone suffix appended as `[clone .x]`.
     pub name: String,
@@ -106,7 +106,7 @@ impl std::fmt::Display for SkipReason {
 }
 
 /// Why a pattern found nothing to attach.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unresolved {
     /// No `.symtab`: only exported `.dynsym` names were searched.
@@ -156,7 +156,7 @@ impl std::fmt::Display for Unresolved {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Resolution {
     pub patterns: Vec<String>,
     pub symbols: Vec<ResolvedSymbol>,
@@ -208,7 +208,7 @@ impl<'a> Resolver<'a> {
         let mut skipped = Vec::new();
         let mut addresses = HashSet::new();
 
-        for (idx, sym) in self.image.symbols.iter().enumerate() {
+        for (idx, sym) in self.image.symbols().iter().enumerate() {
             if !compiled.iter().any(|p| p.may_match(sym.base())) {
                 continue;
             }
@@ -370,7 +370,7 @@ impl<'a> Resolver<'a> {
             };
             let holder = self
                 .image
-                .symbols
+                .symbols()
                 .iter()
                 .find(|s| {
                     s.size > 0 && site.address >= s.address && site.address - s.address < s.size
@@ -442,7 +442,7 @@ impl<'a> Resolver<'a> {
             .map(|(_, _, raw)| {
                 let prefix = format!("{raw}.cold");
                 self.image
-                    .symbols
+                    .symbols()
                     .iter()
                     .filter(|s| {
                         s.raw == prefix
