@@ -13,17 +13,18 @@ recording's --duration (issue 12's measure: "<= 1 % of a core averaged over
 a 30 s default recording", start-up and symbolization included) and of peak
 RSS; with two binaries, the median of their per-round ratio.
 
-The per-boot hit-cost cache (/run/innoprof) is warmed first with `innoprof
-calibrate` for every binary, unless --cold-calibration, which passes
-`--recalibrate` to every run: each pays for measuring, as the first
-recording of a boot does. (Binaries that predate the cache always measure.
-Each binary keeps its own entry since 2026-11-25; builds before that shared
-one file, so two of them side by side overwrote each other's and both
-measured in every run.) Each binary also keeps the unwind rows of the
-server's files for the boot (/run/innoprof/unwind-*.rows, since
-2026-11-25): its first run builds them, later runs reuse them, as a DBA's
-second recording of the same server does. Nothing else is shared between
-runs.
+Each binary keeps what innoprof keeps per boot (hit cost, unwind rows,
+the server's DWARF unit index and functions, the resolved probe set, the
+kernel's symbols) in a directory of its own (INNOPROF_RUN_DIR, a fresh
+/run/innoprof-agentcost-* removed at the end): what is kept holds for one
+innoprof binary, and two builds sharing /run/innoprof replaced each
+other's files, so before 2026-11-27 every run of a two-build comparison
+started cold. Before the rounds, each binary runs `innoprof calibrate` and
+one --warm-up recording (default 5 s; 0: none), as a DBA's first
+recording of a boot does; the rounds then measure recordings that find
+what an earlier one kept, as a DBA's later recordings do. With
+--cold-calibration every run passes `--recalibrate` (each pays for
+measuring its hit cost).
 
 Usage: scripts/agentcost.py [--server mariadb-10.2.11] [--workload oltp_read_write]
                             [--duration 30] [--runs 5] [--bin NAME=PATH ...]
@@ -51,13 +52,14 @@ def log(msg):
     print(f"agentcost: {msg}", file=sys.stderr, flush=True)
 
 
-def run_once(binary, server_pid, duration, extra, workdir, n):
+def run_once(binary, server_pid, duration, extra, workdir, n, run_dir):
     out = os.path.join(workdir, f"rec-{n}")
     cmd = [binary, "record", "--pid", str(server_pid), "--duration", f"{duration}s", "--out", out] + extra
     t0 = time.monotonic()
     # stderr to a file, not a pipe: wait4 must not wait on a full pipe.
     with tempfile.TemporaryFile(mode="w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        env = dict(os.environ, INNOPROF_RUN_DIR=run_dir)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.monotonic() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -96,6 +98,8 @@ def main():
     ap.add_argument("--args", default="", help="extra `innoprof record` arguments, one shell-quoted string")
     ap.add_argument("--cold-calibration", action="store_true",
                     help="every run measures its hit cost (the per-boot cache is bypassed)")
+    ap.add_argument("--warm-up", type=int, default=5, metavar="SECONDS",
+                    help="one recording this long per binary before the rounds (0: none)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", default="agentcost-out")
     args = ap.parse_args()
@@ -115,6 +119,8 @@ def main():
     dirname = tempfile.mkdtemp(prefix="innoprof-agentcost-srv-")
     workdir = tempfile.mkdtemp(prefix="innoprof-agentcost-")
     runs = {name: [] for name, _ in bins}
+    # Each binary's own per-boot directory: root's, 0700 (mkdtemp), removed at the end.
+    run_dirs = {name: tempfile.mkdtemp(prefix="innoprof-agentcost-", dir="/run") for name, _ in bins}
     server_pid = int(subprocess.run([bench.SERVERS, "start", args.server, dirname], check=True,
                                     capture_output=True, text=True).stdout.strip())
     sb = None
@@ -122,16 +128,20 @@ def main():
         subprocess.run([bench.SYSBENCH, dirname, "prepare", args.workload], check=True, capture_output=True)
         sb = bench.Sysbench(dirname, args.workload, args.threads, server_pid)
         sb.wait_for(10, 70)
-        if not args.cold_calibration:
-            for _, path in bins:
-                subprocess.run([path, "calibrate"], check=True, capture_output=True)
         n = 0
+        for name, path in bins:
+            env = dict(os.environ, INNOPROF_RUN_DIR=run_dirs[name])
+            if not args.cold_calibration:
+                subprocess.run([path, "calibrate"], check=True, capture_output=True, env=env)
+            if args.warm_up > 0:
+                run_once(path, server_pid, args.warm_up, extra, workdir, n, run_dirs[name])
+                n += 1
         for r in range(args.runs):
             order = bins[:]
             rng.shuffle(order)
             for name, path in order:
                 cold = ["--recalibrate"] if args.cold_calibration else []
-                res = run_once(path, server_pid, args.duration, extra + cold, workdir, n)
+                res = run_once(path, server_pid, args.duration, extra + cold, workdir, n, run_dirs[name])
                 res["round"] = r
                 n += 1
                 runs[name].append(res)
@@ -144,6 +154,8 @@ def main():
         subprocess.run([bench.SERVERS, "stop", dirname], capture_output=True)
         shutil.rmtree(dirname, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
+        for d in run_dirs.values():
+            shutil.rmtree(d, ignore_errors=True)
 
     srng = random.Random(seed)
     rows = []

@@ -5,8 +5,9 @@
 //! index of a server's DWARF units ([`crate::resolve::lines::UnitIndex`]),
 //! the functions of the units a stack walk read
 //! ([`crate::kept_functions`]), the kernel's function names
-//! ([`crate::kernel_symbols`]) and inflated copies of libraries' compressed
-//! debug files ([`crate::inflated_debug`]).
+//! ([`crate::kernel_symbols`]), inflated copies of libraries' compressed
+//! debug files ([`crate::inflated_debug`]) and the probe set a request
+//! resolved to ([`crate::kept_plan`]).
 //!
 //! innoprof runs as root next to production, so the directory is only used
 //! while root alone can change it: root's own, no symlink, no group or
@@ -29,14 +30,28 @@ use crate::rootfs::FileId;
 /// Where the per-boot caches live.
 pub const DEFAULT_DIR: &str = "/run/innoprof";
 
-/// The directory the caches use: [`DEFAULT_DIR`]; for the agent's own unit
-/// tests, one apart (`innoprof-unit-tests-run` in the temp directory). A
-/// test binary is a new file at every build, and what tests keep for it
-/// would otherwise count against the real directory's caps until reboot.
+/// The directory the caches use: [`DEFAULT_DIR`], or the absolute path in
+/// `INNOPROF_RUN_DIR` (checked like it, see [`trusted_dir`]); for the
+/// agent's own unit tests, one apart (`innoprof-unit-tests-run` in the
+/// temp directory). A test binary is a new file at every build, and what
+/// tests keep for it would otherwise count against the real directory's
+/// caps until reboot.
+///
+/// What is kept holds for one innoprof binary, in one file per server file
+/// (or one for the kernel), so two builds run in turns replace each other's
+/// and both start cold every time: `scripts/agentcost.py` gives each build
+/// its own directory, as a DBA's repeated recordings with one binary find
+/// theirs warm.
 pub fn default_dir() -> &'static Path {
     #[cfg(not(test))]
     {
-        Path::new(DEFAULT_DIR)
+        static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        DIR.get_or_init(|| {
+            std::env::var_os("INNOPROF_RUN_DIR")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+        })
     }
     #[cfg(test)]
     {

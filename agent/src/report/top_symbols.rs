@@ -67,8 +67,12 @@ pub struct TopBuilder {
     /// Module → function → weight: looked up by borrowed names, so the
     /// ~100,000 frames of a 30 s profile allocate only for new functions.
     by_self: HashMap<String, HashMap<String, u64>>,
-    by_total: HashMap<String, HashMap<String, u64>>,
+    /// Weight, and the last stack that added it: a function on a stack
+    /// more than once (recursion) counts once, without sorting the stack's
+    /// names to find repeats (~4 ms of a 30 s profile).
+    by_total: HashMap<String, HashMap<String, (u64, u64)>>,
     total: u64,
+    stacks: u64,
 }
 
 impl TopBuilder {
@@ -78,6 +82,7 @@ impl TopBuilder {
             by_self: HashMap::new(),
             by_total: HashMap::new(),
             total: 0,
+            stacks: 0,
         }
     }
 
@@ -111,14 +116,13 @@ impl TopBuilder {
         if let Some(f) = leaf {
             *weight_of(&mut self.by_self, &f.module, &f.name) += weight;
         }
-        let mut seen: Vec<(&str, &str)> = functions
-            .iter()
-            .map(|f| (f.module.as_str(), f.name.as_str()))
-            .collect();
-        seen.sort_unstable();
-        seen.dedup();
-        for (module, name) in seen {
-            *weight_of(&mut self.by_total, module, name) += weight;
+        self.stacks += 1;
+        for f in &functions {
+            let (total, last) = weight_of(&mut self.by_total, &f.module, &f.name);
+            if *last != self.stacks {
+                *total += weight;
+                *last = self.stacks;
+            }
         }
     }
 
@@ -147,7 +151,7 @@ impl TopBuilder {
             .flat_map(|(module, names)| {
                 names
                     .iter()
-                    .map(move |(name, &total)| (module, name, total))
+                    .map(move |(name, &(total, _))| (module, name, total))
             })
             .map(|(module, name, total)| {
                 let samples = self
@@ -197,17 +201,17 @@ impl TopBuilder {
 }
 
 /// The weight kept for `module`'s `name`, made on first use.
-fn weight_of<'a>(
-    by: &'a mut HashMap<String, HashMap<String, u64>>,
+fn weight_of<'a, W: Default>(
+    by: &'a mut HashMap<String, HashMap<String, W>>,
     module: &str,
     name: &str,
-) -> &'a mut u64 {
+) -> &'a mut W {
     if !by.contains_key(module) {
         by.insert(module.to_string(), HashMap::new());
     }
     let names = by.get_mut(module).expect("just made");
     if !names.contains_key(name) {
-        names.insert(name.to_string(), 0);
+        names.insert(name.to_string(), W::default());
     }
     names.get_mut(name).expect("just made")
 }
