@@ -75,7 +75,7 @@ pub fn resolve_kept_in(
     request: &ProbeRequest,
     dir: &Path,
 ) -> Result<ProbeSet, CatalogError> {
-    let Some((key, debug)) = keys(image).filter(|_| request.catalog.is_none()) else {
+    let Some((key, debug)) = keys(image, request) else {
         return ProbeSet::resolve(image, server, request);
     };
     let mut kept = load(dir, &key);
@@ -103,7 +103,7 @@ pub fn resolve_kept_in(
 
 /// What `dir` keeps for `request` on `image`'s files, if anything.
 pub fn kept_in(image: &ElfImage, request: &ProbeRequest, dir: &Path) -> Option<ProbeSet> {
-    let (key, debug) = keys(image).filter(|_| request.catalog.is_none())?;
+    let (key, debug) = keys(image, request)?;
     load(dir, &key)
         .iter()
         .find(|k| k.answers(&debug, request))
@@ -115,8 +115,12 @@ fn load(dir: &Path, key: &FileKey) -> Vec<KeptRequest> {
 }
 
 /// The binary's key and the debug file's (None: DWARF and symbols are the
-/// binary's own); nothing is kept when either cannot be told apart.
-fn keys(image: &ElfImage) -> Option<(FileKey, Option<FileKey>)> {
+/// binary's own); nothing is kept when either cannot be told apart, or
+/// for a `--catalog` file.
+fn keys(image: &ElfImage, request: &ProbeRequest) -> Option<(FileKey, Option<FileKey>)> {
+    if request.catalog.is_some() {
+        return None;
+    }
     let key = image.file_key()?;
     let debug = match image.debug_file {
         Some(_) => Some(image.dwarf_file_key()?),

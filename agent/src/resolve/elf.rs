@@ -348,7 +348,6 @@ impl ElfImage {
         )
     }
 
-    /// The file holding DWARF: the debug file if one is in use.
     /// The function symbols of `.symtab` and `.dynsym`, read on the first
     /// call: the debug file's when one is in use, then those of the
     /// binary's it lacks (exported names, rarely).
@@ -372,9 +371,8 @@ impl ElfImage {
                 .map(|d| (d.raw.as_str(), d.address))
                 .collect();
             let missing: Vec<FunctionSymbol> = own
-                .iter()
+                .into_iter()
                 .filter(|s| !listed.contains(&(s.raw.as_str(), s.address)))
-                .cloned()
                 .collect();
             drop(listed);
             symbols.extend(missing);
@@ -382,6 +380,7 @@ impl ElfImage {
         })
     }
 
+    /// The file holding DWARF: the debug file if one is in use.
     pub fn dwarf_data(&self) -> &[u8] {
         self.debug_data.as_ref().unwrap_or(&self.data).bytes()
     }
