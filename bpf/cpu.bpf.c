@@ -179,6 +179,13 @@ static long walk_step(__u64 i, void *data)
 			return 1;
 		}
 		w->sp = cfa;
+	} else if (row->kind == UNWIND_PLT) {
+		cfa = w->sp + (__s64)row->cfa_off + ((w->ip & 15) >= row->cfa_reg ? 8 : 0);
+		if (bpf_probe_read_user(&ret, sizeof(ret), (void *)(cfa - 8))) {
+			w->flags |= CPU_STACK_UNWIND_STOP;
+			return 1;
+		}
+		w->sp = cfa;
 	} else if (row->kind == UNWIND_END) {
 		return 1;
 	} else {

@@ -55,6 +55,10 @@ struct offcpu_start {
 #define UNWIND_FP 1    /* no CFI here: follow the frame pointer */
 #define UNWIND_END 2   /* outermost frame (return address undefined) */
 #define UNWIND_STOP 3  /* a rule the walker does not implement */
+/* A lazy-binding PLT (the one CFI expression compilers emit): CFA = rsp +
+ * cfa_off, plus 8 once ip's offset in its 16-byte entry is >= cfa_reg (the
+ * entry's `push` has run). cfa_reg holds that threshold for this kind. */
+#define UNWIND_PLT 4
 
 #define UNWIND_REG_RSP 0
 #define UNWIND_REG_RBP 1

@@ -91,6 +91,7 @@ pub const UNWIND_CFA: u8 = defines::UNWIND_CFA as u8;
 pub const UNWIND_FP: u8 = defines::UNWIND_FP as u8;
 pub const UNWIND_END: u8 = defines::UNWIND_END as u8;
 pub const UNWIND_STOP: u8 = defines::UNWIND_STOP as u8;
+pub const UNWIND_PLT: u8 = defines::UNWIND_PLT as u8;
 pub const UNWIND_REG_RSP: u8 = defines::UNWIND_REG_RSP as u8;
 pub const UNWIND_REG_RBP: u8 = defines::UNWIND_REG_RBP as u8;
 pub const UNWIND_RBP_SAME: i16 = defines::UNWIND_RBP_SAME as i16;

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::symbolize::ProcessMaps;
 
 use super::abi::{
-    UnwindRow, UNWIND_CFA, UNWIND_END, UNWIND_FP, UNWIND_RBP_SAME, UNWIND_RBP_UNDEF,
+    UnwindRow, UNWIND_CFA, UNWIND_END, UNWIND_FP, UNWIND_PLT, UNWIND_RBP_SAME, UNWIND_RBP_UNDEF,
     UNWIND_REG_RBP, UNWIND_REG_RSP, UNWIND_STOP,
 };
 use super::unwind_cache::{FileUnwind, UnwindCache};
@@ -177,7 +177,7 @@ fn file_rows(file: &File) -> Result<FileUnwind, String> {
         while let Ok(Some(row)) = table.next_row() {
             let addr = row.start_address();
             let seq = std::cmp::Reverse(found.len());
-            found.push((addr, false, seq, convert(row, addr)));
+            found.push((addr, false, seq, convert(row, addr, &eh_frame)));
         }
         let end = fde.end_address();
         let seq = std::cmp::Reverse(found.len());
@@ -201,7 +201,11 @@ fn file_rows(file: &File) -> Result<FileUnwind, String> {
     Ok(FileUnwind { segments, rows })
 }
 
-fn convert<T: gimli::ReaderOffset>(row: &gimli::UnwindTableRow<T>, addr: u64) -> UnwindRow {
+fn convert<R: gimli::Reader>(
+    row: &gimli::UnwindTableRow<R::Offset>,
+    addr: u64,
+    eh_frame: &EhFrame<R>,
+) -> UnwindRow {
     let stop = UnwindRow {
         addr,
         cfa_off: 0,
@@ -232,8 +236,22 @@ fn convert<T: gimli::ReaderOffset>(row: &gimli::UnwindTableRow<T>, addr: u64) ->
                 Err(_) => return stop,
             }
         }
-        // PLT stubs and signal trampolines: never where a thread blocks.
-        CfaRule::Expression(_) => return stop,
+        CfaRule::Expression(expr) => {
+            return match expr
+                .get(eh_frame)
+                .ok()
+                .and_then(|e| plt_threshold(e.0.to_slice().ok()?.as_ref()))
+            {
+                Some(threshold) => UnwindRow {
+                    cfa_off: 8,
+                    cfa_reg: threshold,
+                    kind: UNWIND_PLT,
+                    ..stop
+                },
+                // Signal trampolines and hand-written rules: a walk stops.
+                None => stop,
+            };
+        }
     };
     let rbp_off = match row.register(X86_64::RBP) {
         None | Some(RegisterRule::SameValue) => UNWIND_RBP_SAME,
@@ -253,9 +271,62 @@ fn convert<T: gimli::ReaderOffset>(row: &gimli::UnwindTableRow<T>, addr: u64) ->
     }
 }
 
+/// The rule binutils writes for every lazy-binding PLT entry, CFA = rsp + 8
+/// + ((rip & 15) >= N ? 8 : 0): a sample inside the entry, after its `push`,
+/// has one more word on the stack. Returns N; any other expression is None.
+fn plt_threshold(expr: &[u8]) -> Option<u8> {
+    use gimli::constants::*;
+    let [b7, 8, b16, 0, l15, and, lit, ge, l3, shl, plus] = *expr else {
+        return None;
+    };
+    let is = |byte: u8, op: DwOp| byte == op.0;
+    let ok = is(b7, DW_OP_breg7)
+        && is(b16, DW_OP_breg16)
+        && is(l15, DW_OP_lit15)
+        && is(and, DW_OP_and)
+        && (DW_OP_lit0.0..=DW_OP_lit15.0).contains(&lit)
+        && is(ge, DW_OP_ge)
+        && is(l3, DW_OP_lit3)
+        && is(shl, DW_OP_shl)
+        && is(plus, DW_OP_plus);
+    ok.then(|| lit - DW_OP_lit0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The PLT rule is recognised byte for byte, with its threshold; any
+    /// other expression (one byte changed) is not.
+    #[test]
+    fn plt_expression() {
+        // DW_OP_breg7 8; breg16 0; lit15; and; lit11; ge; lit3; shl; plus
+        let plt = [0x77, 8, 0x80, 0, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22];
+        assert_eq!(plt_threshold(&plt), Some(11));
+        let mut other = plt;
+        other[8] = 0x34; // lit4: not the PLT's shift
+        assert_eq!(plt_threshold(&other), None);
+        assert_eq!(plt_threshold(&plt[..10]), None);
+    }
+
+    /// libstdc++ (the servers link it) binds lazily through a PLT whose CFI
+    /// is an expression: its entries become PLT rows, threshold 11, not
+    /// stops. A sample on an entry's `push` once ended a walk in CI.
+    #[test]
+    fn libstdcxx_plt_rows() {
+        let path = Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
+        let unwind = file_rows(&File::open(path).unwrap()).unwrap();
+        let plt: Vec<_> = unwind
+            .rows
+            .iter()
+            .filter(|r| r.kind == UNWIND_PLT)
+            .collect();
+        assert!(!plt.is_empty(), "no PLT row in {path:?}");
+        assert!(
+            plt.iter().all(|r| (r.cfa_off, r.cfa_reg) == (8, 11)),
+            "{plt:?}"
+        );
+    }
 
     /// This test binary's own CFI: rows exist, are sorted, and the row
     /// covering a function's first instruction says the return address is
