@@ -23,6 +23,9 @@
 const volatile __u32 target_tgid = 0;
 const volatile __u64 min_block_ns = 1000000;
 const volatile __u32 unwind_rows_len = 0;
+/* Halvings that narrow unwind_rows_len rows to one (at most 24): a known
+ * constant, so the verifier walks the search exactly that many times. */
+const volatile __u32 unwind_steps = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -94,22 +97,26 @@ static __always_inline void count(__u32 idx, __u64 n)
 /* The row covering `addr`: the last one starting at or below it. */
 static __always_inline struct unwind_row *find_row(__u64 addr)
 {
-	__u32 lo = 0, hi = unwind_rows_len, mid;
+	__u32 lo = 0, hi = unwind_rows_len, mid, above;
 	struct unwind_row *row;
 	int i;
 
 	if (!hi)
 		return NULL;
-	/* 2^24 rows at most; each step halves [lo, hi). */
-	for (i = 0; i < 24 && lo + 1 < hi; i++) {
+	/* A fixed number of steps, each without a branch the verifier must
+	 * follow both ways: this search was 34 ms of the sampler's 38 ms of
+	 * verification at every start. Once [lo, hi) holds one row, further
+	 * steps leave lo where it is. */
+	for (i = 0; i < unwind_steps && i < 24; i++) {
 		mid = lo + (hi - lo) / 2;
 		row = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!row)
 			return NULL;
-		if (row->addr <= addr)
-			lo = mid;
-		else
-			hi = mid;
+		/* All ones when the row starts above addr (user addresses are
+		 * below 2^63). */
+		above = (__u32)((__s64)(addr - row->addr) >> 63);
+		lo = (lo & above) | (mid & ~above);
+		hi = (mid & above) | (hi & ~above);
 	}
 	row = bpf_map_lookup_elem(&unwind_rows, &lo);
 	if (!row || row->addr > addr)

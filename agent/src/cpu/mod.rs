@@ -356,12 +356,22 @@ fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuEr
                     &opts.offcpu_min_ns.to_ne_bytes()[..],
                 ),
                 (bpf::globals::UNWIND_ROWS_LEN, &rows.to_ne_bytes()[..]),
+                (
+                    bpf::globals::UNWIND_STEPS,
+                    &search_steps(rows).to_ne_bytes()[..],
+                ),
             ] {
                 crate::bpf_abi::write_rodata(CPU_OBJ, data, global, value)
                     .ok_or(CpuError::Global(global))?;
             }
         } else if name == bpf::maps::UNWIND_ROWS {
             m.set_max_entries(rows.max(1)).map_err(CpuError::Open)?;
+        } else if !opts.offcpu
+            && (name == bpf::maps::OFFCPU_COUNTS || name == bpf::maps::OFFCPU_START)
+        {
+            // Unused without the switch program; a hash map's buckets are
+            // allocated and set up at creation (~0.5 ms for 65,536).
+            m.set_max_entries(1).map_err(CpuError::Open)?;
         }
     }
     for mut prog in open.progs_mut() {
@@ -370,6 +380,16 @@ fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuEr
         }
     }
     open.load().map_err(CpuError::Load)
+}
+
+/// Halvings of the walker's binary search that narrow `rows` rows to one:
+/// ceil(log2(rows)).
+fn search_steps(rows: u32) -> u32 {
+    if rows <= 1 {
+        0
+    } else {
+        32 - (rows - 1).leading_zeros()
+    }
 }
 
 // An mmapable array lays its elements out every round_up(value_size, 8)
@@ -477,6 +497,26 @@ fn read_counters(obj: &Object) -> Result<[u64; COUNTERS], CpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The walker's search narrows [0, rows) to one row in exactly this
+    /// many halvings (each keeps at most the larger half), and no fewer
+    /// would do.
+    #[test]
+    fn search_steps_narrow_to_one_row() {
+        for rows in [0u32, 1, 2, 3, 4, 5, 1000, 174_699, 1 << 24] {
+            let steps = search_steps(rows);
+            let mut left = rows.max(1);
+            for _ in 0..steps {
+                left = left.div_ceil(2);
+            }
+            assert_eq!(left, 1, "{rows} rows, {steps} steps");
+            assert!(
+                steps == 0 || 1u64 << (steps - 1) < u64::from(rows),
+                "{rows}"
+            );
+        }
+        assert_eq!(search_steps(1 << 24), 24);
+    }
 
     /// The sampler's cost is the kernel's measure of every run: statistics
     /// go on before it attaches, so its runs are exactly the ticks it
