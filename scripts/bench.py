@@ -11,6 +11,9 @@ One sysbench run (2 threads, `--report-interval=1`) runs without a break per
   all-10    innoprof record --probes all --no-cpu --max-overhead 10 (governed at 10 % of a
             core: the governor samples stacks and cuts probes, at a cost this VM's noise
             can resolve, unlike the 1 % default's)
+  all-20    the same at --max-overhead 20: below saturation (--rate) --probes all costs
+            ~25-40 % of a core here, so the governor still cuts, and a 20 % spend stands
+            clear of the ±5 % that twenty pairs leave
   hold      innoprof record --probe 'row_merge_buf*' … 'row_merge_tuple*' (7 patterns, 26
             functions of index builds, 52 points in 14 links on MySQL 5.6.24: as many as
             --probes all) --no-cpu --max-overhead off: functions the sysbench load never
@@ -102,6 +105,7 @@ INNOPROF_ARGS = {
     # sampler's own cost is in the measured change (config cpu99 alone).
     "all-off-seen": ["--probes", "all", "--max-overhead", "off"],
     "all-10": ["--probes", "all", "--no-cpu", "--max-overhead", "10"],
+    "all-20": ["--probes", "all", "--no-cpu", "--max-overhead", "20"],
     "hold": IDLE_PROBES + ["--no-cpu", "--max-overhead", "off"],
     "toggle": IDLE_PROBES + ["--no-cpu", "--max-overhead", "off"],
     "shipped": [],

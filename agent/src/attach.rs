@@ -297,7 +297,11 @@ impl Session {
         // as values and are reported once, with their meaning.
         libbpf_rs::set_print(None);
         let slots: usize = plan.iter().map(|p| p.resolution.symbols.len()).sum();
-        let object = load_object(opts, mode, slots)?;
+        let measures: Vec<Measure> = plan
+            .iter()
+            .flat_map(|p| p.resolution.symbols.iter().map(|s| slot_measure(p, s)))
+            .collect();
+        let object = load_object(opts, mode, slots, &measures)?;
         let stats = crate::run_stats::enable();
         let mut session = Self {
             object,
@@ -470,12 +474,7 @@ impl Session {
                 let id = SlotId::of_index(self.slots.len());
                 let created = created.is_some_and(|f| self.set_created(id, f));
                 let cookie = crate::bpf_abi::cookie(id, site_args, latch, created);
-                // Inline code has no return of its own: count only.
-                let measure = if symbol.table == SymbolTable::DwarfInline {
-                    Measure::Count
-                } else {
-                    planned.spec.measure
-                };
+                let measure = slot_measure(planned, symbol);
                 // On before the links go in, so no hit of a fresh link is lost;
                 // every hit's stack until the governor says otherwise.
                 self.set_enabled(&[id], true);
@@ -899,6 +898,16 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, LinkError>) -> Result<T, LinkError>
     }
 }
 
+/// What a symbol of a probe measures: inline code has no return of its
+/// own, so it is counted only.
+fn slot_measure(planned: &PlannedProbe, symbol: &ResolvedSymbol) -> Measure {
+    if symbol.table == SymbolTable::DwarfInline {
+        Measure::Count
+    } else {
+        planned.spec.measure
+    }
+}
+
 /// Opens the object, sets the read-only configuration and map sizes, makes
 /// the programs uprobe_multi programs in that mode, and loads it.
 /// The latency object, its per-slot maps sized for `slots` slots: the
@@ -906,7 +915,16 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, LinkError>) -> Result<T, LinkError>
 /// and at the compiled MAX_SLOTS (4,096) the statistics and stack-hold
 /// arrays were ~6 MB per load on 2 CPUs, ~15 ms of CPU at every start,
 /// for the ~20 slots of the default probe set.
-fn load_object(opts: &SessionOptions, mode: Mode, slots: usize) -> Result<Object, AttachError> {
+///
+/// Only the programs some slot's measure needs are loaded: the verifier
+/// takes a few ms per program at every start (the default set counts
+/// nothing, so `count_hit` is left out).
+fn load_object(
+    opts: &SessionOptions,
+    mode: Mode,
+    slots: usize,
+    measures: &[Measure],
+) -> Result<Object, AttachError> {
     let slots = slots.clamp(1, crate::bpf_abi::MAX_SLOTS) as u32;
     let mut builder = ObjectBuilder::default();
     let mut open = builder
@@ -946,8 +964,15 @@ fn load_object(opts: &SessionOptions, mode: Mode, slots: usize) -> Result<Object
             map.set_max_entries(n).map_err(AttachError::Open)?;
         }
     }
-    if matches!(mode, Mode::Multi { .. }) {
-        for mut prog in open.progs_mut() {
+    for mut prog in open.progs_mut() {
+        let needed = match prog.name().to_str() {
+            Some(ENTER | RETURN) => measures.contains(&Measure::Latency),
+            Some(COUNT) => measures.contains(&Measure::Count),
+            _ => true,
+        };
+        if !needed {
+            prog.set_autoload(false);
+        } else if matches!(mode, Mode::Multi { .. }) {
             prog.set_attach_type(ProgramAttachType::TraceUprobeMulti);
         }
     }

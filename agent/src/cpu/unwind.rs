@@ -70,21 +70,23 @@ impl UnwindTable {
         for (start, _end, offset, path) in maps.executable_regions() {
             files.entry(path).or_insert((start, offset));
         }
-        let mut rows = Vec::new();
         let mut modules = Vec::new();
+        // (first placed address, bias, the file's rows at bias 0)
+        let mut placed: Vec<(u64, u64, FileUnwind)> = Vec::new();
         for (path, (start, offset)) in files {
             let found = maps
                 .opened(path)
                 .map_err(str::to_string)
                 .and_then(|f| module_rows(&f.fd_path(), start, offset, cache));
             match found {
-                Ok(r) => {
+                Ok((bias, unwind)) => {
                     modules.push(ModuleUnwind {
                         path: path.to_string(),
-                        rows: r.len(),
+                        rows: unwind.rows.len(),
                         error: None,
                     });
-                    rows.extend(r);
+                    let first = unwind.rows.first().map_or(0, |r| r.addr.wrapping_add(bias));
+                    placed.push((first, bias, unwind));
                 }
                 Err(e) => modules.push(ModuleUnwind {
                     path: path.to_string(),
@@ -93,7 +95,18 @@ impl UnwindTable {
                 }),
             }
         }
-        rows.sort_by_key(|r| r.addr);
+        // Each file's rows are sorted and files do not overlap, so files in
+        // address order give sorted rows in one copy (175,000 rows for
+        // MariaDB: placing, appending and sorting them were ~4 copies).
+        placed.sort_unstable_by_key(|&(first, ..)| first);
+        let mut rows = Vec::with_capacity(placed.iter().map(|(.., u)| u.rows.len()).sum());
+        for (_, bias, unwind) in &placed {
+            unwind.place_into(*bias, &mut rows);
+        }
+        drop(placed);
+        if !rows.is_sorted_by_key(|r| r.addr) {
+            rows.sort_by_key(|r| r.addr);
+        }
         // Modules do not overlap, so equal addresses only come from one
         // file, where module_rows already resolved them.
         rows.dedup_by(|later, earlier| same_rule(later, earlier));
@@ -106,14 +119,14 @@ fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
     (a.cfa_off, a.rbp_off, a.cfa_reg, a.kind) == (b.cfa_off, b.rbp_off, b.cfa_reg, b.kind)
 }
 
-/// Rows of one file, at absolute addresses given where one of its
-/// executable mappings starts and which file offset it maps.
+/// Rows of one file, with the bias that places them where one of its
+/// executable mappings starts (mapping that file offset).
 fn module_rows(
     path: &Path,
     map_start: u64,
     map_offset: u64,
     cache: &UnwindCache,
-) -> Result<Vec<UnwindRow>, String> {
+) -> Result<(u64, FileUnwind), String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let unwind = match cache.load(&file) {
         Some(kept) => kept,
@@ -127,7 +140,7 @@ fn module_rows(
     let bias = unwind
         .bias(map_start, map_offset)
         .ok_or("no executable segment holds the mapped offset")?;
-    Ok(unwind.placed(bias))
+    Ok((bias, unwind))
 }
 
 /// Rows of one file at its link-time addresses, with its executable

@@ -57,15 +57,12 @@ impl FileUnwind {
         Some(map_start.wrapping_sub(vaddr))
     }
 
-    /// The rows at the addresses of a mapping with `bias`.
-    pub fn placed(&self, bias: u64) -> Vec<UnwindRow> {
-        self.rows
-            .iter()
-            .map(|r| UnwindRow {
-                addr: r.addr.wrapping_add(bias),
-                ..*r
-            })
-            .collect()
+    /// Appends the rows at the addresses of a mapping with `bias`.
+    pub fn place_into(&self, bias: u64, out: &mut Vec<UnwindRow>) {
+        out.extend(self.rows.iter().map(|r| UnwindRow {
+            addr: r.addr.wrapping_add(bias),
+            ..*r
+        }));
     }
 }
 
@@ -226,7 +223,9 @@ mod tests {
         // 0x1000) mapped there.
         let bias = u.bias(0x5555_0000_1000, 0x1000).unwrap();
         assert_eq!(bias, 0x5555_0000_0000);
-        assert_eq!(u.placed(bias)[0].addr, 0x5555_0000_1000);
+        let mut placed = Vec::new();
+        u.place_into(bias, &mut placed);
+        assert_eq!(placed[0].addr, 0x5555_0000_1000);
         // An offset no executable segment holds.
         assert_eq!(u.bias(0x7000, 0x9000), None);
     }
