@@ -284,9 +284,10 @@ fn convert<R: gimli::Reader>(
     }
 }
 
-/// The rule binutils writes for every lazy-binding PLT entry, CFA = rsp + 8
-/// + ((rip & 15) >= N ? 8 : 0): a sample inside the entry, after its `push`,
-/// has one more word on the stack. Returns N; any other expression is None.
+/// The rule binutils writes for every lazy-binding PLT entry: CFA is
+/// rsp plus 8, plus 8 more once (rip & 15) >= N, i.e. a sample inside the
+/// entry after its `push` has one more word on the stack. Returns N; any
+/// other expression is None.
 fn plt_threshold(expr: &[u8]) -> Option<u8> {
     use gimli::constants::*;
     let [b7, 8, b16, 0, l15, and, lit, ge, l3, shl, plus] = *expr else {
