@@ -61,6 +61,9 @@ attached (`attach`, from polling the agent's fd table and fdinfo every 20 ms,
 so innoprof's calibration on its own functions is not counted), SIGINT → no
 uprobe perf event or BPF link fd left (`detach`), SIGINT → exited (`stop`,
 includes writing the bundle).
+The host's idle share of CPU time over the same seconds (/proc/stat, the
+phase and its baselines): 0 % means saturated, where innoprof's per-hit
+estimate is a lower bound (README).
 
 Writes bench.json (every phase, every pair, the summary) and bench.svg into
 --out and prints a plain table on stdout.
@@ -129,6 +132,13 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def host_cpu_ticks():
+    """(total, idle + iowait) ticks of all CPUs since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:9]]
+    return sum(fields), fields[3] + fields[4]
 
 
 def link_fds(pid):
@@ -240,7 +250,7 @@ class Sysbench:
                 cpu = None
             with self.cond:
                 self.samples.append((now, int(m.group(1)), float(m.group(2)), float(m.group(3)),
-                                     float(m.group(4)), cpu, unix))
+                                     float(m.group(4)), cpu, unix, host_cpu_ticks()))
                 self.cond.notify_all()
 
     def wait_for(self, n, timeout):
@@ -285,7 +295,10 @@ def measure(sb, settle, seconds):
             "err_per_s": sum(r[4] for r in window) / len(window),
             "server_cpu_pct_of_core": cpu / wall * 100,
             "server_cpu_us_per_txn": cpu * 1e6 / max(txns, 1), "wall_s": wall,
-            "t0": s[base][0], "t1": s[last][0], "unix0": s[base][6], "unix1": s[last][6]}
+            "t0": s[base][0], "t1": s[last][0], "unix0": s[base][6], "unix1": s[last][6],
+            # The host's idle share of CPU time: 0 when saturated (innoprof's
+            # per-hit estimate holds with CPU to spare, see README).
+            "host_idle_pct": (s[last][7][1] - s[base][7][1]) * 100 / max(1, s[last][7][0] - s[base][7][0])}
 
 
 class Agent:
@@ -542,6 +555,7 @@ def bench_combo(server, server_pid, dirname, workload, configs, args, rng, innop
                    if sw_info.get("innoprof_window_pct_of_core") is not None else "")
                 + (f", {sw_info['governor_switches']} governor switches"
                    if sw_info.get("governor_switches") else "")
+                + f", host {t['host_idle_pct']:.0f} % idle"
                 + (f", start {sw_info['start_s']:.2f} s, stop {sw_info['stop_s']:.2f} s"))
     finally:
         if state is not None:  # interrupted mid-phase: detach, or restore performance_schema
@@ -577,6 +591,8 @@ def pairs_of(phases):
             "measured_cost_pct_of_core": (t["server_cpu_us_per_txn"] - base_cpu) * 1e-6 * t["tps"] * 100,
             "innoprof_probes_pct_of_core": sw.get("innoprof_probes_pct_of_core"),
             "innoprof_window_pct_of_core": sw.get("innoprof_window_pct_of_core"),
+            "host_idle_pct": t["host_idle_pct"],
+            "baseline_host_idle_pct": (b0["host_idle_pct"] + b1["host_idle_pct"]) / 2,
             "innoprof_agent_cpu_pct_of_core": sw.get("innoprof_agent_cpu_pct_of_core"),
             "agent_cpu_pct_of_core": t.get("agent_cpu_pct_of_core"),
             "probes_sampled": sw.get("probes_sampled"), "probes_attached": sw.get("probes_attached"),
@@ -622,7 +638,7 @@ def summarise(pairs, rng):
             row[k], row[k + "_lo"], row[k + "_hi"] = bootstrap_median([p[k] for p in ps], rng)
         for k in ("innoprof_probes_pct_of_core", "innoprof_window_pct_of_core", "innoprof_seen_pct_of_core",
                   "innoprof_agent_cpu_pct_of_core", "agent_cpu_pct_of_core",
-                  "probes_sampled", "probes_attached", "start_s", "attach_s", "detach_s", "stop_s"):
+                  "probes_sampled", "probes_attached", "host_idle_pct", "baseline_host_idle_pct", "start_s", "attach_s", "detach_s", "stop_s"):
             xs = [p[k] for p in ps if p.get(k) is not None]
             row[k] = statistics.median(xs) if xs else None
         # Item 9: innoprof's estimate against the measured change, over the
@@ -687,7 +703,7 @@ def fmt(v, spec, none="-"):
 def table(rows, meta):
     head = ["server", "workload", "config", "pairs", "tps", "tps ratio [95% CI]", "CPU/txn us",
             "CPU/txn ratio [95% CI]", "measured cost %core [95% CI]", "innoprof est %core (window/whole)",
-            "est/measured", "agent %core (window/summary)", "sampled", "start s", "attach s", "detach s",
+            "est/measured", "host idle % (phase/baselines)", "agent %core (window/summary)", "sampled", "start s", "attach s", "detach s",
             "stop s", "targets (tps/cpu by the 95 % intervals; estimate by the medians)"]
     out = [f"{meta['threads']} sysbench threads, one continuous run per server and workload; "
            f"{meta['pairs']} pairs per configuration, phases of {meta['phase']} one-second reports after "
@@ -702,7 +718,8 @@ def table(rows, meta):
             ci("tps_ratio", ".3f"), f"{r['cpu_us_per_txn']:.0f}", ci("cpu_per_txn_ratio", ".3f"),
             ci("measured_cost_pct_of_core", ".2f"),
             f"{fmt(r['innoprof_window_pct_of_core'], '.2f')}/{fmt(r['innoprof_probes_pct_of_core'], '.2f')}",
-            fmt(r["estimate_over_measured"], ".2f"), agent, fmt(r["probes_sampled"], ".0f"),
+            fmt(r["estimate_over_measured"], ".2f"),
+            f"{fmt(r['host_idle_pct'], '.0f')}/{fmt(r['baseline_host_idle_pct'], '.0f')}", agent, fmt(r["probes_sampled"], ".0f"),
             fmt(r["start_s"], ".2f"), fmt(r["attach_s"], ".2f"), fmt(r["detach_s"], ".2f"),
             fmt(r["stop_s"], ".2f"), r.get("target", "-")])
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]

@@ -38,6 +38,7 @@ pub mod findings;
 pub mod governor;
 pub mod histogram;
 pub mod hitcost_cache;
+pub mod host_idle;
 pub mod inflated_debug;
 pub mod inspect;
 pub mod kept_functions;

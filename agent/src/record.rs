@@ -313,6 +313,10 @@ pub struct Recorder {
     /// off and on again on a period (the benchmark's switching cost).
     bench_toggle: Option<crate::bench_toggle::Toggle>,
     agent_cpu_at_start: Duration,
+    /// The host's CPU times when the probes were attached, and when
+    /// detaching began (see `host_idle`).
+    host_cpu_at_start: Option<crate::host_idle::CpuTimes>,
+    host_cpu_at_end: Option<crate::host_idle::CpuTimes>,
     /// The in-memory counters, read at start and end (see `memcounters`).
     counters: CounterRecorder,
 }
@@ -367,6 +371,7 @@ impl Recorder {
             .unwrap_or(0);
         let counters = CounterRecorder::start(plan.target.pid, &plan.image, &plan.counters);
         let started = Instant::now();
+        let host_cpu_at_start = crate::host_idle::CpuTimes::now();
         let cost = session
             .as_ref()
             .map(|s| crate::cost::LiveCost::new(hit_cost, s.run_stats()));
@@ -406,6 +411,8 @@ impl Recorder {
             alarm_armed_for: 0,
             bench_toggle,
             agent_cpu_at_start,
+            host_cpu_at_start,
+            host_cpu_at_end: None,
             counters,
         })
     }
@@ -724,7 +731,7 @@ impl Recorder {
     }
 
     pub fn detach_probes(&mut self) {
-        self.detached_at.get_or_insert_with(Instant::now);
+        self.mark_window_end();
         self.counters.finish();
         if let Some(session) = self.session.as_mut() {
             session.detach();
@@ -773,6 +780,16 @@ impl Recorder {
         self.window_end().saturating_duration_since(self.started)
     }
 
+    /// The watched window ends now, unless it ended already: when
+    /// detaching begins.
+    fn mark_window_end(&mut self) -> Instant {
+        if self.detached_at.is_none() {
+            self.detached_at = Some(Instant::now());
+            self.host_cpu_at_end = crate::host_idle::CpuTimes::now();
+        }
+        self.detached_at.expect("just set")
+    }
+
     fn window_end(&self) -> Instant {
         self.detached_at.unwrap_or_else(Instant::now)
     }
@@ -783,7 +800,7 @@ impl Recorder {
 
     /// Detaches every probe, reads the maps, and builds the results.
     pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
-        let ended = *self.detached_at.get_or_insert_with(Instant::now);
+        let ended = self.mark_window_end();
         let duration_s = ended.saturating_duration_since(self.started).as_secs_f64();
         let counters = self.counters.results();
         // Detach first: maps read while probes still fire would disagree
@@ -834,6 +851,10 @@ impl Recorder {
             calibration_reused: self.calibration_reused.clone(),
             governor_errors: self.governor_errors.clone(),
             agent_cpu_at_start,
+            host_cpu_idle_pct: self
+                .host_cpu_at_start
+                .zip(self.host_cpu_at_end)
+                .and_then(|(start, end)| start.idle_pct_until(&end)),
             counters,
             started_unix_ms: self.started_unix_ms,
             duration_s,

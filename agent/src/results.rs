@@ -53,6 +53,8 @@ pub(crate) struct Finished<'a> {
     pub governor_errors: Vec<String>,
     /// innoprof's own CPU time when it started attaching.
     pub agent_cpu_at_start: Duration,
+    /// The host's idle share of CPU time over the recording, in %.
+    pub host_cpu_idle_pct: Option<f64>,
     pub counters: Vec<CounterResult>,
     pub started_unix_ms: u128,
     pub duration_s: f64,
@@ -74,6 +76,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         calibration_reused,
         governor_errors,
         agent_cpu_at_start,
+        host_cpu_idle_pct,
         counters,
         started_unix_ms,
         duration_s,
@@ -281,6 +284,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
         probes_pct_of_core: probes_cost_pct,
         cpu_profiler_pct_of_core: cpu.as_ref().and_then(|c| c.summary.program_pct_of_core()),
+        host_cpu_idle_pct,
         agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
         agent_max_rss_kb: own_max_rss_kb(),
         governor_errors,

@@ -116,6 +116,13 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         let samples = seen.iter().flatten().map(|s| s.samples).sum();
         SampledCost::new(samples, first.frequency_hz, watched)
     });
+    // Only where both segments have it: a share of one segment's time
+    // is not a share of both.
+    overhead.host_cpu_idle_pct = sa
+        .overhead
+        .host_cpu_idle_pct
+        .zip(sb.overhead.host_cpu_idle_pct)
+        .map(|(x, y)| weight(x, y));
     overhead.agent_cpu_pct_of_core = weight(
         sa.overhead.agent_cpu_pct_of_core,
         sb.overhead.agent_cpu_pct_of_core,

@@ -457,6 +457,17 @@ fn mariadb_all_probes_under_the_default_budget() {
         text.contains("overhead: probe hits cost the server"),
         "{text}"
     );
+    // The host's idle share over the recording (/proc/stat), and the
+    // estimate called a lower bound exactly when it says saturated.
+    let idle = o
+        .host_cpu_idle_pct
+        .expect("host_cpu_idle_pct in summary.json");
+    assert!((0.0..=100.0).contains(&idle), "{idle}");
+    assert_eq!(
+        text.contains("so the estimate above is a lower bound"),
+        idle < innoprof::host_idle::SATURATED_BELOW_PCT,
+        "{idle} % idle:\n{text}"
+    );
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }

@@ -129,6 +129,13 @@ pub struct OverheadSummary {
     /// for probe hits. None without CPU profiling or run statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_profiler_pct_of_core: Option<f64>,
+    /// The host's idle share of all CPUs' time over the recording, in %
+    /// (`/proc/stat`). Below [`crate::host_idle::SATURATED_BELOW_PCT`] the
+    /// host was saturated and `probes_pct_of_core` is a lower bound: the
+    /// server paid more, in costs no per-hit model sees. None where
+    /// `/proc/stat` could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu_idle_pct: Option<f64>,
     /// innoprof's own CPU (user + system) over the recording.
     pub agent_cpu_pct_of_core: f64,
     pub agent_max_rss_kb: u64,

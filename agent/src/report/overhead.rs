@@ -19,6 +19,9 @@ pub fn render(summary: &Summary) -> String {
         o.agent_cpu_pct_of_core,
         o.agent_max_rss_kb / 1024,
     );
+    if let Some(line) = saturation_line(o) {
+        out.push_str(&format!("  {line}\n"));
+    }
     if let Some(seen) = &o.probes_seen_in_samples {
         out.push_str(&format!(
             "  seen in the CPU samples: {:.2}% of one core [{:.2}, {:.2}] ({} samples in the kernel's uprobe handling)\n",
@@ -68,6 +71,17 @@ pub fn render(summary: &Summary) -> String {
         out.push_str(&format!("governor: {e}\n"));
     }
     out
+}
+
+/// Said when the host had no CPU to spare while probes were hit: the
+/// per-hit estimate is then a lower bound (see `host_idle`).
+pub fn saturation_line(o: &super::model::OverheadSummary) -> Option<String> {
+    let idle = o.host_cpu_idle_pct?;
+    (idle < crate::host_idle::SATURATED_BELOW_PCT && o.probes_pct_of_core > 0.0).then(|| {
+        format!(
+            "the host's CPUs were {idle:.1}% idle: saturated, so the estimate above is a lower bound; on a saturated host the server paid 1.3-1.9x it in this project's benchmark (README)"
+        )
+    })
 }
 
 /// What the CPU profiler's BPF programs cost, as the kernel measured them,
@@ -204,5 +218,27 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
         total_ns: probes.iter().map(|p| p.estimated_ns).sum(),
         probes_pct_of_core: summary.overhead.probes_pct_of_core,
         probes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::OverheadSummary;
+
+    #[test]
+    fn a_saturated_host_makes_the_estimate_a_lower_bound() {
+        let o = |idle, probes| OverheadSummary {
+            host_cpu_idle_pct: idle,
+            probes_pct_of_core: probes,
+            ..OverheadSummary::default()
+        };
+        let line = saturation_line(&o(Some(0.4), 12.0)).expect("saturated");
+        assert!(line.contains("0.4% idle"), "{line}");
+        assert!(line.contains("lower bound"), "{line}");
+        // CPU to spare, no probe hits, or no figures: nothing to say.
+        assert_eq!(saturation_line(&o(Some(30.0), 12.0)), None);
+        assert_eq!(saturation_line(&o(Some(0.4), 0.0)), None);
+        assert_eq!(saturation_line(&o(None, 12.0)), None);
     }
 }

@@ -109,6 +109,9 @@ fn about(page: &Page) -> Markup {
                     (units::ns(m.overhead.total_ns)) " of server CPU in probe hits, "
                     (format!("{:.2}", m.overhead.probes_pct_of_core)) " % of one CPU"
                     @if !m.overhead.calibrated { span.note { " — " (m.overhead.method) } }
+                    @if let Some(line) = crate::report::overhead::saturation_line(&s.overhead) {
+                        br; span.note { (line) }
+                    }
                 } }
                 @if let Some(seen) = &s.overhead.probes_seen_in_samples {
                     tr { th { "overhead (CPU samples)" } td {
