@@ -26,7 +26,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gimli::{AttributeValue, DebugInfoOffset, UnitOffset};
 use object::{Object, ObjectSection};
@@ -904,92 +904,104 @@ impl<'a> InlinedFunctions<'a> {
     }
 }
 
-/// One sequence of a line program: [start, end), its rows as (address,
-/// file index, line).
-type Sequence = (u64, u64, Vec<(u64, u64, u32)>);
-
-/// The rows of a unit's line program, of the sequences that hold an
-/// address asked for (blazesym keeps every sequence; the lookup is the same).
-struct Lines {
-    files: Vec<PathBuf>,
-    /// By start.
-    sequences: Vec<Sequence>,
+/// The line rows at the addresses asked for, read in one pass over the
+/// unit's line program (blazesym keeps every sequence and searches it; the
+/// row found is the same: in the sequence holding the address, the last
+/// row at or before it, the last of several rows at one address). The
+/// file names are rendered only for the rows and inlined calls that use
+/// them: a C++ unit's file table names hundreds of headers, and rendering
+/// them all was a third of the end's line-table time.
+struct Lines<'u, 'a> {
+    unit: gimli::UnitRef<'u, Reader<'a>>,
+    header: Option<gimli::LineProgramHeader<Reader<'a>>>,
+    /// Address asked for → (file index, line; 0 for none).
+    found: HashMap<u64, (u64, u32)>,
+    /// File index → its rendered path (None: not renderable).
+    files: std::cell::RefCell<HashMap<u64, Option<PathBuf>>>,
 }
 
-impl Lines {
-    fn parse<'a>(unit: gimli::UnitRef<'_, Reader<'a>>, addrs: &[u64]) -> Result<Self, NotCovered> {
+impl<'u, 'a> Lines<'u, 'a> {
+    /// `addrs` sorted.
+    fn parse(unit: gimli::UnitRef<'u, Reader<'a>>, addrs: &[u64]) -> Result<Self, NotCovered> {
+        let mut found = HashMap::new();
         let Some(program) = unit.line_program.clone() else {
             return Ok(Self {
-                files: Vec::new(),
-                sequences: Vec::new(),
+                unit,
+                header: None,
+                found,
+                files: Default::default(),
             });
         };
         let mut rows = program.rows();
-        let mut sequences = Vec::new();
-        let mut current: Vec<(u64, u64, u32)> = Vec::new();
-        while let Some((_, row)) = rows.next_row()? {
-            if row.end_sequence() {
-                if let Some(&(start, _, _)) = current.first() {
-                    let end = row.address();
-                    let from = addrs.partition_point(|&a| a < start);
-                    if addrs.get(from).is_some_and(|&a| a < end) {
-                        sequences.push((start, end, std::mem::take(&mut current)));
-                    }
+        // The current sequence: its row before the one being read, and the
+        // first address asked for not yet given a row.
+        let mut prev: Option<(u64, u64, u32)> = None;
+        let mut next = 0;
+        // Addresses in [from, to) get `row`'s file and line.
+        let mut give = |from: u64, to: u64, next: &mut usize, (file, line): (u64, u32)| {
+            while let Some(&a) = addrs.get(*next) {
+                if a >= to {
+                    break;
                 }
-                current.clear();
+                if a >= from {
+                    // Overlapping sequences (not in well-formed DWARF):
+                    // the first read keeps the address.
+                    found.entry(a).or_insert((file, line));
+                }
+                *next += 1;
+            }
+        };
+        while let Some((_, row)) = rows.next_row()? {
+            let address = row.address();
+            if row.end_sequence() {
+                if let Some((at, file, line)) = prev.take() {
+                    give(at, address, &mut next, (file, line));
+                }
                 continue;
             }
             let line = row.line().map_or(0, |l| l.get() as u32);
-            let (address, file) = (row.address(), row.file_index());
-            match current.last_mut() {
-                Some(last) if last.0 == address => *last = (address, file, line),
-                _ => current.push((address, file, line)),
+            let file = row.file_index();
+            match prev {
+                // A new sequence: its first address asked for.
+                None => next = addrs.partition_point(|&a| a < address),
+                Some((at, pfile, pline)) if address > at => {
+                    give(at, address, &mut next, (pfile, pline));
+                }
+                // The same address again (the last row there counts), or
+                // one going back (malformed: not given anything).
+                Some(_) => {}
             }
+            prev = Some((address, file, line));
         }
-        sequences.sort_unstable_by_key(|&(start, _, _)| start);
-        let header = rows.header();
-        let mut files = vec![match header.file(0) {
-            Some(f) => render_file(unit, f, header)?,
-            // DWARF 4 and earlier may have no file 0.
-            None => PathBuf::new(),
-        }];
-        let mut index = 1;
-        while let Some(f) = header.file(index) {
-            files.push(render_file(unit, f, header)?);
-            index += 1;
-        }
-        Ok(Self { files, sequences })
+        Ok(Self {
+            unit,
+            header: Some(rows.header().clone()),
+            found,
+            files: Default::default(),
+        })
     }
 
-    /// blazesym's `Lines::find_location`.
+    /// The row at `probe`, which must be one of the addresses parsed for.
     fn at(&self, probe: u64) -> Option<CodeLine> {
-        let seq = self
-            .sequences
-            .binary_search_by(|&(start, end, _)| {
-                if probe < start {
-                    Ordering::Greater
-                } else if probe >= end {
-                    Ordering::Less
-                } else {
-                    Ordering::Equal
-                }
-            })
-            .ok()?;
-        let rows = &self.sequences[seq].2;
-        let i = match rows.binary_search_by(|r| r.0.cmp(&probe)) {
-            Ok(i) => i,
-            Err(0) => return None,
-            Err(i) => i - 1,
-        };
-        let (_, file, line) = rows[i];
+        let &(file, line) = self.found.get(&probe)?;
         Some(CodeLine {
-            path: self.files.get(file as usize)?.clone(),
+            path: self.file(file)?,
             line: (line != 0).then_some(line),
         })
     }
 
-    fn file(&self, index: u64) -> Option<&Path> {
-        self.files.get(index as usize).map(PathBuf::as_path)
+    fn file(&self, index: u64) -> Option<PathBuf> {
+        let header = self.header.as_ref()?;
+        self.files
+            .borrow_mut()
+            .entry(index)
+            .or_insert_with(|| match header.file(index) {
+                Some(f) => render_file(self.unit, f, header).ok(),
+                // DWARF 4 and earlier may have no file 0.
+                None if index == 0 => Some(PathBuf::new()),
+                None => None,
+            })
+            .clone()
     }
 }
 
@@ -1030,7 +1042,7 @@ fn frames_at<'a>(
         let mut code = match call.call_file {
             Some(f) => Some(CodeLine {
                 // An invalid index: blazesym warns and gives no line.
-                path: lines.file(f).ok_or(NotCovered)?.to_path_buf(),
+                path: lines.file(f).ok_or(NotCovered)?,
                 line: Some(call.call_line),
             }),
             None => None,
