@@ -223,6 +223,7 @@ pub fn cpu_hot_path(shifts: &[CpuShift]) -> Option<Finding> {
                 .into(),
         ],
         weight: points / 100.0,
+        explained_by: None,
     })
 }
 
@@ -312,6 +313,7 @@ fn settings_changed(baseline: &Summary, incident: &Summary) -> Option<Finding> {
         // Not a share of server time: it ranks after measured findings of
         // the same severity.
         weight: 0.0,
+        explained_by: None,
     })
 }
 

@@ -70,22 +70,47 @@ pub struct Finding {
     /// of waiting, or the fraction of CPU samples. Ranks findings of one
     /// severity.
     pub weight: f64,
+    /// The rule of another finding of this recording that causes this one
+    /// (page-latch waits while readers walk undo chains holding the page's
+    /// latch): ranked right after it, whatever the weights say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explained_by: Option<String>,
 }
 
 /// Every rule's finding on `summary`, most severe and heaviest first.
 pub fn evaluate(summary: &Summary) -> Vec<Finding> {
     let mut found: Vec<Finding> = rules::ALL.iter().filter_map(|rule| rule(summary)).collect();
+    // A consequence names its cause only when the cause fired too.
+    let rules: Vec<String> = found.iter().map(|f| f.rule.clone()).collect();
+    for f in &mut found {
+        if f.explained_by.as_ref().is_some_and(|c| !rules.contains(c)) {
+            f.explained_by = None;
+        }
+    }
     rank(&mut found);
     found
 }
 
-fn rank(found: &mut [Finding]) {
+fn rank(found: &mut Vec<Finding>) {
     found.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
             .then(b.weight.total_cmp(&a.weight))
             .then_with(|| a.rule.cmp(&b.rule))
     });
+    // Each consequence right after its cause: the cause is what to act on.
+    let mut i = 0;
+    while i < found.len() {
+        let cause = found[i].explained_by.clone();
+        match cause.and_then(|c| found.iter().position(|f| f.rule == c)) {
+            Some(at) if at > i => {
+                let f = found.remove(i);
+                // `at` moved down by one with the removal.
+                found.insert(at, f);
+            }
+            _ => i += 1,
+        }
+    }
 }
 
 /// The findings as the text summary's first lines.

@@ -188,6 +188,7 @@ fn ranking_is_severity_then_weight() {
         cause: String::new(),
         next: vec![],
         weight,
+        explained_by: None,
     };
     let mut all = vec![
         f("a", Severity::Info, 9.0),
@@ -204,6 +205,20 @@ fn ranking_is_severity_then_weight() {
         "findings: none (no rule fired; see the tables below)\n"
     );
     assert_eq!(thousands(1234567.0), "1,234,567");
+
+    // A consequence comes right after its cause, whatever its weight.
+    let mut all = vec![
+        Finding {
+            explained_by: Some("cause".into()),
+            ..f("effect", Severity::Critical, 0.9)
+        },
+        f("other", Severity::Critical, 0.5),
+        f("cause", Severity::Critical, 0.2),
+        f("minor", Severity::Warning, 3.0),
+    ];
+    rank(&mut all);
+    let order: Vec<&str> = all.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(order, ["other", "cause", "effect", "minor"]);
 }
 
 /// A recording's server state with these variables and a status counter

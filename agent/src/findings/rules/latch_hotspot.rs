@@ -108,6 +108,23 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "callsites".into(),
         });
     }
+    // A reader rebuilding old row versions holds the row's page latch
+    // while it walks the undo chain (row_search_mvcc keeps the page
+    // latched): waits on a buffer page's latch are then the walk's
+    // consequence (seen in the S1 incident on MySQL 5.6.24: 0.57 threads
+    // waiting on a buf_block latch ranked above the walk itself).
+    let page_latch = latch
+        .trim_start_matches("created in ")
+        .to_ascii_lowercase()
+        .starts_with("buf_block");
+    let explained_by = (page_latch && super::many_row_versions::check(s).is_some())
+        .then(|| super::many_row_versions::RULE.to_string());
+    if explained_by.is_some() {
+        evidence.push(Evidence {
+            text: "readers rebuilding old row versions hold their page's latch while they walk the undo log (see the old row versions finding): these waits follow from it".into(),
+            anchor: "findings".into(),
+        });
+    }
     let what = protects(latch)
         .map(|w| format!("it protects {w}"))
         .unwrap_or_else(|| {
@@ -124,5 +141,6 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             "Compare SHOW ENGINE INNODB STATUS's SEMAPHORES section, which lists the same waits as they happen.".into(),
         ],
         weight: waiting,
+        explained_by,
     })
 }

@@ -10,6 +10,8 @@ use crate::findings::{
 use crate::report::model::Summary;
 use crate::server_state::HolderEvidence;
 
+/// This rule's name.
+pub(super) const RULE: &str = "many_row_versions";
 const UNDO: &str = "innodb.undo.prev_version";
 const CONSISTENT_READ: &str = "innodb.row_vers.consistent_read";
 /// Functions of the walk, for their share of CPU samples.
@@ -156,7 +158,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         ));
     }
     Some(Finding {
-        rule: "many_row_versions".into(),
+        rule: RULE.into(),
         severity,
         title,
         evidence,
@@ -167,6 +169,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             "Commit or end that transaction (or KILL its thread id); keep snapshots short, or read at READ COMMITTED where the application allows.".into(),
         ]).collect(),
         weight: cpu.unwrap_or(rate * WALK_COST_S),
+        explained_by: None,
     })
 }
 

@@ -88,6 +88,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         // The CPU it was seen to take, else a small weight: a warning of
         // cost not measured here ranks below measured ones.
         weight: cpu.unwrap_or(0.0).max(1e-4),
+        explained_by: None,
     })
 }
 

@@ -78,5 +78,6 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             "Put the redo log on a faster device, or group commits (fewer, larger transactions).".into(),
         ],
         weight: waiting.unwrap_or(0.0),
+        explained_by: None,
     })
 }

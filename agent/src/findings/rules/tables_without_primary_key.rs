@@ -105,5 +105,6 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         cause: "InnoDB clusters every table by its primary key; a table without one (and without a NOT NULL UNIQUE key) gets a hidden 6-byte DB_ROW_ID from one server-wide counter, allocated under dict_sys->mutex on every insert, so concurrent inserts into such tables serialise on that mutex.".into(),
         next,
         weight: waiting.unwrap_or(0.0).max(rate * 1e-7),
+        explained_by: None,
     })
 }
