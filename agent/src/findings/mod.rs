@@ -79,14 +79,9 @@ pub struct Finding {
 
 /// Every rule's finding on `summary`, most severe and heaviest first.
 pub fn evaluate(summary: &Summary) -> Vec<Finding> {
+    // A rule names a cause only when that cause's rule fires on the same
+    // recording (see latch_hotspot).
     let mut found: Vec<Finding> = rules::ALL.iter().filter_map(|rule| rule(summary)).collect();
-    // A consequence names its cause only when the cause fired too.
-    let rules: Vec<String> = found.iter().map(|f| f.rule.clone()).collect();
-    for f in &mut found {
-        if f.explained_by.as_ref().is_some_and(|c| !rules.contains(c)) {
-            f.explained_by = None;
-        }
-    }
     rank(&mut found);
     found
 }
@@ -99,17 +94,24 @@ fn rank(found: &mut Vec<Finding>) {
             .then_with(|| a.rule.cmp(&b.rule))
     });
     // Each consequence right after its cause: the cause is what to act on.
-    let mut i = 0;
-    while i < found.len() {
-        let cause = found[i].explained_by.clone();
-        match cause.and_then(|c| found.iter().position(|f| f.rule == c)) {
-            Some(at) if at > i => {
-                let f = found.remove(i);
-                // `at` moved down by one with the removal.
-                found.insert(at, f);
-            }
-            _ => i += 1,
-        }
+    // One pass over the ranked order, so a cause that is itself explained
+    // (or a cycle) cannot reorder forever: such findings keep their rank.
+    let placed_after_cause = |f: &Finding, all: &[Finding]| {
+        f.explained_by
+            .as_ref()
+            .is_some_and(|c| all.iter().any(|g| &g.rule == c && g.explained_by.is_none()))
+    };
+    let ranked = std::mem::take(found);
+    for f in ranked.iter().filter(|f| !placed_after_cause(f, &ranked)) {
+        found.push(f.clone());
+        found.extend(
+            ranked
+                .iter()
+                .filter(|g| {
+                    g.explained_by.as_ref() == Some(&f.rule) && placed_after_cause(g, &ranked)
+                })
+                .cloned(),
+        );
     }
 }
 

@@ -219,6 +219,21 @@ fn ranking_is_severity_then_weight() {
     rank(&mut all);
     let order: Vec<&str> = all.iter().map(|f| f.rule.as_str()).collect();
     assert_eq!(order, ["other", "cause", "effect", "minor"]);
+
+    // Findings naming each other keep their ranked order (no endless moves).
+    let mut all = vec![
+        Finding {
+            explained_by: Some("y".into()),
+            ..f("x", Severity::Critical, 0.9)
+        },
+        Finding {
+            explained_by: Some("x".into()),
+            ..f("y", Severity::Critical, 0.5)
+        },
+    ];
+    rank(&mut all);
+    let order: Vec<&str> = all.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(order, ["x", "y"]);
 }
 
 /// A recording's server state with these variables and a status counter
