@@ -24,11 +24,14 @@ one --warm-up recording (default 5 s; 0: none), as a DBA's first
 recording of a boot does; the rounds then measure recordings that find
 what an earlier one kept, as a DBA's later recordings do. With
 --cold-calibration every run passes `--recalibrate` (each pays for
-measuring its hit cost).
+measuring its hit cost). With --cold every run gets an empty directory of
+its own, as the first recording of a boot finds /run/innoprof: it pays
+for the calibration and for building everything later recordings reuse
+(no calibrate and no warm-up run then).
 
 Usage: scripts/agentcost.py [--server mariadb-10.2.11] [--workload oltp_read_write]
                             [--duration 30] [--runs 5] [--bin NAME=PATH ...]
-                            [--args "--probes default"] [--seed N] [--out agentcost-out]
+                            [--args "--probes default"] [--cold] [--seed N] [--out agentcost-out]
 """
 
 import argparse
@@ -98,6 +101,8 @@ def main():
     ap.add_argument("--args", default="", help="extra `innoprof record` arguments, one shell-quoted string")
     ap.add_argument("--cold-calibration", action="store_true",
                     help="every run measures its hit cost (the per-boot cache is bypassed)")
+    ap.add_argument("--cold", action="store_true",
+                    help="every run starts with an empty per-boot directory (the first recording of a boot)")
     ap.add_argument("--warm-up", type=int, default=5, metavar="SECONDS",
                     help="one recording this long per binary before the rounds (0: none)")
     ap.add_argument("--seed", type=int, default=None)
@@ -130,6 +135,8 @@ def main():
         sb.wait_for(10, 70)
         n = 0
         for name, path in bins:
+            if args.cold:
+                break
             env = dict(os.environ, INNOPROF_RUN_DIR=run_dirs[name])
             if not args.cold_calibration:
                 subprocess.run([path, "calibrate"], check=True, capture_output=True, env=env)
@@ -141,7 +148,12 @@ def main():
             rng.shuffle(order)
             for name, path in order:
                 cold = ["--recalibrate"] if args.cold_calibration else []
-                res = run_once(path, server_pid, args.duration, extra + cold, workdir, n, run_dirs[name])
+                run_dir = run_dirs[name]
+                if args.cold:
+                    # Emptied, not replaced: the directory stays root's, 0700.
+                    for f in os.listdir(run_dir):
+                        os.remove(os.path.join(run_dir, f))
+                res = run_once(path, server_pid, args.duration, extra + cold, workdir, n, run_dir)
                 res["round"] = r
                 n += 1
                 runs[name].append(res)
@@ -160,7 +172,9 @@ def main():
     srng = random.Random(seed)
     rows = []
     lines = [f"{args.server} {args.workload}, {args.threads} sysbench threads; `innoprof record --duration "
-             f"{args.duration}s {args.args}`, {args.runs} runs per binary, interleaved; medians [95 % bootstrap]",
+             f"{args.duration}s {args.args}`, {args.runs} runs per binary, interleaved"
+             + (", each with an empty per-boot directory (first recording of a boot)" if args.cold else "")
+             + "; medians [95 % bootstrap]",
              "",
              "| binary | CPU s | % of a core over the recording | user s | sys s | peak RSS MiB | wall s |",
              "|---|---|---|---|---|---|---|"]
