@@ -10,7 +10,10 @@ One sysbench run (2 threads, `--report-interval=1`) runs without a break per
   all-off   innoprof record --probes all --no-cpu --max-overhead off (ungoverned)
   all-10    innoprof record --probes all --no-cpu --max-overhead 10 (governed at 10 % of a
             core: the governor samples stacks and cuts probes, at a cost this VM's noise
-            can resolve, unlike the 1 % default's)
+            can resolve, unlike the 1 % default's). Governed configs want phases
+            longer than the governor's 10 s window (--settle 12 --phase 8): it spends
+            the window's savings in the first seconds and little after, so a 2 s
+            settle measures the dark stretch, not the governed steady state
   all-20    the same at --max-overhead 20: below saturation (--rate) --probes all costs
             ~25-40 % of a core here, so the governor still cuts, and a 20 % spend stands
             clear of the ±5 % that twenty pairs leave
