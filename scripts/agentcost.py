@@ -134,9 +134,8 @@ def main():
         sb = bench.Sysbench(dirname, args.workload, args.threads, server_pid)
         sb.wait_for(10, 70)
         n = 0
-        for name, path in bins:
-            if args.cold:
-                break
+        # A cold run finds nothing kept: no calibration and no warm-up first.
+        for name, path in ([] if args.cold else bins):
             env = dict(os.environ, INNOPROF_RUN_DIR=run_dirs[name])
             if not args.cold_calibration:
                 subprocess.run([path, "calibrate"], check=True, capture_output=True, env=env)

@@ -79,8 +79,8 @@ extern "C" {
 /// a boot, part of that recording's cost (issue 12 item 8: <= 1 % of a core
 /// over 30 s): 2,000 and 300 calls in four probed variants took ~0.11 s of
 /// the child's ~0.13 s. Halving the calls widened the spread of 10 runs
-/// under sysbench by no more than the host's own swing (see the closing
-/// note of 2026-11-27: cv 9-11 % either way).
+/// under sysbench by no more than the host's own swing (cv 10-12 % either
+/// way, 2026-11-27).
 const CALLS_EMULATED: u64 = 1_000;
 const CALLS_STEPPED: u64 = 150;
 const ROUNDS: usize = 5;
@@ -294,7 +294,8 @@ pub fn measure_and_keep(capture_stacks: bool) -> Result<Calibration, CalibrateEr
     })
 }
 
-/// Measures the four costs (~0.05 s of CPU).
+/// Measures the four costs (~0.05 s of CPU in calls; the child's whole
+/// run ~0.08 s).
 pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     let exe = std::fs::read_link("/proc/self/exe").map_err(|source| ElfError::Read {
         path: "/proc/self/exe".into(),

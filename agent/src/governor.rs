@@ -509,7 +509,10 @@ impl Governor {
         let budget = self.cfg.budget_pct / 100.0;
         let ahead = self.cfg.horizon.as_secs_f64();
         let window = self.cfg.window.as_secs_f64();
-        let allowance = ((budget * (window + ahead) - (self.spent - spent_then)) / ahead).max(0.0);
+        // What the window can still pay for at once, and so per second over
+        // the next `horizon` (plus what the horizon itself brings).
+        let room = budget * window - (self.spent - spent_then);
+        let allowance = ((room + budget * ahead) / ahead).max(0.0);
         self.allowance = allowance;
 
         let demand: Vec<(f64, SlotCost)> = self
@@ -539,9 +542,9 @@ impl Governor {
         let min_on = self.cfg.min_on;
         let max_off = self.cfg.max_period.saturating_sub(min_on);
         let started = self.started;
-        // What the window can still pay for at once: a cut probe comes
-        // back for `min_on` only when its window fits in it.
-        let mut room = budget * window - (self.spent - spent_then);
+        // A cut probe comes back for `min_on` only when its window fits in
+        // the room left.
+        let mut room = room;
         let calm_tick = self.cfg.calm_tick;
         for (p, pl) in self.probes.iter_mut().zip(plans) {
             if pl.stack_every != p.stack_every {
