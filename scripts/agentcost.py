@@ -13,25 +13,30 @@ recording's --duration (issue 12's measure: "<= 1 % of a core averaged over
 a 30 s default recording", start-up and symbolization included) and of peak
 RSS; with two binaries, the median of their per-round ratio.
 
-Each binary keeps what innoprof keeps per boot (hit cost, unwind rows,
-the server's DWARF unit index and functions, the resolved probe set, the
-kernel's symbols) in a directory of its own (INNOPROF_RUN_DIR, a fresh
-/run/innoprof-agentcost-* removed at the end): what is kept holds for one
-innoprof binary, and two builds sharing /run/innoprof replaced each
-other's files, so before 2026-11-27 every run of a two-build comparison
-started cold. Before the rounds, each binary runs `innoprof calibrate` and
-one --warm-up recording (default 5 s; 0: none), as a DBA's first
-recording of a boot does; the rounds then measure recordings that find
-what an earlier one kept, as a DBA's later recordings do. With
+Each binary keeps what innoprof keeps in directories of its own: the
+per-boot one (hit cost, kernel's symbols; INNOPROF_RUN_DIR, a fresh
+/run/innoprof-agentcost-*) and the kept one (unwind rows, the server's
+DWARF unit index and functions, the inflated libc debug copy, the
+resolved probe set; INNOPROF_CACHE_DIR, a fresh
+/var/tmp/innoprof-agentcost-kept-*), both removed at the end: what is kept
+holds for one innoprof binary, and two builds sharing a directory replace
+each other's files. Before the rounds, each binary runs `innoprof
+calibrate` and one --warm-up recording (default 5 s; 0: none), as a DBA's
+first recording does; the rounds then measure recordings that find what
+an earlier one kept, as a DBA's later recordings do. With
 --cold-calibration every run passes `--recalibrate` (each pays for
-measuring its hit cost). With --cold every run gets an empty directory of
-its own, as the first recording of a boot finds /run/innoprof: it pays
-for the calibration and for building everything later recordings reuse
-(no calibrate and no warm-up run then).
+measuring its hit cost). With --cold every run finds an empty per-boot
+directory, as the first recording after a reboot finds /run/innoprof: it
+pays for the calibration and the kernel's symbols, and finds the kept
+directory as the warm-up left it (builds that keep everything per boot,
+before 2026-11-27's kept directory, find nothing). With --first both
+directories are empty at every run, as for the first recording ever of
+this server by this innoprof binary (no calibrate and no warm-up run).
 
 Usage: scripts/agentcost.py [--server mariadb-10.2.11] [--workload oltp_read_write]
                             [--duration 30] [--runs 5] [--bin NAME=PATH ...]
-                            [--args "--probes default"] [--cold] [--seed N] [--out agentcost-out]
+                            [--args "--probes default"] [--cold | --first] [--seed N]
+                            [--out agentcost-out]
 """
 
 import argparse
@@ -55,13 +60,13 @@ def log(msg):
     print(f"agentcost: {msg}", file=sys.stderr, flush=True)
 
 
-def run_once(binary, server_pid, duration, extra, workdir, n, run_dir):
+def run_once(binary, server_pid, duration, extra, workdir, n, dirs):
     out = os.path.join(workdir, f"rec-{n}")
     cmd = [binary, "record", "--pid", str(server_pid), "--duration", f"{duration}s", "--out", out] + extra
     t0 = time.monotonic()
     # stderr to a file, not a pipe: wait4 must not wait on a full pipe.
     with tempfile.TemporaryFile(mode="w+") as err:
-        env = dict(os.environ, INNOPROF_RUN_DIR=run_dir)
+        env = dict(os.environ, INNOPROF_RUN_DIR=dirs[0], INNOPROF_CACHE_DIR=dirs[1])
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.monotonic() - t0
@@ -103,6 +108,9 @@ def main():
                     help="every run measures its hit cost (the per-boot cache is bypassed)")
     ap.add_argument("--cold", action="store_true",
                     help="every run starts with an empty per-boot directory (the first recording of a boot)")
+    ap.add_argument("--first", action="store_true",
+                    help="every run starts with empty per-boot and kept directories "
+                         "(the first recording ever of this server by this binary)")
     ap.add_argument("--warm-up", type=int, default=5, metavar="SECONDS",
                     help="one recording this long per binary before the rounds (0: none)")
     ap.add_argument("--seed", type=int, default=None)
@@ -116,6 +124,8 @@ def main():
         bins.append((name, path))
     if args.runs < 1 or args.duration < 1:
         ap.error("--runs and --duration must be >= 1")
+    if args.cold and args.first:
+        ap.error("--cold and --first: choose one")
     extra = shlex.split(args.args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
@@ -124,8 +134,9 @@ def main():
     dirname = tempfile.mkdtemp(prefix="innoprof-agentcost-srv-")
     workdir = tempfile.mkdtemp(prefix="innoprof-agentcost-")
     runs = {name: [] for name, _ in bins}
-    # Each binary's own per-boot directory: root's, 0700 (mkdtemp), removed at the end.
-    run_dirs = {name: tempfile.mkdtemp(prefix="innoprof-agentcost-", dir="/run") for name, _ in bins}
+    # Each binary's own per-boot and kept directories: root's, 0700 (mkdtemp), removed at the end.
+    dirs = {name: (tempfile.mkdtemp(prefix="innoprof-agentcost-", dir="/run"),
+                   tempfile.mkdtemp(prefix="innoprof-agentcost-kept-", dir="/var/tmp")) for name, _ in bins}
     server_pid = int(subprocess.run([bench.SERVERS, "start", args.server, dirname], check=True,
                                     capture_output=True, text=True).stdout.strip())
     sb = None
@@ -134,25 +145,24 @@ def main():
         sb = bench.Sysbench(dirname, args.workload, args.threads, server_pid)
         sb.wait_for(10, 70)
         n = 0
-        # A cold run finds nothing kept: no calibration and no warm-up first.
-        for name, path in ([] if args.cold else bins):
-            env = dict(os.environ, INNOPROF_RUN_DIR=run_dirs[name])
+        # A first run finds nothing kept: no calibrate and no warm-up first.
+        for name, path in ([] if args.first else bins):
+            env = dict(os.environ, INNOPROF_RUN_DIR=dirs[name][0], INNOPROF_CACHE_DIR=dirs[name][1])
             if not args.cold_calibration:
                 subprocess.run([path, "calibrate"], check=True, capture_output=True, env=env)
             if args.warm_up > 0:
-                run_once(path, server_pid, args.warm_up, extra, workdir, n, run_dirs[name])
+                run_once(path, server_pid, args.warm_up, extra, workdir, n, dirs[name])
                 n += 1
         for r in range(args.runs):
             order = bins[:]
             rng.shuffle(order)
             for name, path in order:
                 cold = ["--recalibrate"] if args.cold_calibration else []
-                run_dir = run_dirs[name]
-                if args.cold:
-                    # Emptied, not replaced: the directory stays root's, 0700.
-                    for f in os.listdir(run_dir):
-                        os.remove(os.path.join(run_dir, f))
-                res = run_once(path, server_pid, args.duration, extra + cold, workdir, n, run_dir)
+                # Emptied, not replaced: the directories stay root's, 0700.
+                for d in dirs[name][:2 if args.first else 1 if args.cold else 0]:
+                    for f in os.listdir(d):
+                        os.remove(os.path.join(d, f))
+                res = run_once(path, server_pid, args.duration, extra + cold, workdir, n, dirs[name])
                 res["round"] = r
                 n += 1
                 runs[name].append(res)
@@ -165,14 +175,16 @@ def main():
         subprocess.run([bench.SERVERS, "stop", dirname], capture_output=True)
         shutil.rmtree(dirname, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
-        for d in run_dirs.values():
-            shutil.rmtree(d, ignore_errors=True)
+        for d in dirs.values():
+            for one in d:
+                shutil.rmtree(one, ignore_errors=True)
 
     srng = random.Random(seed)
     rows = []
     lines = [f"{args.server} {args.workload}, {args.threads} sysbench threads; `innoprof record --duration "
              f"{args.duration}s {args.args}`, {args.runs} runs per binary, interleaved"
              + (", each with an empty per-boot directory (first recording of a boot)" if args.cold else "")
+             + (", each with empty per-boot and kept directories (first recording ever)" if args.first else "")
              + "; medians [95 % bootstrap]",
              "",
              "| binary | CPU s | % of a core over the recording | user s | sys s | peak RSS MiB | wall s |",

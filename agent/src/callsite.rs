@@ -34,7 +34,7 @@ pub struct CallsiteNamer<'a> {
 /// The functions that created latches, by (`__FILE__`, line): found in
 /// the line tables (~10 ms of a recording's end on MariaDB 10.2.11, whose
 /// rw-locks are named by creation site) for a result that depends only
-/// on the DWARF file and innoprof's code, so kept per boot
+/// on the DWARF file and innoprof's code, so kept across boots
 /// ([`crate::run_dir`], `creators-MAJOR-MINOR-INODE.json`) for the very
 /// same DWARF file read by the same innoprof binary.
 #[derive(Debug, Default)]
@@ -46,7 +46,7 @@ struct KeptCreators {
 
 /// A kept file larger than this is not read (a few KB in practice).
 const MAX_KEPT_BYTES: u64 = 1 << 20;
-/// Past this many kept files, nothing new is kept.
+/// Past this many kept files, the least recently used makes room.
 const MAX_KEPT_FILES: usize = 256;
 const KEPT_PREFIX: &str = "creators";
 
@@ -81,7 +81,7 @@ impl KeptCreators {
 impl Drop for CallsiteNamer<'_> {
     fn drop(&mut self) {
         if let Some(creators) = &self.creators {
-            creators.store(crate::run_dir::default_dir());
+            creators.store(crate::run_dir::kept_dir());
         }
     }
 }
@@ -146,7 +146,7 @@ impl CallsiteNamer<'_> {
         let base = path.rsplit('/').next().unwrap_or(&path).to_string();
         let image = self.image;
         let creators = self.creators.get_or_insert_with(|| {
-            KeptCreators::load(image.dwarf_file_key(), crate::run_dir::default_dir())
+            KeptCreators::load(image.dwarf_file_key(), crate::run_dir::kept_dir())
         });
         let creator = match creators.found.get(&(path.clone(), line)) {
             Some(found) => found,

@@ -489,7 +489,7 @@ pub struct FunctionRange {
 /// in `.debug_info`: finding them steps over every top-level entry of the
 /// unit (types, declarations), which was ~40 % of a walk, while what it
 /// finds depends only on the file. So a recording keeps them
-/// ([`crate::symbolize`], in the per-boot directory) for the next one.
+/// ([`crate::symbolize`], in the kept directory) for the next one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnitFunctions {
     pub units: HashMap<usize, Vec<FunctionRange>>,

@@ -76,7 +76,7 @@ impl HitCostCache {
         let stacks = if key.stacks { "stacks" } else { "nostacks" };
         self.dir.join(format!(
             "hitcost-{stacks}-{:x}-{:x}.json",
-            key.build.exe_dev, key.build.exe_ino
+            key.build.build.exe_dev, key.build.build.exe_ino
         ))
     }
 

@@ -1,13 +1,13 @@
 //! A mapped library's separate debug file with its compressed DWARF
-//! inflated, kept for the rest of the boot.
+//! inflated, kept across boots.
 //!
 //! Debian's `libc6-dbg` ships libc's DWARF zlib-compressed
 //! (`SHF_COMPRESSED`). blazesym, following libc's debuglink, inflates every
 //! DWARF section whole (and checksums the file) before it names one
 //! address: ~35 ms of the agent's ~0.44 s for a 30 s recording of MariaDB
 //! 10.2.11 under load (`perf record`), for the ~100 samples that land in
-//! libc, in every recording. So the first recording of a boot writes an
-//! uncompressed copy of the debug file to the per-boot directory
+//! libc, in every recording. So the first recording writes an
+//! uncompressed copy of the debug file to the kept directory
 //! ([`crate::run_dir`]) and every recording names the library from that
 //! copy, by address, as a stripped server binary is named from its debug
 //! file: the same DWARF read the same way, inflated once.
@@ -16,9 +16,9 @@
 //! `/usr/lib/debug/.build-id` (root's directories, as gdb and
 //! [`crate::resolve::debuginfo`] do), must be root's regular file nobody
 //! else can write and carry the same build-id. The copy is innoprof's own
-//! (root's, 0600, in the 0700 per-boot directory) and says what it was
-//! made from in a `.innoprof.key` section: the debug file's identity, this
-//! boot and this innoprof binary; a copy that does not say exactly that is
+//! (root's, 0600, in the 0700 kept directory) and says what it was
+//! made from in a `.innoprof.key` section: the debug file's identity and
+//! this innoprof binary; a copy that does not say exactly that is
 //! not used.
 
 use std::fs::File;
@@ -44,17 +44,17 @@ const KEY_SECTION: &str = ".innoprof.key";
 /// A debug file larger than this, or a copy larger than this, is not
 /// inflated (libc6-dbg's libc: 4.2 MB, 8.6 MB inflated).
 const MAX_BYTES: u64 = 256 << 20;
-/// Copies are named `inflated-*.debug`; past this many, nothing new is
-/// kept (see [`run_dir::count_kept`]).
+/// Copies are named `inflated-*.debug`; past this many, the least
+/// recently used makes room (see [`run_dir::count_kept`]).
 const MAX_KEPT_FILES: usize = 16;
 
-/// The inflated copy of `library`'s debug file (made now if this boot has
+/// The inflated copy of `library`'s debug file (made now if there is
 /// none yet), to name `library`'s offsets from; None when the library has
 /// no such debug file, its DWARF is not compressed, or anything about it
 /// or the copy is not as it should be (the library is then named as it
 /// was: by blazesym, following its debuglink).
 pub fn for_library(library: &TargetFile) -> Option<DebugFile> {
-    for_library_in(library, Path::new(DEBUG_ROOT), run_dir::default_dir())
+    for_library_in(library, Path::new(DEBUG_ROOT), run_dir::kept_dir())
 }
 
 fn for_library_in(library: &TargetFile, debug_root: &Path, kept_dir: &Path) -> Option<DebugFile> {
@@ -91,7 +91,7 @@ fn kept_kind(dir: &Path) -> KeptKind {
 }
 
 /// The kept copy at `path`, if the directory is still only root's and the
-/// copy says it is the copy of `key_text`'s file for this boot and binary.
+/// copy says it is the copy of `key_text`'s file for this innoprof binary.
 fn open_copy(dir: &Path, path: &Path, key_text: &[u8]) -> Option<File> {
     run_dir::trusted_dir(dir).ok()?;
     let (f, _) = run_dir::open_root_file(path, MAX_BYTES)?;
@@ -103,7 +103,11 @@ fn open_copy(dir: &Path, path: &Path, key_text: &[u8]) -> Option<File> {
         .ok()?
         .to_vec();
     map.release();
-    (said == key_text).then_some(f)
+    let ours = said == key_text;
+    if ours {
+        run_dir::mark_used(&f);
+    }
+    ours.then_some(f)
 }
 
 /// `debug`'s bytes with every compressed section inflated and a

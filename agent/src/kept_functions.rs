@@ -1,5 +1,5 @@
 //! The top-level functions of a file's DWARF units
-//! ([`crate::dwarf_frames::UnitFunctions`]), kept for the rest of the boot.
+//! ([`crate::dwarf_frames::UnitFunctions`]), kept across boots.
 //!
 //! Naming a recording's stacks walks the ~150 units its addresses fall in,
 //! and finding a unit's functions steps over every top-level entry of it:
@@ -7,9 +7,9 @@
 //! it finds depends only on the file's bytes and innoprof's code, and the
 //! next recording of the same server lands in mostly the same units (the
 //! addresses differ: half of one recording's were not in the one before),
-//! so the units' functions are kept in the per-boot directory
-//! ([`crate::run_dir`]) for the very same file (device, inode, size,
-//! modification time) read by the same innoprof binary in the same boot,
+//! so the units' functions are kept in the kept directory
+//! ([`crate::run_dir`]) for the very same file version (device, inode,
+//! size, modification and change time) read by the same innoprof binary,
 //! and each recording adds the units it walked.
 
 use std::fs::File;
@@ -40,7 +40,7 @@ pub struct KeptFunctions {
 
 impl Default for KeptFunctions {
     fn default() -> Self {
-        Self::in_dir(run_dir::default_dir())
+        Self::in_dir(run_dir::kept_dir())
     }
 }
 
@@ -51,7 +51,7 @@ impl KeptFunctions {
         }
     }
 
-    /// The units kept for `file` by this binary in this boot.
+    /// The units kept for `file` by this binary.
     pub fn load(&self, file: &File) -> Option<UnitFunctions> {
         let key = self.kept.key(file)?;
         let max = (MAX_KEPT_RANGES * 24 + (1 << 20)) as u64;
@@ -74,7 +74,7 @@ impl KeptFunctions {
         let key = self
             .kept
             .key(file)
-            .ok_or_else(|| bad("no boot id or file identity"))?;
+            .ok_or_else(|| bad("no innoprof binary or file identity"))?;
         let header = Header {
             key: key.clone(),
             units: index.units.len(),

@@ -1,5 +1,4 @@
-//! The probe set a recording resolved ([`ProbeSet`]), kept for the rest of
-//! the boot.
+//! The probe set a recording resolved ([`ProbeSet`]), kept across boots.
 //!
 //! Resolving the default set reads the binary's function symbols (~53,000
 //! on MariaDB 10.2.11), matches every catalog pattern against them, decodes
@@ -7,7 +6,7 @@
 //! ~45 ms of a 30 s recording by `perf`, about a seventh of innoprof's CPU,
 //! for the same answer every time. What it finds depends only on the
 //! binary's bytes, the debug file's, the request and innoprof's own code
-//! (its built-in catalog included), so it is kept in the per-boot directory
+//! (its built-in catalog included), so it is kept in the kept directory
 //! ([`crate::run_dir`]) for the very same binary (device, inode, size,
 //! modification time) read by the same innoprof binary in the same boot,
 //! beside the debug file's identity and the request it answers. A
@@ -59,13 +58,13 @@ impl KeptRequest {
 }
 
 /// [`ProbeSet::resolve`], or what it found for the same request on the same
-/// files earlier in this boot.
+/// files earlier.
 pub fn resolve(
     image: &ElfImage,
     server: &ServerInfo,
     request: &ProbeRequest,
 ) -> Result<ProbeSet, CatalogError> {
-    resolve_kept_in(image, server, request, run_dir::default_dir())
+    resolve_kept_in(image, server, request, run_dir::kept_dir())
 }
 
 /// [`resolve`], kept in `dir`.

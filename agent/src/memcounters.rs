@@ -42,9 +42,9 @@ impl PlannedCounter {
 }
 
 /// Resolves each counter against the binary's DWARF, reusing the layouts
-/// kept earlier in this boot for the same DWARF file ([`KeptLayouts`]).
+/// kept earlier for the same DWARF file ([`KeptLayouts`]).
 pub fn plan_counters(image: &ElfImage, specs: Vec<CounterSpec>) -> Vec<PlannedCounter> {
-    plan_counters_in(image, specs, run_dir::default_dir())
+    plan_counters_in(image, specs, run_dir::kept_dir())
 }
 
 fn plan_counters_in(image: &ElfImage, specs: Vec<CounterSpec>, dir: &Path) -> Vec<PlannedCounter> {
@@ -108,8 +108,8 @@ fn plan_counters_in(image: &ElfImage, specs: Vec<CounterSpec>, dir: &Path) -> Ve
         .collect()
 }
 
-/// Counter layouts kept for the rest of the boot, per DWARF file
-/// (`counters-MAJOR-MINOR-INODE.json` in the per-boot directory, see
+/// Counter layouts kept across boots, per DWARF file
+/// (`counters-MAJOR-MINOR-INODE.json` in the kept directory, see
 /// [`crate::run_dir`]). Finding a global's definition walks the DWARF
 /// units: MariaDB 11.4.5 has no `.debug_pubnames` to say where, and
 /// walking its 216 MB of `.debug_info` was ~0.35 s of CPU at the start of
@@ -123,7 +123,7 @@ struct KeptLayouts {
 
 /// A kept file larger than this is not read (a few KB in practice).
 const MAX_KEPT_BYTES: u64 = 1 << 20;
-/// Past this many kept files, nothing new is kept.
+/// Past this many kept files, the least recently used makes room.
 const MAX_KEPT_FILES: usize = 256;
 const KEPT_PREFIX: &str = "counters";
 

@@ -1,21 +1,31 @@
-//! innoprof's per-boot directory (`/run/innoprof`, tmpfs: gone at reboot),
-//! where it keeps what it measured or derived once and may reuse until
-//! the next boot: the hit cost ([`crate::hitcost_cache`]), the unwind
-//! rows of the files a server maps ([`crate::cpu::unwind_cache`]), the
-//! index of a server's DWARF units ([`crate::resolve::lines::UnitIndex`]),
-//! the functions of the units a stack walk read
-//! ([`crate::kept_functions`]), the kernel's function names
-//! ([`crate::kernel_symbols`]), inflated copies of libraries' compressed
-//! debug files ([`crate::inflated_debug`]) and the probe set a request
-//! resolved to ([`crate::kept_plan`]).
+//! innoprof's two directories of what it measured or derived once and
+//! reuses:
 //!
-//! innoprof runs as root next to production, so the directory is only used
+//! - the per-boot directory (`/run/innoprof`, tmpfs: gone at reboot), for
+//!   what holds for this boot only: the hit cost ([`crate::hitcost_cache`],
+//!   measured on this boot's kernel) and the kernel's function names
+//!   ([`crate::kernel_symbols`], at this boot's addresses);
+//! - the kept directory (`/var/cache/innoprof`, kept across boots, as
+//!   perf keeps its build-id cache), for what one file's bytes and
+//!   innoprof's own code alone decide: the unwind rows of the files a
+//!   server maps ([`crate::cpu::unwind_cache`]), the index of a server's
+//!   DWARF units ([`crate::resolve::lines::UnitIndex`]), the functions of
+//!   the units a stack walk read ([`crate::kept_functions`]), inflated
+//!   copies of libraries' compressed debug files ([`crate::inflated_debug`]),
+//!   the server's version, its counters' layouts, its latch creators and
+//!   the probe set a request resolved to ([`crate::kept_plan`]). Each is
+//!   kept for one file version (device, inode, size, modification and
+//!   change time) read by one innoprof binary; each kind is capped by
+//!   count, the least recently used file of the kind making room.
+//!
+//! innoprof runs as root next to production, so a directory is only used
 //! while root alone can change it: root's own, no symlink, no group or
 //! other access. Files are read only when they are root's regular files
 //! nobody else can write, within a size limit, and written beside their
 //! final name under an exclusively created temporary name, then renamed
-//! over it: a reader sees the old file or the new one, never half of one,
-//! and nothing innoprof did not create is ever clobbered or removed.
+//! over it: a reader sees the old file or the new one, never half of one.
+//! Nothing outside these two directories is ever clobbered or removed, and
+//! inside them only files of innoprof's own names.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -24,13 +34,16 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resolve::elf::file_stamp;
+use crate::resolve::elf::{file_stamp, FileStamp};
 use crate::rootfs::FileId;
 
 /// Where the per-boot caches live.
 pub const DEFAULT_DIR: &str = "/run/innoprof";
 
-/// The directory the caches use: [`DEFAULT_DIR`], or the absolute path in
+/// Where what holds across boots is kept.
+pub const KEPT_DIR: &str = "/var/cache/innoprof";
+
+/// The per-boot directory: [`DEFAULT_DIR`], or the absolute path in
 /// `INNOPROF_RUN_DIR` (checked like it, see [`trusted_dir`]); for the
 /// agent's own unit tests, one apart (`innoprof-unit-tests-run` in the
 /// temp directory). A test binary is a new file at every build, and what
@@ -57,6 +70,27 @@ pub fn default_dir() -> &'static Path {
     {
         static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
         DIR.get_or_init(|| std::env::temp_dir().join("innoprof-unit-tests-run"))
+    }
+}
+
+/// The kept directory (across boots): [`KEPT_DIR`], or the absolute path
+/// in `INNOPROF_CACHE_DIR` (checked like it, see [`trusted_dir`]); for the
+/// agent's own unit tests, one apart (`innoprof-unit-tests-kept`).
+pub fn kept_dir() -> &'static Path {
+    #[cfg(not(test))]
+    {
+        static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        DIR.get_or_init(|| {
+            std::env::var_os("INNOPROF_CACHE_DIR")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .unwrap_or_else(|| PathBuf::from(KEPT_DIR))
+        })
+    }
+    #[cfg(test)]
+    {
+        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        DIR.get_or_init(|| std::env::temp_dir().join("innoprof-unit-tests-kept"))
     }
 }
 
@@ -109,10 +143,25 @@ pub fn open_root_file(path: &Path, max_len: u64) -> Option<(std::fs::File, u64)>
 pub fn read_own_file(dir: &Path, path: &Path, max_len: u64) -> Option<Vec<u8>> {
     trusted_dir(dir).ok()?;
     let (f, len) = open_root_file(path, max_len)?;
+    mark_used(&f);
     let mut bytes = Vec::with_capacity(len as usize);
     // Bounded even if the file grew since it was looked at.
     f.take(max_len + 1).read_to_end(&mut bytes).ok()?;
     (bytes.len() as u64 <= max_len).then_some(bytes)
+}
+
+/// Sets an open kept file's modification time to now when it is over an
+/// hour old, so the least recently used of a kind is the one that makes
+/// room (see [`make_room`]); at most one metadata write an hour per file.
+pub fn mark_used(f: &std::fs::File) {
+    let now = SystemTime::now();
+    let stale = f
+        .metadata()
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| now.duration_since(m).is_ok_and(|age| age.as_secs() > 3600));
+    if stale {
+        let _ = f.set_modified(now);
+    }
 }
 
 /// Writes `bytes` to `path` in `dir` (created 0700 if missing) through a
@@ -138,24 +187,21 @@ pub fn write_own_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<
     written
 }
 
-/// This boot and this innoprof binary (device, inode, size, mtime of
-/// `/proc/self/exe`): what a kept result derived by innoprof's own code
-/// holds for. Another build may compute it differently.
+/// This innoprof binary (device, inode, size, mtime of `/proc/self/exe`):
+/// what a kept result derived by innoprof's own code holds for. Another
+/// build may compute it differently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BootAndBuild {
-    pub boot_id: String,
+pub struct Build {
     pub exe_dev: u64,
     pub exe_ino: u64,
     pub exe_size: u64,
     pub exe_mtime_ns: i128,
 }
 
-impl BootAndBuild {
+impl Build {
     pub fn current() -> Option<Self> {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
         let exe = std::fs::metadata("/proc/self/exe").ok()?;
         Some(Self {
-            boot_id: boot_id.trim().to_string(),
             exe_dev: exe.dev(),
             exe_ino: exe.ino(),
             exe_size: exe.size(),
@@ -164,19 +210,36 @@ impl BootAndBuild {
     }
 }
 
-/// What a result derived from one file's bytes is kept for: this boot and
-/// innoprof binary, and the very same file (device, inode, size and
-/// modification time, as `ElfImage::is_file` tells files apart).
+/// This boot and this innoprof binary: what a result measured on this
+/// boot's kernel (the hit cost, the kernel's symbol addresses) holds for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootAndBuild {
+    pub boot_id: String,
+    pub build: Build,
+}
+
+impl BootAndBuild {
+    pub fn current() -> Option<Self> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        Some(Self {
+            boot_id: boot_id.trim().to_string(),
+            build: Build::current()?,
+        })
+    }
+}
+
+/// What a result derived from one file's bytes is kept for: this innoprof
+/// binary, and the very same file version (device, inode, size,
+/// modification and change time; see [`FileStamp`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileKey {
-    pub build: BootAndBuild,
+    pub build: Build,
     pub file: FileId,
-    /// Size and modification time.
-    pub stamp: (u64, SystemTime),
+    pub stamp: FileStamp,
 }
 
 impl FileKey {
-    pub fn of(build: &BootAndBuild, file: &std::fs::File) -> Option<Self> {
+    pub fn of(build: &Build, file: &std::fs::File) -> Option<Self> {
         Some(Self {
             build: build.clone(),
             file: FileId::of(file).ok()?,
@@ -201,9 +264,9 @@ impl FileKey {
 /// mapped file, the functions of a DWARF file's units.
 pub struct KeptKind {
     dir: PathBuf,
-    /// This boot and binary, read once (a recording), not per file;
+    /// This innoprof binary, read once (a recording), not per file;
     /// None: nothing is kept or reused.
-    build: Option<BootAndBuild>,
+    build: Option<Build>,
     prefix: &'static str,
     ext: &'static str,
     max_files: usize,
@@ -218,7 +281,7 @@ impl KeptKind {
     ) -> Self {
         Self {
             dir: dir.into(),
-            build: BootAndBuild::current(),
+            build: Build::current(),
             prefix,
             ext,
             max_files,
@@ -240,19 +303,12 @@ impl KeptKind {
         read_own_file(&self.dir, &self.path(key), max_len)
     }
 
-    /// Keeps `bytes` for `key`, unless `max_files` of this kind are there
-    /// already and this one is not among them.
+    /// Keeps `bytes` for `key`; when `max_files` of this kind are there
+    /// already and this one is not among them, the least recently used
+    /// makes room (see [`make_room`]).
     pub fn write(&self, key: &FileKey, bytes: &[u8]) -> std::io::Result<()> {
         let path = self.path(key);
-        if !path.exists() && count_kept(&self.dir, self.prefix, self.ext) >= self.max_files {
-            return Err(std::io::Error::other(format!(
-                "{} holds {} {}-*.{} files already",
-                self.dir.display(),
-                self.max_files,
-                self.prefix,
-                self.ext
-            )));
-        }
+        make_room(&self.dir, &path, self.prefix, self.ext, self.max_files)?;
         write_own_file(&self.dir, &path, bytes)
     }
 }
@@ -279,8 +335,9 @@ pub fn load_json<T: serde::de::DeserializeOwned>(
 }
 
 /// Keeps `value` for `key` as `{prefix}-MAJOR-MINOR-INODE.json` in `dir`,
-/// unless `dir` already holds `max_files` such files and this one is not
-/// among them. A failure only means deriving the value again next time.
+/// the least recently used such file making room when `dir` holds
+/// `max_files` of them (see [`make_room`]). A failure only means deriving
+/// the value again next time.
 pub fn store_json<T: Serialize>(
     dir: &Path,
     key: &FileKey,
@@ -289,7 +346,7 @@ pub fn store_json<T: Serialize>(
     value: &T,
 ) {
     let path = dir.join(key.file_name(prefix, "json"));
-    if !path.exists() && count_kept(dir, prefix, "json") >= max_files {
+    if make_room(dir, &path, prefix, "json", max_files).is_err() {
         return;
     }
     let kept = KeptJson {
@@ -301,21 +358,61 @@ pub fn store_json<T: Serialize>(
     }
 }
 
-/// How many of `dir`'s files are named `{prefix}-*.{ext}`: innoprof
-/// never removes a file it did not write and does not track which ones
-/// earlier runs wrote, so each kind of kept file is capped by count.
+/// How many of `dir`'s files are named `{prefix}-*.{ext}`: each kind of
+/// kept file is capped by count.
 pub fn count_kept(dir: &Path, prefix: &str, ext: &str) -> usize {
+    kept_files(dir, prefix, ext).len()
+}
+
+/// `dir`'s root-owned regular files named `{prefix}-*.{ext}` (not
+/// symlinks), with their modification times.
+fn kept_files(dir: &Path, prefix: &str, ext: &str) -> Vec<(PathBuf, SystemTime)> {
     let (prefix, ext) = (format!("{prefix}-"), format!(".{ext}"));
-    std::fs::read_dir(dir).map_or(0, |entries| {
-        entries
-            .filter_map(Result::ok)
-            .filter(|e| {
-                let name = e.file_name();
-                let name = name.to_string_lossy();
-                name.starts_with(&prefix) && name.ends_with(&ext)
-            })
-            .count()
-    })
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(&ext)
+        })
+        .filter_map(|e| {
+            let meta = std::fs::symlink_metadata(e.path()).ok()?;
+            let modified = meta.modified().ok()?;
+            (meta.is_file() && meta.uid() == 0).then(|| (e.path(), modified))
+        })
+        .collect()
+}
+
+/// Before `path` is written in `dir`: when it is not there and `dir`
+/// holds `max_files` of its kind (`{prefix}-*.{ext}`) already, removes the
+/// least recently used of them (oldest modification time: a read marks a
+/// file used, see [`read_own_file`]) until one more fits. Only in a
+/// trusted directory and only files of that kind's name, which in a
+/// directory only root can change are innoprof's own.
+fn make_room(
+    dir: &Path,
+    path: &Path,
+    prefix: &str,
+    ext: &str,
+    max_files: usize,
+) -> std::io::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let mut kept = kept_files(dir, prefix, ext);
+    if kept.len() < max_files {
+        return Ok(());
+    }
+    trusted_dir(dir)?;
+    kept.sort_by_key(|&(_, modified)| modified);
+    let excess = kept.len() + 1 - max_files.max(1);
+    for (old, _) in kept.into_iter().take(excess) {
+        std::fs::remove_file(old)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -357,5 +454,86 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["link.bin", "x.bin"]);
+    }
+
+    /// A full kind makes room by its least recently used file, a read
+    /// marking a file used; other kinds, other names and symlinks are
+    /// never removed.
+    #[test]
+    fn a_full_kind_evicts_its_least_recently_used_file_only() {
+        let d = tempfile::tempdir().unwrap();
+        let kept = d.path().join("kept");
+        ensure_dir(&kept).unwrap();
+        let hours_ago = |h: u64| SystemTime::now() - std::time::Duration::from_secs(h * 3600);
+        let put = |name: &str, age_h: u64| {
+            let path = kept.join(name);
+            write_own_file(&kept, &path, name.as_bytes()).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(hours_ago(age_h))
+                .unwrap();
+        };
+        put("rows-0-1-a.rows", 5);
+        put("rows-0-1-b.rows", 3);
+        put("rows-0-1-c.rows", 4);
+        put("other-0-1-z.rows", 100);
+        put("rows-0-1-z.json", 100);
+        let target = d.path().join("elsewhere");
+        std::fs::write(&target, b"not ours").unwrap();
+        std::os::unix::fs::symlink(&target, kept.join("rows-0-1-y.rows")).unwrap();
+        // The oldest (a) is read: now the most recently used.
+        assert!(read_own_file(&kept, &kept.join("rows-0-1-a.rows"), 64).is_some());
+        make_room(&kept, &kept.join("rows-0-1-d.rows"), "rows", "rows", 3).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&kept)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "other-0-1-z.rows",
+                "rows-0-1-a.rows",
+                "rows-0-1-b.rows",
+                "rows-0-1-y.rows",
+                "rows-0-1-z.json"
+            ],
+            "c, the least recently used rows file, made room"
+        );
+        assert!(target.exists());
+        // A file already kept is replaced in place: nothing removed.
+        make_room(&kept, &kept.join("rows-0-1-a.rows"), "rows", "rows", 2).unwrap();
+        assert_eq!(count_kept(&kept, "rows", "rows"), 2);
+        // A directory open to others: nothing removed.
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(make_room(&kept, &kept.join("rows-0-1-e.rows"), "rows", "rows", 2).is_err());
+        assert_eq!(count_kept(&kept, "rows", "rows"), 2);
+    }
+
+    /// A file's key holds across boots (no boot id in it) and tells a file
+    /// whose modification time was set back to the original's from the
+    /// original: its change time moved.
+    #[test]
+    fn a_file_key_holds_across_boots_and_sees_a_forged_mtime() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("lib.so");
+        std::fs::write(&path, b"version one").unwrap();
+        let build = Build::current().unwrap();
+        let before = FileKey::of(&build, &std::fs::File::open(&path).unwrap()).unwrap();
+        assert!(!serde_json::to_string(&before).unwrap().contains("boot"));
+        let mtime = before.stamp.modified;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, b"version two").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let after = FileKey::of(&build, &std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!((after.file, after.stamp.len, after.stamp.modified), (before.file, before.stamp.len, mtime));
+        assert_ne!(after, before);
     }
 }

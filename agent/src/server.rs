@@ -79,19 +79,19 @@ impl std::fmt::Display for ServerInfo {
 
 /// A kept identity larger than this is not read (it is ~300 bytes).
 const MAX_KEPT_BYTES: u64 = 4 << 10;
-/// Past this many kept identities, nothing new is kept.
+/// Past this many kept identities, the least recently used makes room.
 const MAX_KEPT_FILES: usize = 256;
 const KEPT_PREFIX: &str = "server";
 
 impl ServerInfo {
     /// The server `image` is, from its strings. Reading them scans every
     /// string of `.rodata` and `.data` (~10 ms of CPU on MariaDB 10.2.11,
-    /// at every recording's start), so the answer is kept for the rest of
-    /// the boot for the very same binary ([`crate::run_dir`],
+    /// at every recording's start), so the answer is kept (across boots)
+    /// for the very same binary ([`crate::run_dir`],
     /// `server-MAJOR-MINOR-INODE.json`) and read back by the same
     /// innoprof binary.
     pub fn detect(image: &ElfImage) -> Self {
-        Self::detect_kept_in(image, crate::run_dir::default_dir())
+        Self::detect_kept_in(image, crate::run_dir::kept_dir())
     }
 
     fn detect_kept_in(image: &ElfImage, dir: &std::path::Path) -> Self {

@@ -446,7 +446,7 @@ impl StackSymbolizer {
                 Ok(f) => {
                     let f = Arc::clone(f);
                     // A library whose debug file's DWARF is compressed is
-                    // named from this boot's inflated copy of it.
+                    // named from the kept inflated copy of it.
                     if !self.debug_files.contains_key(&f.id())
                         && self.inflated_checked.insert(f.id())
                     {

@@ -58,7 +58,7 @@ pub struct ModuleUnwind {
 
 impl UnwindTable {
     /// Builds the rows for every executable file mapping of a process,
-    /// reusing rows kept earlier in this boot ([`UnwindCache`]).
+    /// reusing rows kept earlier ([`UnwindCache`]).
     pub fn for_process(maps: &ProcessMaps) -> Self {
         Self::for_process_with(maps, &UnwindCache::default())
     }

@@ -1,14 +1,14 @@
-//! A mapped file's unwind rows, kept for the rest of the boot.
+//! A mapped file's unwind rows, kept across boots.
 //!
 //! Turning a server's `.eh_frame` into rows ([`super::unwind`]) is ~40 ms
 //! of CPU for MariaDB 10.2.11's 175,000 rows, at the start of every
 //! recording, for a result that depends only on the file's bytes and on
 //! innoprof's own code. A DBA records several times during an incident
 //! (a baseline, the incident, again after a change), so the rows of each
-//! file are kept in the per-boot directory ([`crate::run_dir`]) and reused
-//! when the very same file is mapped again: same device, inode, size and
-//! modification time (`FileId` and `file_stamp`, as `ElfImage::is_file`
-//! tells files apart), read by the same innoprof binary in the same boot.
+//! file are kept in the kept directory ([`crate::run_dir`]) and reused
+//! when the very same file is mapped again: same device, inode, size,
+//! modification and change time (`FileId` and `file_stamp`, as
+//! `ElfImage::is_file` tells files apart), read by the same innoprof binary.
 //!
 //! The rows are kept at the file's link-time addresses, with its
 //! executable segments, so a later process that maps the file elsewhere
@@ -82,7 +82,7 @@ pub struct UnwindCache {
 
 impl Default for UnwindCache {
     fn default() -> Self {
-        Self::in_dir(run_dir::default_dir())
+        Self::in_dir(run_dir::kept_dir())
     }
 }
 
@@ -94,7 +94,7 @@ impl UnwindCache {
     }
 
     /// The kept rows of `file`, if the same file's were kept by this
-    /// binary in this boot.
+    /// binary.
     pub fn load(&self, file: &File) -> Option<FileUnwind> {
         let key = self.kept.key(file)?;
         let max = (MAX_KEPT_ROWS * ROW_BYTES + (64 << 10)) as u64;
@@ -116,7 +116,7 @@ impl UnwindCache {
         let key = self
             .kept
             .key(file)
-            .ok_or_else(|| bad("no boot id or file identity"))?;
+            .ok_or_else(|| bad("no innoprof binary or file identity"))?;
         let header = Header {
             key: key.clone(),
             segments: unwind.segments.clone(),

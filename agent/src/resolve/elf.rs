@@ -123,7 +123,7 @@ pub struct ElfImage {
     pub file_id: Option<FileId>,
     /// Size and modification time of the binary when it was read: with
     /// `file_id`, what [`Self::is_file`] compares.
-    stamp: Option<(u64, std::time::SystemTime)>,
+    stamp: Option<FileStamp>,
     /// What was ignored while reading it (an unsafe `.gnu_debuglink`), one
     /// line each, for the user.
     pub notes: Vec<String>,
@@ -215,9 +215,10 @@ impl ElfImage {
     }
 
     /// Whether `path` is the file this image was read from, unchanged: the
-    /// same device and inode, size and modification time. (A binary
-    /// replaced by a package upgrade is a new inode; one copied over in
-    /// place changes size or time.)
+    /// same device and inode, size, modification and change time (see
+    /// [`FileStamp`]). A binary replaced by a package upgrade is a new
+    /// inode; one copied over in place changes its times; a chmod or a new
+    /// hard link moves the change time too, and costs a resolution.
     pub fn is_file(&self, path: &Path) -> bool {
         let Ok(file) = std::fs::File::open(path) else {
             return false;
@@ -239,12 +240,12 @@ impl ElfImage {
     }
 
     /// What a result derived from this image's DWARF is kept for (see
-    /// [`crate::run_dir`]): this boot and innoprof binary, and the debug
+    /// [`crate::run_dir`]): this innoprof binary, and the debug
     /// file's identity if one is in use, else the binary's as it was opened.
     pub(crate) fn dwarf_file_key(&self) -> Option<crate::run_dir::FileKey> {
         match (&self.debug_open, &self.debug_data) {
             (Some(debug), _) => {
-                crate::run_dir::FileKey::of(&crate::run_dir::BootAndBuild::current()?, debug.file())
+                crate::run_dir::FileKey::of(&crate::run_dir::Build::current()?, debug.file())
             }
             // DWARF from a file no longer open: not kept.
             (None, Some(_)) => None,
@@ -253,10 +254,10 @@ impl ElfImage {
     }
 
     /// What a result derived from this binary's own bytes is kept for:
-    /// this boot and innoprof binary, and the binary as it was opened.
+    /// this innoprof binary, and the binary as it was opened.
     pub(crate) fn file_key(&self) -> Option<crate::run_dir::FileKey> {
         Some(crate::run_dir::FileKey {
-            build: crate::run_dir::BootAndBuild::current()?,
+            build: crate::run_dir::Build::current()?,
             file: self.file_id?,
             stamp: self.stamp?,
         })
@@ -556,9 +557,27 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// A file's size and modification time: with its [`FileId`], what tells
 /// the very same file from one changed in place (also
 /// [`crate::cpu::unwind_cache`]).
-pub(crate) fn file_stamp(file: &std::fs::File) -> Option<(u64, std::time::SystemTime)> {
+/// What tells one version of a file from another at the same identity
+/// (device, inode): its size, modification time and inode change time.
+/// The change time is in because a file's owner can set its modification
+/// time to anything (`touch -d`) but not its change time, which the kernel
+/// sets to now on every write, rename or chmod: a file made to look like
+/// one innoprof kept results for still differs there, across boots too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileStamp {
+    pub len: u64,
+    pub modified: std::time::SystemTime,
+    pub changed_ns: i128,
+}
+
+pub(crate) fn file_stamp(file: &std::fs::File) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
     let meta = file.metadata().ok()?;
-    Some((meta.len(), meta.modified().ok()?))
+    Some(FileStamp {
+        len: meta.len(),
+        modified: meta.modified().ok()?,
+        changed_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+    })
 }
 
 #[cfg(test)]
@@ -619,11 +638,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let binary = dir.path().join("bin");
         std::fs::copy(std::env::current_exe().unwrap(), &binary).unwrap();
-        let image = ElfImage::open(&binary).unwrap();
-        assert!(image.is_file(&binary));
         // Another path to the same inode is the same file.
         let link = dir.path().join("link");
         std::fs::hard_link(&binary, &link).unwrap();
+        let image = ElfImage::open(&binary).unwrap();
+        assert!(image.is_file(&binary));
         assert!(image.is_file(&link));
         // A copy is another inode.
         let copy = dir.path().join("copy");
@@ -635,6 +654,9 @@ mod tests {
             .open(&binary)
             .unwrap();
         f.set_modified(std::time::SystemTime::UNIX_EPOCH).unwrap();
+        assert!(!image.is_file(&binary));
+        // Its modification time set back as it was: the change time moved.
+        f.set_modified(image.stamp.unwrap().modified).unwrap();
         assert!(!image.is_file(&binary));
         assert!(!image.is_file(&dir.path().join("missing")));
     }

@@ -36,8 +36,8 @@ pub enum LinesError {
 ///
 /// The index depends only on the DWARF file and innoprof's code, and a
 /// recording that names latch sites spent ~25 ms building it (the headers'
-/// page faults besides), so it is also kept for the rest of the boot in
-/// the per-boot directory ([`crate::run_dir`], `units-MAJOR-MINOR-INODE.json`)
+/// page faults besides), so it is also kept across boots in
+/// the kept directory ([`crate::run_dir`], `units-MAJOR-MINOR-INODE.json`)
 /// and reused for the very same DWARF file by the same innoprof binary.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct UnitIndex {
@@ -46,17 +46,17 @@ pub struct UnitIndex {
 
 /// A kept index larger than this is not read (MariaDB 10.2.11's: ~40 KB).
 const MAX_KEPT_BYTES: u64 = 8 << 20;
-/// Past this many kept indexes, nothing new is kept (see
+/// Past this many kept indexes, the least recently used makes room (see
 /// [`run_dir::count_kept`]).
 const MAX_KEPT_FILES: usize = 256;
 /// The kept files' names: `units-MAJOR-MINOR-INODE.json`.
 const KEPT_PREFIX: &str = "units";
 
 impl UnitIndex {
-    /// The index kept in this boot for `image`'s DWARF file, or built (and
+    /// The index kept for `image`'s DWARF file, or built (and
     /// then kept: a failure to keep it only means building it again).
     pub(crate) fn kept_or_build(image: &ElfImage) -> Result<Option<Self>, LinesError> {
-        Self::kept_or_build_in(image, run_dir::default_dir())
+        Self::kept_or_build_in(image, run_dir::kept_dir())
     }
 
     fn kept_or_build_in(image: &ElfImage, dir: &Path) -> Result<Option<Self>, LinesError> {
