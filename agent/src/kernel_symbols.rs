@@ -1,16 +1,22 @@
 //! Kernel function names for kernel stack frames, from `/proc/kallsyms`,
-//! kept for the rest of the boot.
+//! kept across boots.
 //!
 //! Generating `/proc/kallsyms` (~120,000 text symbols, ~5 MB of text) costs
 //! the kernel ~30–40 ms of CPU and innoprof the parse, at the end of every
 //! recording with CPU samples: ~4 % of a 30 s default recording's agent CPU
-//! on this VM. The kernel's text does not move within a boot (KASLR picks
-//! its place at boot), so the parsed table is kept in the per-boot directory
-//! ([`crate::run_dir`]) and reused by the same innoprof binary, as long as
-//! the loaded modules are the same ones at the same addresses and sizes
-//! (`/proc/modules`). BPF programs and trampolines also appear in
-//! kallsyms, but outside the text ranges named here, so their coming and
-//! going does not matter.
+//! on this VM, ~0.06 s of a first recording after a reboot. Where a
+//! symbol sits relative to its text's start is fixed by the kernel's build
+//! (and a module's by its file); KASLR only moves the core text as a whole
+//! at boot, and each module's text where it loads. So the parsed table is
+//! kept in the kept directory ([`crate::run_dir`]) with the starts it was
+//! read at (`_stext`, each module's base) and reused by the same innoprof
+//! binary for the same kernel build (its GNU build-id, from
+//! `/sys/kernel/notes`; without one, for this boot only) with the same
+//! modules (names and sizes, `/proc/modules`), moved by how far each text
+//! moved: finding where `_stext` is now reads only the head of
+//! `/proc/kallsyms`. BPF programs and trampolines also appear in kallsyms,
+//! but outside the text ranges named here, so their coming and going does
+//! not matter.
 //!
 //! kallsyms has no symbol sizes, so an address names the function starting
 //! at or below it, and only inside core text, init text and module cores:
@@ -26,11 +32,14 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::run_dir::{self, BootAndBuild};
+use crate::run_dir::{self, Build};
 
 /// A kept table larger than this is not read (the real one is ~4.5 MB).
 const MAX_KEPT_BYTES: u64 = 64 << 20;
 const KEPT_FILE: &str = "kallsyms.syms";
+/// How much of `/proc/kallsyms` is read to find `_stext` (it is among the
+/// first lines, after the per-CPU variables' few hundred).
+const HEAD_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct KernelSymbols {
@@ -43,27 +52,50 @@ pub struct KernelSymbols {
     names: String,
     /// Text ranges: core text, init text, each module's core.
     ranges: Vec<(u64, u64)>,
+    /// Where each range's text starts, which moves it: `_stext` for the
+    /// core and init text, the module's base for a module's.
+    anchors: Vec<Anchor>,
+}
+
+/// What moves a text range: the kernel's core text (`_stext`) or a
+/// module's (its base in `/proc/modules`), and where it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Anchor {
+    /// None: the kernel's core text.
+    module: Option<String>,
+    at: u64,
 }
 
 impl KernelSymbols {
-    /// The kept table of this boot, or one read of `/proc/kallsyms` (then
-    /// kept for the next recording).
+    /// The kept table of this kernel build, moved to where its text is
+    /// now, or one read of `/proc/kallsyms` (then kept for the next
+    /// recording).
     pub fn load() -> Self {
-        Self::load_in(run_dir::default_dir(), Path::new("/proc"))
+        Self::load_in(
+            run_dir::kept_dir(),
+            Path::new("/proc"),
+            Path::new("/sys/kernel/notes"),
+        )
     }
 
-    fn load_in(dir: &Path, proc: &Path) -> Self {
+    fn load_in(dir: &Path, proc: &Path, notes: &Path) -> Self {
         let modules = std::fs::read_to_string(proc.join("modules")).unwrap_or_default();
-        let key = BootAndBuild::current().map(|build| Key {
-            build,
-            modules: modules_fingerprint(&modules),
+        let key = Build::current().and_then(|build| {
+            Some(Key {
+                build,
+                kernel: kernel_build(notes)?,
+                modules: modules_fingerprint(&modules),
+            })
         });
         let path = dir.join(KEPT_FILE);
         if let Some(key) = &key {
             if let Some(kept) = run_dir::read_own_file(dir, &path, MAX_KEPT_BYTES)
                 .and_then(|bytes| decode(bytes, key))
             {
-                return kept;
+                let now = anchors_now(proc, &modules);
+                if let Some(moved) = now.and_then(|now| kept.moved_to(&now)) {
+                    return moved;
+                }
             }
         }
         let read = match std::fs::File::open(proc.join("kallsyms")) {
@@ -118,6 +150,8 @@ impl KernelSymbols {
         }
         // Stable: of equal addresses the first listed stays first.
         starts.sort_by_key(|&(addr, _)| addr);
+        // (Starts outside every range are dropped below, once the ranges
+        // are known: they never name anything.)
         starts.dedup_by_key(|&mut (addr, _)| addr);
         let mark = |m: &str| marks.iter().find(|(n, _)| *n == m).map(|&(_, a)| a);
         let mut ranges = Vec::new();
@@ -126,64 +160,186 @@ impl KernelSymbols {
                 ranges.push((s, e));
             }
         }
-        // `name size refs deps state address`
-        for line in modules.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if let (Some(size), Some(addr)) = (f.get(1), f.get(5)) {
-                let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap_or(0);
-                if let (true, Ok(size)) = (addr != 0, size.parse::<u64>()) {
-                    ranges.push((addr, addr + size));
-                }
-            }
+        let mut anchors = Vec::new();
+        if let Some(stext) = mark("_stext") {
+            let core = ranges.len();
+            anchors.resize(core, Anchor { module: None, at: stext });
+        } else {
+            // No `_stext`: the core text cannot be placed later; dropped.
+            ranges.clear();
         }
+        for (name, _, at) in modules_placed(modules) {
+            ranges.push((at, at + modules_size(modules, &name).unwrap_or(0)));
+            anchors.push(Anchor { module: Some(name), at });
+        }
+        starts.retain(|&(addr, _)| ranges.iter().any(|&(s, e)| addr >= s && addr < e));
         names.shrink_to_fit();
         Self {
             starts: starts.iter().map(|&(a, _)| a).collect(),
             name_at: starts.iter().map(|&(_, at)| at).collect(),
             names,
             ranges,
+            anchors,
         }
     }
 
-    /// The function containing `ip`, if it is kernel or module text.
+    /// This table with each text range moved from where it was read to
+    /// where `now` says its text starts; None if a range's text is not in
+    /// `now` (another module list) or a move overflows. Starts outside
+    /// every range (BPF programs) are dropped: never named.
+    fn moved_to(&self, now: &[Anchor]) -> Option<Self> {
+        let delta: Vec<i128> = self
+            .anchors
+            .iter()
+            .map(|a| {
+                let n = now.iter().find(|n| n.module == a.module)?;
+                Some(i128::from(n.at) - i128::from(a.at))
+            })
+            .collect::<Option<_>>()?;
+        let shift = |addr: u64, d: i128| u64::try_from(i128::from(addr) + d).ok();
+        let mut moved: Vec<(u64, u32)> = Vec::with_capacity(self.starts.len());
+        for (&addr, &at) in self.starts.iter().zip(&self.name_at) {
+            if let Some(i) = self.ranges.iter().position(|&(s, e)| addr >= s && addr < e) {
+                moved.push((shift(addr, delta[i])?, at));
+            }
+        }
+        moved.sort_by_key(|&(addr, _)| addr);
+        moved.dedup_by_key(|&mut (addr, _)| addr);
+        let ranges = self
+            .ranges
+            .iter()
+            .zip(&delta)
+            .map(|(&(s, e), &d)| Some((shift(s, d)?, shift(e, d)?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            starts: moved.iter().map(|&(a, _)| a).collect(),
+            name_at: moved.iter().map(|&(_, at)| at).collect(),
+            names: self.names.clone(),
+            ranges,
+            anchors: self
+                .anchors
+                .iter()
+                .map(|a| now.iter().find(|n| n.module == a.module).cloned())
+                .collect::<Option<_>>()?,
+        })
+    }
+
+    /// The function containing `ip`, if it is kernel or module text: the
+    /// symbol at or below it in the same text range.
     pub fn name(&self, ip: u64) -> Option<&str> {
-        if !self.ranges.iter().any(|&(s, e)| ip >= s && ip < e) {
+        let &(start, _) = self.ranges.iter().find(|&&(s, e)| ip >= s && ip < e)?;
+        let i = self.starts.partition_point(|&addr| addr <= ip).checked_sub(1)?;
+        if self.starts[i] < start {
             return None;
         }
-        let i = self.starts.partition_point(|&addr| addr <= ip);
-        let at = *self.name_at.get(i.checked_sub(1)?)?;
+        let at = *self.name_at.get(i)?;
         let rest = self.names.get(at as usize..)?;
         rest.split('\0').next()
     }
 }
 
-/// What a kept table was read for: this boot and binary, these modules.
+/// What a kept table was read for: this innoprof binary, this kernel
+/// build, these modules (names and sizes; where they load moves their
+/// text, see [`KernelSymbols::moved_to`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Key {
-    build: BootAndBuild,
-    modules: Vec<(String, u64, u64)>,
+    build: Build,
+    kernel: String,
+    modules: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
     key: Key,
     ranges: Vec<(u64, u64)>,
+    anchors: Vec<Anchor>,
     symbols: usize,
     names_len: usize,
 }
 
-/// Each module's name, size and address: what places its text. (Its
+/// The kernel build: `build-id:HEX` from the GNU build-id note in
+/// `notes` (`/sys/kernel/notes`), else `boot:ID` (this boot only).
+fn kernel_build(notes: &Path) -> Option<String> {
+    if let Ok(bytes) = std::fs::read(notes) {
+        // Elf64_Nhdr: namesz, descsz, type (4 bytes each), then the name
+        // and the descriptor, each padded to 4 bytes.
+        let mut at = 0usize;
+        let word = |i: usize| -> Option<usize> {
+            Some(u32::from_ne_bytes(bytes.get(i..i + 4)?.try_into().ok()?) as usize)
+        };
+        while let (Some(namesz), Some(descsz), Some(kind)) = (word(at), word(at + 4), word(at + 8)) {
+            let name_at = at + 12;
+            let desc_at = name_at + namesz.div_ceil(4) * 4;
+            let next = desc_at + descsz.div_ceil(4) * 4;
+            if bytes.get(name_at..name_at + namesz) == Some(&b"GNU\0"[..]) && kind == 3 {
+                let id = bytes.get(desc_at..desc_at + descsz)?;
+                return Some(format!("build-id:{}", crate::resolve::elf::hex(id)));
+            }
+            if next <= at {
+                break;
+            }
+            at = next;
+        }
+    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(format!("boot:{}", boot.trim()))
+}
+
+/// Each module's name and size: what the kept table holds for. (Its
 /// reference count and state change while it is used; not its text.)
-fn modules_fingerprint(modules: &str) -> Vec<(String, u64, u64)> {
+fn modules_fingerprint(modules: &str) -> Vec<(String, u64)> {
+    modules_placed(modules)
+        .into_iter()
+        .map(|(name, size, _)| (name, size))
+        .collect()
+}
+
+/// `/proc/modules`' loaded modules: name, size and base (`name size refs
+/// deps state address`), those with an address only.
+fn modules_placed(modules: &str) -> Vec<(String, u64, u64)> {
     modules
         .lines()
         .filter_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
             let size = f.get(1)?.parse().ok()?;
             let addr = u64::from_str_radix(f.get(5)?.trim_start_matches("0x"), 16).ok()?;
-            Some((f.first()?.to_string(), size, addr))
+            let name = f.first()?.to_string();
+            (addr != 0).then_some((name, size, addr))
         })
         .collect()
+}
+
+fn modules_size(modules: &str, name: &str) -> Option<u64> {
+    modules_placed(modules)
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, size, _)| size)
+}
+
+/// Where the texts start now: `_stext`, from the head of `/proc/kallsyms`
+/// (hidden, zero, or not in the first [`HEAD_BYTES`]: None), and each
+/// module's base.
+fn anchors_now(proc: &Path, modules: &str) -> Option<Vec<Anchor>> {
+    use std::io::{BufRead, Read};
+    let f = std::fs::File::open(proc.join("kallsyms")).ok()?;
+    let head = std::io::BufReader::with_capacity(16 << 10, f.take(HEAD_BYTES));
+    let stext = head.lines().map_while(Result::ok).find_map(|line| {
+        let mut it = line.split_whitespace();
+        let (addr, _, name) = (it.next()?, it.next()?, it.next()?);
+        (name == "_stext").then(|| u64::from_str_radix(addr, 16).ok())?
+    })?;
+    if stext == 0 {
+        return None;
+    }
+    Some(
+        std::iter::once(Anchor { module: None, at: stext })
+            .chain(
+                modules_placed(modules)
+                    .into_iter()
+                    .map(|(name, _, at)| Anchor { module: Some(name), at }),
+            )
+            .collect(),
+    )
 }
 
 /// A JSON header line, then the starts (8 bytes each, little-endian), the
@@ -192,6 +348,7 @@ fn encode(table: &KernelSymbols, key: Key) -> Vec<u8> {
     let header = Header {
         key,
         ranges: table.ranges.clone(),
+        anchors: table.anchors.clone(),
         symbols: table.starts.len(),
         names_len: table.names.len(),
     };
@@ -239,11 +396,16 @@ fn decode(mut bytes: Vec<u8>, key: &Key) -> Option<KernelSymbols> {
     if !names.is_empty() && !names.ends_with('\0') {
         return None;
     }
+    // One anchor per range.
+    if header.ranges.len() != header.anchors.len() {
+        return None;
+    }
     Some(KernelSymbols {
         starts,
         name_at,
         names,
         ranges: header.ranges,
+        anchors: header.anchors,
     })
 }
 
@@ -290,41 +452,99 @@ ffffffffc0100000 t mod_fn\t[virtio]
         assert_eq!(hidden.name(0xffffffff81000200), None);
     }
 
-    /// A fake /proc with the fixture's kallsyms and modules.
-    fn fake_proc(d: &tempfile::TempDir, kallsyms: &str, modules: &str) -> PathBuf {
+    /// A fake /proc with the fixture's kallsyms and modules, and a fake
+    /// `/sys/kernel/notes` with a build-id note (after another note).
+    fn fake_proc(d: &tempfile::TempDir, kallsyms: &str, modules: &str) -> (PathBuf, PathBuf) {
         let proc = d.path().join("proc");
         std::fs::create_dir_all(&proc).unwrap();
         std::fs::write(proc.join("kallsyms"), kallsyms).unwrap();
         std::fs::write(proc.join("modules"), modules).unwrap();
-        proc
+        let mut notes = Vec::new();
+        for (name, kind, desc) in [(&b"Xen\0"[..], 1u32, &[7u8; 6][..]), (b"GNU\0", 3, &[0xab; 20])] {
+            notes.extend((name.len() as u32).to_ne_bytes());
+            notes.extend((desc.len() as u32).to_ne_bytes());
+            notes.extend(kind.to_ne_bytes());
+            notes.extend(name);
+            notes.extend(desc);
+            notes.resize(notes.len().div_ceil(4) * 4, 0);
+        }
+        let notes_path = d.path().join("notes");
+        std::fs::write(&notes_path, notes).unwrap();
+        (proc, notes_path)
     }
 
-    /// The first load reads kallsyms and keeps the table; the next one
-    /// gets the very same table from the kept file without reading
-    /// kallsyms (here: gone); another module list reads kallsyms again.
+    /// The kernel build is the note's build-id; another note before it is
+    /// stepped over.
     #[test]
-    fn the_table_is_kept_for_the_same_modules_only() {
+    fn the_kernel_build_is_its_build_id() {
         let d = tempfile::tempdir().unwrap();
-        let (dir, proc) = (test_dir(&d), fake_proc(&d, KALLSYMS, MODULES));
-        let read = KernelSymbols::load_in(&dir, &proc);
+        let (_, notes) = fake_proc(&d, KALLSYMS, MODULES);
+        assert_eq!(
+            kernel_build(&notes).unwrap(),
+            format!("build-id:{}", "ab".repeat(20))
+        );
+        let this_host = kernel_build(Path::new("/sys/kernel/notes")).unwrap();
+        assert!(this_host.starts_with("build-id:"), "{this_host}");
+    }
+
+    /// The first load reads kallsyms and keeps the table; the next one,
+    /// with only the head of kallsyms there (`_stext`), gets the same
+    /// table; after a reboot that moved the core text and the module
+    /// elsewhere (KASLR), the kept table is moved with them and names the
+    /// new addresses as a full read of the moved kallsyms does; another
+    /// module list reads kallsyms again.
+    #[test]
+    fn the_table_is_kept_across_boots_and_moved_with_the_text() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = test_dir(&d);
+        let (proc, notes) = fake_proc(&d, KALLSYMS, MODULES);
+        let read = KernelSymbols::load_in(&dir, &proc, &notes);
         assert_eq!(read, KernelSymbols::parse(KALLSYMS.as_bytes(), MODULES));
         assert!(dir.join(KEPT_FILE).is_file());
 
-        std::fs::write(proc.join("kallsyms"), "").unwrap();
+        // Only the head: what finding `_stext` reads.
+        std::fs::write(proc.join("kallsyms"), "ffffffff81000000 T _stext\n").unwrap();
         // The module's use count changed, not its text: still kept.
         std::fs::write(proc.join("modules"), MODULES.replace(" 1 - ", " 3 - ")).unwrap();
-        assert_eq!(KernelSymbols::load_in(&dir, &proc), read);
+        let kept = KernelSymbols::load_in(&dir, &proc, &notes);
+        assert_eq!(kept.name(0xffffffff81000150), Some("early_helper"));
+        assert_eq!(kept.name(0xffffffffc0100010), Some("mod_fn"));
 
-        // Reloaded elsewhere: kallsyms is read again (now empty: nothing
-        // named, and an empty table is not kept).
+        // Another boot: core text 0x2400000 higher, the module 0x300000.
+        let moved_kallsyms = KALLSYMS
+            .replace("ffffffff810", "ffffffff834")
+            .replace("ffffffff811", "ffffffff835")
+            .replace("ffffffffc01", "ffffffffc04");
+        let moved_modules = MODULES.replace("c0100000", "c0400000");
+        std::fs::write(proc.join("kallsyms"), "ffffffff83400000 T _stext\n").unwrap();
+        std::fs::write(proc.join("modules"), &moved_modules).unwrap();
+        let moved = KernelSymbols::load_in(&dir, &proc, &notes);
+        let fresh = KernelSymbols::parse(moved_kallsyms.as_bytes(), &moved_modules);
+        for ip in [
+            0xffffffff83400000,
+            0xffffffff83400150,
+            0xffffffff834001a0,
+            0xffffffff83400fff,
+            0xffffffff834ffffe,
+            0xffffffffc0400010,
+            0xffffffffc0401000,
+            0xffffffff81000150,
+            0xffffffffc0100010,
+        ] {
+            assert_eq!(moved.name(ip), fresh.name(ip), "{ip:x}");
+        }
+        assert_eq!(moved.name(0xffffffffc0400010), Some("mod_fn"));
+        assert_eq!(moved.name(0xffffffff81000150), None, "the old place names nothing");
+
+        // Another module loaded: kallsyms is read again (now only its
+        // head: the core's one symbol, nothing else named).
         std::fs::write(
             proc.join("modules"),
-            MODULES.replace("c0100000", "c0200000"),
+            format!("{moved_modules}extra 8192 0 - Live 0xffffffffc0500000\n"),
         )
         .unwrap();
-        let reread = KernelSymbols::load_in(&dir, &proc);
-        assert_eq!(reread.name(0xffffffff81000200), None);
-        assert_eq!(KernelSymbols::load_in(&dir, &proc), reread, "still nothing");
+        let reread = KernelSymbols::load_in(&dir, &proc, &notes);
+        assert_eq!(reread.name(0xffffffffc0400010), None);
     }
 
     /// A kept file cut short, out of order or with a name offset past the
@@ -333,7 +553,8 @@ ffffffffc0100000 t mod_fn\t[virtio]
     fn a_damaged_kept_table_is_refused() {
         let k = KernelSymbols::parse(KALLSYMS.as_bytes(), MODULES);
         let key = Key {
-            build: BootAndBuild::current().unwrap(),
+            build: Build::current().unwrap(),
+            kernel: "build-id:ab".into(),
             modules: modules_fingerprint(MODULES),
         };
         let good = encode(&k, key.clone());
@@ -360,12 +581,13 @@ ffffffffc0100000 t mod_fn\t[virtio]
     fn this_hosts_table_survives_keeping() {
         let d = tempfile::tempdir().unwrap();
         let dir = test_dir(&d);
-        let fresh = KernelSymbols::load_in(&dir, Path::new("/proc"));
+        let notes = Path::new("/sys/kernel/notes");
+        let fresh = KernelSymbols::load_in(&dir, Path::new("/proc"), notes);
         assert!(
             !fresh.starts.is_empty(),
             "/proc/kallsyms shows no addresses: the tests run as root"
         );
-        let kept = KernelSymbols::load_in(&dir, Path::new("/proc"));
+        let kept = KernelSymbols::load_in(&dir, Path::new("/proc"), notes);
         assert_eq!(kept, fresh);
     }
 }
