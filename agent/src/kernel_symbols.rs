@@ -163,14 +163,23 @@ impl KernelSymbols {
         let mut anchors = Vec::new();
         if let Some(stext) = mark("_stext") {
             let core = ranges.len();
-            anchors.resize(core, Anchor { module: None, at: stext });
+            anchors.resize(
+                core,
+                Anchor {
+                    module: None,
+                    at: stext,
+                },
+            );
         } else {
             // No `_stext`: the core text cannot be placed later; dropped.
             ranges.clear();
         }
         for (name, _, at) in modules_placed(modules) {
             ranges.push((at, at + modules_size(modules, &name).unwrap_or(0)));
-            anchors.push(Anchor { module: Some(name), at });
+            anchors.push(Anchor {
+                module: Some(name),
+                at,
+            });
         }
         starts.retain(|&(addr, _)| ranges.iter().any(|&(s, e)| addr >= s && addr < e));
         names.shrink_to_fit();
@@ -228,7 +237,10 @@ impl KernelSymbols {
     /// symbol at or below it in the same text range.
     pub fn name(&self, ip: u64) -> Option<&str> {
         let &(start, _) = self.ranges.iter().find(|&&(s, e)| ip >= s && ip < e)?;
-        let i = self.starts.partition_point(|&addr| addr <= ip).checked_sub(1)?;
+        let i = self
+            .starts
+            .partition_point(|&addr| addr <= ip)
+            .checked_sub(1)?;
         if self.starts[i] < start {
             return None;
         }
@@ -267,7 +279,8 @@ fn kernel_build(notes: &Path) -> Option<String> {
         let word = |i: usize| -> Option<usize> {
             Some(u32::from_ne_bytes(bytes.get(i..i + 4)?.try_into().ok()?) as usize)
         };
-        while let (Some(namesz), Some(descsz), Some(kind)) = (word(at), word(at + 4), word(at + 8)) {
+        while let (Some(namesz), Some(descsz), Some(kind)) = (word(at), word(at + 4), word(at + 8))
+        {
             let name_at = at + 12;
             let desc_at = name_at + namesz.div_ceil(4) * 4;
             let next = desc_at + descsz.div_ceil(4) * 4;
@@ -332,13 +345,19 @@ fn anchors_now(proc: &Path, modules: &str) -> Option<Vec<Anchor>> {
         return None;
     }
     Some(
-        std::iter::once(Anchor { module: None, at: stext })
-            .chain(
-                modules_placed(modules)
-                    .into_iter()
-                    .map(|(name, _, at)| Anchor { module: Some(name), at }),
-            )
-            .collect(),
+        std::iter::once(Anchor {
+            module: None,
+            at: stext,
+        })
+        .chain(
+            modules_placed(modules)
+                .into_iter()
+                .map(|(name, _, at)| Anchor {
+                    module: Some(name),
+                    at,
+                }),
+        )
+        .collect(),
     )
 }
 
@@ -460,7 +479,10 @@ ffffffffc0100000 t mod_fn\t[virtio]
         std::fs::write(proc.join("kallsyms"), kallsyms).unwrap();
         std::fs::write(proc.join("modules"), modules).unwrap();
         let mut notes = Vec::new();
-        for (name, kind, desc) in [(&b"Xen\0"[..], 1u32, &[7u8; 6][..]), (b"GNU\0", 3, &[0xab; 20])] {
+        for (name, kind, desc) in [
+            (&b"Xen\0"[..], 1u32, &[7u8; 6][..]),
+            (b"GNU\0", 3, &[0xab; 20]),
+        ] {
             notes.extend((name.len() as u32).to_ne_bytes());
             notes.extend((desc.len() as u32).to_ne_bytes());
             notes.extend(kind.to_ne_bytes());
@@ -534,7 +556,11 @@ ffffffffc0100000 t mod_fn\t[virtio]
             assert_eq!(moved.name(ip), fresh.name(ip), "{ip:x}");
         }
         assert_eq!(moved.name(0xffffffffc0400010), Some("mod_fn"));
-        assert_eq!(moved.name(0xffffffff81000150), None, "the old place names nothing");
+        assert_eq!(
+            moved.name(0xffffffff81000150),
+            None,
+            "the old place names nothing"
+        );
 
         // Another module loaded: kallsyms is read again (now only its
         // head: the core's one symbol, nothing else named).

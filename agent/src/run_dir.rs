@@ -533,7 +533,10 @@ mod tests {
             .set_modified(mtime)
             .unwrap();
         let after = FileKey::of(&build, &std::fs::File::open(&path).unwrap()).unwrap();
-        assert_eq!((after.file, after.stamp.len, after.stamp.modified), (before.file, before.stamp.len, mtime));
+        assert_eq!(
+            (after.file, after.stamp.len, after.stamp.modified),
+            (before.file, before.stamp.len, mtime)
+        );
         assert_ne!(after, before);
     }
 }

@@ -293,6 +293,108 @@ fn top_shows_the_spinning_function() {
     no_leftovers();
 }
 
+/// The kept directory's files with what would show a rewrite: inode
+/// (a kept file is replaced by a rename), length and modification time.
+fn kept_inventory(dir: &Path) -> Vec<(String, u64, u64, std::time::SystemTime)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (name, m.ino(), m.len(), m.modified().unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// What one file's bytes decide is kept across boots: the first recording
+/// after a reboot (an empty per-boot directory, the kept directory as an
+/// earlier recording left it) measures the hit cost again, and rebuilds
+/// none of the unwind rows, the kernel's names or the DWARF indexes: the
+/// kept files are the very same files, not rewritten, and the stacks are
+/// named as before.
+#[test]
+fn a_first_recording_after_a_reboot_reuses_the_kept_directory() {
+    let _k = kernel_lock();
+    let base = tempfile::tempdir().unwrap();
+    let kept = base.path().join("kept");
+    let record = |run_dir: &Path| -> String {
+        // Blocked waits: off-CPU stacks, which always hold kernel frames.
+        let mut fx = spin("hot", 1, 1500, 10, 20);
+        let pid = fx.pid.to_string();
+        let mut rec = Recording::start_env(
+            &[
+                "--pid",
+                &pid,
+                "--force",
+                "--probes",
+                "none",
+                "--offcpu",
+                "--duration",
+                "3s",
+            ],
+            &[
+                ("INNOPROF_RUN_DIR", run_dir.to_str().unwrap()),
+                ("INNOPROF_CACHE_DIR", kept.to_str().unwrap()),
+            ],
+        );
+        rec.wait_attached();
+        fx.run_calls();
+        let (code, _, rec) = rec.finish();
+        fx.exit();
+        assert_eq!(code, Some(0), "{}", rec.stderr());
+        rec.file("oncpu.folded")
+    };
+    let names =
+        |dir: &Path| -> Vec<String> { kept_inventory(dir).into_iter().map(|(n, ..)| n).collect() };
+    let first_boot = base.path().join("run-1");
+    let first = record(&first_boot);
+    assert!(first.contains("spin_hot"), "{first}");
+    let before = kept_inventory(&kept);
+    let kinds = |prefix: &str| {
+        before
+            .iter()
+            .filter(|(n, ..)| n.starts_with(prefix))
+            .count()
+    };
+    assert!(
+        kinds("unwind-") >= 2,
+        "the fixture's and libc's rows: {before:?}"
+    );
+    assert_eq!(kinds("kallsyms.syms"), 1, "{before:?}");
+    // The per-boot directory holds the hit cost only.
+    let per_boot = names(&first_boot);
+    assert!(
+        !per_boot.is_empty() && per_boot.iter().all(|n| n.starts_with("hitcost-")),
+        "{per_boot:?}"
+    );
+
+    let next_boot = base.path().join("run-2");
+    let next = record(&next_boot);
+    assert!(next.contains("spin_hot"), "{next}");
+    let per_boot = names(&next_boot);
+    assert!(
+        !per_boot.is_empty() && per_boot.iter().all(|n| n.starts_with("hitcost-")),
+        "calibrated again: {per_boot:?}"
+    );
+    // A recording adds the DWARF units its stacks walked to the functions
+    // index (another run may walk other units of libc): not compared.
+    let built = |inv: Vec<(String, u64, u64, std::time::SystemTime)>| {
+        inv.into_iter()
+            .filter(|(n, ..)| !n.starts_with("functions-"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        built(kept_inventory(&kept)),
+        built(before),
+        "rebuilt after the reboot"
+    );
+    no_leftovers();
+}
+
 /// A baseline spinning in one function, an incident spinning in another:
 /// the diff puts the new hot function first, with its share.
 #[test]
