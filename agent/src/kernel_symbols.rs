@@ -174,8 +174,8 @@ impl KernelSymbols {
             // No `_stext`: the core text cannot be placed later; dropped.
             ranges.clear();
         }
-        for (name, _, at) in modules_placed(modules) {
-            ranges.push((at, at + modules_size(modules, &name).unwrap_or(0)));
+        for (name, size, at) in modules_placed(modules) {
+            ranges.push((at, at + size));
             anchors.push(Anchor {
                 module: Some(name),
                 at,
@@ -320,13 +320,6 @@ fn modules_placed(modules: &str) -> Vec<(String, u64, u64)> {
             (addr != 0).then_some((name, size, addr))
         })
         .collect()
-}
-
-fn modules_size(modules: &str, name: &str) -> Option<u64> {
-    modules_placed(modules)
-        .into_iter()
-        .find(|(n, _, _)| n == name)
-        .map(|(_, size, _)| size)
 }
 
 /// Where the texts start now: `_stext`, from the head of `/proc/kallsyms`
