@@ -47,51 +47,36 @@ pub const KEPT_DIR: &str = "/var/cache/innoprof";
 /// `INNOPROF_RUN_DIR` (checked like it, see [`trusted_dir`]); for the
 /// agent's own unit tests, one apart (`innoprof-unit-tests-run` in the
 /// temp directory). A test binary is a new file at every build, and what
-/// tests keep for it would otherwise count against the real directory's
-/// caps until reboot.
+/// tests keep for it would otherwise fill the real directories' caps.
 ///
 /// What is kept holds for one innoprof binary, in one file per server file
 /// (or one for the kernel), so two builds run in turns replace each other's
 /// and both start cold every time: `scripts/agentcost.py` gives each build
-/// its own directory, as a DBA's repeated recordings with one binary find
+/// its own directories, as a DBA's repeated recordings with one binary find
 /// theirs warm.
 pub fn default_dir() -> &'static Path {
-    #[cfg(not(test))]
-    {
-        static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        DIR.get_or_init(|| {
-            std::env::var_os("INNOPROF_RUN_DIR")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
-        })
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| configured("INNOPROF_RUN_DIR", DEFAULT_DIR, "innoprof-unit-tests-run"))
+}
+
+/// The absolute path in the environment variable `var`, else `default`;
+/// in the agent's unit tests, `test_name` in the temp directory.
+fn configured(var: &str, default: &str, test_name: &str) -> PathBuf {
+    if cfg!(test) {
+        return std::env::temp_dir().join(test_name);
     }
-    #[cfg(test)]
-    {
-        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-        DIR.get_or_init(|| std::env::temp_dir().join("innoprof-unit-tests-run"))
-    }
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(default))
 }
 
 /// The kept directory (across boots): [`KEPT_DIR`], or the absolute path
 /// in `INNOPROF_CACHE_DIR` (checked like it, see [`trusted_dir`]); for the
 /// agent's own unit tests, one apart (`innoprof-unit-tests-kept`).
 pub fn kept_dir() -> &'static Path {
-    #[cfg(not(test))]
-    {
-        static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        DIR.get_or_init(|| {
-            std::env::var_os("INNOPROF_CACHE_DIR")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .unwrap_or_else(|| PathBuf::from(KEPT_DIR))
-        })
-    }
-    #[cfg(test)]
-    {
-        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-        DIR.get_or_init(|| std::env::temp_dir().join("innoprof-unit-tests-kept"))
-    }
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| configured("INNOPROF_CACHE_DIR", KEPT_DIR, "innoprof-unit-tests-kept"))
 }
 
 /// A directory only root can change: root's own, no symlink, no group or
