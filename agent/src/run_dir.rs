@@ -349,20 +349,28 @@ pub fn count_kept(dir: &Path, prefix: &str, ext: &str) -> usize {
     kept_files(dir, prefix, ext).len()
 }
 
-/// `dir`'s root-owned regular files named `{prefix}-*.{ext}` (not
-/// symlinks), with their modification times.
+/// `dir`'s root-owned regular files (not symlinks) named as
+/// [`FileKey::file_name`] names them, `{prefix}-MAJOR-MINOR-INODE.{ext}`
+/// in hex, with their modification times.
 fn kept_files(dir: &Path, prefix: &str, ext: &str) -> Vec<(PathBuf, SystemTime)> {
     let (prefix, ext) = (format!("{prefix}-"), format!(".{ext}"));
+    let ours = |name: &str| {
+        name.strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(&ext))
+            .is_some_and(|id| {
+                let parts: Vec<&str> = id.split('-').collect();
+                parts.len() == 3
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
+            })
+    };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
         .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with(&prefix) && name.ends_with(&ext)
-        })
+        .filter(|e| e.file_name().to_str().is_some_and(ours))
         .filter_map(|e| {
             let meta = std::fs::symlink_metadata(e.path()).ok()?;
             let modified = meta.modified().ok()?;
@@ -463,8 +471,11 @@ mod tests {
         put("rows-0-1-a.rows", 5);
         put("rows-0-1-b.rows", 3);
         put("rows-0-1-c.rows", 4);
-        put("other-0-1-z.rows", 100);
-        put("rows-0-1-z.json", 100);
+        put("other-0-1-e.rows", 100);
+        put("rows-0-1-e.json", 100);
+        // Not a name innoprof gives: never counted nor removed.
+        put("rows-notes.rows", 100);
+        put("rows-0-1-xyz.rows", 100);
         let target = d.path().join("elsewhere");
         std::fs::write(&target, b"not ours").unwrap();
         std::os::unix::fs::symlink(&target, kept.join("rows-0-1-y.rows")).unwrap();
@@ -479,11 +490,13 @@ mod tests {
         assert_eq!(
             names,
             [
-                "other-0-1-z.rows",
+                "other-0-1-e.rows",
                 "rows-0-1-a.rows",
                 "rows-0-1-b.rows",
+                "rows-0-1-e.json",
+                "rows-0-1-xyz.rows",
                 "rows-0-1-y.rows",
-                "rows-0-1-z.json"
+                "rows-notes.rows",
             ],
             "c, the least recently used rows file, made room"
         );
