@@ -89,6 +89,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
     };
     let mut trap_ns = 0.0;
     let mut switched_off_hits = 0;
+    let mut switched_off_ns = 0.0;
     let mut symbolizer = plan.stack_symbolizer(maps);
     // Every user stack of the recording named up front, file by file (the
     // peak RSS of the end is one file's debug info, not all of them).
@@ -134,6 +135,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
             spent_ns += hits * cost_of(slot);
             trap_ns += hits * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
             switched_off_hits += st.off_hits;
+            switched_off_ns += st.off_hits as f64 * cost_of(slot);
             total += &st;
             let s = &slot.symbol;
             symbols.push(SymbolInfo {
@@ -294,6 +296,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         }),
         trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
         switched_off_hits,
+        switched_off_pct_of_core: switched_off_ns / 1e9 / duration_s.max(1e-9) * 100.0,
     };
 
     let mut summary = Summary {

@@ -118,6 +118,11 @@ pub struct OverheadSummary {
     /// detached them (all probes): not calls, but counted in the cost.
     #[serde(default)]
     pub switched_off_hits: u64,
+    /// Of `probes_pct_of_core`, those hits: the kernel's detach lag, which
+    /// the governor pays for but cannot shorten (an uprobe's removal takes
+    /// the target's mmap lock; under load it can take ~1 s).
+    #[serde(default)]
+    pub switched_off_pct_of_core: f64,
     /// What probe hits cost the server as the CPU samples saw it (None
     /// without CPU sampling): a measurement beside `probes_pct_of_core`,
     /// which is a model (hits × per-hit cost).

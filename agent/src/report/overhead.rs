@@ -22,6 +22,13 @@ pub fn render(summary: &Summary) -> String {
     if let Some(line) = saturation_line(o) {
         out.push_str(&format!("  {line}\n"));
     }
+    // Above a hundredth of a percent: a line worth reading.
+    if o.switched_off_pct_of_core >= 0.01 {
+        out.push_str(&format!(
+            "  of which ~{:.2}% in {} hits on probes the governor had switched off, before the kernel detached them\n",
+            o.switched_off_pct_of_core, o.switched_off_hits,
+        ));
+    }
     if let Some(seen) = &o.probes_seen_in_samples {
         out.push_str(&format!(
             "  seen in the CPU samples: {:.2}% of one core [{:.2}, {:.2}] ({} samples in the kernel's uprobe handling)\n",
