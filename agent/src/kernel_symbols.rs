@@ -197,14 +197,16 @@ impl KernelSymbols {
     /// `now` (another module list) or a move overflows. Starts outside
     /// every range (BPF programs) are dropped: never named.
     fn moved_to(&self, now: &[Anchor]) -> Option<Self> {
-        let delta: Vec<i128> = self
+        let anchors: Vec<Anchor> = self
             .anchors
             .iter()
-            .map(|a| {
-                let n = now.iter().find(|n| n.module == a.module)?;
-                Some(i128::from(n.at) - i128::from(a.at))
-            })
+            .map(|a| now.iter().find(|n| n.module == a.module).cloned())
             .collect::<Option<_>>()?;
+        let delta: Vec<i128> = anchors
+            .iter()
+            .zip(&self.anchors)
+            .map(|(n, a)| i128::from(n.at) - i128::from(a.at))
+            .collect();
         let shift = |addr: u64, d: i128| u64::try_from(i128::from(addr) + d).ok();
         let mut moved: Vec<(u64, u32)> = Vec::with_capacity(self.starts.len());
         for (&addr, &at) in self.starts.iter().zip(&self.name_at) {
@@ -225,11 +227,7 @@ impl KernelSymbols {
             name_at: moved.iter().map(|&(_, at)| at).collect(),
             names: self.names.clone(),
             ranges,
-            anchors: self
-                .anchors
-                .iter()
-                .map(|a| now.iter().find(|n| n.module == a.module).cloned())
-                .collect::<Option<_>>()?,
+            anchors,
         })
     }
 
@@ -273,25 +271,20 @@ struct Header {
 /// `notes` (`/sys/kernel/notes`), else `boot:ID` (this boot only).
 fn kernel_build(notes: &Path) -> Option<String> {
     if let Ok(bytes) = std::fs::read(notes) {
-        // Elf64_Nhdr: namesz, descsz, type (4 bytes each), then the name
-        // and the descriptor, each padded to 4 bytes.
-        let mut at = 0usize;
-        let word = |i: usize| -> Option<usize> {
-            Some(u32::from_ne_bytes(bytes.get(i..i + 4)?.try_into().ok()?) as usize)
-        };
-        while let (Some(namesz), Some(descsz), Some(kind)) = (word(at), word(at + 4), word(at + 8))
+        // The kernel's own notes, in its (this host's) byte order, 4-aligned.
+        use object::read::elf::NoteIterator;
+        let endian = object::Endianness::default();
+        if let Ok(mut it) =
+            NoteIterator::<object::elf::FileHeader64<object::Endianness>>::new(endian, 4, &bytes)
         {
-            let name_at = at + 12;
-            let desc_at = name_at + namesz.div_ceil(4) * 4;
-            let next = desc_at + descsz.div_ceil(4) * 4;
-            if bytes.get(name_at..name_at + namesz) == Some(&b"GNU\0"[..]) && kind == 3 {
-                let id = bytes.get(desc_at..desc_at + descsz)?;
-                return Some(format!("build-id:{}", crate::resolve::elf::hex(id)));
+            while let Ok(Some(note)) = it.next() {
+                if note.name() == b"GNU" && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID {
+                    return Some(format!(
+                        "build-id:{}",
+                        crate::resolve::elf::hex(note.desc())
+                    ));
+                }
             }
-            if next <= at {
-                break;
-            }
-            at = next;
         }
     }
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
