@@ -16,7 +16,7 @@ RSS; with two binaries, the median of their per-round ratio.
 Each binary keeps what innoprof keeps in directories of its own: the
 per-boot one (hit cost, kernel's symbols; INNOPROF_RUN_DIR, a fresh
 /run/innoprof-agentcost-*) and the kept one (unwind rows, the server's
-DWARF unit index and functions, the inflated libc debug copy, the
+DWARF unit index and functions, the
 resolved probe set; INNOPROF_CACHE_DIR, a fresh
 /var/tmp/innoprof-agentcost-kept-*), both removed at the end: what is kept
 holds for one innoprof binary, and two builds sharing a directory replace

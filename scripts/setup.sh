@@ -11,7 +11,7 @@ packages=(
     sysbench mariadb-client-core            # load and SQL client
     mariadb-server-core                     # Debian's stripped mariadbd: the no-symbols test case
     binutils                                # objcopy/strip: split debug-info tests
-    libc6-dbg                               # libc's separate, compressed DWARF: libc frames named with inlined calls (inflated_debug.rs tests)
+    libc6-dbg                               # libc's separate, compressed DWARF: libc's static functions named from its symbol table (library_debug.rs tests)
     libaio1 libnuma1 libncurses6 unzip      # runtime libraries of the fetched servers
     util-linux procps                       # setpriv (unprivileged test), ps; losetup, mount (S5 scenario)
     e2fsprogs                               # mkfs.ext4: the S5 scenario's RAM-backed disks

@@ -10,8 +10,7 @@
 //!   innoprof's own code alone decide: the unwind rows of the files a
 //!   server maps ([`crate::cpu::unwind_cache`]), the index of a server's
 //!   DWARF units ([`crate::resolve::lines::UnitIndex`]), the functions of
-//!   the units a stack walk read ([`crate::kept_functions`]), inflated
-//!   copies of libraries' compressed debug files ([`crate::inflated_debug`]),
+//!   the units a stack walk read ([`crate::kept_functions`]),
 //!   the server's version, its counters' layouts, its latch creators and
 //!   the probe set a request resolved to ([`crate::kept_plan`]). Each is
 //!   kept for one file version (device, inode, size, modification and

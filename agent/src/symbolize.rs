@@ -226,9 +226,9 @@ pub struct StackSymbolizer {
     debug_files: HashMap<FileId, DebugFile>,
     /// DWARF read by [`crate::dwarf_frames`]'s walk before blazesym.
     dwarf_walk: bool,
-    /// Mapped files already looked at for an inflated copy of their debug
-    /// file ([`crate::inflated_debug`]).
-    inflated_checked: std::collections::HashSet<FileId>,
+    /// Mapped files already looked at for a debug file with compressed
+    /// DWARF ([`crate::library_debug`]).
+    library_debug_checked: std::collections::HashSet<FileId>,
 }
 
 /// A stripped binary's separate debug file, open, with the binary's own
@@ -238,6 +238,10 @@ pub struct StackSymbolizer {
 pub struct DebugFile {
     pub file: Arc<TargetFile>,
     pub offsets: crate::resolve::elf::OffsetMap,
+    /// Whether its DWARF is read (a stripped server's debug file), or
+    /// only its symbol table ([`crate::library_debug`]: a library's
+    /// debug file whose DWARF is compressed).
+    pub dwarf: bool,
 }
 
 impl DebugFile {
@@ -247,6 +251,7 @@ impl DebugFile {
         Some(Self {
             file: Arc::clone(image.debug_open()?),
             offsets: image.offset_map(),
+            dwarf: true,
         })
     }
 }
@@ -285,7 +290,7 @@ impl StackSymbolizer {
             held: HashMap::new(),
             debug_files: HashMap::new(),
             dwarf_walk: std::env::var_os("INNOPROF_BLAZESYM_ONLY").is_none(),
-            inflated_checked: Default::default(),
+            library_debug_checked: Default::default(),
         }
     }
 
@@ -446,11 +451,11 @@ impl StackSymbolizer {
                 Ok(f) => {
                     let f = Arc::clone(f);
                     // A library whose debug file's DWARF is compressed is
-                    // named from the kept inflated copy of it.
+                    // named from that file's symbol table.
                     if !self.debug_files.contains_key(&f.id())
-                        && self.inflated_checked.insert(f.id())
+                        && self.library_debug_checked.insert(f.id())
                     {
-                        if let Some(d) = crate::inflated_debug::for_library(&f) {
+                        if let Some(d) = crate::library_debug::for_library(&f) {
                             self.debug_files.insert(f.id(), d);
                         }
                     }
@@ -498,10 +503,11 @@ impl StackSymbolizer {
                 .collect()
         });
         let source = debug.map_or(file, |d| &d.file);
+        let read_dwarf = debug.is_none_or(|d| d.dwarf);
         let (f, dwarf) = self
             .held
             .entry(source.id())
-            .or_insert_with(|| (Arc::clone(source), dwarf_allowed(source)));
+            .or_insert_with(|| (Arc::clone(source), read_dwarf && dwarf_allowed(source)));
         let (source, dwarf) = (Arc::clone(f), *dwarf);
         use crate::dwarf_frames::Walked;
         let mut named: Vec<Option<Vec<Frame>>> = vec![None; offsets.len()];
