@@ -74,15 +74,21 @@ extern "C" {
 }
 
 /// Calls per timed round; rounds alternate probed and unprobed. A probed
-/// round lasts ~2 ms: single-stepped hits cost ~6x an emulated one.
+/// round lasts ~1 ms: single-stepped hits cost ~6x an emulated one.
 /// Calibration's hits are innoprof's own CPU and, on the first recording of
 /// a boot, part of that recording's cost (issue 12 item 8: <= 1 % of a core
 /// over 30 s): 2,000 and 300 calls in four probed variants took ~0.11 s of
 /// the child's ~0.13 s. Halving the calls widened the spread of 10 runs
 /// under sysbench by no more than the host's own swing (cv 10-12 % either
-/// way, 2026-11-27).
-const CALLS_EMULATED: u64 = 1_000;
-const CALLS_STEPPED: u64 = 150;
+/// way, 2026-11-27). Halved again (2026-11-28), 12 runs each interleaved
+/// under sysbench: the child's CPU 0.061 -> 0.041 s, every median within
+/// 5 % of the longer run's; the spread of the timed and count costs stayed
+/// within the host's swing (cv 5-11 %, a second batch of 12 gave 6-15 % for
+/// the longer run itself), the stack walk's share (a difference of two
+/// medians) widened (cv 5-18 % -> 29-30 %). The governor re-measures what
+/// the programs cost in the target from the first second on.
+const CALLS_EMULATED: u64 = 500;
+const CALLS_STEPPED: u64 = 75;
 const ROUNDS: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
