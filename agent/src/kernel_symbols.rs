@@ -117,19 +117,30 @@ impl KernelSymbols {
         let mut marks: Vec<(&'static str, u64)> = Vec::new();
         let mut starts: Vec<(u64, u32)> = Vec::new();
         let mut names = String::new();
-        let mut line = String::new();
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        // Bytes, not `read_line`: the ~120,000 lines were checked as UTF-8
+        // and split as text, ~half of parsing's time. Names are ASCII;
+        // a line that is not is skipped.
         loop {
             line.clear();
-            match kallsyms.read_line(&mut line) {
+            match kallsyms.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
             // `address type name [module]`
-            let mut it = line.split_whitespace();
+            let mut it = line
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|f| !f.is_empty());
             let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
                 continue;
             };
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+            let Some(addr) = std::str::from_utf8(addr)
+                .ok()
+                .and_then(|a| u64::from_str_radix(a, 16).ok())
+            else {
+                continue;
+            };
+            let Ok(name) = std::str::from_utf8(name) else {
                 continue;
             };
             for mark in ["_stext", "_etext", "_sinittext", "_einittext"] {
@@ -138,7 +149,7 @@ impl KernelSymbols {
                 }
             }
             // Text symbols only: data names must not name a code address.
-            if addr == 0 || !matches!(ty, "t" | "T" | "w" | "W") {
+            if addr == 0 || !matches!(ty, b"t" | b"T" | b"w" | b"W") {
                 continue;
             }
             let Ok(at) = u32::try_from(names.len()) else {
