@@ -191,23 +191,32 @@ pub struct Session {
 
 /// A thread that drops (detaches) links handed to it, in order. A detach
 /// waits for an RCU grace period, which the governor's loop must not.
+/// It also times each batch, from its hand-over to its last detach: the
+/// governor plans with how long its switch-offs take to end the hits.
 struct Reaper {
-    tx: std::sync::mpsc::Sender<Vec<(&'static str, Link)>>,
+    tx: std::sync::mpsc::Sender<(std::time::Instant, Vec<(&'static str, Link)>)>,
     thread: std::thread::JoinHandle<()>,
+    took: std::sync::Arc<std::sync::Mutex<Vec<std::time::Duration>>>,
 }
 
 impl Reaper {
     fn spawn() -> Option<Self> {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<(&'static str, Link)>>();
+        let (tx, rx) =
+            std::sync::mpsc::channel::<(std::time::Instant, Vec<(&'static str, Link)>)>();
+        let took = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let times = std::sync::Arc::clone(&took);
         let thread = std::thread::Builder::new()
             .name("innoprof-detach".into())
             .spawn(move || {
-                for batch in rx {
+                for (handed, batch) in rx {
                     drop_concurrently(batch);
+                    if let Ok(mut t) = times.lock() {
+                        t.push(handed.elapsed());
+                    }
                 }
             })
             .ok()?;
-        Some(Self { tx, thread })
+        Some(Self { tx, thread, took })
     }
 
     /// Waits until every link handed over so far is detached.
@@ -663,12 +672,21 @@ impl Session {
         }
         match &self.reaper {
             Some(r) => {
-                if let Err(unsent) = r.tx.send(off) {
+                if let Err(unsent) = r.tx.send((std::time::Instant::now(), off)) {
                     drop(unsent.0);
                 }
             }
             None => drop_concurrently(off),
         }
+    }
+
+    /// How long each switch-off handed to the detach thread since the
+    /// last call took to be detached, in order.
+    pub fn detach_times(&mut self) -> Vec<std::time::Duration> {
+        self.reaper
+            .as_ref()
+            .and_then(|r| r.took.lock().ok().map(|mut t| std::mem::take(&mut *t)))
+            .unwrap_or_default()
     }
 
     /// The links of every group holding one of `slots`, returns first.

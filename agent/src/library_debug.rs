@@ -135,11 +135,18 @@ mod tests {
             .filter(|(_, v)| v.len() == 1)
             .map(|(a, v)| {
                 let (size, name) = v.into_iter().next().unwrap();
-                (a - text_addr + text_off + size / 2, name, exported.contains(&a))
+                (
+                    a - text_addr + text_off + size / 2,
+                    name,
+                    exported.contains(&a),
+                )
             })
             .take(600)
             .collect();
-        assert!(cases.iter().filter(|c| !c.2).count() > 100, "static functions among them");
+        assert!(
+            cases.iter().filter(|c| !c.2).count() > 100,
+            "static functions among them"
+        );
         let offsets: Vec<u64> = cases.iter().map(|c| c.0).collect();
         let mut s = StackSymbolizer::new(crate::symbolize::ProcessMaps::default());
         let named = s.name_file_offsets(&lib, Some(&debug), "libc.so.6", &offsets);

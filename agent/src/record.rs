@@ -468,6 +468,9 @@ impl Recorder {
         if session.take_alarm() {
             g.wake();
         }
+        for took in session.detach_times() {
+            g.detach_took(took);
+        }
         let actions = g.tick(Instant::now(), || {
             session.read_slot_counts().unwrap_or_default()
         });
