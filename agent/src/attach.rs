@@ -682,7 +682,7 @@ impl Session {
 
     /// How long each switch-off handed to the detach thread since the
     /// last call took to be detached, in order.
-    pub fn detach_times(&mut self) -> Vec<std::time::Duration> {
+    pub fn detach_times(&self) -> Vec<std::time::Duration> {
         self.reaper
             .as_ref()
             .and_then(|r| r.took.lock().ok().map(|mut t| std::mem::take(&mut *t)))

@@ -242,6 +242,15 @@ impl ProbeState {
             / self.slots.len() as f64
     }
 
+    /// What one on-window costs, at the last rate: `min_on` with the
+    /// stacks as sampled now, then `lag` seconds of hits until the
+    /// kernel's detach.
+    fn on_window_cost(&self, min_on: Duration, lag: f64) -> f64 {
+        self.rate / 1e9
+            * (self.per_call_ns(self.stack_every) * min_on.as_secs_f64()
+                + self.per_call_ns(0) * lag)
+    }
+
     fn slot_ids(&self) -> impl Iterator<Item = SlotId> + '_ {
         self.slots.iter().map(|(s, _)| *s)
     }
@@ -581,7 +590,6 @@ impl Governor {
         // the room left.
         let mut room = room;
         let calm_tick = self.cfg.calm_tick;
-        let on_window_cost = |p: &ProbeState, lag: f64| on_window_cost_with(p, min_on, lag);
         for (p, pl) in self.probes.iter_mut().zip(plans) {
             if pl.stack_every != p.stack_every {
                 p.stack_every = pl.stack_every;
@@ -612,7 +620,7 @@ impl Governor {
                 // (it fits a horizon the window's savings pay for, and is
                 // cut again at the next tick if it fits no longer).
                 if p.on_since.is_none() {
-                    let cost = on_window_cost(p, lag);
+                    let cost = p.on_window_cost(min_on, lag);
                     if cost > room {
                         p.next_on = Some(now + calm_tick);
                         continue;
@@ -660,7 +668,7 @@ impl Governor {
                         // incident is seen: the one way past the budget,
                         // for a probe whose `min_on` alone costs more than
                         // the window holds.
-                        let window_cost = on_window_cost(p, lag);
+                        let window_cost = p.on_window_cost(min_on, lag);
                         let off_since = p
                             .windows
                             .last()
@@ -767,12 +775,6 @@ impl Governor {
             })
             .collect()
     }
-}
-
-/// What one on-window of `p` costs, at its last rate: `min_on` with its
-/// stacks as sampled now, then `lag` of hits until the kernel's detach.
-fn on_window_cost_with(p: &ProbeState, min_on: Duration, lag: f64) -> f64 {
-    p.rate / 1e9 * (p.per_call_ns(p.stack_every) * min_on.as_secs_f64() + p.per_call_ns(0) * lag)
 }
 
 fn switch_on(p: &mut ProbeState, now: Instant, actions: &mut Actions) {
@@ -1157,16 +1159,8 @@ mod tests {
             tick_single(&mut g, t, seen, &mut on);
             spent.push((t, g.spent));
         }
-        let window = GovernorConfig::default().window;
-        let allowed = 0.01 * window.as_secs_f64();
-        let mut worst = 0.0f64;
-        for (i, (ta, a)) in spent.iter().enumerate() {
-            for (tb, b) in &spent[i..] {
-                if tb.duration_since(*ta) <= window {
-                    worst = worst.max(b - a);
-                }
-            }
-        }
+        let allowed = 0.01 * GovernorConfig::default().window.as_secs_f64();
+        let worst = worst_window(&spent, t0);
         // A decision lands up to a tick late: one tick at 8 % of a core
         // (4 ms) over, at most.
         assert!(
@@ -1232,18 +1226,22 @@ mod tests {
             spent.push((t, g.spent));
         }
         let window = GovernorConfig::default().window;
+        (worst_window(&spent, t0 + window), g.spent)
+    }
+
+    /// The most CPU `spent` (time, cumulative spend) grew by within any
+    /// window (10 s) that starts at `from` or later.
+    fn worst_window(spent: &[(Instant, f64)], from: Instant) -> f64 {
+        let window = GovernorConfig::default().window;
         let mut worst = 0.0f64;
-        for (i, (ta, a)) in spent.iter().enumerate() {
-            if ta.duration_since(t0) < window {
-                continue;
-            }
+        for (i, (ta, a)) in spent.iter().enumerate().filter(|(_, (t, _))| *t >= from) {
             for (tb, b) in &spent[i..] {
                 if tb.duration_since(*ta) <= window {
                     worst = worst.max(b - a);
                 }
             }
         }
-        (worst, g.spent)
+        worst
     }
 
     /// A detach that takes 1 s (a loaded host) is planned for once
