@@ -242,13 +242,12 @@ impl ProbeState {
             / self.slots.len() as f64
     }
 
-    /// What one on-window costs, at the last rate: `min_on` with the
-    /// stacks as sampled now, then `lag` seconds of hits until the
+    /// What one on-window costs, at the last rate: `min_on` with one
+    /// stack in `every` hits, then `lag` seconds of hits until the
     /// kernel's detach.
-    fn on_window_cost(&self, min_on: Duration, lag: f64) -> f64 {
+    fn on_window_cost(&self, min_on: Duration, lag: f64, every: u32) -> f64 {
         self.rate / 1e9
-            * (self.per_call_ns(self.stack_every) * min_on.as_secs_f64()
-                + self.per_call_ns(0) * lag)
+            * (self.per_call_ns(every) * min_on.as_secs_f64() + self.per_call_ns(0) * lag)
     }
 
     fn slot_ids(&self) -> impl Iterator<Item = SlotId> + '_ {
@@ -556,7 +555,34 @@ impl Governor {
             .map(|p| p.rate * p.per_call_ns(0) / 1e9 * lag)
             .sum();
         let room = budget * window - (self.spent - spent_then) - reserve;
-        let allowance = ((room + budget * ahead) / ahead).max(0.0);
+        // A probe on in full that cannot stay on (over the budget even at
+        // the sparsest stacks) spends the window's savings until they run
+        // out, and is cut then. One on-window of it is held back from the
+        // plan, so that once cut it comes back after its share of time
+        // off, while the window still holds that window. Unheld, it came
+        // back only once its first stretch's spending had slid out of the
+        // window (~11 s plus twice the detach lag: on a loaded host a 14 s
+        // recording saw such a probe in one window, at its start). At most
+        // half the window is held: a burst keeps the other half.
+        let mut held: Vec<f64> = self
+            .probes
+            .iter()
+            .filter(|p| {
+                p.mode == Mode::Full
+                    && p.on_since.is_some()
+                    && p.rate * p.per_call_ns(MAX_STACK_EVERY) / 1e9 > budget
+            })
+            .map(|p| p.on_window_cost(self.cfg.min_on, lag, MAX_STACK_EVERY))
+            .collect();
+        held.sort_by(f64::total_cmp);
+        let mut hold = 0.0;
+        for c in held {
+            if hold + c > budget * window / 2.0 {
+                break;
+            }
+            hold += c;
+        }
+        let allowance = ((room - hold + budget * ahead) / ahead).max(0.0);
         self.allowance = allowance;
 
         let demand: Vec<(f64, SlotCost)> = self
@@ -572,6 +598,12 @@ impl Governor {
             })
             .collect();
         let plans = plan(&demand, allowance, budget, self.cfg.min_duty());
+        // A cut probe's time off is its share of the steady budget: the
+        // plan of the moment says 5 % (`min_duty`) whenever this tick found
+        // the window spent (a calm 0.5 s tick overshoots it), which kept
+        // such a probe off for `max_period`. Whether the window can pay
+        // when that time is up is checked then (`room`).
+        let steady = plan(&demand, budget, budget, self.cfg.min_duty());
         if self.debug {
             eprintln!(
                 "governor: t={:.2}s spent={:.4} allowance={allowance:.4} plans={:?}",
@@ -590,7 +622,7 @@ impl Governor {
         // the room left.
         let mut room = room;
         let calm_tick = self.cfg.calm_tick;
-        for (p, pl) in self.probes.iter_mut().zip(plans) {
+        for ((p, pl), share) in self.probes.iter_mut().zip(plans).zip(steady) {
             if pl.stack_every != p.stack_every {
                 p.stack_every = pl.stack_every;
                 p.stack_every_max = p.stack_every_max.max(pl.stack_every);
@@ -602,7 +634,7 @@ impl Governor {
             // its share of both.
             let off_for = || {
                 Duration::from_secs_f64(
-                    (min_on.as_secs_f64() + lag) * (1.0 / pl.duty.max(1e-9) - 1.0),
+                    (min_on.as_secs_f64() + lag) * (1.0 / share.duty.max(1e-9) - 1.0),
                 )
                 .min(max_off)
             };
@@ -618,9 +650,11 @@ impl Governor {
                 // Fits (again): fully on. Switched on from off only when
                 // the window holds `min_on` of it and the detach after
                 // (it fits a horizon the window's savings pay for, and is
-                // cut again at the next tick if it fits no longer).
+                // cut again at the next tick if it fits no longer). Its
+                // window is priced at the sparsest stacks: the plan takes
+                // more of them only while the window's room pays for them.
                 if p.on_since.is_none() {
-                    let cost = p.on_window_cost(min_on, lag);
+                    let cost = p.on_window_cost(min_on, lag, MAX_STACK_EVERY);
                     if cost > room {
                         p.next_on = Some(now + calm_tick);
                         continue;
@@ -668,7 +702,7 @@ impl Governor {
                         // incident is seen: the one way past the budget,
                         // for a probe whose `min_on` alone costs more than
                         // the window holds.
-                        let window_cost = p.on_window_cost(min_on, lag);
+                        let window_cost = p.on_window_cost(min_on, lag, MAX_STACK_EVERY);
                         let off_since = p
                             .windows
                             .last()
@@ -1244,27 +1278,51 @@ mod tests {
         worst
     }
 
-    /// A detach that takes 1 s (a loaded host) is planned for once
-    /// measured: each window's on-time is paid with the detach after it,
-    /// and any 10 s holds the budget (a tick late at most): 0.099 s of CPU
-    /// at worst. Not told how long detaching takes, the same governor
-    /// spent 0.119 s in some 10 s window.
+    /// A detach that takes 0.5 s or 1 s (a loaded host) is planned for
+    /// once measured: each window's on-time is paid with the detach after
+    /// it, and any 10 s holds the budget (a tick late at most): 0.088 s
+    /// and 0.077 s of CPU at worst, with 81 % and 77 % of the minute's
+    /// budget used. (Not told, the same governor spent 0.083 s and 0.099 s;
+    /// before cut probes had an on-window held for them, 0.119 s at 1 s.
+    /// At 2 s, 0.116 s not told and 0.102 s told.)
     #[test]
     fn the_budget_holds_with_a_slow_detach() {
         let allowed = 0.01 * GovernorConfig::default().window.as_secs_f64();
         let slack = 0.03 * 0.05;
-        let (blind, _) = spend_with_detach_lag(Duration::from_secs(1), false);
-        assert!(
-            blind > allowed + slack,
-            "unplanned: {blind:.4} s in a window"
-        );
-        let (worst, total) = spend_with_detach_lag(Duration::from_secs(1), true);
-        assert!(
-            worst <= allowed + slack,
-            "{worst:.4} s of CPU in a window allowing {allowed} s"
-        );
-        // And still used: most of the minute's budget.
-        assert!(total >= 0.01 * 60.0 * 0.7, "{total}");
+        for lag in [MS(500), MS(1000)] {
+            let (worst, total) = spend_with_detach_lag(lag, true);
+            assert!(
+                worst <= allowed + slack,
+                "{lag:?}: {worst:.4} s of CPU in a window allowing {allowed} s"
+            );
+            // And still used: most of the minute's budget.
+            assert!(total >= 0.01 * 60.0 * 0.7, "{lag:?}: {total}");
+        }
+    }
+
+    /// A probe at 3.2 % of a core (15,000 calls/s at 2.1 us, the e2e's
+    /// paced fixture) on the 1 % budget: its first stretch spends the
+    /// window's savings, but one on-window is held back, so once cut it
+    /// comes back after its share of time off (~2 s), not when the first
+    /// stretch has slid out of the window (~11 s: a 14 s recording on a
+    /// loaded host saw it once). Over 14 s: [0, 1.55], [3.75, 4.75] and,
+    /// once the first has slid out of the window, [10.95, 12.0].
+    #[test]
+    fn a_cut_probe_comes_back_before_its_first_stretch_slides_out() {
+        let t0 = Instant::now();
+        let mut g = one_probe(cost(2_100.0, 700.0), t0);
+        let (mut t, mut seen, mut on) = (t0, 0u64, true);
+        for _ in 0..(14_000 / 50) {
+            if on {
+                seen += 15_000 / 20;
+            }
+            t += MS(50);
+            tick_single(&mut g, t, seen, &mut on);
+        }
+        let d = g.finish(t, &counts(&[(0, seen)]));
+        let w = &d[0].windows;
+        assert!(d[0].cut && w.len() >= 3, "{w:?}");
+        assert!(w[1].start_s - w[0].end_s < 4.0, "{w:?}");
     }
 
     /// A probe near the budget with a noisy rate (3k and 7k calls/s in

@@ -510,13 +510,19 @@ fn many_row_versions(server_name: &str) {
     let dc_findings = diff_findings(&dc);
     let cpu_findings = findings_of(&format!("S6 {server_name} CPU diff"), &dc_findings);
     // Where CPU moved, by subsystem: the undo walk, first, except on 8.0
-    // whose spinning log threads dilute it (above).
+    // whose spinning log threads dilute it (above). The one finding it
+    // may follow is latch spinning: readers walking versions hold the
+    // page latches that writers then spin on (MySQL 5.6.24 under a loaded
+    // host: undo and MVCC +13 points, latch spinning +13 points).
     if server_name != "mysql-8.0.15" {
         first_is(&cpu_findings, "cpu_hot_path");
+        let walk = dc_findings
+            .iter()
+            .position(|f| f.rule == "cpu_hot_path" && f.title.contains("undo and MVCC"))
+            .unwrap_or_else(|| panic!("no undo and MVCC finding: {dc_findings:?}"));
         assert!(
-            dc_findings[0].title.contains("undo and MVCC"),
-            "{:?}",
-            dc_findings[0]
+            walk == 0 || (walk == 1 && dc_findings[0].title.contains("latch spinning")),
+            "{dc_findings:?}"
         );
     }
 }
