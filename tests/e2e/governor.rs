@@ -127,7 +127,7 @@ fn check_estimate(s: &Summary, p: &ProbeResult, log: &PacedLog, rate: f64) -> (f
     eprintln!(
         "{}: truth {truth:.0} over 0-{covered:.2} s, estimate {est:.0} ± {bound:.0} (95 %), {windows} seen in {} windows, error {:.1} %",
         p.name,
-        smp.windows.len(),
+        smp.windows.iter().map(|w| format!("[{:.2}-{:.2} {}]", w.start_s, w.end_s, w.calls)).collect::<Vec<_>>().join(" "),
         (est - truth) / truth * 100.0
     );
     assert!(
