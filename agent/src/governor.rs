@@ -937,6 +937,16 @@ mod tests {
             .collect()
     }
 
+    /// `n` probes of one slot each, all costing `c`.
+    fn equal_probes(n: usize, c: SlotCost, t0: Instant) -> Governor {
+        let probes = (0..n)
+            .map(|i| GovernedProbe {
+                slots: vec![(SlotId::of_index(i), c)],
+            })
+            .collect();
+        Governor::new(GovernorConfig::default(), probes, &HashMap::new(), t0)
+    }
+
     fn one_probe(c: SlotCost, t0: Instant) -> Governor {
         Governor::new(
             GovernorConfig::default(),
@@ -1345,12 +1355,7 @@ mod tests {
     #[test]
     fn a_probe_set_over_the_budget_together_keeps_coming_back() {
         let t0 = Instant::now();
-        let probes = (0..10)
-            .map(|i| GovernedProbe {
-                slots: vec![(SlotId::of_index(i), cost(2_500.0, 1_300.0))],
-            })
-            .collect();
-        let mut g = Governor::new(GovernorConfig::default(), probes, &HashMap::new(), t0);
+        let mut g = equal_probes(10, cost(2_500.0, 1_300.0), t0);
         let mut t = t0;
         let mut seen = [0u64; 10];
         let mut on = [true; 10];
@@ -1458,12 +1463,7 @@ mod tests {
     #[test]
     fn all_switches_of_a_decision_come_in_one_batch() {
         let t0 = Instant::now();
-        let probes = (0..3)
-            .map(|i| GovernedProbe {
-                slots: vec![(SlotId::of_index(i), cost(5_000.0, 0.0))],
-            })
-            .collect();
-        let mut g = Governor::new(GovernorConfig::default(), probes, &HashMap::new(), t0);
+        let mut g = equal_probes(3, cost(5_000.0, 0.0), t0);
         // Each at 100,000 calls/s, 50 % of a core: over the whole window
         // at once, so all three are cut in the first decision.
         let a = g.tick(t0 + FIRST_TICK, || {
