@@ -243,12 +243,13 @@ impl ProbeState {
             / self.slots.len() as f64
     }
 
-    /// What one on-window costs, at the last rate: `min_on` with one
-    /// stack in `every` hits, then `lag` seconds of hits until the
+    /// What one on-window costs, at the last rate: `min_on` at the
+    /// sparsest stacks (the plan takes more of them only while the
+    /// window's room pays for them), then `lag` seconds of hits until the
     /// kernel's detach.
-    fn on_window_cost(&self, min_on: Duration, lag: f64, every: u32) -> f64 {
+    fn on_window_cost(&self, min_on: Duration, lag: f64) -> f64 {
         self.rate / 1e9
-            * (self.per_call_ns(every) * min_on.as_secs_f64() + self.per_call_ns(0) * lag)
+            * (self.per_call_ns(MAX_STACK_EVERY) * min_on.as_secs_f64() + self.per_call_ns(0) * lag)
     }
 
     fn slot_ids(&self) -> impl Iterator<Item = SlotId> + '_ {
@@ -587,7 +588,7 @@ impl Governor {
             .iter()
             .zip(&steady)
             .filter(|(p, share)| p.mode == Mode::Full && p.on_since.is_some() && share.duty < 1.0)
-            .map(|(p, _)| p.on_window_cost(self.cfg.min_on, lag, MAX_STACK_EVERY))
+            .map(|(p, _)| p.on_window_cost(self.cfg.min_on, lag))
             .collect();
         held.sort_by(f64::total_cmp);
         let mut hold = 0.0;
@@ -652,11 +653,9 @@ impl Governor {
                 // Fits (again): fully on. Switched on from off only when
                 // the window holds `min_on` of it and the detach after
                 // (it fits a horizon the window's savings pay for, and is
-                // cut again at the next tick if it fits no longer). Its
-                // window is priced at the sparsest stacks: the plan takes
-                // more of them only while the window's room pays for them.
+                // cut again at the next tick if it fits no longer).
                 if p.on_since.is_none() {
-                    let cost = p.on_window_cost(min_on, lag, MAX_STACK_EVERY);
+                    let cost = p.on_window_cost(min_on, lag);
                     if cost > room {
                         p.next_on = Some(now + calm_tick);
                         continue;
@@ -704,7 +703,7 @@ impl Governor {
                         // incident is seen: the one way past the budget,
                         // for a probe whose `min_on` alone costs more than
                         // the window holds.
-                        let window_cost = p.on_window_cost(min_on, lag, MAX_STACK_EVERY);
+                        let window_cost = p.on_window_cost(min_on, lag);
                         let off_since = p
                             .windows
                             .last()
@@ -948,14 +947,7 @@ mod tests {
     }
 
     fn one_probe(c: SlotCost, t0: Instant) -> Governor {
-        Governor::new(
-            GovernorConfig::default(),
-            vec![GovernedProbe {
-                slots: vec![(SlotId::of_index(0), c)],
-            }],
-            &HashMap::new(),
-            t0,
-        )
+        equal_probes(1, c, t0)
     }
 
     /// A hit between a switch-off and the kernel's detach is no call, but
@@ -1183,12 +1175,42 @@ mod tests {
     /// One tick of a one-probe governor that has seen `seen` calls, its
     /// switches applied to `on` as the recorder would.
     fn tick_single(g: &mut Governor, t: Instant, seen: u64, on: &mut bool) {
-        let a = g.tick(t, || counts(&[(0, seen)]));
-        if !a.suspend.is_empty() {
-            *on = false;
+        let mut one = [*on];
+        tick_many(g, t, &[seen], &mut one);
+        *on = one[0];
+    }
+
+    /// Runs one probe for `ms` in 50 ms ticks, `calls(step)` calls in
+    /// each tick it is on, and closes the books.
+    fn run_single(
+        g: &mut Governor,
+        t0: Instant,
+        ms: u64,
+        calls: impl Fn(u64) -> u64,
+    ) -> Vec<DutyReport> {
+        let (mut t, mut seen, mut on) = (t0, 0u64, true);
+        for step in 0..(ms / 50) {
+            if on {
+                seen += calls(step);
+            }
+            t += MS(50);
+            tick_single(g, t, seen, &mut on);
+        }
+        g.finish(t, &counts(&[(0, seen)]))
+    }
+
+    /// One tick of probes `0..seen.len()` (one slot each) with `seen`
+    /// calls so far; `on` follows the governor's switches.
+    fn tick_many(g: &mut Governor, t: Instant, seen: &[u64], on: &mut [bool]) {
+        let now: Vec<(usize, u64)> = seen.iter().copied().enumerate().collect();
+        let a = g.tick(t, || counts(&now));
+        for s in &a.suspend {
+            on[s.index()] = false;
+        }
+        for s in &a.resume {
+            on[s.index()] = true;
         }
         if !a.resume.is_empty() {
-            *on = true;
             g.resumed(&a.resume, t);
         }
     }
@@ -1331,15 +1353,7 @@ mod tests {
     fn a_cut_probe_comes_back_before_its_first_stretch_slides_out() {
         let t0 = Instant::now();
         let mut g = one_probe(cost(2_100.0, 700.0), t0);
-        let (mut t, mut seen, mut on) = (t0, 0u64, true);
-        for _ in 0..(14_000 / 50) {
-            if on {
-                seen += 15_000 / 20;
-            }
-            t += MS(50);
-            tick_single(&mut g, t, seen, &mut on);
-        }
-        let d = g.finish(t, &counts(&[(0, seen)]));
+        let d = run_single(&mut g, t0, 14_000, |_| 15_000 / 20);
         let w = &d[0].windows;
         assert!(d[0].cut && w.len() >= 3, "{w:?}");
         assert!(w[1].start_s - w[0].end_s < 4.0, "{w:?}");
@@ -1367,17 +1381,7 @@ mod tests {
                 }
             }
             t += MS(50);
-            let now: Vec<(usize, u64)> = seen.iter().copied().enumerate().collect();
-            let a = g.tick(t, || counts(&now));
-            for s in &a.suspend {
-                on[s.index()] = false;
-            }
-            for s in &a.resume {
-                on[s.index()] = true;
-            }
-            if !a.resume.is_empty() {
-                g.resumed(&a.resume, t);
-            }
+            tick_many(&mut g, t, &seen, &mut on);
         }
         let now: Vec<(usize, u64)> = seen.iter().copied().enumerate().collect();
         for d in g.finish(t, &counts(&now)) {
@@ -1396,15 +1400,12 @@ mod tests {
     fn windows_the_governor_opens_last_min_on_even_when_the_rate_is_noisy() {
         let t0 = Instant::now();
         let mut g = one_probe(cost(3_500.0, 900.0), t0);
-        let (mut t, mut seen, mut on) = (t0, 0u64, true);
-        for step in 0..(60_000 / 50) {
-            if on {
-                seen += if step % 2 == 0 { 150 } else { 350 };
-            }
-            t += MS(50);
-            tick_single(&mut g, t, seen, &mut on);
-        }
-        let d = g.finish(t, &counts(&[(0, seen)]));
+        let d = run_single(
+            &mut g,
+            t0,
+            60_000,
+            |step| if step % 2 == 0 { 150 } else { 350 },
+        );
         assert!(d[0].cut, "{d:?}");
         let w = &d[0].windows;
         assert!(w.len() >= 4, "{w:?}");
