@@ -56,6 +56,9 @@ const FIRST_TICK: Duration = Duration::from_millis(50);
 /// core for its 500 ms (its rates and costs underestimated 2.4x).
 const CALM_AFTER: Duration = Duration::from_secs(1);
 
+/// The shortest on-time a rate is measured over.
+const MIN_RATE_SPAN: Duration = Duration::from_millis(5);
+
 #[derive(Debug, Clone, Copy)]
 pub struct GovernorConfig {
     /// Percent of one core all probe hits together may cost.
@@ -209,6 +212,9 @@ struct ProbeState {
     stack_every_max: u32,
     /// Calls per second while on, last measured.
     rate: f64,
+    /// When and at what call count `rate` was last measured (or the
+    /// probe last switched on).
+    rate_from: (Instant, u64),
     /// Counters at the last tick.
     last: SlotCount,
     /// Counters when the current (or last) window opened.
@@ -313,6 +319,7 @@ impl Governor {
                     stack_every: 1,
                     stack_every_max: 1,
                     rate: 0.0,
+                    rate_from: (now, 0),
                     last: SlotCount::default(),
                     window_start: SlotCount::default(),
                     windows: Vec::new(),
@@ -320,6 +327,7 @@ impl Governor {
                     ever_cut: false,
                 };
                 s.last = s.sum(counts);
+                s.rate_from = (now, s.last.calls);
                 s.window_start = s.last;
                 s.calls_before_start = s.last.calls;
                 s
@@ -493,14 +501,19 @@ impl Governor {
             // a hit without its stack, an upper bound of what they cost.
             let off = total.off_hits.saturating_sub(p.last.off_hits);
             self.spent += off as f64 * p.per_call_ns(0) / 1e9;
-            // On-time since the last decision (switches happen only at
-            // decisions, so a probe is on for all of it from `on_since`).
-            let on = p.on_since.map_or(Duration::ZERO, |s| {
-                now.saturating_duration_since(s.max(self.last_tick))
-            });
-            // Too short a stretch on says nothing new: keep the last rate.
-            if on >= Duration::from_millis(5) {
-                p.rate = delta as f64 / on.as_secs_f64();
+            // The rate over the on-time since it was last measured
+            // (switches happen only at decisions, so a probe is on for all
+            // of it from `on_since`). A stretch under MIN_RATE_SPAN says
+            // little: it is measured at a later look, over the calls since,
+            // not dropped (looks a millisecond apart, as an alarm sized
+            // from idle rates brings them, kept an idle rate for seconds).
+            if let Some(since) = p.on_since {
+                let (from, calls_then) = p.rate_from;
+                let on = now.saturating_duration_since(from.max(since));
+                if on >= MIN_RATE_SPAN {
+                    p.rate = total.calls.saturating_sub(calls_then) as f64 / on.as_secs_f64();
+                    p.rate_from = (now, total.calls);
+                }
             }
             p.last = total;
             // Calls that land after a switch-off (returns still attached)
@@ -723,9 +736,15 @@ impl Governor {
         }
     }
 
-    /// The recorder finished re-attaching `slots` at `now`: the window
-    /// starts when the probe is really live.
-    pub fn resumed(&mut self, slots: &[SlotId], now: Instant) {
+    /// The recorder finished re-attaching `slots` at `now` (asked at
+    /// `asked`): the window starts when the probe is really live.
+    pub fn resumed(&mut self, slots: &[SlotId], asked: Instant, now: Instant) {
+        if self.debug {
+            eprintln!(
+                "governor: an attach took {:.3}s",
+                now.saturating_duration_since(asked).as_secs_f64()
+            );
+        }
         let min_on = self.cfg.min_on;
         for p in &mut self.probes {
             if p.slots.iter().any(|(s, _)| slots.contains(s)) {
@@ -815,6 +834,7 @@ impl Governor {
 fn switch_on(p: &mut ProbeState, now: Instant, actions: &mut Actions) {
     p.on_since = Some(now);
     p.window_start = p.last;
+    p.rate_from = (now, p.last.calls);
     actions.resume.extend(p.slot_ids());
 }
 
@@ -1016,6 +1036,43 @@ mod tests {
         assert_eq!(g.next_decision(), s(1_050));
     }
 
+    /// Looks closer together than the shortest stretch a rate is measured
+    /// over (the alarm rings again within a millisecond when the rates it
+    /// was sized from were an idle server's) still measure the rate: over
+    /// the stretch since it was last measured. Each look kept the idle
+    /// rate instead, so a probe that was silent when the server was idle
+    /// looked free for as long as the looks came that fast: CI saw
+    /// `innodb.buf.page_get` on for 4.7 s of an 8 s recording under load,
+    /// 226,426 calls, on a 1 % budget (2026-11-28).
+    #[test]
+    fn looks_a_millisecond_apart_still_measure_the_rate() {
+        let t0 = Instant::now();
+        // 50,000 calls/s at 2.5 µs + 0.5 µs stack: 15 % of a core.
+        let mut g = one_probe(cost(2_500.0, 500.0), t0);
+        // The first look, at idle.
+        g.tick(t0 + MS(50), || counts(&[(0, 0)]));
+        let mut on = true;
+        let mut seen = 0u64;
+        let mut t = t0 + MS(50);
+        let mut off_at = None;
+        // The load starts; the alarm rings every millisecond.
+        for _ in 0..2_000 {
+            t += MS(1);
+            if on {
+                seen += 50;
+            }
+            g.wake();
+            tick_single(&mut g, t, seen, &mut on);
+            if !on && off_at.is_none() {
+                off_at = Some(t - t0);
+            }
+        }
+        let off_at = off_at.expect("never cut");
+        // The window's savings (0.1 s of CPU) last ~0.7 s at this cost.
+        assert!(off_at < MS(1_000), "{off_at:?}");
+        assert!(g.probes[0].rate > 40_000.0, "{}", g.probes[0].rate);
+    }
+
     #[test]
     fn what_fits_is_never_sampled_or_cut() {
         // 1 % of a core: 0.2 % + 0.5 % fit, cheapest first.
@@ -1129,7 +1186,7 @@ mod tests {
                 assert!(!on);
                 on = true;
                 ons.push(t - t0);
-                g.resumed(&a.resume, t);
+                g.resumed(&a.resume, t, t);
             }
         }
         // Stacks first: sparse before it was ever cut.
@@ -1211,7 +1268,7 @@ mod tests {
             on[s.index()] = true;
         }
         if !a.resume.is_empty() {
-            g.resumed(&a.resume, t);
+            g.resumed(&a.resume, t, t);
         }
     }
 
@@ -1297,7 +1354,7 @@ mod tests {
             if !a.resume.is_empty() {
                 (on, attached) = (true, true);
                 detach_done = None;
-                g.resumed(&a.resume, t);
+                g.resumed(&a.resume, t, t);
             }
             spent.push((t, g.spent));
         }

@@ -496,10 +496,11 @@ impl Recorder {
         }
         session.suspend(&actions.suspend);
         if !actions.resume.is_empty() {
+            let asked = Instant::now();
             if let Err(e) = session.resume(&actions.resume) {
                 self.governor_errors.push(crate::error_chain(&e));
             }
-            g.resumed(&actions.resume, Instant::now());
+            g.resumed(&actions.resume, asked, Instant::now());
         }
     }
 
