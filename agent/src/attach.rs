@@ -901,7 +901,9 @@ fn without(slots: &[SlotId], refused: &[(SlotId, LinkError)]) -> Vec<SlotId> {
 /// Tries again while the kernel says "busy" (a concurrent teardown, an
 /// interrupted call), as `attach_errno::retry_delay` paces it.
 fn retry<T>(mut f: impl FnMut() -> Result<T, LinkError>) -> Result<T, LinkError> {
-    let mut attempt = 0;
+    // Retries are numbered from 1 (`retry_delay` gives none for 0: it
+    // began at 0 here, and no transient failure was ever tried again).
+    let mut attempt = 1;
     loop {
         match f() {
             Err(e) => match crate::attach_errno::retry_delay(e.errno(), attempt) {
@@ -1036,5 +1038,52 @@ impl Drop for Session {
         // The ring buffer's mappings before the map's object.
         self.alarm = None;
         self.detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach_errno::{explain, ATTEMPTS};
+
+    fn failing(
+        errno: i32,
+        times: u32,
+    ) -> (
+        impl FnMut() -> Result<u32, LinkError>,
+        std::rc::Rc<std::cell::Cell<u32>>,
+    ) {
+        let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+        let seen = std::rc::Rc::clone(&calls);
+        let f = move || {
+            seen.set(seen.get() + 1);
+            if seen.get() <= times {
+                Err(LinkError(explain(errno)))
+            } else {
+                Ok(seen.get())
+            }
+        };
+        (f, calls)
+    }
+
+    #[test]
+    fn a_busy_attach_is_tried_again_until_it_succeeds() {
+        let (f, calls) = failing(libc::EBUSY, 2);
+        assert_eq!(retry(f).unwrap(), 3);
+        assert_eq!(calls.get(), 3);
+    }
+
+    #[test]
+    fn a_busy_attach_gives_up_after_its_attempts() {
+        let (f, calls) = failing(libc::EBUSY, ATTEMPTS + 5);
+        assert_eq!(retry(f).unwrap_err().errno(), libc::EBUSY);
+        assert_eq!(calls.get(), ATTEMPTS);
+    }
+
+    #[test]
+    fn a_refusal_is_not_tried_again() {
+        let (f, calls) = failing(libc::EINVAL, 1);
+        assert_eq!(retry(f).unwrap_err().errno(), libc::EINVAL);
+        assert_eq!(calls.get(), 1);
     }
 }
