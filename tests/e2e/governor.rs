@@ -414,6 +414,17 @@ fn mariadb_all_probes_under_the_default_budget() {
         "{report}"
     );
     let s = rec.summary();
+    // The governor's looks (what it had spent and allowed), detaches,
+    // attaches and alarms, without the plans: for the messages below.
+    let trace: String = rec
+        .stderr()
+        .lines()
+        .filter(|l| {
+            l.starts_with("governor: t=") || l.contains(" took ") || l == &"governor: alarm"
+        })
+        .map(|l| l.split(" plans=").next().unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
     // The hot paths cannot all be afforded at 1% of a core under load:
     // sparse stacks first, then cut, never for good.
     for name in ["innodb.mutex.enter", "innodb.buf.page_get"] {
@@ -421,8 +432,21 @@ fn mariadb_all_probes_under_the_default_budget() {
         let smp = p
             .sampling
             .as_ref()
-            .unwrap_or_else(|| panic!("{name} not cut: {p:?}"));
-        assert!(smp.attached_fraction < 0.5, "{name}: {p:?}");
+            .unwrap_or_else(|| panic!("{name} not cut: {p:?}\n{trace}"));
+        eprintln!(
+            "{name}: on {:.0} % of the time, windows {:?}",
+            smp.attached_fraction * 100.0,
+            smp.windows
+                .iter()
+                .map(|w| (w.start_s, w.end_s, w.calls))
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            smp.attached_fraction < 0.5,
+            "{name}: {:?} {:?}\n{trace}",
+            smp.windows,
+            s.overhead
+        );
         assert!(p.stacks.sampled_every_max > 1, "{p:?}");
         // Reported as seen, exactly; the estimate only where windows are.
         assert!(p.calls > 0, "{p:?}");
