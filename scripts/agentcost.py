@@ -45,6 +45,7 @@ import os
 import random
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -116,6 +117,11 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", default="agentcost-out")
     args = ap.parse_args()
+    # Ctrl-C and SIGTERM unwind through the `finally`: the server,
+    # sysbench and the directories made here go too (a `pkill` of the
+    # script left its server and sysbench running, 2026-11-28).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     bins = []
     for b in args.bin or [f"shipped={os.path.join(ROOT, 'target', 'release', 'innoprof')}"]:
         name, sep, path = b.partition("=")
