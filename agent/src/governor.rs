@@ -271,9 +271,8 @@ pub struct Governor {
     /// (time, `spent` then) at each tick within the last `window`.
     history: VecDeque<(Instant, f64)>,
     started: Instant,
-    last_tick: Instant,
     next_tick: Instant,
-    /// Re-plans the switch-offs alone between ticks.
+    /// Prints each decision to stderr (`INNOPROF_DEBUG_GOVERNOR`).
     debug: bool,
     /// The alarm rang: decide at the next tick, whenever it is.
     woken: bool,
@@ -339,7 +338,6 @@ impl Governor {
             spent: 0.0,
             history: VecDeque::from([(now, 0.0)]),
             started: now,
-            last_tick: now,
             next_tick: now + FIRST_TICK.min(cfg.tick),
             debug: std::env::var_os("INNOPROF_DEBUG_GOVERNOR").is_some(),
             woken: false,
@@ -525,7 +523,6 @@ impl Governor {
                 }
             }
         }
-        self.last_tick = now;
 
         // What the window still allows per second, over the next `horizon`:
         // what an idle stretch saved lets a burst through, and a window
