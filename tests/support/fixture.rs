@@ -166,22 +166,39 @@ pub fn unix_ms() -> f64 {
         * 1000.0
 }
 
-/// Compiles tests/fixture/SOURCE once per test process. Tests run in
-/// parallel: the lock and the rename keep any of them from seeing a
+/// Compiles tests/fixture/SOURCE once per version of its source and flags,
+/// into the build's own directory (target/debug/fixtures), not /tmp: a
+/// directory per test process there was never removed (hundreds piled up),
+/// and a predictable name in a world-writable directory is not ours to
+/// trust. Tests run in parallel, in several processes: the lock, the
+/// per-process temporary name and the rename keep any of them from seeing a
 /// half-written binary.
 fn compile_fixture(source: &str, name: &str, flags: &[&str]) -> PathBuf {
+    use std::hash::{Hash, Hasher};
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("innoprof-fixture-{}", std::process::id()));
+    let src = repo_root().join("tests/fixture").join(source);
+    let mut key = std::collections::hash_map::DefaultHasher::new();
+    std::fs::read(&src).unwrap().hash(&mut key);
+    flags.hash(&mut key);
+    // target/debug/deps/TEST-HASH -> target/debug/fixtures
+    let exe = std::env::current_exe().unwrap();
+    // The binary keeps its own name: tests assert it as the module's.
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("fixtures")
+        .join(format!("{name}-{:016x}", key.finish()));
     std::fs::create_dir_all(&dir).unwrap();
     let bin = dir.join(name);
     if !bin.exists() {
-        let tmp = dir.join(format!("{name}.tmp"));
+        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
         let status = Command::new("g++")
             .args(flags)
             .arg("-o")
             .arg(&tmp)
-            .arg(repo_root().join("tests/fixture").join(source))
+            .arg(&src)
             .status()
             .unwrap();
         assert!(status.success(), "compiling {source} failed");
