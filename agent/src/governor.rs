@@ -59,7 +59,8 @@ const CALM_AFTER: Duration = Duration::from_secs(1);
 /// The shortest on-time a rate is measured over.
 const MIN_RATE_SPAN: Duration = Duration::from_millis(5);
 
-/// Calm looks fall on multiples of this from the start (see `look_again`).
+/// Calm looks and cut probes' switches fall on multiples of this from the
+/// start (see `look_again` and `on_grid`).
 const CALM_GRID: Duration = Duration::from_millis(250);
 
 /// A probe that must be cut holds its next on-window with this margin: the
@@ -458,7 +459,7 @@ impl Governor {
         // held for cut probes' on-windows (a calm stretch that did left a
         // cut probe off until its first stretch slid out of the window, at
         // ~10.8 s of a 14 s recording, instead of back at ~3.8 s).
-        let calm_next = self.on_grid(now + self.cfg.calm_tick.max(self.cfg.tick));
+        let calm_next = on_grid(self.started, now + self.cfg.calm_tick.max(self.cfg.tick));
         let stretch = calm_next.saturating_duration_since(now).as_secs_f64();
         let calm = !self.replanned
             && now >= self.started + CALM_AFTER
@@ -503,13 +504,6 @@ impl Governor {
             );
         }
         next
-    }
-
-    /// `t` rounded up to the calm grid (a quarter second from the start).
-    fn on_grid(&self, t: Instant) -> Instant {
-        let grid = CALM_GRID.as_secs_f64();
-        let steps = ((self.since_start(t) - 1e-6) / grid).ceil().max(0.0);
-        self.started + Duration::from_secs_f64(steps * grid)
     }
 
     fn since_start(&self, t: Instant) -> f64 {
@@ -698,7 +692,7 @@ impl Governor {
                 if p.on_since.is_none() {
                     let cost = p.on_window_cost(min_on, lag);
                     if cost > room {
-                        p.next_on = Some(now + calm_tick);
+                        p.next_on = Some(on_grid(started, now + calm_tick));
                         continue;
                     }
                     room -= cost;
@@ -722,20 +716,20 @@ impl Governor {
                     let until = p
                         .on_since
                         .filter(|s| *s > started)
-                        .map(|s| s + min_on)
+                        .map(|s| on_grid(started, s + min_on))
                         .filter(|u| now < *u);
                     match until {
                         Some(u) => p.on_until = Some(u),
                         None => {
                             switch_off(p, now, started, actions);
-                            p.next_on = Some(now + off_for());
+                            p.next_on = Some(on_grid(started, now + off_for()));
                         }
                     }
                 }
                 (Mode::Cut, true) => {
                     if p.on_until.is_some_and(|t| now >= t) {
                         switch_off(p, now, started, actions);
-                        p.next_on = Some(now + off_for());
+                        p.next_on = Some(on_grid(started, now + off_for()));
                     }
                 }
                 (_, false) => {
@@ -757,9 +751,9 @@ impl Governor {
                         {
                             room -= window_cost;
                             switch_on(p, now, actions);
-                            p.on_until = Some(now + min_on);
+                            p.on_until = Some(on_grid(started, now + min_on));
                         } else {
-                            p.next_on = Some(now + calm_tick);
+                            p.next_on = Some(on_grid(started, now + calm_tick));
                         }
                     }
                 }
@@ -861,6 +855,16 @@ impl Governor {
             })
             .collect()
     }
+}
+
+/// `t` rounded up to the grid (a quarter second from `started`) that calm
+/// looks and cut probes' switches fall on: switches of several probes then
+/// share one look and one batched attach or detach.
+fn on_grid(started: Instant, t: Instant) -> Instant {
+    let grid = CALM_GRID.as_secs_f64();
+    let since = t.saturating_duration_since(started).as_secs_f64();
+    let steps = ((since - 1e-6) / grid).ceil().max(0.0);
+    started + Duration::from_secs_f64(steps * grid)
 }
 
 fn switch_on(p: &mut ProbeState, now: Instant, actions: &mut Actions) {
@@ -1497,6 +1501,7 @@ mod tests {
         let mut g = equal_probes(10, cost(2_500.0, 1_300.0), t0);
         let (mut t, mut seen, mut on) = (t0, [0u64; 10], [true; 10]);
         let mut spent = vec![(t0, 0.0)];
+        let mut switches = 0;
         for step in 0..(30_000 / 10) {
             for i in 0..10 {
                 if on[i] {
@@ -1505,13 +1510,16 @@ mod tests {
                 }
             }
             t += MS(10);
+            let before = on;
             tick_many(&mut g, t, &seen, &mut on);
+            switches += before.iter().zip(&on).filter(|(a, b)| a != b).count();
             spent.push((t, g.spent));
         }
         let looks = g.alarm().0;
         let now: Vec<(usize, u64)> = seen.iter().copied().enumerate().collect();
         let d = g.finish(t, &counts(&now));
         let windows: Vec<usize> = d.iter().map(|d| d.windows.len()).collect();
+        eprintln!("{looks} looks, {switches} switches, windows {windows:?}, spent {:.3} s", g.spent);
         assert!(looks <= 200, "{looks} looks in 30 s");
         // Every probe keeps coming back, about every 3 s.
         assert!(windows.iter().all(|w| *w >= 8), "{windows:?}");
