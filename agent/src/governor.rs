@@ -1519,7 +1519,10 @@ mod tests {
         let now: Vec<(usize, u64)> = seen.iter().copied().enumerate().collect();
         let d = g.finish(t, &counts(&now));
         let windows: Vec<usize> = d.iter().map(|d| d.windows.len()).collect();
-        eprintln!("{looks} looks, {switches} switches, windows {windows:?}, spent {:.3} s", g.spent);
+        eprintln!(
+            "{looks} looks, {switches} switches, windows {windows:?}, spent {:.3} s",
+            g.spent
+        );
         assert!(looks <= 200, "{looks} looks in 30 s");
         // Every probe keeps coming back, about every 3 s.
         assert!(windows.iter().all(|w| *w >= 8), "{windows:?}");
