@@ -394,6 +394,7 @@ fn make_room(
     if path.exists() {
         return Ok(());
     }
+    remove_retired(dir);
     let mut kept = kept_files(dir, prefix, ext);
     if kept.len() < max_files {
         return Ok(());
@@ -405,6 +406,28 @@ fn make_room(
         std::fs::remove_file(old)?;
     }
     Ok(())
+}
+
+/// Kinds of kept file (`{prefix}-*.{ext}`) earlier innoprof builds wrote
+/// and this one neither writes nor reads: no write of their kind ever
+/// makes room among them, so they are removed when another kind is
+/// written. `inflated-*.debug`: libc's debug file inflated whole, ~10 MB
+/// per libc version, kept from 2026-11-26 to 11-28 (see
+/// `library_debug`).
+const RETIRED: &[(&str, &str)] = &[("inflated", "debug")];
+
+/// Removes the retired kinds' files from `dir`, only when `dir` is
+/// trusted, only root's regular files of those kinds' names (see
+/// [`kept_files`]); a failure leaves them for the next write.
+fn remove_retired(dir: &Path) {
+    if trusted_dir(dir).is_err() {
+        return;
+    }
+    for (prefix, ext) in RETIRED {
+        for (old, _) in kept_files(dir, prefix, ext) {
+            let _ = std::fs::remove_file(old);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -500,6 +523,13 @@ mod tests {
             "c, the least recently used rows file, made room"
         );
         assert!(target.exists());
+        // A retired kind's files go at the next write of another kind; a
+        // name innoprof never gave stays.
+        put("inflated-0-1-f.debug", 10);
+        put("inflated-notes.debug", 10);
+        make_room(&kept, &kept.join("rows-0-1-g.rows"), "rows", "rows", 9).unwrap();
+        assert!(!kept.join("inflated-0-1-f.debug").exists());
+        assert!(kept.join("inflated-notes.debug").exists());
         // A file already kept is replaced in place: nothing removed.
         make_room(&kept, &kept.join("rows-0-1-a.rows"), "rows", "rows", 2).unwrap();
         assert_eq!(count_kept(&kept, "rows", "rows"), 2);
