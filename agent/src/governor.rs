@@ -433,11 +433,13 @@ impl Governor {
         actions
     }
 
-    /// When to decide again after deciding `actions` at `now`, and the
-    /// alarm for the stretch until then. While anything moves, a `tick`
-    /// later. After a decision that changed nothing, from [`CALM_AFTER`] on,
-    /// `calm_tick` later if the probes fully on, at the rates they had, would not spend more
-    /// over it than the window allows over the `horizon` (probes inside an
+    /// When to decide again after deciding at `now`, and the alarm for the
+    /// stretch until then. While a probe in full is re-planned, a `tick`
+    /// later. After a decision that re-planned none (a cut probe's own
+    /// switches do not count), from [`CALM_AFTER`] on, at the first grid
+    /// point `calm_tick` or more later if the probes fully on, at the rates
+    /// they had, would not spend more over that stretch than the window
+    /// allows over the `horizon` (probes inside an
     /// on-window the governor opened are left out: that window lasts
     /// `min_on` whatever the tick); never later than a switch already
     /// planned. Either way the alarm rings first when some CPU takes more
@@ -453,12 +455,12 @@ impl Governor {
             .map(|p| p.rate * p.per_call_ns(p.stack_every) / 1e9)
             .sum();
         // Calm looks fall on a grid from the start, so that alarms and
-        // switches at odd times do not each set a stretch of their own;
-        // the stretch checked is the one the grid gives. A probe set over
-        // the steady budget must not spend, in it, the part of the window
-        // held for cut probes' on-windows (a calm stretch that did left a
-        // cut probe off until its first stretch slid out of the window, at
-        // ~10.8 s of a 14 s recording, instead of back at ~3.8 s).
+        // switches at odd times do not each set a stretch of their own. A
+        // probe set over the steady budget must not spend, in it, the part
+        // of the window held for cut probes' on-windows (a calm stretch
+        // that did left a cut probe off until its first stretch slid out of
+        // the window, at ~10.8 s of a 14 s recording, instead of back at
+        // ~3.8 s).
         let calm_next = on_grid(self.started, now + self.cfg.calm_tick.max(self.cfg.tick));
         let stretch = calm_next.saturating_duration_since(now).as_secs_f64();
         let calm = !self.replanned
@@ -1494,7 +1496,7 @@ mod tests {
     /// at their times, but a set that only cycles is looked at on a calm
     /// grid: 369 looks in 30 s before (a look 50 ms after any change,
     /// cycling probes flipping back to full on the moment's savings at
-    /// most looks), 148 now, with the same windows and the same spend.
+    /// most looks), 140 now, with the same windows and the same spend.
     #[test]
     fn a_cycling_probe_set_is_looked_at_when_its_switches_are_due() {
         let t0 = Instant::now();
