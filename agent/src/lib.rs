@@ -43,6 +43,7 @@ pub mod inspect;
 pub mod kept_functions;
 pub mod kept_plan;
 pub mod kernel;
+pub mod kernel_names;
 pub mod kernel_symbols;
 pub mod library_debug;
 pub mod live;

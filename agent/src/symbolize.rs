@@ -15,6 +15,7 @@ use std::sync::Arc;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 
+use crate::kernel_names::{KernelName, KernelNamer};
 use crate::kernel_symbols::KernelSymbols;
 use crate::rootfs::{self, FileId, TargetFile};
 
@@ -214,6 +215,10 @@ pub struct StackSymbolizer {
     build_ids: HashMap<FileId, Option<String>>,
     /// Source file names, each allocated once however many frames name it.
     source_files: std::collections::HashSet<Arc<str>>,
+    /// The kernel's own lookup ([`crate::kernel_names`]), loaded at the
+    /// first kernel address; None inside when it cannot load.
+    kernel_namer: Option<Option<KernelNamer>>,
+    /// The kallsyms table, read only for what the lookup cannot name.
     kernel_symbols: Option<KernelSymbols>,
     /// Every file handed to blazesym, kept open while it lives: blazesym
     /// caches files by path (`/proc/self/fd/N`), so that number must not
@@ -286,6 +291,7 @@ impl StackSymbolizer {
             mappings: HashMap::new(),
             build_ids: HashMap::new(),
             source_files: Default::default(),
+            kernel_namer: None,
             kernel_symbols: None,
             held: HashMap::new(),
             debug_files: HashMap::new(),
@@ -374,6 +380,18 @@ impl StackSymbolizer {
             .enable_demangling(true)
             .enable_code_info(true)
             .build()
+    }
+
+    /// Names every kernel address of `stacks` (each innermost first, with
+    /// whether its first address is exact) in one batch, so that the
+    /// kernel's lookup runs a few times for a whole profile instead of
+    /// once per stack.
+    pub fn name_kernel_stacks(&mut self, stacks: impl IntoIterator<Item = (Vec<u64>, bool)>) {
+        let all: Vec<u64> = stacks
+            .into_iter()
+            .flat_map(|(ips, exact_first)| adjust(&ips, exact_first))
+            .collect();
+        self.resolve_kernel(&all);
     }
 
     /// A kernel stack (innermost first) as locations, root→leaf.
@@ -638,13 +656,23 @@ impl StackSymbolizer {
         if todo.is_empty() {
             return;
         }
-        let symbols = self.kernel_symbols.get_or_insert_with(KernelSymbols::load);
-        for ip in &todo {
-            let name = match symbols.name(*ip) {
-                Some(name) => name.to_string(),
-                // Kernel addresses are absolute: the address is the identity.
-                None => format!("{ip:#x}"),
+        let namer = self
+            .kernel_namer
+            .get_or_insert_with(|| KernelNamer::load().ok());
+        let asked = namer.as_mut().and_then(|n| n.names(&todo).ok());
+        for (i, ip) in todo.iter().enumerate() {
+            let name = match asked.as_ref().map(|names| &names[i]) {
+                Some(KernelName::Named(name)) => Some(name.clone()),
+                Some(KernelName::NotASymbol) => None,
+                // Unread by the kernel's lookup, or no lookup: the table.
+                Some(KernelName::Unread) | None => self
+                    .kernel_symbols
+                    .get_or_insert_with(KernelSymbols::load)
+                    .name(*ip)
+                    .map(str::to_string),
             };
+            // Kernel addresses are absolute: the address is the identity.
+            let name = name.unwrap_or_else(|| format!("{ip:#x}"));
             let location = Location {
                 address: *ip,
                 mapping: None,

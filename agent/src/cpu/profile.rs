@@ -38,6 +38,22 @@ impl RawCpuProfile {
         let mut on_top = TopBuilder::new(SelfFrame::Leaf);
         let mut oncpu_stacks = Vec::with_capacity(self.oncpu.len());
         let mut probe_handling_samples = 0;
+        // Every kernel address at once: the kernel's lookup runs per batch.
+        let kernel_part = |s: &CpuStack| s.flags & STACK_KERN_LOST == 0;
+        let blocked =
+            (self.offcpu.iter().map(|(s, _)| s)).chain(self.still_blocked.iter().map(|(s, _)| s));
+        symbolizer.name_kernel_stacks(
+            self.oncpu
+                .iter()
+                .map(|(s, _)| s)
+                .filter(|s| kernel_part(s))
+                .map(|s| (s.kernel_ips(), true))
+                .chain(
+                    blocked
+                        .filter(|s| self.opts.offcpu && kernel_part(s))
+                        .map(|s| (s.kernel_ips(), false)),
+                ),
+        );
         for (stack, n) in &self.oncpu {
             // A perf-event sample interrupts the thread: the first kernel
             // address is the interrupted instruction, not a return address.
