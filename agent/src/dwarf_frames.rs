@@ -905,7 +905,8 @@ impl<'a> InlinedFunctions<'a> {
 }
 
 /// The line rows at the addresses asked for, read in one pass over the
-/// unit's line program (blazesym keeps every sequence and searches it; the
+/// unit's line program, stopped once each address has its row (blazesym
+/// keeps every sequence and searches it; the
 /// row found is the same: in the sequence holding the address, the last
 /// row at or before it, the last of several rows at one address). The
 /// file names are rendered only for the rows and inlined calls that use
@@ -937,7 +938,9 @@ impl<'u, 'a> Lines<'u, 'a> {
         // first address asked for not yet given a row.
         let mut prev: Option<(u64, u64, u32)> = None;
         let mut next = 0;
-        // Addresses in [from, to) get `row`'s file and line.
+        // Addresses in [from, to) get `row`'s file and line. Whether every
+        // address has its row now: one given keeps it (the first read
+        // wins), so the rest of the program could change nothing.
         let mut give = |from: u64, to: u64, next: &mut usize, (file, line): (u64, u32)| {
             while let Some(&a) = addrs.get(*next) {
                 if a >= to {
@@ -950,12 +953,15 @@ impl<'u, 'a> Lines<'u, 'a> {
                 }
                 *next += 1;
             }
+            found.len() == addrs.len()
         };
         while let Some((_, row)) = rows.next_row()? {
             let address = row.address();
             if row.end_sequence() {
                 if let Some((at, file, line)) = prev.take() {
-                    give(at, address, &mut next, (file, line));
+                    if give(at, address, &mut next, (file, line)) {
+                        break;
+                    }
                 }
                 continue;
             }
@@ -965,7 +971,9 @@ impl<'u, 'a> Lines<'u, 'a> {
                 // A new sequence: its first address asked for.
                 None => next = addrs.partition_point(|&a| a < address),
                 Some((at, pfile, pline)) if address > at => {
-                    give(at, address, &mut next, (pfile, pline));
+                    if give(at, address, &mut next, (pfile, pline)) {
+                        break;
+                    }
                 }
                 // The same address again (the last row there counts), or
                 // one going back (malformed: not given anything).
