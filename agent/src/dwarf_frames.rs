@@ -391,6 +391,7 @@ fn top_level_functions<'a>(
     unit: gimli::UnitRef<'_, Reader<'a>>,
 ) -> Result<Vec<FunctionRange>, NotCovered> {
     let mut out = Vec::new();
+    let mut shapes: HashMap<u64, AbbrevShape> = HashMap::new();
     let mut entries = unit.entries_raw(None)?;
     let root = entries.read_abbreviation()?.ok_or(NotCovered)?;
     entries.skip_attributes(root.attributes())?;
@@ -412,19 +413,35 @@ fn top_level_functions<'a>(
             entries.skip_attributes(abbrev.attributes())?;
             continue;
         }
-        let function = tag == gimli::DW_TAG_subprogram;
+        let specs = abbrev.attributes();
+        let shape = *shapes
+            .entry(abbrev.code())
+            .or_insert_with(|| AbbrevShape::of(specs));
+        // A subprogram without code attributes (a declaration) has no
+        // range: read like any other entry.
+        let function = tag == gimli::DW_TAG_subprogram && shape.has_code;
         let mut ranges = RangeAttributes::default();
         let mut sibling = None;
-        for (i, spec) in abbrev.attributes().iter().enumerate() {
-            if !function && sibling.is_some() {
-                entries.skip_attributes(&abbrev.attributes()[i..])?;
-                break;
+        if function {
+            for spec in specs {
+                let attr = entries.read_attribute(*spec)?;
+                match (attr.name(), attr.value()) {
+                    (gimli::DW_AT_sibling, AttributeValue::UnitRef(o)) => sibling = Some(o),
+                    _ => ranges.read(&attr, unit)?,
+                }
             }
-            let attr = entries.read_attribute(*spec)?;
-            match (attr.name(), attr.value()) {
-                (gimli::DW_AT_sibling, AttributeValue::UnitRef(o)) => sibling = Some(o),
-                _ if function => ranges.read(&attr, unit)?,
-                _ => {}
+        } else {
+            // Only the sibling link is wanted, and only past children:
+            // every other attribute is stepped over by its form's size.
+            match shape.sibling.filter(|_| abbrev.has_children()) {
+                Some(i) => {
+                    entries.skip_attributes(&specs[..i])?;
+                    if let AttributeValue::UnitRef(o) = entries.read_attribute(specs[i])?.value() {
+                        sibling = Some(o);
+                    }
+                    entries.skip_attributes(&specs[i + 1..])?;
+                }
+                None => entries.skip_attributes(specs)?,
             }
         }
         if function {
@@ -454,6 +471,29 @@ fn top_level_functions<'a>(
         }
     }
     Ok(out)
+}
+
+/// What [`top_level_functions`] needs of an abbreviation, worked out once
+/// per abbreviation code: parsing every attribute of the unit's ~10^4
+/// top-level entries (types, declarations) to find a sibling link was
+/// most of the walk, when their forms' sizes step over them.
+#[derive(Clone, Copy)]
+struct AbbrevShape {
+    /// Has `DW_AT_low_pc` or `DW_AT_ranges`: code of its own.
+    has_code: bool,
+    /// Where `DW_AT_sibling` is among the attributes.
+    sibling: Option<usize>,
+}
+
+impl AbbrevShape {
+    fn of(specs: &[gimli::AttributeSpecification]) -> Self {
+        Self {
+            has_code: specs
+                .iter()
+                .any(|s| matches!(s.name(), gimli::DW_AT_low_pc | gimli::DW_AT_ranges)),
+            sibling: specs.iter().position(|s| s.name() == gimli::DW_AT_sibling),
+        }
+    }
 }
 
 /// The functions of `ranges` (one unit's, as [`top_level_functions`]

@@ -329,6 +329,7 @@ impl Recorder {
             .calibration
             .take()
             .map(|h| h.join().unwrap_or(Err(CalibrateError::Panicked)));
+        debug_phase("after calibration joined");
         let calibration_reused = match &calibrated {
             Some(Ok(c)) => c.reused_age.map(reused_note),
             _ => None,
@@ -358,6 +359,7 @@ impl Recorder {
         } else {
             Some(Session::attach(&plan.target.binary, &plan.probes, &opts)?)
         };
+        debug_phase("after probes attached");
         // On failure the session drops here, detaching its probes.
         let cpu = plan
             .cpu
