@@ -40,8 +40,8 @@ impl RawCpuProfile {
         let mut probe_handling_samples = 0;
         // Every kernel address at once: the kernel's lookup runs per batch.
         let kernel_part = |s: &CpuStack| s.flags & STACK_KERN_LOST == 0;
-        let blocked =
-            (self.offcpu.iter().map(|(s, _)| s)).chain(self.still_blocked.iter().map(|(s, _)| s));
+        let blocked = self.offcpu.iter().map(|(s, _)| s);
+        let blocked = blocked.chain(self.still_blocked.iter().map(|(s, _)| s));
         symbolizer.name_kernel_stacks(
             self.oncpu
                 .iter()
