@@ -1,5 +1,7 @@
 //! Kernel function names for kernel stack frames, from `/proc/kallsyms`,
-//! kept across boots.
+//! kept across boots: the fallback where the kernel cannot name the
+//! addresses itself ([`crate::kernel_names`], which needs `bpf_loop`), and
+//! for a name longer than its slot there.
 //!
 //! Generating `/proc/kallsyms` (~120,000 text symbols, ~5 MB of text) costs
 //! the kernel ~30–40 ms of CPU and innoprof the parse, at the end of every

@@ -38,21 +38,18 @@ impl RawCpuProfile {
         let mut on_top = TopBuilder::new(SelfFrame::Leaf);
         let mut oncpu_stacks = Vec::with_capacity(self.oncpu.len());
         let mut probe_handling_samples = 0;
-        // Every kernel address at once: the kernel's lookup runs per batch.
-        let kernel_part = |s: &CpuStack| s.flags & STACK_KERN_LOST == 0;
-        let blocked = self.offcpu.iter().map(|(s, _)| s);
-        let blocked = blocked.chain(self.still_blocked.iter().map(|(s, _)| s));
+        // Every kernel address at once, with whether its stack's first
+        // address is exact (as `named_stack` is called below): the
+        // kernel's lookup runs per batch.
+        let oncpu = self.oncpu.iter().map(|(s, _)| (s, true));
+        let blocked = self.offcpu.iter().map(|(s, _)| (s, false));
+        let still = self.still_blocked.iter().map(|(s, _)| (s, false));
+        let offcpu = blocked.chain(still).filter(|_| self.opts.offcpu);
         symbolizer.name_kernel_stacks(
-            self.oncpu
-                .iter()
-                .map(|(s, _)| s)
-                .filter(|s| kernel_part(s))
-                .map(|s| (s.kernel_ips(), true))
-                .chain(
-                    blocked
-                        .filter(|s| self.opts.offcpu && kernel_part(s))
-                        .map(|s| (s.kernel_ips(), false)),
-                ),
+            oncpu
+                .chain(offcpu)
+                .filter(|(s, _)| s.flags & STACK_KERN_LOST == 0)
+                .map(|(s, exact_first)| (s.kernel_ips(), exact_first)),
         );
         for (stack, n) in &self.oncpu {
             // A perf-event sample interrupts the thread: the first kernel
