@@ -307,7 +307,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         path: "/proc/self/exe".into(),
         source,
     })?;
-    let image = ElfImage::open(&exe)?;
+    let mut image = ElfImage::open(&exe)?;
     let opts = SessionOptions {
         pid: std::process::id(),
         capture_stacks,
@@ -348,6 +348,8 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
             CALLS_STEPPED,
         ),
     ];
+    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+    image.list_only_symbols(&names);
     let plan = variants
         .iter()
         .map(|(name, measure, _, _, _)| {

@@ -102,12 +102,15 @@ impl UnitIndex {
             let Some(offset) = header.offset().to_debug_info_offset(&header) else {
                 continue;
             };
-            let unit = dwarf.unit(header)?;
-            let Some(name) = &unit.name else {
-                continue;
+            let name = match super::dwarf::unit_name(&dwarf, &header)? {
+                Some(name) => name,
+                None => match dwarf.unit(header)?.name {
+                    Some(name) => name,
+                    None => continue,
+                },
             };
             units
-                .entry(base_name(&String::from_utf8_lossy(name)).to_string())
+                .entry(base_name(&String::from_utf8_lossy(name.slice())).to_string())
                 .or_default()
                 .push(offset);
         }
