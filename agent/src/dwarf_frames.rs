@@ -948,10 +948,10 @@ impl<'a> InlinedFunctions<'a> {
 /// unit's line program, stopped once each address has its row (blazesym
 /// keeps every sequence and searches it; the row found is the same: in
 /// the sequence holding the address, the last row at or before it, the
-/// last of several rows at one address). The
-/// file names are rendered only for the rows and inlined calls that use
-/// them: a C++ unit's file table names hundreds of headers, and rendering
-/// them all was a third of the end's line-table time.
+/// last of several rows at one address). The file names are rendered
+/// only for the rows and inlined calls that use them: a C++ unit's file
+/// table names hundreds of headers, and rendering them all was a third
+/// of the end's line-table time.
 struct Lines<'u, 'a> {
     unit: gimli::UnitRef<'u, Reader<'a>>,
     header: Option<gimli::LineProgramHeader<Reader<'a>>>,
