@@ -477,6 +477,16 @@ class Switch:
                 out["innoprof_seen_pct_of_core"] = (ov.get("probes_seen_in_samples") or {}).get("pct_of_core")
                 if window is not None:
                     out["innoprof_window_pct_of_core"] = estimate_in_window(state["rec"], s, *window)
+                # Measured in the server (its CPU per row read at the
+                # governor's looks): a factor over the per-hit model, applied
+                # to the window's model where both exist.
+                fit = ov.get("in_target") or {}
+                out["innoprof_in_target_factor"] = fit.get("factor")
+                out["innoprof_in_target_note"] = ov.get("in_target_note")
+                if fit.get("factor") is not None:
+                    model = out.get("innoprof_window_pct_of_core")
+                    out["innoprof_in_target_pct_of_core"] = (
+                        fit["factor"] * model if model is not None else fit.get("pct_of_core"))
             except (OSError, ValueError) as e:
                 out["summary_error"] = str(e)
                 log(f"{config}: no summary.json: {e}; stderr: {open(agent.err_path).read()[-500:]}")
@@ -594,6 +604,9 @@ def pairs_of(phases):
             "measured_cost_pct_of_core": (t["server_cpu_us_per_txn"] - base_cpu) * 1e-6 * t["tps"] * 100,
             "innoprof_probes_pct_of_core": sw.get("innoprof_probes_pct_of_core"),
             "innoprof_window_pct_of_core": sw.get("innoprof_window_pct_of_core"),
+            "innoprof_in_target_pct_of_core": sw.get("innoprof_in_target_pct_of_core"),
+            "innoprof_in_target_factor": sw.get("innoprof_in_target_factor"),
+            "innoprof_in_target_note": sw.get("innoprof_in_target_note"),
             "host_idle_pct": t["host_idle_pct"],
             "baseline_host_idle_pct": (b0["host_idle_pct"] + b1["host_idle_pct"]) / 2,
             "innoprof_agent_cpu_pct_of_core": sw.get("innoprof_agent_cpu_pct_of_core"),
@@ -640,6 +653,7 @@ def summarise(pairs, rng):
         for k in ("tps_ratio", "cpu_per_txn_ratio", "measured_cost_pct_of_core"):
             row[k], row[k + "_lo"], row[k + "_hi"] = bootstrap_median([p[k] for p in ps], rng)
         for k in ("innoprof_probes_pct_of_core", "innoprof_window_pct_of_core", "innoprof_seen_pct_of_core",
+                  "innoprof_in_target_pct_of_core", "innoprof_in_target_factor",
                   "innoprof_agent_cpu_pct_of_core", "agent_cpu_pct_of_core",
                   "probes_sampled", "probes_attached", "host_idle_pct", "baseline_host_idle_pct", "start_s", "attach_s", "detach_s", "stop_s"):
             xs = [p[k] for p in ps if p.get(k) is not None]
@@ -688,6 +702,23 @@ def summarise(pairs, rng):
                          + ("yes" if ok else "no"))
         elif row["innoprof_probes_pct_of_core"] is not None and row["probes_attached"]:
             notes.append("estimate within 30 %: no (measured change <= 0)")
+        # Measured in the server, where its looks could tell (pairs with a
+        # fit): against the measured change, as the model above.
+        fitted = [p for p in ps if p.get("innoprof_in_target_pct_of_core") is not None]
+        row["in_target_pairs"] = len(fitted)
+        inside = row["innoprof_in_target_pct_of_core"]
+        if inside is not None and row["probes_attached"] and row["measured_cost_pct_of_core"] > 0:
+            lo, hi = row["measured_cost_pct_of_core_lo"], row["measured_cost_pct_of_core_hi"]
+            row["in_target_over_measured"] = inside / row["measured_cost_pct_of_core"]
+            span = (f" [{inside / hi:.2f}, {inside / lo:.2f}]" if lo > 0 else f" [{inside / hi:.2f}, inf)") if hi > 0 else ""
+            notes.append(f"measured in the server {inside:.2f} % of a core (x{row['innoprof_in_target_factor']:.2f} "
+                         f"the model, {len(fitted)}/{len(ps)} pairs), in-server/measured "
+                         f"{row['in_target_over_measured']:.2f}{span}, within 30 %: "
+                         + ("yes" if abs(row["in_target_over_measured"] - 1) <= 0.3 else "no"))
+        elif row["probes_attached"] and not fitted:
+            whys = [p.get("innoprof_in_target_note") for p in ps if p.get("innoprof_in_target_note")]
+            if whys:
+                notes.append(f"not measured in the server: {whys[0]}")
         seen = row["innoprof_seen_pct_of_core"]
         if seen is not None and row["probes_attached"] and row["measured_cost_pct_of_core"] > 0:
             # The samples' view over the whole recording (uniform only

@@ -885,6 +885,7 @@ mod tests {
         "innodb.dict_sys.row_ids",
         "innodb.trx_sys.trx_ids",
         "innodb.redo.lsn",
+        "innodb.rows_read",
     ];
 
     fn bounds(f: &CatalogFile) -> ((u32, u32), (u32, u32)) {
@@ -935,7 +936,8 @@ mod tests {
             [
                 "innodb.dict_sys.row_ids",
                 "innodb.trx_sys.trx_ids",
-                "innodb.redo.lsn"
+                "innodb.redo.lsn",
+                "innodb.rows_read"
             ]
         );
         assert_eq!(counters[0].counter.global, "dict_sys");

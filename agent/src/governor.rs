@@ -131,6 +131,15 @@ pub struct SlotCost {
 }
 
 impl SlotCost {
+    /// The cost `factor` times over: what the server was measured to pay
+    /// per modelled ns (see [`crate::in_target`]).
+    pub fn scaled(self, factor: f64) -> Self {
+        Self {
+            base_ns: self.base_ns * factor,
+            stack_ns: self.stack_ns * factor,
+        }
+    }
+
     pub fn per_call_ns(&self, stack_every: u32) -> f64 {
         self.base_ns
             + if stack_every == 0 {

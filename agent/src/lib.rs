@@ -39,6 +39,7 @@ pub mod governor;
 pub mod histogram;
 pub mod hitcost_cache;
 pub mod host_idle;
+pub mod in_target;
 pub mod inspect;
 pub mod kept_functions;
 pub mod kept_plan;

@@ -206,6 +206,9 @@ impl TargetMemory {
         if !matches!(size, 1 | 2 | 4 | 8) {
             return Err(format!("unsupported integer size {size}"));
         }
+        if layout.elements > 1 {
+            return self.sum(address, size, layout.elements as usize);
+        }
         let mut bytes = [0u8; 8];
         self.read(address, &mut bytes[..size])?;
         let raw = u64::from_le_bytes(bytes);
@@ -214,6 +217,23 @@ impl TargetMemory {
             return Err(format!("negative value in a signed {size}-byte counter"));
         }
         Ok(raw)
+    }
+}
+
+impl TargetMemory {
+    /// A sharded counter's value: its `n` unsigned slots of `size` bytes,
+    /// read in one go and summed (each slot is only ever added to).
+    fn sum(&self, address: u64, size: usize, n: usize) -> Result<u64, String> {
+        let mut bytes = vec![0u8; size * n];
+        self.read(address, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(size)
+            .map(|slot| {
+                let mut b = [0u8; 8];
+                b[..size].copy_from_slice(slot);
+                u64::from_le_bytes(b)
+            })
+            .fold(0u64, u64::wrapping_add))
     }
 }
 
@@ -303,6 +323,12 @@ impl CounterRecorder {
                 mem.value(layout)
             })
             .collect()
+    }
+
+    /// Counter `index`'s value now (None where it cannot be read).
+    pub fn read_one(&self, index: usize) -> Option<u64> {
+        let layout = self.counters.get(index)?.layout.as_ref().ok()?;
+        self.memory.as_ref().ok()?.value(layout).ok()
     }
 
     /// Takes the end readings, once: later calls keep the first.
@@ -424,22 +450,26 @@ mod tests {
     use crate::catalog::CounterMeasure;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    /// Shaped like InnoDB's: a struct holding a plain counter and an atomic
-    /// one, reached through a global pointer (MySQL 5.6's `dict_sys`) and
-    /// as a global object (MariaDB 11.4's `log_sys`).
+    /// Shaped like InnoDB's: a struct holding a sharded counter (as
+    /// `srv_stats.n_rows_read`'s slots), a plain counter and an atomic one,
+    /// reached through a global pointer (MySQL 5.6's `dict_sys`) and as a
+    /// global object (MariaDB 11.4's `log_sys`); and signed slots, which
+    /// are no counter.
     #[repr(C)]
     pub struct FakeSys {
-        pad: [u64; 9],
+        shards: [u64; 9],
         row_id: u64,
         lsn: AtomicU64,
+        signed_shards: [i32; 2],
     }
 
     #[no_mangle]
     #[used]
     pub static mut innoprof_test_sys: FakeSys = FakeSys {
-        pad: [0; 9],
+        shards: [0, 1, 0, 0, 0, 0, 0, 0, 2],
         row_id: 7,
         lsn: AtomicU64::new(1000),
+        signed_shards: [0; 2],
     };
 
     #[no_mangle]
@@ -509,7 +539,8 @@ mod tests {
                 spec("innoprof_test_sys", "lsn"),
                 spec("innoprof_test_sys", "no_such_member"),
                 spec("innoprof_test_no_such_global", "row_id"),
-                spec("innoprof_test_sys", "pad"),
+                spec("innoprof_test_sys", "signed_shards"),
+                spec("innoprof_test_sys", "shards"),
             ],
         );
         let row = planned[0].layout.as_ref().unwrap();
@@ -550,11 +581,20 @@ mod tests {
             planned[4].layout
         );
 
+        let shards = planned[5].layout.as_ref().unwrap();
+        assert_eq!(
+            (&shards.steps[..], shards.size, shards.elements),
+            (&[Step::Offset(0)][..], 8, 9)
+        );
+
         let mut rec = CounterRecorder::start(std::process::id(), &image, &planned);
         assert_eq!(rec.start_readings()[0], Ok(7));
+        assert_eq!(rec.start_readings()[5], Ok(3), "the slots summed");
         // SAFETY: only this test touches these statics.
         unsafe {
             (*std::ptr::addr_of_mut!(innoprof_test_sys)).row_id += 5;
+            (*std::ptr::addr_of_mut!(innoprof_test_sys)).shards[0] += 10;
+            (*std::ptr::addr_of_mut!(innoprof_test_sys)).shards[8] += 4;
             (*std::ptr::addr_of!(innoprof_test_sys))
                 .lsn
                 .fetch_add(4096, Ordering::SeqCst);
@@ -568,6 +608,7 @@ mod tests {
         );
         assert_eq!(results[2].status, CounterStatus::Unavailable);
         assert!(results[2].count.is_none() && results[2].reason.is_some());
+        assert_eq!((results[5].start, results[5].count), (Some(3), Some(14)));
         // The end readings are taken once.
         unsafe { (*std::ptr::addr_of_mut!(innoprof_test_sys)).row_id += 1 };
         assert_eq!(rec.current()[0], Ok(12));
@@ -584,6 +625,7 @@ mod tests {
                 size: 8,
                 signed: false,
                 type_name: "u64".into(),
+                elements: 1,
             }),
         };
         let r = CounterResult::new(&c, &Ok(10), &Ok(3), 1.0);

@@ -319,6 +319,55 @@ pub struct Recorder {
     host_cpu_at_end: Option<crate::host_idle::CpuTimes>,
     /// The in-memory counters, read at start and end (see `memcounters`).
     counters: CounterRecorder,
+    /// What the probes cost the server measured in it (see `in_target`),
+    /// fed at each governor look; or why it is not measured.
+    in_target: Result<InTargetLooks, String>,
+}
+
+/// The in-target measurement and what it needs at each look.
+#[derive(Debug)]
+struct InTargetLooks {
+    cost: crate::in_target::InTargetCost,
+    /// The work counter's index in `counters`.
+    work: usize,
+    /// The slots' counts at the last look.
+    last: HashMap<SlotId, SlotCount>,
+}
+
+/// The most the governor scales the model's costs by on the in-target
+/// measurement: past it, something other than the probes moved the
+/// server's CPU (1.1-1.3x measured on saturated MariaDB 10.2.11).
+const MAX_IN_TARGET_SCALE: f64 = 3.0;
+
+/// The counter whose count is the server's work for [`crate::in_target`].
+pub const WORK_COUNTER: &str = "innodb.rows_read";
+
+/// The in-target measurement where it can be made: a governor to vary the
+/// probes' cost, the work counter readable, the server's CPU clock.
+fn in_target_looks(
+    plan: &Plan,
+    counters: &CounterRecorder,
+    governed: bool,
+) -> Result<InTargetLooks, String> {
+    if !governed {
+        return Err("no governor: the probes were on throughout, nothing to compare".into());
+    }
+    let work = counters
+        .counters()
+        .iter()
+        .position(|c| c.spec.name == WORK_COUNTER)
+        .ok_or_else(|| format!("{WORK_COUNTER} is not in this server's catalog or probe set"))?;
+    counters.counters()[work]
+        .layout
+        .as_ref()
+        .map_err(|why| format!("{WORK_COUNTER} cannot be read: {why}"))?;
+    let clock = crate::in_target::ServerCpuClock::of(plan.target.pid)
+        .ok_or("the server's CPU clock cannot be read")?;
+    Ok(InTargetLooks {
+        cost: crate::in_target::InTargetCost::new(clock, WORK_COUNTER),
+        work,
+        last: HashMap::new(),
+    })
 }
 
 impl Recorder {
@@ -388,6 +437,7 @@ impl Recorder {
             let so_far = s.read_slot_counts().unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
         });
+        let in_target = in_target_looks(&plan, &counters, governor.is_some());
         let n_slots = session.as_ref().map_or(0, |s| s.slots.len());
         let bench_toggle = match plan.governor {
             None => crate::bench_toggle::Toggle::from_env(started),
@@ -416,6 +466,7 @@ impl Recorder {
             host_cpu_at_start,
             host_cpu_at_end: None,
             counters,
+            in_target,
         })
     }
 
@@ -434,9 +485,19 @@ impl Recorder {
             }
         }
         // The programs' cost in the target, re-read once a second, and the
-        // governor's per-slot costs with it.
+        // governor's per-slot costs with it: times what the server was
+        // measured to pay per modelled ns, where measured (see
+        // `in_target`), so that the budget bounds what the server pays.
+        // Never below the model: a low fit is the server's own swings and
+        // must not loosen the budget.
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
             if self.cost_observed.elapsed() >= Duration::from_secs(1) {
+                let scale = self
+                    .in_target
+                    .as_ref()
+                    .ok()
+                    .and_then(|it| it.cost.result().ok())
+                    .map_or(1.0, |f| f.factor.clamp(1.0, MAX_IN_TARGET_SCALE));
                 cost.observe(session.run_stats());
                 cost.observe_slots(&session.read_slot_counts().unwrap_or_default());
                 self.cost_observed = Instant::now();
@@ -445,7 +506,8 @@ impl Recorder {
                         .attached_slots()
                         .map(|(i, s)| {
                             let every = self.stack_every.get(&i).copied().unwrap_or(1);
-                            (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
+                            let slot = cost.slot_cost(s.measure, s.symbol.entry, every, i);
+                            (i, slot.scaled(scale))
                         })
                         .collect();
                     g.update_costs(&costs);
@@ -473,9 +535,33 @@ impl Recorder {
         for took in session.detach_times() {
             g.detach_took(took);
         }
+        let mut looked = None;
         let actions = g.tick(Instant::now(), || {
-            session.read_slot_counts().unwrap_or_default()
+            let counts = session.read_slot_counts().unwrap_or_default();
+            looked = Some(counts.clone());
+            counts
         });
+        if let (Some(counts), Ok(it)) = (looked, self.in_target.as_mut()) {
+            // What the model prices the hits since the last look at, each
+            // at its slot's current per-call cost.
+            let model_ns: f64 = counts
+                .iter()
+                .filter_map(|(slot, now)| {
+                    let before = it.last.get(slot).copied().unwrap_or_default();
+                    let hits =
+                        (now.calls + now.off_hits).saturating_sub(before.calls + before.off_hits);
+                    let s = session.slots.get(slot.index())?;
+                    let per_call = match &self.cost {
+                        Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
+                        None => self.hit_cost.per_call_ns(s.measure, s.symbol.entry),
+                    };
+                    Some(hits as f64 * per_call)
+                })
+                .sum();
+            let work = self.counters.read_one(it.work);
+            it.cost.look(work, model_ns);
+            it.last = counts;
+        }
         let (decisions, alarm_hits) = g.alarm();
         if decisions != self.alarm_armed_for {
             session.arm_alarm(alarm_hits);
@@ -705,6 +791,12 @@ impl Recorder {
         self.cpu.as_ref().map(CpuProfiler::snapshot)
     }
 
+    /// What the probes cost the server measured in it: the fit so far, or
+    /// why there is none.
+    pub fn in_target(&self) -> Result<crate::in_target::InTargetFit, String> {
+        self.in_target.as_ref().map_err(Clone::clone)?.cost.result()
+    }
+
     /// What one call at `slot` costs the server now, in ns: the calibrated
     /// trap plus the programs' measured run time (as the governor charges).
     pub fn per_call_ns(&self, slot: SlotId) -> Option<f64> {
@@ -861,6 +953,7 @@ impl Recorder {
                 .host_cpu_at_start
                 .zip(self.host_cpu_at_end)
                 .and_then(|(start, end)| start.idle_pct_until(&end)),
+            in_target: self.in_target(),
             counters,
             started_unix_ms: self.started_unix_ms,
             duration_s,

@@ -55,6 +55,8 @@ pub(crate) struct Finished<'a> {
     pub agent_cpu_at_start: Duration,
     /// The host's idle share of CPU time over the recording, in %.
     pub host_cpu_idle_pct: Option<f64>,
+    /// The in-target fit, or why there is none.
+    pub in_target: Result<crate::in_target::InTargetFit, String>,
     pub counters: Vec<CounterResult>,
     pub started_unix_ms: u128,
     pub duration_s: f64,
@@ -77,6 +79,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         governor_errors,
         agent_cpu_at_start,
         host_cpu_idle_pct,
+        in_target,
         counters,
         started_unix_ms,
         duration_s,
@@ -287,6 +290,11 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         probes_pct_of_core: probes_cost_pct,
         cpu_profiler_pct_of_core: cpu.as_ref().and_then(|c| c.summary.program_pct_of_core()),
         host_cpu_idle_pct,
+        in_target: in_target
+            .as_ref()
+            .ok()
+            .map(|f| crate::report::model::InTargetSummary::new(f.clone(), probes_cost_pct)),
+        in_target_note: in_target.err(),
         agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
         agent_max_rss_kb: own_max_rss_kb(),
         governor_errors,

@@ -11,8 +11,8 @@ use crate::outputs::describe;
 use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::Recording;
 use crate::report::model::{
-    CallsiteResult, LatchResult, ProbeResult, ProbeStatus, ProgramCost, SampledCost, Sampling,
-    SamplingState, Segment, Summary, SymbolInfo,
+    CallsiteResult, InTargetSummary, LatchResult, ProbeResult, ProbeStatus, ProgramCost,
+    SampledCost, Sampling, SamplingState, Segment, Summary, SymbolInfo,
 };
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
 use crate::server_state::innodb_status_file;
@@ -123,6 +123,17 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         .host_cpu_idle_pct
         .zip(sb.overhead.host_cpu_idle_pct)
         .map(|(x, y)| weight(x, y));
+    // A fit is of one server process's looks: the one with more looks
+    // stands for both, re-scaled to the combined model's figure.
+    let fits = [&sa.overhead, &sb.overhead].map(|o| o.in_target.as_ref());
+    overhead.in_target = fits
+        .into_iter()
+        .flatten()
+        .max_by_key(|t| t.fit.looks)
+        .map(|t| InTargetSummary::new(t.fit.clone(), overhead.probes_pct_of_core));
+    if overhead.in_target.is_some() {
+        overhead.in_target_note = None;
+    }
     overhead.agent_cpu_pct_of_core = weight(
         sa.overhead.agent_cpu_pct_of_core,
         sb.overhead.agent_cpu_pct_of_core,

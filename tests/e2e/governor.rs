@@ -457,6 +457,7 @@ fn mariadb_all_probes_under_the_default_budget() {
     }
     let o = &s.overhead;
     let spent = o.probes_pct_of_core;
+    let spent_all = spent;
     let full: f64 = s
         .probes
         .iter()
@@ -502,10 +503,107 @@ fn mariadb_all_probes_under_the_default_budget() {
         .expect("host_cpu_idle_pct in summary.json");
     assert!((0.0..=100.0).contains(&idle), "{idle}");
     assert_eq!(
-        text.contains("so the estimate above is a lower bound"),
+        text.contains("so the per-hit estimate is a lower bound"),
         idle < innoprof::host_idle::SATURATED_BELOW_PCT,
         "{idle} % idle:\n{text}"
     );
+    // Measured in the server: its CPU per InnoDB row read (read from its
+    // memory at each look) against the model's price of the hits between
+    // looks, which the governor's cuts make vary. Either a fit with a
+    // sane factor, or the reason the looks could not tell.
+    let rows = s
+        .counters
+        .iter()
+        .find(|c| c.name == "innodb.rows_read")
+        .expect("the work counter");
+    assert!(rows.count.unwrap_or(0) > 100_000, "{rows:?}");
+    // At 1 % the hot probes are on for a few looks only: a fit or the
+    // reason the looks could not tell (the 10 % recording below must fit).
+    match (&o.in_target, &o.in_target_note) {
+        (Some(t), None) => check_in_target(t, spent_all, &text),
+        (None, Some(why)) => {
+            eprintln!("not measured in the server: {why}");
+            assert!(
+                why.contains("too uncertain") || why.contains("did not vary"),
+                "{why}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     let (progs, links) = leftovers_after_exit();
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+
+    // At 10 % on a saturated host (two sysbench threads on two cores) the
+    // governor cuts and restores the hot probes many times: the server's
+    // CPU per row read against the model's price between looks gives the
+    // factor (1.13-1.58x on this VM, 2026-11-28). One more try where the
+    // looks could not tell: a statistical outcome, not a defect (9 of 10
+    // 20 s recordings fitted in the benchmark).
+    let mut tries = Vec::new();
+    for _ in 0..2 {
+        let mut rec = Recording::start(&[
+            "--pid",
+            &pid,
+            "--duration",
+            "15s",
+            "--probes",
+            "all",
+            "--max-overhead",
+            "10",
+            "--no-cpu",
+        ]);
+        rec.wait_attached();
+        let load = server.sysbench_load("oltp_read_write", 2, 17);
+        let (code, _, rec) = rec.finish();
+        assert_eq!(code, Some(0), "{}", rec.stderr());
+        load.join().unwrap();
+        let s = rec.summary();
+        let o = s.overhead.clone();
+        match (&o.in_target, &o.in_target_note) {
+            (Some(t), None) => {
+                check_in_target(t, o.probes_pct_of_core, &rec.file("summary.txt"));
+                // The governor charges the measured factor once it is
+                // measured (after 20 looks; the model before): 15 s
+                // against a 10 s window that starts idle may spend 2
+                // windows' worth (13.3 % of a core), plus the detach lag,
+                // the model's share of it at most the factor times over.
+                let lag = o.switched_off_pct_of_core * t.fit.factor;
+                assert!(
+                    t.pct_of_core < t.fit.factor * 10.0 * 20.0 / 15.0 + lag + 1.0,
+                    "{t:?} {o:?}"
+                );
+                tries.clear();
+                break;
+            }
+            (None, Some(why)) if why.contains("too uncertain") => tries.push(why.clone()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(tries.is_empty(), "not measured twice: {tries:?}");
+    let (progs, links) = leftovers_after_exit();
+    assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
+}
+
+/// A fit of what the probes cost measured in the server: the looks it
+/// took, its interval around it, a factor the model can be off by in
+/// this VM, its share of a core and the summary's line.
+fn check_in_target(t: &innoprof::report::model::InTargetSummary, model_pct: f64, text: &str) {
+    eprintln!("in the server: {t:?}");
+    assert!(t.fit.looks >= innoprof::in_target::MIN_LOOKS, "{t:?}");
+    assert!(
+        t.fit.factor_low <= t.fit.factor && t.fit.factor <= t.fit.factor_high,
+        "{t:?}"
+    );
+    assert_eq!(t.fit.work, "innodb.rows_read");
+    // The model prices the hits themselves; what the server pays around
+    // them adds to that, not a multiple of it (1.13-1.58x measured).
+    assert!((0.8..3.0).contains(&t.fit.factor), "{t:?}");
+    assert!(
+        (t.pct_of_core - t.fit.factor * model_pct).abs() < 1e-6,
+        "{t:?} {model_pct}"
+    );
+    assert!(
+        text.contains("measured in the server: ~") && text.contains("governor looks"),
+        "{text}"
+    );
 }

@@ -663,6 +663,10 @@ fn counters_resolve_in_the_real_servers() {
                 "trx_sys -> +0x58 (8 bytes, trx_id_t)",
             ),
             ("innodb.redo.lsn", "log_sys -> +0x40 (8 bytes, lsn_t)"),
+            (
+                "innodb.rows_read",
+                "srv_stats +0x888 (sum of 520 x 8 bytes, long unsigned int)",
+            ),
         ],
     );
     counters_resolve(
@@ -677,6 +681,10 @@ fn counters_resolve_in_the_real_servers() {
                 "trx_sys -> +0x38 (8 bytes, trx_id_t)",
             ),
             ("innodb.redo.lsn", "log_sys -> +0x40 (8 bytes, lsn_t)"),
+            (
+                "innodb.rows_read",
+                "srv_stats +0xdac8 (sum of 520 x 8 bytes, long unsigned int)",
+            ),
         ],
     );
     // 10.6+ keeps row ids per table (no dict_sys counter); trx_sys and

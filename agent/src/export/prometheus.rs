@@ -243,6 +243,9 @@ struct SelfStats {
     budget_cores: Option<f64>,
     attach_s: f64,
     governor_switches: u64,
+    /// What the server was measured to pay per modelled second of probe
+    /// cost, with its 95 % interval (None: not measured, see `in_target`).
+    in_target_factor: Option<(f64, f64, f64)>,
 }
 
 /// This process's resident set, from /proc/self/statm.
@@ -436,6 +439,10 @@ impl Exporter {
             budget_cores: recorder.plan().governor.map(|g| g.budget_pct / 100.0),
             attach_s: own.map_or(0.0, |a| a.attach_ms / 1e3),
             governor_switches: own.map_or(0, |a| a.governor_switches),
+            in_target_factor: recorder
+                .in_target()
+                .ok()
+                .map(|f| (f.factor, f.factor_low, f.factor_high)),
         };
         Ok(self.scrape_of(&counters, &sites, &recorder.attached_seconds(), me))
     }
@@ -866,6 +873,29 @@ impl Collector for Exposition {
             per_server(m, all, |sc, m| {
                 ConstCounter::new(sc.me.probe_cost_s).encode(m)
             })?;
+        }
+        if all.iter().any(|sc| sc.me.in_target_factor.is_some()) {
+            let m = enc.encode_descriptor(
+                "innoprof_probe_cost_measured_factor",
+                "Server CPU per second of innoprof_probe_cost, measured in the server (its CPU per \
+                 InnoDB row read at the governor's looks, against the probes' modelled cost \
+                 between them); bound=estimate, low or high (95 %); absent until measured",
+                None,
+                MetricType::Gauge,
+            )?;
+            let mut m = m;
+            for sc in all {
+                let Some((estimate, low, high)) = sc.me.in_target_factor else {
+                    continue;
+                };
+                for (bound, v) in [("estimate", estimate), ("low", low), ("high", high)] {
+                    let mut labels = vec![("bound", bound)];
+                    if let Some(server) = sc.server.as_deref() {
+                        labels.insert(0, ("server", server));
+                    }
+                    ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+                }
+            }
         }
         if all.iter().any(|sc| sc.me.budget_cores.is_some()) {
             let m = enc.encode_descriptor(

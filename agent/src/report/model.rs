@@ -141,6 +141,14 @@ pub struct OverheadSummary {
     /// `/proc/stat` could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu_idle_pct: Option<f64>,
+    /// What the probes cost the server measured in it: its CPU per row
+    /// read at the governor's looks, against what the model priced the
+    /// hits at between them (see `in_target`). None where not measured;
+    /// `in_target_note` says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_target: Option<InTargetSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_target_note: Option<String>,
     /// innoprof's own CPU (user + system) over the recording.
     pub agent_cpu_pct_of_core: f64,
     pub agent_max_rss_kb: u64,
@@ -628,5 +636,27 @@ mod sampled_cost_tests {
         assert!((z.pct_of_core_hi - 3.9204 / 99.0 / 10.0 * 100.0).abs() < 1e-9);
         assert_eq!(SampledCost::new(5, 0, 10.0), None);
         assert_eq!(SampledCost::new(5, 99, 0.0), None);
+    }
+}
+
+/// The cost the probes had in the server, measured there (see
+/// [`crate::in_target`]): the fitted factor times `probes_pct_of_core`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct InTargetSummary {
+    pub pct_of_core: f64,
+    pub pct_of_core_low: f64,
+    pub pct_of_core_high: f64,
+    #[serde(flatten)]
+    pub fit: crate::in_target::InTargetFit,
+}
+
+impl InTargetSummary {
+    pub fn new(fit: crate::in_target::InTargetFit, probes_pct_of_core: f64) -> Self {
+        Self {
+            pct_of_core: fit.factor * probes_pct_of_core,
+            pct_of_core_low: fit.factor_low * probes_pct_of_core,
+            pct_of_core_high: fit.factor_high * probes_pct_of_core,
+            fit,
+        }
     }
 }

@@ -19,6 +19,9 @@ pub fn render(summary: &Summary) -> String {
         o.agent_cpu_pct_of_core,
         o.agent_max_rss_kb / 1024,
     );
+    if let Some(line) = in_target_line(o) {
+        out.push_str(&format!("  {line}\n"));
+    }
     if let Some(line) = saturation_line(o) {
         out.push_str(&format!("  {line}\n"));
     }
@@ -80,13 +83,51 @@ pub fn render(summary: &Summary) -> String {
     out
 }
 
+/// The cost measured in the server (see `in_target`), e.g. `measured in
+/// the server: ~10.0% of one core [9.1, 11.0], 1.18x the per-hit figure
+/// (...)`. When it was not measured, why, but only where it matters: on a
+/// saturated host, where the per-hit figure is a lower bound.
+pub fn in_target_line(o: &super::model::OverheadSummary) -> Option<String> {
+    if let Some(t) = &o.in_target {
+        return Some(format!(
+            "measured in the server: ~{:.2}% of one core [{:.2}, {:.2}], {:.2}x [{:.2}, {:.2}] the per-hit figure (its CPU per {} at {} governor looks, against what the hits between them were priced at)",
+            t.pct_of_core,
+            t.pct_of_core_low,
+            t.pct_of_core_high,
+            t.fit.factor,
+            t.fit.factor_low,
+            t.fit.factor_high,
+            work_unit(&t.fit.work),
+            t.fit.looks,
+        ));
+    }
+    let saturated = o
+        .host_cpu_idle_pct
+        .is_some_and(|idle| idle < crate::host_idle::SATURATED_BELOW_PCT);
+    let note = o.in_target_note.as_ref()?;
+    (saturated && o.probes_pct_of_core > 0.0).then(|| format!("not measured in the server: {note}"))
+}
+
+/// The unit of work a counter's count is, in words.
+fn work_unit(counter: &str) -> &str {
+    match counter {
+        crate::record::WORK_COUNTER => "InnoDB row read",
+        other => other,
+    }
+}
+
 /// Said when the host had no CPU to spare while probes were hit: the
 /// per-hit estimate is then a lower bound (see `host_idle`).
 pub fn saturation_line(o: &super::model::OverheadSummary) -> Option<String> {
     let idle = o.host_cpu_idle_pct?;
     (idle < crate::host_idle::SATURATED_BELOW_PCT && o.probes_pct_of_core > 0.0).then(|| {
         format!(
-            "the host's CPUs were {idle:.1}% idle: saturated, so the estimate above is a lower bound; on a saturated host the server paid 1.3-1.9x it in this project's benchmark (README)"
+            "the host's CPUs were {idle:.1}% idle: saturated, so the per-hit estimate is a lower bound{}",
+            if o.in_target.is_some() {
+                ": the server's measured figure above includes what it paid around the hits"
+            } else {
+                "; on a saturated host the server paid 1.3-1.9x it in this project's benchmark (README)"
+            }
         )
     })
 }
@@ -247,5 +288,44 @@ mod tests {
         assert_eq!(saturation_line(&o(Some(30.0), 12.0)), None);
         assert_eq!(saturation_line(&o(Some(0.4), 0.0)), None);
         assert_eq!(saturation_line(&o(None, 12.0)), None);
+    }
+
+    #[test]
+    fn the_cost_measured_in_the_server_is_shown_or_why_not_where_it_matters() {
+        let fit = crate::in_target::InTargetFit {
+            factor: 1.2,
+            factor_low: 1.1,
+            factor_high: 1.3,
+            cpu_per_work_ns: 700.0,
+            looks: 118,
+            work: crate::record::WORK_COUNTER.into(),
+        };
+        let measured = OverheadSummary {
+            host_cpu_idle_pct: Some(0.3),
+            probes_pct_of_core: 10.0,
+            in_target: Some(super::super::model::InTargetSummary::new(fit, 10.0)),
+            ..OverheadSummary::default()
+        };
+        assert_eq!(
+            in_target_line(&measured).unwrap(),
+            "measured in the server: ~12.00% of one core [11.00, 13.00], 1.20x [1.10, 1.30] \
+             the per-hit figure (its CPU per InnoDB row read at 118 governor looks, against \
+             what the hits between them were priced at)"
+        );
+        assert!(saturation_line(&measured)
+            .unwrap()
+            .contains("measured figure above includes"));
+        let why = |idle| OverheadSummary {
+            host_cpu_idle_pct: Some(idle),
+            probes_pct_of_core: 10.0,
+            in_target_note: Some("no governor".into()),
+            ..OverheadSummary::default()
+        };
+        assert_eq!(
+            in_target_line(&why(0.3)).as_deref(),
+            Some("not measured in the server: no governor")
+        );
+        // CPU to spare: the per-hit figure holds, the note is noise.
+        assert_eq!(in_target_line(&why(40.0)), None);
     }
 }

@@ -3,7 +3,10 @@
 //! path names them, following a pointer wherever the type is one
 //! (`dict_sys->row_id` in MySQL 5.6, `log_sys.lsn` in MariaDB 11.4), down
 //! to an integer or a wrapper of exactly one (`std::atomic<unsigned long>`,
-//! `Atomic_counter<…>`: a base class or member holding `_M_i`).
+//! `Atomic_counter<…>`: a base class or member holding `_M_i`), or to an
+//! array of unsigned integers read as their sum: InnoDB's sharded counters
+//! (`ib_counter_t::m_counter`, one slot per cache line so that threads do
+//! not share one), such as `srv_stats.n_rows_read`.
 //!
 //! The result is a short recipe of offsets and pointer reads from the
 //! global's link-time address; [`crate::memcounters`] runs it against the
@@ -66,6 +69,14 @@ pub struct CounterLayout {
     pub signed: bool,
     /// The counter's type as DWARF names it (`row_id_t`, `std::atomic<…>`).
     pub type_name: String,
+    /// Integers summed, `size` bytes apart: 1 for a plain counter, the
+    /// array's length for a sharded one.
+    #[serde(default = "one")]
+    pub elements: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl CounterLayout {
@@ -78,9 +89,12 @@ impl CounterLayout {
                 Step::Offset(o) => out.push_str(&format!(" +{o:#x}")),
             }
         }
+        let size = match self.elements {
+            1 => format!("{} bytes", self.size),
+            n => format!("sum of {n} x {} bytes", self.size),
+        };
         format!(
-            "{out} ({} bytes, {}{})",
-            self.size,
+            "{out} ({size}, {}{})",
             if self.signed { "signed " } else { "" },
             self.type_name
         )
@@ -322,8 +336,45 @@ fn location_address(unit: &Unit<'_>, value: Option<AttributeValue<Reader<'_>>>) 
 enum Shape {
     Pointer(Option<UnitOffset>),
     Aggregate(UnitOffset),
-    Integer { size: u64, signed: bool },
+    Integer {
+        size: u64,
+        signed: bool,
+    },
+    /// An array's element type and length (from its one dimension).
+    Array {
+        element: UnitOffset,
+        len: u64,
+    },
     Other(String),
+}
+
+/// Arrays longer than this are not read as a counter (InnoDB's sharded
+/// counters have 64-520 slots): a bound on the bytes read per reading.
+const MAX_ARRAY_ELEMENTS: u64 = 4096;
+
+/// The length of a one-dimensional array type, from its subrange's count
+/// or upper bound; None for several dimensions or an unknown length.
+fn array_len(unit: &Unit<'_>, array: UnitOffset) -> Result<Option<u64>, gimli::Error> {
+    let mut tree = unit.entries_tree(Some(array))?;
+    let root = tree.root()?;
+    let mut children = root.children();
+    let mut len = None;
+    while let Some(child) = children.next()? {
+        let e = child.entry();
+        if e.tag() != gimli::DW_TAG_subrange_type {
+            continue;
+        }
+        if len.is_some() {
+            return Ok(None);
+        }
+        let udata = |a| e.attr_value(a).and_then(|v| v.udata_value());
+        len = match (udata(gimli::DW_AT_count), udata(gimli::DW_AT_upper_bound)) {
+            (Some(n), _) => Some(n),
+            (None, Some(upper)) => upper.checked_add(1),
+            (None, None) => return Ok(None),
+        };
+    }
+    Ok(len)
 }
 
 fn shape(
@@ -347,6 +398,12 @@ fn shape(
                 None => return Ok(Shape::Other("an incomplete type".into())),
             },
             gimli::DW_TAG_pointer_type => return Ok(Shape::Pointer(next)),
+            gimli::DW_TAG_array_type => {
+                return Ok(match (next, array_len(unit, cur)?) {
+                    (Some(element), Some(len)) => Shape::Array { element, len },
+                    _ => Shape::Other("an array of unknown length".into()),
+                })
+            }
             gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type | gimli::DW_TAG_union_type => {
                 return Ok(Shape::Aggregate(cur))
             }
@@ -432,7 +489,7 @@ fn walk(
                         member: member.into(),
                     })
                 }
-                Shape::Integer { .. } | Shape::Other(_) => {
+                Shape::Integer { .. } | Shape::Array { .. } | Shape::Other(_) => {
                     return Err(CounterError::NoSuchMember {
                         ty: type_name(dwarf, unit, ty),
                         member: member.into(),
@@ -465,7 +522,37 @@ fn walk(
                     size: size as u8,
                     signed,
                     type_name: type_name_shown,
+                    elements: 1,
                 });
+            }
+            // A sharded counter: its slots summed. Unsigned only: a slot
+            // may go below zero where a thread subtracts what another added.
+            Shape::Array { element, len } => {
+                return match shape(dwarf, unit, element)? {
+                    Shape::Integer {
+                        size,
+                        signed: false,
+                    } if matches!(size, 1 | 2 | 4 | 8)
+                        && (1..=MAX_ARRAY_ELEMENTS).contains(&len) =>
+                    {
+                        Ok(CounterLayout {
+                            global_address,
+                            steps: merge_offsets(steps),
+                            size: size as u8,
+                            signed: false,
+                            type_name: type_name_shown,
+                            elements: len as u32,
+                        })
+                    }
+                    _ => Err(CounterError::NotAnInteger {
+                        path: so_far,
+                        what: format!(
+                            "an array of {len} `{}` (only arrays of at most \
+                             {MAX_ARRAY_ELEMENTS} unsigned integers are summed)",
+                            type_name(dwarf, unit, element)
+                        ),
+                    }),
+                };
             }
             Shape::Aggregate(a) => {
                 let fields = members(dwarf, unit, a, 0)?;
@@ -576,10 +663,21 @@ mod tests {
             size: 8,
             signed: false,
             type_name: "row_id_t".into(),
+            elements: 1,
         };
         assert_eq!(
             layout.describe("dict_sys"),
             "dict_sys -> +0x48 (8 bytes, row_id_t)"
+        );
+        let sharded = CounterLayout {
+            steps: vec![Offset(0xdac0)],
+            elements: 520,
+            type_name: "unsigned long[520]".into(),
+            ..layout
+        };
+        assert_eq!(
+            sharded.describe("srv_stats"),
+            "srv_stats +0xdac0 (sum of 520 x 8 bytes, unsigned long[520])"
         );
     }
 }

@@ -113,6 +113,9 @@ fn about(page: &Page) -> Markup {
                         br; span.note { (line) }
                     }
                 } }
+                @if let Some(line) = crate::report::overhead::in_target_line(&s.overhead) {
+                    tr { th { "overhead (in the server)" } td { (line) } }
+                }
                 @if let Some(seen) = &s.overhead.probes_seen_in_samples {
                     tr { th { "overhead (CPU samples)" } td {
                         (format!("{:.2} % of one CPU [{:.2}, {:.2}]", seen.pct_of_core, seen.pct_of_core_lo, seen.pct_of_core_hi))
