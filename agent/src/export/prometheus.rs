@@ -1141,5 +1141,26 @@ mod tests {
             assert_eq!(two.matches(family).count(), 1, "{two}");
         }
         assert_eq!(two.matches("innoprof_agent_cpu_seconds_total ").count(), 1);
+
+        // The factor measured in the server: absent until measured, then
+        // one gauge per bound.
+        assert!(!text.contains("innoprof_probe_cost_measured_factor"));
+        let measured = SelfStats {
+            in_target_factor: Some((1.25, 1.0, 1.5)),
+            ..SelfStats::default()
+        };
+        let text = render(
+            vec![e.scrape_of(&c, &site_counts, &[1.0, 0.5], measured)],
+            "",
+        )
+        .unwrap();
+        for line in [
+            "# TYPE innoprof_probe_cost_measured_factor gauge",
+            "innoprof_probe_cost_measured_factor{bound=\"estimate\"} 1.25",
+            "innoprof_probe_cost_measured_factor{bound=\"low\"} 1.0",
+            "innoprof_probe_cost_measured_factor{bound=\"high\"} 1.5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
     }
 }
