@@ -336,7 +336,7 @@ struct InTargetLooks {
 
 /// The most the governor scales the model's costs by on the in-target
 /// measurement: past it, something other than the probes moved the
-/// server's CPU (1.1-1.3x measured on saturated MariaDB 10.2.11).
+/// server's CPU (1.1-1.6x measured on MariaDB 10.2.11 and MySQL 5.6.24).
 const MAX_IN_TARGET_SCALE: f64 = 3.0;
 
 /// The counter whose count is the server's work for [`crate::in_target`].
