@@ -342,6 +342,20 @@ const MAX_IN_TARGET_SCALE: f64 = 3.0;
 /// The counter whose count is the server's work for [`crate::in_target`].
 pub const WORK_COUNTER: &str = "innodb.rows_read";
 
+/// What one call at slot `s` costs the server now, in ns: the calibrated
+/// trap plus the programs' measured run time once measured, else the
+/// calibration alone (as the governor charges).
+fn slot_per_call_ns(
+    cost: Option<&crate::cost::LiveCost>,
+    hit_cost: &HitCost,
+    s: &crate::attach::Slot,
+) -> f64 {
+    match cost {
+        Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
+        None => hit_cost.per_call_ns(s.measure, s.symbol.entry),
+    }
+}
+
 /// The in-target measurement where it can be made: a governor to vary the
 /// probes' cost, the work counter readable, the server's CPU clock.
 fn in_target_looks(
@@ -551,11 +565,7 @@ impl Recorder {
                     let hits =
                         (now.calls + now.off_hits).saturating_sub(before.calls + before.off_hits);
                     let s = session.slots.get(slot.index())?;
-                    let per_call = match &self.cost {
-                        Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
-                        None => self.hit_cost.per_call_ns(s.measure, s.symbol.entry),
-                    };
-                    Some(hits as f64 * per_call)
+                    Some(hits as f64 * slot_per_call_ns(self.cost.as_ref(), &self.hit_cost, s))
                 })
                 .sum();
             let work = self.counters.read_one(it.work);
@@ -801,10 +811,7 @@ impl Recorder {
     /// trap plus the programs' measured run time (as the governor charges).
     pub fn per_call_ns(&self, slot: SlotId) -> Option<f64> {
         let s = self.session.as_ref()?.slots.get(slot.index())?;
-        Some(match &self.cost {
-            Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
-            None => self.hit_cost.per_call_ns(s.measure, s.symbol.entry),
-        })
+        Some(slot_per_call_ns(self.cost.as_ref(), &self.hit_cost, s))
     }
 
     /// CPU time innoprof itself has used since it started attaching.

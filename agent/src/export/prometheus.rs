@@ -875,7 +875,7 @@ impl Collector for Exposition {
             })?;
         }
         if all.iter().any(|sc| sc.me.in_target_factor.is_some()) {
-            let m = enc.encode_descriptor(
+            let mut m = enc.encode_descriptor(
                 "innoprof_probe_cost_measured_factor",
                 "Server CPU per second of innoprof_probe_cost, measured in the server (its CPU per \
                  InnoDB row read at the governor's looks, against the probes' modelled cost \
@@ -883,7 +883,6 @@ impl Collector for Exposition {
                 None,
                 MetricType::Gauge,
             )?;
-            let mut m = m;
             for sc in all {
                 let Some((estimate, low, high)) = sc.me.in_target_factor else {
                     continue;
