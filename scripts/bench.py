@@ -52,7 +52,8 @@ mean of neighbouring baselines), with a 95 % percentile bootstrap interval, for
 both. Also the measured change of server CPU in % of one core
 ((CPU/txn treatment − CPU/txn baseline) × txn/s of the treatment), next to
 innoprof's own estimate of what its probe hits cost the server over the
-same seconds (each probe's calls per second from timeseries.json, innoprof
+same seconds (each probe's hits per second from timeseries.json, calls and
+hits while switched off alike, innoprof
 runs with `--interval 1s --no-server-state`, at its per-call cost from
 summary.json; the whole recording's `overhead.probes_pct_of_core` beside it:
 a governed recording spends its window's room in its first seconds, before
@@ -501,27 +502,33 @@ class Switch:
 
 def estimate_in_window(rec, summary, unix0, unix1):
     """innoprof's estimate of what its probe hits cost the server over the
-    measured seconds [unix0, unix1] only, in % of a core: each probe's calls
-    per `--interval` second (timeseries.json), the part of each interval
-    inside the window, at the probe's per-call cost over the recording
-    (summary.json: its share of a core × duration ÷ calls). None without
-    the series."""
+    measured seconds [unix0, unix1] only, in % of a core: each probe's hits
+    per `--interval` second (timeseries.json: calls, and off_hits, the hits
+    while switched off in BPF, trapped and paid: a governed recording spends
+    its window's room in its first seconds and traps switched off after),
+    the part of each interval inside the window, at the probe's cost per
+    hit over the recording (summary.json: its share of a core × duration ÷
+    its hits, the series adding up to them). None without the series."""
     try:
         with open(os.path.join(rec, "timeseries.json")) as f:
             ts = json.load(f)
     except (OSError, ValueError):
         return None
+    totals = [pt for pt in ts["points"] if pt.get("callsite") is None]
+    hits = {}
+    for pt in totals:
+        hits[pt["probe"]] = hits.get(pt["probe"], 0) + pt["calls"] + pt.get("off_hits", 0)
     duration = summary.get("duration_s") or 0
-    per_call_s = {p["name"]: p["overhead_pct_of_core"] / 100 * duration / p["calls"]
-                  for p in summary.get("probes", []) if p.get("calls")}
+    per_hit_s = {p["name"]: p["overhead_pct_of_core"] / 100 * duration / hits[p["name"]]
+                 for p in summary.get("probes", []) if hits.get(p["name"])}
     step = ts["interval_ms"] / 1000
     spent = 0.0
-    for pt in ts["points"]:
-        if pt.get("callsite") is not None or pt["probe"] not in per_call_s:
+    for pt in totals:
+        if pt["probe"] not in per_hit_s:
             continue
         end = ts["started_unix_ms"] / 1000 + pt["t_ms"] / 1000
         inside = max(0.0, min(end, unix1) - max(end - step, unix0))
-        spent += pt["calls"] * per_call_s[pt["probe"]] * inside / step
+        spent += (pt["calls"] + pt.get("off_hits", 0)) * per_hit_s[pt["probe"]] * inside / step
     return spent / (unix1 - unix0) * 100
 
 

@@ -14,7 +14,11 @@
 //! part of the time. `calls`/`wait_ns` are always what was seen (counted
 //! only while on), never scaled: the series carries no estimate, so none
 //! lacks a bound (summary.json's `sampling.estimate` has the recording's,
-//! interpolated between on-windows, with its 95 % bound).
+//! interpolated between on-windows, with its 95 % bound). `off_hits`, on
+//! the probe's total row, counts the hits while it was switched off in BPF:
+//! the uprobe still trapped and the server paid the trap, so what the
+//! probes cost the server in an interval is `calls + off_hits` hits, not
+//! `calls` (0 on call-site rows: a switched-off hit reads no caller).
 //!
 //! The in-memory counters (catalog `measure = "counter"`, see
 //! `memcounters`) are rows like a probe's total: `probe` is the counter's
@@ -67,6 +71,8 @@ pub struct ProbeCounts {
     pub sites: BTreeMap<String, Counts>,
     /// Milliseconds the probe was switched on.
     pub attached_ms: u64,
+    /// Hits while it was switched off.
+    pub off_hits: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +149,7 @@ impl IntervalSeries {
                     total: Counts { calls, wait_ns: 0 },
                     sites: BTreeMap::new(),
                     attached_ms: t_ms,
+                    off_hits: 0,
                 }
             })
             .collect()
@@ -215,6 +222,7 @@ impl IntervalSeries {
                     },
                     sites,
                     attached_ms: 0,
+                    off_hits: total.off_hits,
                 }
             })
             .collect()
@@ -242,6 +250,7 @@ impl IntervalSeries {
                     .filter(|(_, d)| *d != Counts::default())
                     .collect(),
                 attached_ms: n.attached_ms.saturating_sub(l.attached_ms),
+                off_hits: n.off_hits.saturating_sub(l.off_hits),
             })
             .collect();
         self.last = now;
@@ -251,6 +260,7 @@ impl IntervalSeries {
                 for (p, d) in prev.deltas.iter_mut().zip(deltas) {
                     p.total.add(d.total);
                     p.attached_ms += d.attached_ms;
+                    p.off_hits += d.off_hits;
                     for (k, v) in d.sites {
                         p.sites.entry(k).or_default().add(v);
                     }
@@ -273,6 +283,7 @@ impl IntervalSeries {
                 let point = |callsite: Option<String>, c: Counts| Point {
                     t_ms: interval.t_ms,
                     probe: self.name(i).to_string(),
+                    off_hits: if callsite.is_none() { d.off_hits } else { 0 },
                     callsite,
                     calls: c.calls,
                     wait_ns: c.wait_ns,
@@ -337,6 +348,11 @@ pub struct Point {
     /// files written before it existed.
     #[serde(default)]
     pub attached_ms: u64,
+    /// Hits within the interval while the probe was switched off in BPF
+    /// (trapped, not counted in `calls`), on the probe's total row; 0 on
+    /// call-site rows and in files written before it existed.
+    #[serde(default)]
+    pub off_hits: u64,
 }
 
 impl TimeSeries {
@@ -355,7 +371,7 @@ impl TimeSeries {
         serde_json::to_vec_pretty(self).expect("time series serialises")
     }
 
-    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms`; the callsite is empty for a
+    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits`; the callsite is empty for a
     /// probe's total. Quoted where a name needs it (ad-hoc probe
     /// patterns can hold commas).
     pub fn to_csv(&self) -> Vec<u8> {
@@ -413,6 +429,7 @@ mod tests {
             total,
             sites: sites.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             attached_ms: 0,
+            off_hits: 0,
         }]
     }
 
@@ -452,6 +469,27 @@ mod tests {
             .map(|p| p.attached_ms)
             .collect();
         assert_eq!(on, [1000, 200, 0, 250]);
+    }
+
+    /// Hits while switched off are per interval too, on the probe's total
+    /// row only: summed with the call-site rows they would count twice.
+    #[test]
+    fn switched_off_hits_are_per_interval_on_the_total_row() {
+        let mut s = IntervalSeries::new(vec![probe("p", true)], Duration::from_secs(1), 0);
+        for (t, off) in [(1000, 0), (2000, 700), (3000, 700), (4000, 1900)] {
+            let mut now = cumulative(counts(t / 10, 0), &[("a.cc:1", counts(t / 10, 0))]);
+            now[0].off_hits = off;
+            s.push(t, now);
+        }
+        let rows: Vec<(Option<String>, u64)> = s
+            .into_series()
+            .points
+            .into_iter()
+            .map(|p| (p.callsite, p.off_hits))
+            .collect();
+        let total: Vec<u64> = rows.iter().filter(|r| r.0.is_none()).map(|r| r.1).collect();
+        assert_eq!(total, [0, 700, 0, 1200]);
+        assert!(rows.iter().filter(|r| r.0.is_some()).all(|r| r.1 == 0), "{rows:?}");
     }
 
     /// Counters are rows of their own: exact increases per interval, the
@@ -547,6 +585,7 @@ mod tests {
                     calls: 3,
                     wait_ns: 40,
                     attached_ms: 1000,
+                    off_hits: 9,
                 },
                 Point {
                     t_ms: 1000,
@@ -555,15 +594,16 @@ mod tests {
                     calls: 2,
                     wait_ns: 0,
                     attached_ms: 250,
+                    off_hits: 0,
                 },
             ],
         };
         let csv = String::from_utf8(series.to_csv()).unwrap();
         assert_eq!(
             csv,
-            "t_ms,probe,callsite,calls,wait_ns,attached_ms\n\
-             1000,innodb.mutex.enter,,3,40,1000\n\
-             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250\n"
+            "t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits\n\
+             1000,innodb.mutex.enter,,3,40,1000,9\n\
+             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250,0\n"
         );
         let json: serde_json::Value = serde_json::from_slice(&series.to_json()).unwrap();
         assert_eq!(json["interval_ms"], 1000);

@@ -551,6 +551,8 @@ fn mariadb_all_probes_under_the_default_budget() {
             "--max-overhead",
             "10",
             "--no-cpu",
+            "--interval",
+            "1s",
         ]);
         rec.wait_attached();
         let load = server.sysbench_load("oltp_read_write", 2, 17);
@@ -559,6 +561,20 @@ fn mariadb_all_probes_under_the_default_budget() {
         load.join().unwrap();
         let s = rec.summary();
         let o = s.overhead.clone();
+        // The hits while switched off (trapped, paid, not calls) are in the
+        // series per interval, and add up to the summary's exactly: what
+        // the probes cost within an interval can be priced from it.
+        let series: serde_json::Value =
+            serde_json::from_str(&rec.file("timeseries.json")).unwrap();
+        let off: u64 = series["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["callsite"].is_null())
+            .map(|p| p["off_hits"].as_u64().unwrap())
+            .sum();
+        assert_eq!(off, o.switched_off_hits, "{o:?}");
+        assert!(off > 0, "the governor switched probes off: {o:?}");
         match (&o.in_target, &o.in_target_note) {
             (Some(t), None) => {
                 check_in_target(t, o.probes_pct_of_core, &rec.file("summary.txt"));

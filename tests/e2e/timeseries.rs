@@ -24,7 +24,7 @@ fn points(rec: &Recording) -> (Value, Vec<Value>) {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms")
+        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits")
     );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), points.len(), "same rows in CSV and JSON");
