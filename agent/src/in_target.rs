@@ -130,8 +130,7 @@ impl InTargetCost {
 
     /// The fit over the looks so far.
     pub fn result(&self) -> Result<InTargetFit, String> {
-        let steps: Vec<Step> = self.steps.iter().copied().collect();
-        fit(&steps).map(|mut f| {
+        fit(self.steps.iter()).map(|mut f| {
             f.work = self.work_name.clone();
             f
         })
@@ -156,7 +155,7 @@ pub struct InTargetFit {
 
 /// Least squares for `cpu = c * work + k * model`: (c, k), or None when
 /// the two regressors cannot be told apart.
-fn least_squares(steps: &[Step]) -> Option<(f64, f64)> {
+fn least_squares<'a>(steps: impl Iterator<Item = &'a Step>) -> Option<(f64, f64)> {
     let (mut s11, mut s12, mut s22, mut y1, mut y2) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for s in steps {
         s11 += s.work * s.work;
@@ -174,32 +173,33 @@ fn least_squares(steps: &[Step]) -> Option<(f64, f64)> {
     Some(((s22 * y1 - s12 * y2) / det, (s11 * y2 - s12 * y1) / det))
 }
 
-/// The fit with its jackknife interval (see the module's doc).
-pub fn fit(steps: &[Step]) -> Result<InTargetFit, String> {
-    if steps.len() < MIN_LOOKS {
+/// The fit with its jackknife interval (see the module's doc), over the
+/// steps in order (iterated once per block left out rather than copied:
+/// the governor asks once a second, over up to [`MAX_LOOKS`]).
+pub fn fit<'a, I>(steps: I) -> Result<InTargetFit, String>
+where
+    I: ExactSizeIterator<Item = &'a Step> + Clone,
+{
+    let n = steps.len();
+    if n < MIN_LOOKS {
         return Err(format!(
-            "{} looks with the server's work counted, {MIN_LOOKS} needed",
-            steps.len()
+            "{n} looks with the server's work counted, {MIN_LOOKS} needed"
         ));
     }
     let not_varied = "the probes' modelled cost did not vary apart from the work between the \
                       governor's looks (probes on throughout), so their share of the server's \
                       CPU cannot be told from its own";
-    let (c, k) = least_squares(steps).ok_or(not_varied)?;
-    let block = steps.len() / BLOCKS;
+    let (c, k) = least_squares(steps.clone()).ok_or(not_varied)?;
+    let block = n / BLOCKS;
     let mut leave_one_out = Vec::with_capacity(BLOCKS);
     for b in 0..BLOCKS {
-        let end = if b + 1 == BLOCKS {
-            steps.len()
-        } else {
-            (b + 1) * block
-        };
-        let rest: Vec<Step> = steps[..b * block]
-            .iter()
-            .chain(&steps[end..])
-            .copied()
-            .collect();
-        leave_one_out.push(least_squares(&rest).ok_or(not_varied)?.1);
+        let (start, end) = (b * block, if b + 1 == BLOCKS { n } else { (b + 1) * block });
+        let rest = steps
+            .clone()
+            .enumerate()
+            .filter(|(i, _)| *i < start || *i >= end)
+            .map(|(_, s)| s);
+        leave_one_out.push(least_squares(rest).ok_or(not_varied)?.1);
     }
     let mean = leave_one_out.iter().sum::<f64>() / BLOCKS as f64;
     let var = leave_one_out
@@ -215,7 +215,7 @@ pub fn fit(steps: &[Step]) -> Result<InTargetFit, String> {
              varied too little between looks against the server's own swings)",
             k - half,
             k + half,
-            steps.len()
+            n
         ));
     }
     Ok(InTargetFit {
@@ -223,7 +223,7 @@ pub fn fit(steps: &[Step]) -> Result<InTargetFit, String> {
         factor_low: (k - half).max(0.0),
         factor_high: k + half,
         cpu_per_work_ns: c * 1e9,
-        looks: steps.len(),
+        looks: n,
         work: String::new(),
     })
 }
@@ -252,11 +252,11 @@ mod tests {
 
     #[test]
     fn the_factor_is_found_between_on_and_off_looks() {
-        let f = fit(&steps(1.2, 0.0, 60)).unwrap();
+        let f = fit(steps(1.2, 0.0, 60).iter()).unwrap();
         assert!((f.factor - 1.2).abs() < 1e-6, "{f:?}");
         assert!((f.cpu_per_work_ns - 700.0).abs() < 1e-3, "{f:?}");
         assert!(f.factor_high - f.factor_low < 1e-6, "exact data, no width");
-        let f = fit(&steps(1.8, 0.002, 60)).unwrap();
+        let f = fit(steps(1.8, 0.002, 60).iter()).unwrap();
         assert!(f.factor_low < 1.8 && 1.8 < f.factor_high, "{f:?}");
         assert!(f.factor_high - f.factor_low < 0.5, "{f:?}");
     }
@@ -274,10 +274,10 @@ mod tests {
                 }
             })
             .collect();
-        assert!(fit(&s).unwrap_err().contains("did not vary"));
-        assert!(fit(&steps(1.2, 0.0, 10)).unwrap_err().contains("20 needed"));
+        assert!(fit(s.iter()).unwrap_err().contains("did not vary"));
+        assert!(fit(steps(1.2, 0.0, 10).iter()).unwrap_err().contains("20 needed"));
         // Swings of the server's own as large as the probes' effect.
-        let err = fit(&steps(0.2, 0.02, 60)).unwrap_err();
+        let err = fit(steps(0.2, 0.02, 60).iter()).unwrap_err();
         assert!(err.contains("too uncertain"), "{err}");
     }
 
