@@ -275,7 +275,9 @@ mod tests {
             })
             .collect();
         assert!(fit(s.iter()).unwrap_err().contains("did not vary"));
-        assert!(fit(steps(1.2, 0.0, 10).iter()).unwrap_err().contains("20 needed"));
+        assert!(fit(steps(1.2, 0.0, 10).iter())
+            .unwrap_err()
+            .contains("20 needed"));
         // Swings of the server's own as large as the probes' effect.
         let err = fit(steps(0.2, 0.02, 60).iter()).unwrap_err();
         assert!(err.contains("too uncertain"), "{err}");

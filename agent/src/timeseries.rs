@@ -489,7 +489,10 @@ mod tests {
             .collect();
         let total: Vec<u64> = rows.iter().filter(|r| r.0.is_none()).map(|r| r.1).collect();
         assert_eq!(total, [0, 700, 0, 1200]);
-        assert!(rows.iter().filter(|r| r.0.is_some()).all(|r| r.1 == 0), "{rows:?}");
+        assert!(
+            rows.iter().filter(|r| r.0.is_some()).all(|r| r.1 == 0),
+            "{rows:?}"
+        );
     }
 
     /// Counters are rows of their own: exact increases per interval, the

@@ -564,8 +564,7 @@ fn mariadb_all_probes_under_the_default_budget() {
         // The hits while switched off (trapped, paid, not calls) are in the
         // series per interval, and add up to the summary's exactly: what
         // the probes cost within an interval can be priced from it.
-        let series: serde_json::Value =
-            serde_json::from_str(&rec.file("timeseries.json")).unwrap();
+        let series: serde_json::Value = serde_json::from_str(&rec.file("timeseries.json")).unwrap();
         let off: u64 = series["points"]
             .as_array()
             .unwrap()
