@@ -30,13 +30,14 @@ fn points(rec: &Recording) -> (Value, Vec<Value>) {
     assert_eq!(rows.len(), points.len(), "same rows in CSV and JSON");
     for (row, p) in rows.iter().zip(&points) {
         let expected = format!(
-            "{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{}",
             p["t_ms"],
             p["probe"].as_str().unwrap(),
             p["callsite"].as_str().unwrap_or(""),
             p["calls"],
             p["wait_ns"],
-            p["attached_ms"]
+            p["attached_ms"],
+            p["off_hits"]
         );
         assert_eq!(*row, expected);
     }
