@@ -477,7 +477,7 @@ class Switch:
                 # beside the model.
                 out["innoprof_seen_pct_of_core"] = (ov.get("probes_seen_in_samples") or {}).get("pct_of_core")
                 if window is not None:
-                    out["innoprof_window_pct_of_core"] = estimate_in_window(state["rec"], s, *window)
+                    out["innoprof_window_pct_of_core"] = estimate_in_window(state["rec"], *window)
                 # Measured in the server (its CPU per row read at the
                 # governor's looks): a factor over the per-hit model, applied
                 # to the window's model where both exist.
@@ -500,36 +500,30 @@ class Switch:
         return out
 
 
-def estimate_in_window(rec, summary, unix0, unix1):
+def estimate_in_window(rec, unix0, unix1):
     """innoprof's estimate of what its probe hits cost the server over the
-    measured seconds [unix0, unix1] only, in % of a core: each probe's hits
-    per `--interval` second (timeseries.json: calls, and off_hits, the hits
-    while switched off in BPF, trapped and paid: a governed recording spends
-    its window's room in its first seconds and traps switched off after),
-    the part of each interval inside the window, at the probe's cost per
-    hit over the recording (summary.json: its share of a core × duration ÷
-    its hits, the series adding up to them). None without the series."""
+    measured seconds [unix0, unix1] only, in % of a core: each probe's
+    modelled cost per `--interval` second (timeseries.json `cost_ns`: the
+    interval's hits, calls and switched-off traps alike, at the trap plus
+    the programs' run time per hit the kernel measured over that interval,
+    the price summary.json puts on the whole recording), the part of each
+    interval inside the window. The same price the governor's looks and the
+    in-server fit use: the recording's average would misprice the window
+    where the governor moved the stack rate. None without the series."""
     try:
         with open(os.path.join(rec, "timeseries.json")) as f:
             ts = json.load(f)
     except (OSError, ValueError):
         return None
-    totals = [pt for pt in ts["points"] if pt.get("callsite") is None]
-    hits = {}
-    for pt in totals:
-        hits[pt["probe"]] = hits.get(pt["probe"], 0) + pt["calls"] + pt.get("off_hits", 0)
-    duration = summary.get("duration_s") or 0
-    per_hit_s = {p["name"]: p["overhead_pct_of_core"] / 100 * duration / hits[p["name"]]
-                 for p in summary.get("probes", []) if hits.get(p["name"])}
     step = ts["interval_ms"] / 1000
-    spent = 0.0
-    for pt in totals:
-        if pt["probe"] not in per_hit_s:
+    spent_ns = 0.0
+    for pt in ts["points"]:
+        if pt.get("callsite") is not None:
             continue
         end = ts["started_unix_ms"] / 1000 + pt["t_ms"] / 1000
         inside = max(0.0, min(end, unix1) - max(end - step, unix0))
-        spent += (pt["calls"] + pt.get("off_hits", 0)) * per_hit_s[pt["probe"]] * inside / step
-    return spent / (unix1 - unix0) * 100
+        spent_ns += pt.get("cost_ns", 0) * inside / step
+    return spent_ns / 1e9 / (unix1 - unix0) * 100
 
 
 def schedule(configs, pairs, rng):

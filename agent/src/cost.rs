@@ -160,8 +160,28 @@ impl LiveCost {
     /// Per-call cost over the whole recording up to `now` (the programs'
     /// average since the start).
     pub fn per_call_ns_overall(&self, measure: Measure, entry: EntryInsn, now: RunStats) -> f64 {
-        let overall = ProgramAverages::between(now, self.start, 1);
-        self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &overall)
+        self.per_call_ns_between(measure, entry, self.start, now)
+    }
+
+    /// Per-call cost over a span of the recording, `then` (None: its
+    /// start) to `now`: the programs' average over that span. The one
+    /// price of the series' intervals and of the summary (the whole
+    /// recording as one span), so that the intervals' costs add up to the
+    /// summary's; it follows the stack rate as the governor moves it.
+    pub fn per_call_ns_between(
+        &self,
+        measure: Measure,
+        entry: EntryInsn,
+        then: RunStats,
+        now: RunStats,
+    ) -> f64 {
+        let span = ProgramAverages::between(now, then, 1);
+        self.hit.trap_ns(measure, entry) + self.bpf_ns(measure, &span)
+    }
+
+    /// The programs' statistics when the recording started.
+    pub fn start(&self) -> RunStats {
+        self.start
     }
 
     /// Nanoseconds the programs ran in the target since the start.

@@ -37,6 +37,7 @@ pub mod export;
 pub mod findings;
 pub mod governor;
 pub mod histogram;
+pub mod hit_price;
 pub mod hitcost_cache;
 pub mod host_idle;
 pub mod in_target;

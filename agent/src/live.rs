@@ -12,12 +12,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::bpf_abi::{Callsite, SlotStats, HIST_SLOTS};
+use crate::bpf_abi::{Callsite, HIST_SLOTS};
 use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::catalog::Measure;
 use crate::collect::{CollectError, LiveProbe};
 use crate::cpu::{CpuError, RawCpuProfile};
 use crate::histogram::Log2Histogram;
+use crate::hit_price::HitPricer;
 use crate::record::Recorder;
 use crate::report::model::{CpuSummary, ProbeStatus, Summary};
 use crate::results::LatchNames;
@@ -61,12 +62,11 @@ pub struct ProbeReading {
     pub hist: [u64; HIST_SLOTS],
     /// Seconds the probe has been switched on (the governor's account).
     pub attached_s: f64,
-    /// Per slot (symbol): cumulative hits (calls, and hits while switched
-    /// off before the kernel detached it: they paid the trap) and what one
-    /// costs the server now, in ns. The interval's spend is its new hits at
-    /// the current cost (a cumulative spend would move with every
-    /// re-estimate).
-    pub slots: Vec<(u64, f64)>,
+    /// What its hits (calls, and traps while switched off in BPF) have
+    /// cost the server so far, ns: each span between readings at its own
+    /// price ([`crate::hit_price`]), so it only grows and two readings'
+    /// difference is what the hits between them cost.
+    pub cost_ns: f64,
 }
 
 impl Default for ProbeReading {
@@ -75,7 +75,7 @@ impl Default for ProbeReading {
             counts: Counts::default(),
             hist: [0; HIST_SLOTS],
             attached_s: 0.0,
-            slots: Vec::new(),
+            cost_ns: 0.0,
         }
     }
 }
@@ -269,11 +269,7 @@ impl Frame {
                     0.0
                 }
             };
-            // Slots are the same, in the same order, in every reading.
-            for (k, (calls, cost_ns)) in now.slots.iter().enumerate() {
-                let earlier_calls = before.slots.get(k).map_or(0, |(c, _)| *c);
-                spent_ns += calls.saturating_sub(earlier_calls) as f64 * cost_ns;
-            }
+            spent_ns += (now.cost_ns - before.cost_ns).max(0.0);
             probes.push(ProbeRow {
                 name: name.name.clone(),
                 timed: name.timed,
@@ -429,6 +425,9 @@ pub struct LiveView {
     maps: ProcessMaps,
     last: Reading,
     last_cpu: Option<RawCpuProfile>,
+    pricer: HitPricer,
+    /// Per probe, what its hits have cost so far (ns).
+    cost_ns: Vec<f64>,
 }
 
 impl LiveView {
@@ -443,7 +442,10 @@ impl LiveView {
             })
             .collect();
         let maps = ProcessMaps::read(recorder.target().pid).unwrap_or_default();
+        let cost_ns = vec![0.0; probes.len()];
         let mut me = Self {
+            cost_ns,
+            pricer: HitPricer::default(),
             probes,
             names,
             labels: LabelCache::default(),
@@ -506,8 +508,10 @@ impl LiveView {
             agent_cpu_s: Some(recorder.agent_cpu().as_secs_f64()),
             ..Reading::default()
         };
+        let priced = self.pricer.read(recorder, &counters);
         for (i, p) in self.probes.iter().enumerate() {
             let total = counters.probe_total(&p.slots);
+            self.cost_ns[i] += p.slots.iter().filter_map(|s| priced.get(s)).sum::<f64>();
             reading.probes.push(ProbeReading {
                 counts: Counts {
                     calls: total.calls,
@@ -515,14 +519,7 @@ impl LiveView {
                 },
                 hist: total.hist,
                 attached_s: attached.get(p.probe).copied().unwrap_or(0.0),
-                slots: p
-                    .slots
-                    .iter()
-                    .map(|s| {
-                        let hits = counters.slots.get(s).map_or(0, SlotStats::hits);
-                        (hits, recorder.per_call_ns(*s).unwrap_or(0.0))
-                    })
-                    .collect(),
+                cost_ns: self.cost_ns[i],
             });
             if p.has_callsites {
                 for (label, v) in self
@@ -588,7 +585,7 @@ mod tests {
             counts: Counts { calls, wait_ns },
             hist: h,
             attached_s: on_s,
-            slots: vec![(calls, 1_000.0)],
+            cost_ns: calls as f64 * 1_000.0,
         }
     }
 

@@ -332,6 +332,9 @@ struct InTargetLooks {
     work: usize,
     /// The slots' counts at the last look.
     last: HashMap<SlotId, SlotCount>,
+    /// The programs' run statistics then (None before the first look: the
+    /// recording's start).
+    last_runs: Option<crate::attach::RunStats>,
 }
 
 /// The most the governor scales the model's costs by on the in-target
@@ -342,16 +345,20 @@ const MAX_IN_TARGET_SCALE: f64 = 3.0;
 /// The counter whose count is the server's work for [`crate::in_target`].
 pub const WORK_COUNTER: &str = "innodb.rows_read";
 
-/// What one call at slot `s` costs the server now, in ns: the calibrated
-/// trap plus the programs' measured run time once measured, else the
-/// calibration alone (as the governor charges).
-fn slot_per_call_ns(
+/// What one call at slot `s` cost the server from `then` (None: the
+/// recording's start) to `now`, in ns: the calibrated trap plus the
+/// programs' measured run time over that span, else the calibration alone.
+/// The one price of the governor's looks, the series, the live readers and
+/// the summary (see [`crate::hit_price`]).
+fn slot_price_ns(
     cost: Option<&crate::cost::LiveCost>,
     hit_cost: &HitCost,
     s: &crate::attach::Slot,
+    then: Option<crate::attach::RunStats>,
+    now: crate::attach::RunStats,
 ) -> f64 {
     match cost {
-        Some(c) => c.per_call_ns(s.measure, s.symbol.entry),
+        Some(c) => c.per_call_ns_between(s.measure, s.symbol.entry, then.unwrap_or(c.start()), now),
         None => hit_cost.per_call_ns(s.measure, s.symbol.entry),
     }
 }
@@ -381,6 +388,7 @@ fn in_target_looks(
         cost: crate::in_target::InTargetCost::new(clock, WORK_COUNTER),
         work,
         last: HashMap::new(),
+        last_runs: None,
     })
 }
 
@@ -556,8 +564,11 @@ impl Recorder {
             counts
         });
         if let (Some(counts), Ok(it)) = (looked, self.in_target.as_mut()) {
-            // What the model prices the hits since the last look at, each
-            // at its slot's current per-call cost.
+            // What the model prices the hits since the last look at: each
+            // at its slot's trap plus the programs' run time per hit the
+            // kernel measured over the same span.
+            let runs = session.run_stats();
+            let then = it.last_runs.replace(runs);
             let model_ns: f64 = counts
                 .iter()
                 .filter_map(|(slot, now)| {
@@ -565,7 +576,8 @@ impl Recorder {
                     let hits =
                         (now.calls + now.off_hits).saturating_sub(before.calls + before.off_hits);
                     let s = session.slots.get(slot.index())?;
-                    Some(hits as f64 * slot_per_call_ns(self.cost.as_ref(), &self.hit_cost, s))
+                    let price = slot_price_ns(self.cost.as_ref(), &self.hit_cost, s, then, runs);
+                    Some(hits as f64 * price)
                 })
                 .sum();
             let work = self.counters.read_one(it.work);
@@ -807,11 +819,30 @@ impl Recorder {
         self.in_target.as_ref().map_err(Clone::clone)?.cost.result()
     }
 
-    /// What one call at `slot` costs the server now, in ns: the calibrated
-    /// trap plus the programs' measured run time (as the governor charges).
-    pub fn per_call_ns(&self, slot: SlotId) -> Option<f64> {
+    /// The programs' run statistics now (zero without probes).
+    pub fn run_stats(&self) -> crate::attach::RunStats {
+        self.session
+            .as_ref()
+            .map(crate::attach::Session::run_stats)
+            .unwrap_or_default()
+    }
+
+    /// What one call at `slot` cost the server from `then` (None: the
+    /// recording's start) to `now`, in ns ([`slot_price_ns`]).
+    pub fn per_call_ns_between(
+        &self,
+        slot: SlotId,
+        then: Option<crate::attach::RunStats>,
+        now: crate::attach::RunStats,
+    ) -> Option<f64> {
         let s = self.session.as_ref()?.slots.get(slot.index())?;
-        Some(slot_per_call_ns(self.cost.as_ref(), &self.hit_cost, s))
+        Some(slot_price_ns(
+            self.cost.as_ref(),
+            &self.hit_cost,
+            s,
+            then,
+            now,
+        ))
     }
 
     /// CPU time innoprof itself has used since it started attaching.

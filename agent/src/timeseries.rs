@@ -19,6 +19,13 @@
 //! the uprobe still trapped and the server paid the trap, so what the
 //! probes cost the server in an interval is `calls + off_hits` hits, not
 //! `calls` (0 on call-site rows: a switched-off hit reads no caller).
+//! `cost_ns`, on the same row, is what those hits cost by innoprof's
+//! model: the calibrated trap plus the BPF programs' run time per hit over
+//! that interval as the kernel measured it, the price `summary.json` puts
+//! on the whole recording (so the intervals add up to it). A benchmark
+//! comparing the server's measured CPU over some seconds prices them with
+//! it, not at the recording's average: the governor moves the stack rate,
+//! and with it the price, while it records.
 //!
 //! The in-memory counters (catalog `measure = "counter"`, see
 //! `memcounters`) are rows like a probe's total: `probe` is the counter's
@@ -33,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::collect::{CollectError, Counters, LiveProbe};
+use crate::hit_price::HitPricer;
 use crate::record::Recorder;
 use crate::report::model::TimeseriesNote;
 
@@ -73,6 +81,10 @@ pub struct ProbeCounts {
     pub attached_ms: u64,
     /// Hits while it was switched off.
     pub off_hits: u64,
+    /// What its hits have cost the server by the model, ns: each
+    /// interval's hits at that interval's price (see
+    /// [`Recorder::per_call_ns_between`]).
+    pub cost_ns: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -95,11 +107,15 @@ pub struct IntervalSeries {
     /// Per probe, then per counter.
     last: Vec<ProbeCounts>,
     intervals: Vec<Interval>,
+    pricer: HitPricer,
+    /// Per probe, what its hits have cost so far (ns, unrounded).
+    cost_ns: Vec<f64>,
 }
 
 impl IntervalSeries {
     pub fn new(probes: Vec<LiveProbe>, interval: Duration, started_unix_ms: u128) -> Self {
         let last = vec![ProbeCounts::default(); probes.len()];
+        let cost_ns = vec![0.0; probes.len()];
         Self {
             interval_ms: interval.as_millis() as u64,
             started_unix_ms,
@@ -108,6 +124,8 @@ impl IntervalSeries {
             labels: LabelCache::default(),
             last,
             intervals: Vec::new(),
+            pricer: HitPricer::default(),
+            cost_ns,
         }
     }
 
@@ -150,6 +168,7 @@ impl IntervalSeries {
                     sites: BTreeMap::new(),
                     attached_ms: t_ms,
                     off_hits: 0,
+                    cost_ns: 0,
                 }
             })
             .collect()
@@ -170,9 +189,12 @@ impl IntervalSeries {
         let mut namer = CallsiteNamer::new(recorder.target().pid, &recorder.plan().image);
         let mut now = self.cumulative(&counters, &mut namer);
         let attached = recorder.attached_seconds();
-        for (counts, p) in now.iter_mut().zip(&self.probes) {
+        let priced = self.pricer.read(recorder, &counters);
+        for ((counts, p), cost_ns) in now.iter_mut().zip(&self.probes).zip(&mut self.cost_ns) {
             let on_s = attached.get(p.probe).copied().unwrap_or(0.0);
             counts.attached_ms = (on_s * 1000.0).round() as u64;
+            *cost_ns += p.slots.iter().filter_map(|s| priced.get(s)).sum::<f64>();
+            counts.cost_ns = cost_ns.round() as u64;
         }
         if !self.counters.is_empty() {
             let values = recorder.memory_counters().current();
@@ -223,6 +245,7 @@ impl IntervalSeries {
                     sites,
                     attached_ms: 0,
                     off_hits: total.off_hits,
+                    cost_ns: 0,
                 }
             })
             .collect()
@@ -251,6 +274,7 @@ impl IntervalSeries {
                     .collect(),
                 attached_ms: n.attached_ms.saturating_sub(l.attached_ms),
                 off_hits: n.off_hits.saturating_sub(l.off_hits),
+                cost_ns: n.cost_ns.saturating_sub(l.cost_ns),
             })
             .collect();
         self.last = now;
@@ -261,6 +285,7 @@ impl IntervalSeries {
                     p.total.add(d.total);
                     p.attached_ms += d.attached_ms;
                     p.off_hits += d.off_hits;
+                    p.cost_ns += d.cost_ns;
                     for (k, v) in d.sites {
                         p.sites.entry(k).or_default().add(v);
                     }
@@ -284,6 +309,7 @@ impl IntervalSeries {
                     t_ms: interval.t_ms,
                     probe: self.name(i).to_string(),
                     off_hits: if callsite.is_none() { d.off_hits } else { 0 },
+                    cost_ns: if callsite.is_none() { d.cost_ns } else { 0 },
                     callsite,
                     calls: c.calls,
                     wait_ns: c.wait_ns,
@@ -353,6 +379,15 @@ pub struct Point {
     /// call-site rows and in files written before it existed.
     #[serde(default)]
     pub off_hits: u64,
+    /// What the interval's hits (`calls + off_hits`) cost the server by
+    /// innoprof's model, ns: each at the calibrated trap plus the BPF
+    /// programs' run time per hit over this interval as the kernel
+    /// measured it, the price `summary.json` puts on the whole recording,
+    /// so the intervals add up to its probes' cost. On the probe's total
+    /// row; 0 on call-site rows, counters, and in files written before it
+    /// existed.
+    #[serde(default)]
+    pub cost_ns: u64,
 }
 
 impl TimeSeries {
@@ -371,7 +406,7 @@ impl TimeSeries {
         serde_json::to_vec_pretty(self).expect("time series serialises")
     }
 
-    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits`; the callsite is empty for a
+    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns`; the callsite is empty for a
     /// probe's total. Quoted where a name needs it (ad-hoc probe
     /// patterns can hold commas).
     pub fn to_csv(&self) -> Vec<u8> {
@@ -430,6 +465,7 @@ mod tests {
             sites: sites.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             attached_ms: 0,
             off_hits: 0,
+            cost_ns: 0,
         }]
     }
 
@@ -474,23 +510,30 @@ mod tests {
     /// Hits while switched off are per interval too, on the probe's total
     /// row only: summed with the call-site rows they would count twice.
     #[test]
-    fn switched_off_hits_are_per_interval_on_the_total_row() {
+    fn switched_off_hits_and_cost_are_per_interval_on_the_total_row() {
         let mut s = IntervalSeries::new(vec![probe("p", true)], Duration::from_secs(1), 0);
         for (t, off) in [(1000, 0), (2000, 700), (3000, 700), (4000, 1900)] {
             let mut now = cumulative(counts(t / 10, 0), &[("a.cc:1", counts(t / 10, 0))]);
             now[0].off_hits = off;
+            now[0].cost_ns = 3 * off;
             s.push(t, now);
         }
-        let rows: Vec<(Option<String>, u64)> = s
+        let rows: Vec<(Option<String>, u64, u64)> = s
             .into_series()
             .points
             .into_iter()
-            .map(|p| (p.callsite, p.off_hits))
+            .map(|p| (p.callsite, p.off_hits, p.cost_ns))
             .collect();
-        let total: Vec<u64> = rows.iter().filter(|r| r.0.is_none()).map(|r| r.1).collect();
-        assert_eq!(total, [0, 700, 0, 1200]);
+        let total: Vec<(u64, u64)> = rows
+            .iter()
+            .filter(|r| r.0.is_none())
+            .map(|r| (r.1, r.2))
+            .collect();
+        assert_eq!(total, [(0, 0), (700, 2100), (0, 0), (1200, 3600)]);
         assert!(
-            rows.iter().filter(|r| r.0.is_some()).all(|r| r.1 == 0),
+            rows.iter()
+                .filter(|r| r.0.is_some())
+                .all(|r| (r.1, r.2) == (0, 0)),
             "{rows:?}"
         );
     }
@@ -589,6 +632,7 @@ mod tests {
                     wait_ns: 40,
                     attached_ms: 1000,
                     off_hits: 9,
+                    cost_ns: 21_600,
                 },
                 Point {
                     t_ms: 1000,
@@ -598,15 +642,16 @@ mod tests {
                     wait_ns: 0,
                     attached_ms: 250,
                     off_hits: 0,
+                    cost_ns: 0,
                 },
             ],
         };
         let csv = String::from_utf8(series.to_csv()).unwrap();
         assert_eq!(
             csv,
-            "t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits\n\
-             1000,innodb.mutex.enter,,3,40,1000,9\n\
-             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250,0\n"
+            "t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns\n\
+             1000,innodb.mutex.enter,,3,40,1000,9,21600\n\
+             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250,0,0\n"
         );
         let json: serde_json::Value = serde_json::from_slice(&series.to_json()).unwrap();
         assert_eq!(json["interval_ms"], 1000);

@@ -574,6 +574,22 @@ fn mariadb_all_probes_under_the_default_budget() {
             .sum();
         assert_eq!(off, o.switched_off_hits, "{o:?}");
         assert!(off > 0, "the governor switched probes off: {o:?}");
+        // And their modelled cost, each interval's hits at that interval's
+        // measured price, adds up to the summary's, priced over the whole
+        // recording: the same kernel figures split in time (measured equal
+        // to 0.001 %), while the governor moved the price by switching.
+        let series_ns: f64 = series["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["callsite"].is_null())
+            .map(|p| p["cost_ns"].as_u64().unwrap() as f64)
+            .sum();
+        let summary_ns = o.probes_pct_of_core / 100.0 * s.duration_s * 1e9;
+        assert!(
+            (series_ns - summary_ns).abs() <= 0.01 * summary_ns,
+            "series {series_ns:.0} ns, summary {summary_ns:.0} ns: {o:?}"
+        );
         match (&o.in_target, &o.in_target_note) {
             (Some(t), None) => {
                 check_in_target(t, o.probes_pct_of_core, &rec.file("summary.txt"));

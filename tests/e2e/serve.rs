@@ -1187,6 +1187,10 @@ fn serve_all_watches_every_server_and_follows_each() {
         assert_eq!(of(&up, "innoprof_target_up", dir), 1.0);
         // Each under its own budget: 5 % of a core.
         assert_eq!(of(&up, "innoprof_budget_cores", dir), 0.05);
+        // The hits under load cost the server something, and innoprof
+        // says what (each scrape's span at its own price).
+        let cost = of(&up, "innoprof_probe_cost_seconds_total", dir);
+        assert!(cost > 0.0, "{dir}: probe cost {cost} s");
         let commits = value(
             &up,
             "innoprof_probe_calls_total",

@@ -24,20 +24,21 @@ fn points(rec: &Recording) -> (Value, Vec<Value>) {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits")
+        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns")
     );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), points.len(), "same rows in CSV and JSON");
     for (row, p) in rows.iter().zip(&points) {
         let expected = format!(
-            "{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}",
             p["t_ms"],
             p["probe"].as_str().unwrap(),
             p["callsite"].as_str().unwrap_or(""),
             p["calls"],
             p["wait_ns"],
             p["attached_ms"],
-            p["off_hits"]
+            p["off_hits"],
+            p["cost_ns"]
         );
         assert_eq!(*row, expected);
     }
@@ -137,6 +138,19 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
             "{name} wait"
         );
     }
+    // The intervals' modelled cost, each priced at its own interval's
+    // measured programs' run time, adds up to the summary's, priced over
+    // the whole recording (the same kernel figures, split in time).
+    let series_ns: u64 = points
+        .iter()
+        .filter(|p| p["callsite"].is_null())
+        .map(|p| u(&p["cost_ns"]))
+        .sum();
+    let summary_ns = s.overhead.probes_pct_of_core / 100.0 * s.duration_s * 1e9;
+    assert!(
+        summary_ns > 0.0 && (series_ns as f64 - summary_ns).abs() <= 0.01 * summary_ns,
+        "series {series_ns} ns, summary {summary_ns:.0} ns"
+    );
     // No governor here: every probe was on for the whole of each interval.
     let mut previous = 0;
     for (t, on) in curve(&points, "fixture.sleep", "attached_ms") {

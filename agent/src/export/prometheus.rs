@@ -29,7 +29,7 @@
 //! what "other" already counted for it there, so every series stays a
 //! monotonic counter (no false resets in `rate()`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -43,6 +43,7 @@ use crate::bpf_abi::{SiteVal, HIST_SLOTS};
 use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::catalog::Measure;
 use crate::collect::{CollectError, Counters, Drops, LiveProbe};
+use crate::hit_price::HitPricer;
 use crate::record::Recorder;
 
 /// The `Content-Type` of [`Exporter::scrape`]'s text.
@@ -181,10 +182,11 @@ pub struct Exporter {
     commit: String,
     server: Option<String>,
     /// Server CPU time probe hits cost, summed per scrape as each slot's
-    /// new calls at its current per-call cost (so it only grows, though
-    /// the cost model is re-estimated), and each slot's calls then.
+    /// new hits (calls and switched-off traps) at the price over the
+    /// scrape's span (see [`HitPricer`]): it only grows, and it is the
+    /// price the series and the summary put on the same hits.
     probe_cost_s: f64,
-    slot_calls: HashMap<crate::bpf_abi::SlotId, u64>,
+    pricer: HitPricer,
     /// What the server's earlier runs counted (serve follows it across
     /// restarts): added to this run's series so each keeps growing.
     carried: Totals,
@@ -280,7 +282,7 @@ impl Exporter {
             commit: opts.commit,
             server: opts.server,
             probe_cost_s: 0.0,
-            slot_calls: HashMap::new(),
+            pricer: HitPricer::default(),
             carried: Totals::default(),
             last: None,
             restarts: 0,
@@ -428,11 +430,7 @@ impl Exporter {
             .into_iter()
             .map(|e| e.map(|e| (e.calls, e.calls_bound)))
             .collect();
-        for (slot, st) in &counters.slots {
-            let before = self.slot_calls.insert(*slot, st.calls).unwrap_or(0);
-            let new = st.calls.saturating_sub(before);
-            self.probe_cost_s += new as f64 * recorder.per_call_ns(*slot).unwrap_or(0.0) / 1e9;
-        }
+        self.probe_cost_s += self.pricer.read(recorder, &counters).values().sum::<f64>() / 1e9;
         let own = recorder.attach_info();
         let me = SelfStats {
             probe_cost_s: self.probe_cost_s,
