@@ -398,8 +398,13 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
     } else {
         0.0
     };
-    // Detaching waits on the kernel; nobody needs to wait for it.
-    std::thread::spawn(move || drop(session));
+    // Detached before returning, though it waits on the kernel: the caller
+    // is `innoprof calibrate`, about to exit, and a process that exits
+    // while its links unregister kills the unregistering thread, so the
+    // kernel gives up on the uprobe ("failed to unregister, leaking
+    // uprobe" in its log, the uprobe kept until reboot). The parent waits
+    // for this child's exit either way.
+    drop(session);
     Ok(HitCost {
         latency_emulated_ns,
         latency_stepped_ns: latency_emulated_ns + step_ns,
