@@ -163,11 +163,12 @@ impl LiveCost {
         self.per_call_ns_between(measure, entry, self.start, now)
     }
 
-    /// Per-call cost over a span of the recording, `then` (None: its
-    /// start) to `now`: the programs' average over that span. The one
-    /// price of the series' intervals and of the summary (the whole
-    /// recording as one span), so that the intervals' costs add up to the
-    /// summary's; it follows the stack rate as the governor moves it.
+    /// Per-call cost over a span of the recording, `then` to `now`: the
+    /// calibrated trap plus the programs' average over that span. The one
+    /// price of past hits (`hit_price`, the governor's looks) and of the
+    /// summary (the whole recording as one span), so that the spans' costs
+    /// add up to the summary's; it follows the stack rate as the governor
+    /// moves it.
     pub fn per_call_ns_between(
         &self,
         measure: Measure,
