@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::target::SERVER_NAMES;
+use crate::trust::{Trust, Untrusted};
 
 /// A running server process, as /proc shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +34,8 @@ impl std::fmt::Display for ServerProcess {
 pub enum DiscoverError {
     #[error("no mysqld or mariadbd process runs on this host; start the server, or give its PID with -p PID")]
     None,
+    #[error("no trusted mysqld or mariadbd process runs on this host; skipped:\n{}", skipped(.0))]
+    NoneTrusted(Vec<(ServerProcess, Untrusted)>),
     #[error("{} servers run on this host; choose one with -p PID:\n{}", .0.len(), list(.0))]
     Several(Vec<ServerProcess>),
     #[error("listing processes in /proc")]
@@ -47,19 +50,48 @@ fn list(servers: &[ServerProcess]) -> String {
         .join("\n")
 }
 
+fn skipped(untrusted: &[(ServerProcess, Untrusted)]) -> String {
+    untrusted
+        .iter()
+        .map(|(s, why)| format!("  {s}: {why}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Every mysqld/mariadbd process (threads are not listed: /proc's top
 /// level has thread-group leaders only), by PID.
 pub fn servers() -> Result<Vec<ServerProcess>, DiscoverError> {
     servers_in(Path::new("/proc"))
 }
 
-/// The one server on this host.
-pub fn the_server() -> Result<ServerProcess, DiscoverError> {
-    let mut all = servers()?;
-    match all.len() {
-        0 => Err(DiscoverError::None),
-        1 => Ok(all.remove(0)),
-        _ => Err(DiscoverError::Several(all)),
+/// The servers `trust` covers, and the others with why each is not.
+pub fn trusted_servers(
+    trust: &Trust,
+) -> Result<(Vec<ServerProcess>, Vec<(ServerProcess, Untrusted)>), DiscoverError> {
+    let mut trusted = Vec::new();
+    let mut untrusted = Vec::new();
+    for s in servers()? {
+        match trust.check_pid(s.pid) {
+            Ok(_) => trusted.push(s),
+            Err(why) => untrusted.push((s, why)),
+        }
+    }
+    Ok((trusted, untrusted))
+}
+
+/// The one trusted server on this host, and the untrusted ones passed
+/// over (for the caller to say). A process another user runs under a
+/// server's name is never chosen for root, even when it is the only one
+/// (as in a restart window).
+pub fn the_server(
+    trust: &Trust,
+) -> Result<(ServerProcess, Vec<(ServerProcess, Untrusted)>), DiscoverError> {
+    let (mut trusted, untrusted) = trusted_servers(trust)?;
+    match trusted.len() {
+        0 if untrusted.is_empty() => Err(DiscoverError::None),
+        0 => Err(DiscoverError::NoneTrusted(untrusted)),
+        1 => Ok((trusted.remove(0), untrusted)),
+        _ => Err(DiscoverError::Several(trusted)),
     }
 }
 
@@ -100,17 +132,31 @@ fn servers_in(proc_root: &Path) -> Result<Vec<ServerProcess>, DiscoverError> {
     Ok(found)
 }
 
-/// What one server instance is across its restarts: its data directory.
-/// mysqld and mariadbd chdir into it at start (`my_setwd`), and two
-/// running servers cannot share one, so the process whose working
-/// directory it is, is the instance, whatever its PID, and whatever binary
-/// an upgrade put at the same path.
+/// What one server instance is across its restarts: its data directory,
+/// run by one user. mysqld and mariadbd chdir into it at start
+/// (`my_setwd`), and two running servers cannot share one, so the process
+/// of that user whose working directory it is, is the instance, whatever
+/// its PID, and whatever binary an upgrade put at the same path.
+/// The directory is known by its device and inode, as the kernel has it,
+/// never by its path: another user can mount her own directory over the
+/// path in a namespace of her own, and two containers may both call
+/// theirs /var/lib/mysql.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
-    /// As the server sees it (inside its mount namespace).
+    /// As the server sees it (inside its mount namespace), for messages.
     pub datadir: std::path::PathBuf,
     /// The executable the instance ran, for the log (a restart may run another).
     pub exe: String,
+    pub key: InstanceKey,
+}
+
+/// An instance's identity: its datadir's device and inode and the user
+/// that runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InstanceKey {
+    pub dev: u64,
+    pub ino: u64,
+    pub uid: u32,
 }
 
 impl std::fmt::Display for Instance {
@@ -135,12 +181,25 @@ impl Instance {
 
     fn of_in(proc_root: &Path, pid: u32) -> Result<Self, InstanceError> {
         let dir = proc_root.join(pid.to_string());
-        let datadir =
-            std::fs::read_link(dir.join("cwd")).map_err(|source| InstanceError { pid, source })?;
+        use std::os::unix::fs::MetadataExt;
+        let err = |source| InstanceError { pid, source };
+        let datadir = std::fs::read_link(dir.join("cwd")).map_err(err)?;
+        let cwd = std::fs::metadata(dir.join("cwd")).map_err(err)?;
+        // The process's user, from the owner of its /proc directory (its
+        // effective uid; the trust check reads all four).
+        let uid = std::fs::metadata(&dir).map_err(err)?.uid();
         let exe = std::fs::read_link(dir.join("exe"))
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "?".into());
-        Ok(Self { datadir, exe })
+        Ok(Self {
+            datadir,
+            exe,
+            key: InstanceKey {
+                dev: cwd.dev(),
+                ino: cwd.ino(),
+                uid,
+            },
+        })
     }
 
     /// The server process now running this instance. None while none
@@ -154,7 +213,7 @@ impl Instance {
     fn running_in(&self, proc_root: &Path) -> Result<Option<ServerProcess>, DiscoverError> {
         Ok(servers_in(proc_root)?
             .into_iter()
-            .find(|s| Self::of_in(proc_root, s.pid).is_ok_and(|i| i.datadir == self.datadir)))
+            .find(|s| Self::of_in(proc_root, s.pid).is_ok_and(|i| i.key == self.key)))
     }
 }
 
@@ -234,6 +293,13 @@ mod tests {
         std::os::unix::fs::symlink(&datadir, root.join("13/cwd")).unwrap();
         let again = inst.running_in(root).unwrap().unwrap();
         assert_eq!((again.pid, again.comm.as_str()), (13, "mariadbd"));
+        // The same directory entered by another user's process is not it
+        // (a look-alike run by someone else in a restart window).
+        std::fs::remove_file(root.join("13/cwd")).unwrap();
+        fake_proc(root, 14, "mysqld", b"mysqld\0");
+        std::os::unix::fs::symlink(&datadir, root.join("14/cwd")).unwrap();
+        std::os::unix::fs::lchown(root.join("14"), Some(65534), None).unwrap();
+        assert_eq!(inst.running_in(root).unwrap(), None);
         let err = Instance::of_in(root, 12345).unwrap_err();
         assert!(std::error::Error::source(&err).is_some());
     }

@@ -68,6 +68,7 @@ pub mod server_state;
 pub mod symbolize;
 pub mod target;
 pub mod timeseries;
+pub mod trust;
 
 /// An error and its causes joined by `: `, as anyhow's `{:#}` prints them.
 /// The library's error types never repeat their source in their own text

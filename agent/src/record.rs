@@ -75,6 +75,8 @@ pub struct RecordOptions {
     pub recalibrate: bool,
     /// Where the hit cost is measured when it is.
     pub calibrator: Calibrator,
+    /// Whose processes innoprof attaches to (`--trust-user`).
+    pub trust: crate::trust::Trust,
 }
 
 /// Everything decided before touching the kernel.
@@ -141,7 +143,7 @@ impl Plan {
     pub fn build(opts: &RecordOptions) -> Result<Self, RecordError> {
         privileges::check()?;
         crate::kernel::check()?;
-        let target = Target::open(opts.pid, opts.force)?;
+        let target = Target::open(opts.pid, opts.force, &opts.trust)?;
         Self::resolve(opts, target)
     }
 
@@ -209,7 +211,7 @@ impl Plan {
     ) -> Result<Self, RecordError> {
         privileges::check()?;
         crate::kernel::check()?;
-        let target = Target::open(opts.pid, opts.force)?;
+        let target = Target::open(opts.pid, opts.force, &opts.trust)?;
         match earlier.take().filter(|e| e.image.is_file(&target.binary)) {
             Some(earlier) => Ok(Self {
                 target,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::rootfs::{self, Home, RootError, TargetFile};
+use crate::trust::{Trust, Untrusted};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -34,6 +35,9 @@ pub enum TargetError {
     },
     #[error(transparent)]
     Binary(#[from] RootError),
+    /// Run or owned by a user innoprof does not act for ([`crate::trust`]).
+    #[error("not attaching: {0}")]
+    Untrusted(#[from] Untrusted),
 }
 
 impl TargetError {
@@ -97,8 +101,10 @@ pub struct Target {
 }
 
 impl Target {
-    /// Finds the process; refuses anything that is not mysqld/mariadbd unless `force`.
-    pub fn open(pid: u32, force: bool) -> Result<Self, TargetError> {
+    /// Finds the process; refuses anything that is not mysqld/mariadbd unless
+    /// `force`, and any process `trust` does not cover, before its binary
+    /// is read.
+    pub fn open(pid: u32, force: bool, trust: &Trust) -> Result<Self, TargetError> {
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
         let io = |source| TargetError::proc(pid, source);
         if pid == 0 || !proc_dir.exists() {
@@ -137,6 +143,8 @@ impl Target {
             });
         }
         let file = rootfs::open_exe(pid, &exe)?;
+        let exe_meta = file.file().metadata().map_err(io)?;
+        trust.check_process(pid, &exe_meta)?;
         let root = rootfs::open_root(pid).map_err(io)?;
         let pidfd = open_pidfd(pid, start_time);
         // Opened after the checks: the same process must still own the PID.
@@ -289,10 +297,10 @@ mod tests {
     fn own_process_is_not_a_server() {
         let pid = std::process::id();
         assert!(matches!(
-            Target::open(pid, false),
+            Target::open(pid, false, &Trust::default()),
             Err(TargetError::NotAServer { .. })
         ));
-        let me = Target::open(pid, true).unwrap();
+        let me = Target::open(pid, true, &Trust::default()).unwrap();
         assert!(me.is_alive());
         assert!(me.binary.exists());
     }
@@ -305,7 +313,7 @@ mod tests {
                 .arg("30")
                 .spawn()
                 .unwrap();
-            let t = Target::open(child.id(), true).unwrap();
+            let t = Target::open(child.id(), true, &Trust::default()).unwrap();
             assert!(t.pidfd.is_some(), "pidfd_open works on this kernel");
             assert!(t.is_alive());
             child.kill().unwrap();
@@ -323,11 +331,11 @@ mod tests {
     #[test]
     fn missing_pid() {
         assert!(matches!(
-            Target::open(0, true),
+            Target::open(0, true, &Trust::default()),
             Err(TargetError::NoSuchProcess(0))
         ));
         assert!(matches!(
-            Target::open(u32::MAX - 1, true),
+            Target::open(u32::MAX - 1, true, &Trust::default()),
             Err(TargetError::NoSuchProcess(_))
         ));
     }

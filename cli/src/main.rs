@@ -303,6 +303,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         limits: args.limits.limits(),
         recalibrate: args.recalibrate,
         calibrator: crate::own_calibrator(),
+        trust: args.pid.trust()?,
     };
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut signals = Signals::install()?;
@@ -442,7 +443,10 @@ async fn record_segment(
     let pid = plan.target.pid;
     warn_unattached(&plan);
     // Before attaching: its queries are not what the probes should see.
-    let state = args.state.start(pid).sampling(args.interval);
+    let state = args
+        .state
+        .start(pid, &args.pid.trust()?)
+        .sampling(args.interval);
     innoprof::own_usage::debug_phase("after start snapshot");
     let stacks = if args.no_stacks {
         StackCapture::Off

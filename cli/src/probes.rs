@@ -16,6 +16,9 @@ pub struct ProbesArgs {
     /// PID of a running mysqld/mariadbd (default without --binary: the only one on this host).
     #[arg(short = 'p', long, conflicts_with = "binary")]
     pid: Option<u32>,
+    /// Also act on servers this user runs or owns (name or uid; repeatable).
+    #[arg(long, value_name = "USER")]
+    trust_user: Vec<String>,
     /// A server binary on disk.
     #[arg(long)]
     binary: Option<PathBuf>,
@@ -39,8 +42,11 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     let inspection = match &args.binary {
         Some(b) => inspect::inspect(b, &b.display().to_string(), &request, &debug)?,
         None => {
-            let pid = PidArg { pid: args.pid }.resolve()?;
-            let t = Target::open(pid, args.force)?;
+            let target = PidArg {
+                pid: args.pid,
+                trust_user: args.trust_user.clone(),
+            };
+            let t = Target::open(target.resolve()?, args.force, &target.trust()?)?;
             inspect::inspect_target(&t, &request, &debug)?
         }
     };

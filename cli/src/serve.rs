@@ -9,7 +9,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::Duration;
@@ -20,7 +19,7 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use innoprof::discover::Instance;
+use innoprof::discover::{Instance, InstanceKey};
 use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     render, Exporter, ExporterOptions, Scrape, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
@@ -180,7 +179,9 @@ impl Setup {
             run.recorder.plan().server,
         );
         Ok(Watched {
-            state: self.state.watcher(target.pid, self.findings_window),
+            state: self
+                .state
+                .watcher(target.pid, self.findings_window, &self.opts.trust),
             run: Some(run),
             exporter,
             findings: Vec::new(),
@@ -286,7 +287,10 @@ impl Watched {
                 fresh.carry_on_from(&self.exporter);
                 self.exporter = fresh;
                 self.target = run.recorder.target().clone();
-                self.state = setup.state.watcher(self.target.pid, setup.findings_window);
+                self.state =
+                    setup
+                        .state
+                        .watcher(self.target.pid, setup.findings_window, &setup.opts.trust);
                 self.run = Some(run);
                 release_freed_memory();
             }
@@ -382,6 +386,11 @@ impl Watched {
 
     fn datadir(&self) -> Option<&std::path::Path> {
         self.follower.as_ref().map(|f| f.instance.datadir.as_path())
+    }
+
+    /// The instance followed, by its identity (not its path).
+    fn instance_key(&self) -> Option<InstanceKey> {
+        self.follower.as_ref().map(|f| f.instance.key)
     }
 }
 
@@ -622,6 +631,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             // probe's rate is recovered from its attached-seconds counter.
             governor: args.max_overhead.governor(),
             limits: Default::default(),
+            trust: args.pid.trust()?,
         },
         export: ExporterOptions {
             callsite_limit: args.callsite_limit,
@@ -654,7 +664,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         waiting: false,
     }));
     // --all: datadirs whose server could not be attached, with why (said once).
-    let mut unattachable: HashMap<PathBuf, String> = HashMap::new();
+    let mut unattachable: HashMap<InstanceKey, String> = HashMap::new();
     if args.all {
         discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
     }
@@ -807,7 +817,7 @@ fn watch_alarms<D: Copy>(live: &Live, runs: &mut Vec<u64>, clock: &mut Clock<'_,
 fn discover_new(
     setup: &Setup,
     servers: &mut Vec<Watched>,
-    unattachable: &mut HashMap<PathBuf, String>,
+    unattachable: &mut HashMap<InstanceKey, String>,
 ) {
     let found = match innoprof::discover::servers() {
         Ok(found) => found,
@@ -830,13 +840,19 @@ fn discover_new(
         };
         if servers
             .iter()
-            .any(|w| w.datadir() == Some(instance.datadir.as_path()))
+            .any(|w| w.instance_key() == Some(instance.key))
         {
             continue;
         }
-        match setup.watch(process.pid, true) {
+        // Another user's process under a server's name: passed over, said
+        // once (Setup::watch would refuse it too, after planning).
+        let attached = match setup.opts.trust.check_pid(process.pid) {
+            Ok(_) => setup.watch(process.pid, true),
+            Err(untrusted) => Err(anyhow::Error::from(untrusted)),
+        };
+        match attached {
             Ok(w) => {
-                unattachable.remove(&instance.datadir);
+                unattachable.remove(&instance.key);
                 eprintln!(
                     "innoprof: watching the server in {}",
                     instance.datadir.display()
@@ -845,12 +861,12 @@ fn discover_new(
             }
             Err(e) => {
                 let why = format!("{e:#}");
-                if unattachable.get(&instance.datadir) != Some(&why) {
+                if unattachable.get(&instance.key) != Some(&why) {
                     eprintln!(
                         "innoprof: cannot attach to {process} ({}): {why}; retrying",
                         instance.datadir.display()
                     );
-                    unattachable.insert(instance.datadir, why);
+                    unattachable.insert(instance.key, why);
                 }
             }
         }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use innoprof::server_state::{self, SamplingCapture, ServerState, StateCapture, StateSource};
+use innoprof::trust::Trust;
 
 #[derive(Args, Clone, Debug)]
 pub struct StateArgs {
@@ -36,11 +37,12 @@ pub enum Capture {
 }
 
 impl StateArgs {
-    fn source(&self) -> StateSource {
+    fn source(&self, trust: &Trust) -> StateSource {
         StateSource {
             socket: self.mysql_socket.clone(),
             user: self.mysql_user.clone(),
             defaults_file: self.mysql_defaults_file.clone(),
+            trust: trust.clone(),
         }
     }
 
@@ -50,18 +52,19 @@ impl StateArgs {
         &self,
         pid: u32,
         period: std::time::Duration,
+        trust: &Trust,
     ) -> Option<server_state::StateWatcher> {
         (!self.no_server_state)
-            .then(|| server_state::StateWatcher::start(pid, self.source(), period))
+            .then(|| server_state::StateWatcher::start(pid, self.source(trust), period))
     }
 
     /// Logs in and takes the start snapshot; a failure is said on stderr
     /// and kept (summary.json says why there is no state), never fatal.
-    pub fn start(&self, pid: u32) -> Capture {
+    pub fn start(&self, pid: u32, trust: &Trust) -> Capture {
         if self.no_server_state {
             return Capture::Off;
         }
-        match StateCapture::start_within(pid, &self.source()) {
+        match StateCapture::start_within(pid, &self.source(trust)) {
             Ok(c) => Capture::On(c),
             Err(e) => {
                 eprintln!(

@@ -136,6 +136,10 @@ fn probes(pid: u32) -> String {
         "--pid",
         &pid,
         "--force",
+        // The jailed user is the attacker, trusted here on purpose: what
+        // innoprof reads of a target it does attach to is under test.
+        "--trust-user",
+        NOBODY,
         "--probe",
         "fixture_counted",
     ]);
@@ -206,6 +210,8 @@ fn exe_path_planted_as_a_symlink_is_not_followed() {
         "--pid",
         &pid,
         "--force",
+        "--trust-user",
+        NOBODY,
         "--duration",
         "2s",
         "--no-stacks",

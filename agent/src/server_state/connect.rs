@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::trust::{Trust, Untrusted};
+
 /// How to log in, as given on the command line (all optional).
 #[derive(Debug, Clone, Default)]
 pub struct StateSource {
@@ -20,6 +22,8 @@ pub struct StateSource {
     pub user: Option<String>,
     /// `--mysql-defaults-file`: read only this option file.
     pub defaults_file: Option<PathBuf>,
+    /// Whose servers get a login ([`crate::trust`]).
+    pub trust: Trust,
 }
 
 #[derive(Debug, Error)]
@@ -32,6 +36,9 @@ pub enum ConnectError {
     NoSocket { pid: u32 },
     #[error("socket {path} is served by pid {peer}, not the target (pid {pid})")]
     NotTheTarget { path: String, peer: i32, pid: u32 },
+    /// Nothing was sent: no login, no password.
+    #[error("not logging in: {0}")]
+    Untrusted(#[from] Untrusted),
     #[error("socket {path}")]
     Socket {
         path: String,
@@ -298,8 +305,8 @@ fn parse_net_unix(table: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// The process serving a connected Unix socket (`SO_PEERCRED`).
-fn peer_pid(stream: &std::os::unix::net::UnixStream) -> std::io::Result<i32> {
+/// The process serving a connected Unix socket and its user (`SO_PEERCRED`).
+fn peer_cred(stream: &std::os::unix::net::UnixStream) -> std::io::Result<(i32, u32)> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred {
         pid: 0,
@@ -320,7 +327,7 @@ fn peer_pid(stream: &std::os::unix::net::UnixStream) -> std::io::Result<i32> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(cred.pid)
+    Ok((cred.pid, cred.uid))
 }
 
 /// How long one connect or query may take: capture must never hold up a
@@ -336,10 +343,16 @@ pub struct Session {
 
 /// Connects to the target `pid` over its own Unix socket: the given one,
 /// else the option files' `socket` if the target listens on it, else the
-/// target's only (or first) listening socket. The socket must be served by
-/// `pid` itself (the peer's credentials), so a path the target names cannot
-/// point innoprof at another service.
+/// target's only (or first) listening socket. Nothing is sent, not even a
+/// user name, unless the target is trusted to receive a password
+/// ([`Trust::check_login`]) and the socket is served by that very process
+/// as its user (the peer's credentials), so neither a path the target names
+/// nor a process another user runs under a server's name gets root's
+/// password. As root, a login without a password is tried first (MariaDB's
+/// `unix_socket` and MySQL's `auth_socket` let root in by its uid), so the
+/// password is sent only where it is needed.
 pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> {
+    let trusted = source.trust.check_login(pid)?;
     let opts = ClientOptions::read(source.defaults_file.as_deref())?;
     let listening = listening_sockets(pid);
     let socket = match (&source.socket, &opts.socket) {
@@ -360,7 +373,7 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> 
         source,
     };
     let probe = std::os::unix::net::UnixStream::connect(&reach).map_err(sock_err)?;
-    let peer = peer_pid(&probe).map_err(sock_err)?;
+    let (peer, peer_uid) = peer_cred(&probe).map_err(sock_err)?;
     drop(probe);
     if u32::try_from(peer) != Ok(pid) {
         return Err(ConnectError::NotTheTarget {
@@ -369,22 +382,41 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> 
             pid,
         });
     }
+    crate::trust::check_peer(pid, trusted, peer, peer_uid)?;
     let user = source
         .user
         .clone()
         .or(opts.user)
         .unwrap_or_else(|| "root".into());
-    let builder = mysql::OptsBuilder::new()
-        .socket(Some(reach))
-        .user(Some(user.clone()))
-        .pass(opts.password)
-        .read_timeout(Some(QUERY_TIMEOUT))
-        .write_timeout(Some(QUERY_TIMEOUT))
-        // No reconnect over TCP to look for the socket: it is given.
-        .prefer_socket(false)
-        .stmt_cache_size(0)
-        .connect_attrs(Some(HashMap::from([("program_name", "innoprof")])));
-    let conn = mysql::Conn::new(builder).map_err(|source| {
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0 && user == "root";
+    let login = |password: Option<String>| {
+        mysql::Conn::new(
+            mysql::OptsBuilder::new()
+                .socket(Some(reach.clone()))
+                .user(Some(user.clone()))
+                .pass(password)
+                .read_timeout(Some(QUERY_TIMEOUT))
+                .write_timeout(Some(QUERY_TIMEOUT))
+                // No reconnect over TCP to look for the socket: it is given.
+                .prefer_socket(false)
+                .stmt_cache_size(0)
+                .connect_attrs(Some(HashMap::from([("program_name", "innoprof")]))),
+        )
+    };
+    let first = match (&opts.password, as_root) {
+        (Some(_), true) => login(None),
+        (password, _) => login(password.clone()),
+    };
+    let conn = match first {
+        // Root by its uid was refused (the account wants its password):
+        // the password, to the same verified server.
+        Err(mysql::Error::MySqlError(_)) if as_root && opts.password.is_some() => {
+            login(opts.password)
+        }
+        other => other,
+    }
+    .map_err(|source| {
         let (user, path) = (user.clone(), socket.clone());
         match source {
             // The server answered, and said no (access denied, unknown user…).

@@ -114,6 +114,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         cpu: Some(args.cpu.options()),
         governor: args.max_overhead.governor(),
         limits: Default::default(),
+        trust: args.pid.trust()?,
     };
     let plan = match Plan::build(&opts) {
         // `top --force` on a process no catalog knows (before the wait
