@@ -460,6 +460,17 @@ impl LiveView {
         Ok(me)
     }
 
+    /// Whether naming the server's stacks can start from what an earlier
+    /// run kept (see [`StackSymbolizer::names_kept_for`]); false on a
+    /// host's first run, when the first CPU frame takes longest.
+    pub fn stack_names_kept(&self, recorder: &Recorder) -> bool {
+        recorder
+            .plan()
+            .image
+            .file_id
+            .is_some_and(|binary| self.symbolizer.names_kept_for(binary))
+    }
+
     /// The interval since the last call (or since `new`).
     pub fn refresh(&mut self, recorder: &Recorder) -> Result<Frame, LiveError> {
         let now = self.read(recorder)?;

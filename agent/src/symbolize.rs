@@ -307,6 +307,28 @@ impl StackSymbolizer {
         self.cache.clear();
     }
 
+    /// Whether an earlier run of this innoprof binary kept what naming the
+    /// stacks of `binary` (a mapped file, or the debug file it names its
+    /// frames from) walks: the functions of its DWARF units
+    /// ([`crate::kept_functions`]). Without them, the first naming walks
+    /// the DWARF from scratch, which on a server binary takes seconds:
+    /// `top` says so instead of showing an empty CPU panel meanwhile.
+    pub fn names_kept_for(&self, binary: FileId) -> bool {
+        let file = match self.debug_files.get(&binary) {
+            Some(debug) => Arc::clone(&debug.file),
+            None => {
+                let mapped = self.maps.regions.iter().find(|r| r.id == Some(binary));
+                match mapped.and_then(|r| self.maps.opened(&r.path).ok()) {
+                    Some(f) => Arc::clone(f),
+                    None => return false,
+                }
+            }
+        };
+        crate::kept_functions::KeptFunctions::default()
+            .load(file.file())
+            .is_some()
+    }
+
     /// Replaces the memory map (a library was loaded or unloaded). Parsed
     /// files stay cached in blazesym; only address lookups are redone.
     pub fn set_maps(&mut self, maps: ProcessMaps) {

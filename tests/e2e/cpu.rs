@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use innoprof_e2e::*;
 
@@ -253,7 +253,9 @@ fn top_shows_the_spinning_function() {
     let _k = kernel_lock();
     let mut fx = spin("hot", 1, 4000, 0, 0);
     let pid = fx.pid.to_string();
-    let child = Command::new(innoprof())
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_path = dir.path().join("stderr.txt");
+    let mut child = Command::new(innoprof())
         .args([
             "top",
             "--pid",
@@ -265,19 +267,23 @@ fn top_shows_the_spinning_function() {
             "3",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The frames asserted on are sampled from the attach on: the spinning
+    // starts then, not after a guess at how long attaching takes.
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stderr().contains("innoprof: attached") {
+        assert!(child.try_wait().unwrap().is_none(), "exited: {}", stderr());
+        assert!(Instant::now() < deadline, "never attached: {}", stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     fx.run_calls();
     let out = child.wait_with_output().unwrap();
     fx.exit();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{stdout}\n{}", stderr());
     let frames: Vec<&str> = stdout.split("innoprof top: pid").skip(1).collect();
     assert_eq!(frames.len(), 3, "{stdout}");
     // The second interval lies entirely within the 4 s of spinning: the

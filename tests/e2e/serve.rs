@@ -355,8 +355,8 @@ fn serve_feeds_a_real_prometheus() {
             );
         }
     }
-    // rate() needs two scrapes inside the window.
-    std::thread::sleep(Duration::from_secs(3));
+    // Each query until it returns data (rate() needs two scrapes inside
+    // its window), not a guess at how long that takes.
     for expr in &exprs {
         let q = expr
             .replace("$__rate_interval", "10s")
@@ -364,10 +364,15 @@ fn serve_feeds_a_real_prometheus() {
             .replace("$instance", ".*")
             .replace("$server", ".*")
             .replace("$probe", ".*");
-        assert!(
-            !query(&q).is_empty(),
-            "dashboard query returned nothing: {q}"
-        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while query(&q).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "dashboard query returned nothing: {q}; prometheus log:\n{}",
+                std::fs::read_to_string(&prom_log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     // The call-site label cap holds over several scrapes of a hot probe.
@@ -632,35 +637,40 @@ fn serve_exports_a_finding_while_it_lasts() {
         script.push_str("SELECT c FROM sbtest1 LIMIT 1; SELECT SLEEP(0.1);\n");
     }
     let reader = server.sql_background(&script);
-    let finding = |serve: &Serve| {
+    // Raised: a warning or critical line at 1 (what is asserted, so what
+    // is waited for); gone: no line of the rule at all.
+    let raised = |body: &str| {
+        body.lines().any(|l| {
+            l.starts_with("innoprof_finding{")
+                && l.contains("rule=\"many_row_versions\"")
+                && (l.contains("severity=\"critical\"") || l.contains("severity=\"warning\""))
+                && l.ends_with(" 1")
+        })
+    };
+    let present = |body: &str| {
         value(
-            &metric_samples(&serve.scrape()),
+            &metric_samples(body),
             "innoprof_finding",
             &[("rule", "many_row_versions")],
         )
+        .is_some()
     };
     let until = |want: bool, serve: &Serve| {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let now = finding(serve).is_some();
+            let body = serve.scrape();
+            let now = if want { raised(&body) } else { present(&body) };
             if now == want || Instant::now() > deadline {
-                return now;
+                return (now, body);
             }
             std::thread::sleep(Duration::from_millis(500));
         }
     };
+    let (now, body) = until(true, &serve);
     assert!(
-        until(true, &serve),
-        "no finding while the snapshot is held\n{}",
+        now,
+        "no warning or critical finding while the snapshot is held\n{body}\n{}",
         serve.stderr()
-    );
-    let body = serve.scrape();
-    assert!(
-        body.lines().any(|l| l.starts_with("innoprof_finding{")
-            && l.contains("rule=\"many_row_versions\"")
-            && (l.contains("severity=\"critical\"") || l.contains("severity=\"warning\""))
-            && l.ends_with(" 1")),
-        "{body}"
     );
     // Logged in over the server's socket, serve names the connection whose
     // snapshot holds purge back, as the server lists it, at /findings.
@@ -689,10 +699,8 @@ fn serve_exports_a_finding_while_it_lasts() {
     };
     assert!(title.contains(&named), "{title}\n{}", serve.stderr());
     drop(reader);
-    assert!(
-        !until(false, &serve),
-        "the finding stayed after the snapshot ended"
-    );
+    let (now, body) = until(false, &serve);
+    assert!(!now, "the finding stayed after the snapshot ended\n{body}");
     drop(load);
     drop(serve);
 }
@@ -941,9 +949,15 @@ fn serve_answers_waits_profiles_for_the_asked_probes() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Until the window has opened for both asked probes (what is asserted
+    // next), not just for the first.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while stack_every().iter().all(|&v| v == 0) {
-        assert!(Instant::now() < deadline, "the window never opened");
+    while stack_every().iter().filter(|&&v| v > 0).count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the window never opened for both probes: {:?}",
+            stack_every()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
@@ -1025,6 +1039,31 @@ fn wait_stderr(serve: &Serve, needle: &str, within: Duration) {
     }
 }
 
+/// Scrapes until the samples satisfy `ok` (the state a test asserts on,
+/// not a log line said near it); panics after `within` with the last
+/// scrape and serve's stderr.
+fn scrape_until(
+    serve: &Serve,
+    what: &str,
+    within: Duration,
+    ok: impl Fn(&[MetricSample]) -> bool,
+) -> Vec<MetricSample> {
+    let deadline = Instant::now() + within;
+    loop {
+        let body = serve.scrape();
+        let samples = metric_samples(&body);
+        if ok(&samples) {
+            return samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} within {within:?}:\n{body}\nstderr: {}",
+            serve.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Every counter (`*_total`) of `before` is in `after`, not lower.
 fn counters_never_go_back(before: &[MetricSample], after: &[MetricSample]) {
     let mut n = 0;
@@ -1079,8 +1118,9 @@ fn serve_follows_the_server_across_a_restart() {
 
     server.stop();
     wait_stderr(&serve, "waiting for the server in", Duration::from_secs(10));
-    let down = metric_samples(&serve.scrape());
-    assert_eq!(value(&down, "innoprof_target_up", &[]), Some(0.0));
+    let down = scrape_until(&serve, "target_up 0", Duration::from_secs(10), |s| {
+        value(s, "innoprof_target_up", &[]) == Some(0.0)
+    });
     assert_eq!(value(&down, "innoprof_attached_uprobes", &[]), Some(0.0));
     counters_never_go_back(&up, &down);
     let (status, body) = http_get(serve.port, "/debug/pprof/profile?seconds=1").unwrap();
@@ -1096,8 +1136,9 @@ fn serve_follows_the_server_across_a_restart() {
         &format!("is back as pid {}", server.pid),
         Duration::from_secs(20),
     );
-    let back = metric_samples(&serve.scrape());
-    assert_eq!(value(&back, "innoprof_target_up", &[]), Some(1.0));
+    let back = scrape_until(&serve, "target_up 1", Duration::from_secs(10), |s| {
+        value(s, "innoprof_target_up", &[]) == Some(1.0)
+    });
     assert_eq!(
         value(&back, "innoprof_target_restarts_total", &[]),
         Some(1.0)
@@ -1217,8 +1258,12 @@ fn serve_all_watches_every_server_and_follows_each() {
         &format!("waiting for the server in {maria_dir}"),
         Duration::from_secs(10),
     );
-    let down = metric_samples(&serve.scrape());
-    assert_eq!(of(&down, "innoprof_target_up", &maria_dir), 0.0);
+    let down = scrape_until(
+        &serve,
+        "MariaDB's target_up 0",
+        Duration::from_secs(10),
+        |s| value(s, "innoprof_target_up", &[("server", maria_dir.as_str())]) == Some(0.0),
+    );
     assert_eq!(of(&down, "innoprof_target_up", &mysql_dir), 1.0);
     counters_never_go_back(&up, &down);
     maria.start_again();
@@ -1228,7 +1273,12 @@ fn serve_all_watches_every_server_and_follows_each() {
         Duration::from_secs(20),
     );
     assert_ne!(maria.pid, maria_pid);
-    let back = metric_samples(&serve.scrape());
+    let back = scrape_until(
+        &serve,
+        "MariaDB's target_up 1",
+        Duration::from_secs(10),
+        |s| value(s, "innoprof_target_up", &[("server", maria_dir.as_str())]) == Some(1.0),
+    );
     assert_eq!(of(&back, "innoprof_target_restarts_total", &maria_dir), 1.0);
     assert_eq!(of(&back, "innoprof_target_restarts_total", &mysql_dir), 0.0);
     assert_eq!(of(&back, "innoprof_target_up", &maria_dir), 1.0);

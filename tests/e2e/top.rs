@@ -12,6 +12,12 @@ use innoprof_e2e::*;
 
 const PROBE: &str = "sql.commit";
 
+/// The longest the first frame with named CPU samples may take: a few
+/// seconds here even on a host's first run, when naming MariaDB's stacks
+/// builds what later runs reuse (docs/ARCHITECTURE.md, "A host's first
+/// run"); the bound is for a slow disk, not the expected time.
+const FIRST_FRAME_SECS: u64 = 120;
+
 #[test]
 fn top_live_ui_plain_text_and_saved_recording() {
     let _k = kernel_lock();
@@ -53,6 +59,18 @@ fn calls_in(line: &str, probe: &str) -> Option<f64> {
 
 fn calls_of(text: &str, probe: &str) -> Option<f64> {
     text.lines().find_map(|l| calls_in(l, probe))
+}
+
+/// A live frame with everything the UI test asserts on: the sort, a
+/// nonzero row for the probe the load hits, the governor's budget line and
+/// named CPU samples.
+fn first_full_frame(s: &str) -> bool {
+    s.contains("sort: wait/s")
+        && s.contains("*wait/s")
+        && s.contains("governor: probes cost")
+        && s.contains("of a 1% budget")
+        && calls_of(s, PROBE).is_some_and(|c| c > 0.0)
+        && cpu_samples(s).is_some_and(|n| n > 0)
 }
 
 /// Samples in the on-CPU headline (`on-CPU: N samples`).
@@ -164,18 +182,17 @@ fn terminal_ui_under_tmux(pid: &str) {
     };
     let err = || std::fs::read_to_string(&stderr).unwrap_or_default();
 
-    let screen = tmux.wait_for(60, "nonzero sql.commit row", &err, |s| {
-        calls_of(s, PROBE).is_some_and(|c| c > 0.0)
-    });
-    eprintln!("{screen}");
-    assert!(screen.contains("sort: wait/s"), "{screen}");
-    assert!(screen.contains("*wait/s"), "{screen}");
-    assert!(screen.contains("governor: probes cost"), "{screen}");
-    assert!(screen.contains("of a 1% budget"), "{screen}");
-    assert!(
-        cpu_samples(&screen).is_some_and(|n| n > 0),
-        "on-CPU samples: {screen}"
+    // The first full frame: the probe's row, named CPU samples and the
+    // governor's line, all in one capture (tmux may capture a screen half
+    // redrawn: the wait table new, the CPU panel not yet). On a host's
+    // first run the first CPU frame takes longest (issue 49).
+    let screen = tmux.wait_for(
+        FIRST_FRAME_SECS,
+        "frame with a nonzero sql.commit row, on-CPU samples and the budget",
+        &err,
+        first_full_frame,
     );
+    eprintln!("{screen}");
     assert!(
         !innoprof_links_held_by(innoprof_pid).is_empty(),
         "innoprof holds no uprobe link while running: {}",

@@ -161,8 +161,11 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     let mut keys = tui::Controls::default();
     let mut shown = Frame::default();
     let mut refreshes = 0u64;
+    // Until the first profile is named, the CPU panel says why it is empty.
+    let profiled = recorder.plan().cpu.is_some();
+    let mut pending = profiled.then(|| "sampling the first interval...".to_string());
     if let Some(s) = screen.as_mut() {
-        draw(s, &title, &shown, keys, refreshes)?;
+        draw(s, &title, &shown, keys, refreshes, pending.as_deref())?;
     }
 
     #[derive(Clone, Copy)]
@@ -192,10 +195,22 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                     for a in actions {
                         keys.apply(a, &mut shown);
                     }
-                    draw(s, &title, &shown, keys, refreshes)?;
+                    draw(s, &title, &shown, keys, refreshes, pending.as_deref())?;
                 }
             }
             Event::Due(Duty::Refresh) => {
+                if profiled && shown.cpu.is_none() {
+                    // This refresh names the first stacks: seconds on a
+                    // host's first run, during which the screen stands
+                    // still. Said before, not after.
+                    let note = naming_note(&target.comm, view.stack_names_kept(&recorder));
+                    match screen.as_mut() {
+                        Some(s) => draw(s, &title, &shown, keys, refreshes, Some(&note))?,
+                        None if note.contains("first run") => eprintln!("innoprof: {note}"),
+                        None => {}
+                    }
+                    pending = Some(note);
+                }
                 // Read even when paused: unpausing then shows the last
                 // interval, not everything since the pause.
                 let mut frame = view.refresh(&recorder)?;
@@ -206,7 +221,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                 shown = frame;
                 refreshes += 1;
                 match screen.as_mut() {
-                    Some(s) => draw(s, &title, &shown, keys, refreshes)?,
+                    Some(s) => draw(s, &title, &shown, keys, refreshes, pending.as_deref())?,
                     None => {
                         let head = format!("{title}, last {:.1}s", shown.interval_s);
                         let text = plain::render(&head, &shown, keys.sort, args.rows);
@@ -235,17 +250,30 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     Ok(code)
 }
 
+/// What the CPU panel says while the first stacks are named: on a host's
+/// first run (nothing kept by an earlier run, see
+/// `LiveView::stack_names_kept`), that this is why it takes a while.
+fn naming_note(server: &str, kept: bool) -> String {
+    if kept {
+        format!("naming stacks of {server}...")
+    } else {
+        format!("naming stacks of {server} (first run on this host: building the symbol index)...")
+    }
+}
+
 fn draw(
     screen: &mut tui::Screen,
     title: &str,
     frame: &Frame,
     controls: tui::Controls,
     refreshes: u64,
+    cpu_pending: Option<&str>,
 ) -> Result<()> {
     screen.draw(&tui::View {
         title,
         frame,
         controls,
         refreshes,
+        cpu_pending,
     })
 }

@@ -128,6 +128,9 @@ pub struct View<'a> {
     pub frame: &'a Frame,
     pub controls: Controls,
     pub refreshes: u64,
+    /// What the CPU panel says while the frame has no profile yet (the
+    /// first interval, then the naming of its stacks): None, "not profiled".
+    pub cpu_pending: Option<&'a str>,
 }
 
 fn bold() -> Style {
@@ -191,7 +194,7 @@ fn render(f: &mut ratatui::Frame, v: &View) {
         "call site",
         &frame.callsites,
     );
-    render_cpu(f, cpu, frame);
+    render_cpu(f, cpu, frame, v.cpu_pending);
     f.render_widget(
         Paragraph::new("q/Esc quit   s/Tab sort column   p pause   j/k scroll").style(bold()),
         keys,
@@ -312,10 +315,11 @@ fn render_sites(
     f.render_widget(table, area);
 }
 
-fn render_cpu(f: &mut ratatui::Frame, area: Rect, frame: &Frame) {
+fn render_cpu(f: &mut ratatui::Frame, area: Rect, frame: &Frame, pending: Option<&str>) {
     let Some(cpu) = &frame.cpu else {
         f.render_widget(
-            Paragraph::new("not profiled").block(Block::bordered().title(" on-CPU ")),
+            Paragraph::new(pending.unwrap_or("not profiled"))
+                .block(Block::bordered().title(" on-CPU ")),
             area,
         );
         return;
@@ -423,6 +427,33 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_panel_says_what_it_waits_for() {
+        let text = |pending| {
+            let frame = Frame::default();
+            let mut t =
+                ratatui::Terminal::new(ratatui::backend::TestBackend::new(100, 30)).unwrap();
+            let view = View {
+                title: "innoprof top",
+                frame: &frame,
+                controls: Controls::default(),
+                refreshes: 0,
+                cpu_pending: pending,
+            };
+            t.draw(|f| render(f, &view)).unwrap();
+            t.backend()
+                .buffer()
+                .content()
+                .iter()
+                .map(|c| c.symbol())
+                .collect::<String>()
+        };
+        let naming =
+            "naming stacks of mysqld (first run on this host: building the symbol index)...";
+        assert!(text(Some(naming)).contains(naming));
+        assert!(text(None).contains("not profiled"));
+    }
+
+    #[test]
     fn draws_on_a_test_backend() {
         let frame = Frame {
             interval_s: 1.0,
@@ -446,6 +477,7 @@ mod tests {
                 scroll: 5,
             },
             refreshes: 3,
+            cpu_pending: None,
         };
         t.draw(|f| render(f, &view)).unwrap();
         let text: String = t
