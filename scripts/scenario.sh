@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed incidents (PRODUCT.md S1-S6) as runnable demos:
+# The seed incidents (S1-S6, docs/SCENARIOS.md) as runnable demos:
 #
 #   scripts/scenario.sh s1|s2|s3|s5|s6 [SERVER] [OUT]
 #   (S4, the overhead comparison, is scripts/bench.py)
@@ -29,7 +29,7 @@ usage() { echo "usage: $0 s1|s2|s3|s5|s6 [SERVER] [OUT]" >&2; exit 2; }
 scenario=$1 server=${2:-mariadb-10.2.11} out=${3:-innoprof-scenarios}
 if [ "$scenario" = s3 ]; then
     [ "$server" = mariadb-10.2.11 ] || { echo "$0: s3 runs on mariadb-10.2.11" >&2; exit 2; }
-    scripts/setup.sh
+    scripts/setup.sh --tests
     scripts/servers.sh fetch "$server" >/dev/null
     exec cargo test -q -p innoprof-e2e --test timeseries -- \
         --exact s3_mutex_waits_follow_load_change --nocapture
@@ -48,7 +48,7 @@ case "$server" in
     *) echo "$0: unknown server '$server' (see scripts/servers.sh list)" >&2; exit 2 ;;
 esac
 
-scripts/setup.sh
+scripts/setup.sh --tests
 scripts/servers.sh fetch "$server" >/dev/null
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
