@@ -14,7 +14,7 @@ pub struct StateArgs {
     /// Unix socket of the server (default: the one it listens on, found from its open files).
     #[arg(long, value_name = "PATH")]
     pub mysql_socket: Option<PathBuf>,
-    /// SQL user for reading the server's state (default: `user` in [client] of the option
+    /// SQL user for reading the server's state (default: `user` in the client groups of the option
     /// files, else root). The password comes from the option files (/etc/my.cnf,
     /// /etc/mysql/my.cnf, ~/.my.cnf, their !include) or MYSQL_PWD.
     #[arg(long, value_name = "USER")]

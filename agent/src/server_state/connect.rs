@@ -69,8 +69,20 @@ pub enum ConnectError {
     },
 }
 
-/// Client settings read from option files: `[client]` and `[mysql]`
-/// sections, as the `mysql` client reads them.
+/// The option-file groups the `mysql` and `mariadb` clients read, in
+/// either server family: MySQL's `[client]` and `[mysql]`, MariaDB's
+/// `[client-server]` (shared with the server), `[client-mariadb]` and
+/// `[mariadb-client]`. Later settings override earlier ones, whatever
+/// their group, as the clients apply them.
+const CLIENT_GROUPS: &[&str] = &[
+    "client",
+    "mysql",
+    "client-server",
+    "client-mariadb",
+    "mariadb-client",
+];
+
+/// Client settings read from option files' [`CLIENT_GROUPS`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientOptions {
     pub user: Option<String>,
@@ -183,7 +195,7 @@ impl ClientOptions {
         Ok(())
     }
 
-    /// Applies one file's `[client]`/`[mysql]` settings; returns its
+    /// Applies one file's [`CLIENT_GROUPS`] settings; returns its
     /// `!include`/`!includedir` lines, in order.
     fn parse(&mut self, text: &str) -> Vec<Include> {
         let mut includes = Vec::new();
@@ -202,7 +214,7 @@ impl ClientOptions {
                 continue;
             }
             if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-                in_client = matches!(section.trim(), "client" | "mysql");
+                in_client = CLIENT_GROUPS.contains(&section.trim());
                 continue;
             }
             if !in_client {
@@ -457,6 +469,53 @@ mod tests {
             parse_net_unix(table),
             vec![(4711, "/tmp/d/mysql.sock".to_string())]
         );
+    }
+
+    /// Each group a mysql or mariadb client reads is read; a server's or
+    /// another program's is not.
+    #[test]
+    fn reads_every_client_group_and_no_other() {
+        for group in CLIENT_GROUPS {
+            let mut o = ClientOptions::default();
+            o.parse(&format!("[{group}]\nuser=u_{group}\npassword=p\n"));
+            assert_eq!(o.user, Some(format!("u_{group}")), "[{group}]");
+            assert_eq!(o.password.as_deref(), Some("p"), "[{group}]");
+        }
+        for group in ["mysqld", "mariadb", "server", "mysqldump", "client-mysqld"] {
+            let mut o = ClientOptions::default();
+            o.parse(&format!("[{group}]\nuser=x\n"));
+            assert_eq!(o, ClientOptions::default(), "[{group}]");
+        }
+    }
+
+    /// `!include FILE` and `!includedir DIR` (its `*.cnf`, in name order)
+    /// are read, each file under the same trust rule; a later one wins.
+    #[test]
+    fn includes_are_read_in_order() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("conf.d")).unwrap();
+        let write = |name: &str, text: &str| {
+            std::fs::write(d.join(name), text).unwrap();
+            std::fs::set_permissions(d.join(name), std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+        };
+        write("main.cnf", "[client]\nuser=a\n!include extra.cnf\n!includedir conf.d\n");
+        write("extra.cnf", "[client-server]\nuser=b\nsocket=/s\n");
+        write("conf.d/1.cnf", "[mariadb-client]\nuser=c\n");
+        write("conf.d/2.cnf", "[client-mariadb]\npassword=q\n");
+        write("conf.d/3.txt", "[client]\nuser=ignored\n");
+        // Others may write it: skipped, as a default file would be.
+        write("conf.d/4.cnf", "[client]\nuser=evil\n");
+        std::fs::set_permissions(d.join("conf.d/4.cnf"), std::fs::Permissions::from_mode(0o666))
+            .unwrap();
+        let o = ClientOptions::read(Some(&d.join("main.cnf"))).unwrap();
+        assert_eq!(o.user.as_deref(), Some("c"));
+        assert_eq!(o.socket.as_deref(), Some("/s"));
+        if std::env::var_os("MYSQL_PWD").is_none() {
+            assert_eq!(o.password.as_deref(), Some("q"));
+        }
     }
 
     /// A file others may write is not read for a password.
