@@ -130,7 +130,7 @@ impl<'a> DwarfFrames<'a> {
         if compressed {
             return None;
         }
-        let dwarf = sections(&file);
+        let dwarf = sections(&file, elf);
         let mut aranges = Vec::new();
         let mut headers = dwarf.debug_aranges.headers();
         while let Ok(Some(header)) = headers.next() {

@@ -224,8 +224,8 @@ pub struct StackSymbolizer {
     /// caches files by path (`/proc/self/fd/N`), so that number must not
     /// be reused for another file, and a file seen again in a fresher map
     /// keeps its path (and its parsed cache entry).
-    /// With whether blazesym may read its DWARF ([`dwarf_allowed`]).
-    held: HashMap<FileId, (Arc<TargetFile>, bool)>,
+    /// With what blazesym may read of it ([`blazesym_reads`]).
+    held: HashMap<FileId, (Arc<TargetFile>, Reads)>,
     /// Mapped file → its separate debug file (`--debuginfo`, a build-id
     /// or debuglink match), named from instead of the mapped file.
     debug_files: HashMap<FileId, DebugFile>,
@@ -544,11 +544,11 @@ impl StackSymbolizer {
         });
         let source = debug.map_or(file, |d| &d.file);
         let read_dwarf = debug.is_none_or(|d| d.dwarf);
-        let (f, dwarf) = self
+        let (f, reads) = self
             .held
             .entry(source.id())
-            .or_insert_with(|| (Arc::clone(source), read_dwarf && dwarf_allowed(source)));
-        let (source, dwarf) = (Arc::clone(f), *dwarf);
+            .or_insert_with(|| (Arc::clone(source), blazesym_reads(source, read_dwarf)));
+        let (source, dwarf) = (Arc::clone(f), *reads == Reads::Dwarf);
         use crate::dwarf_frames::Walked;
         let mut named: Vec<Option<Vec<Frame>>> = vec![None; offsets.len()];
         // Offsets the walk found no function at: blazesym's DWARF resolver
@@ -626,6 +626,14 @@ impl StackSymbolizer {
         offsets: &[u64],
         addresses: Option<Vec<u64>>,
     ) -> Vec<Vec<Frame>> {
+        let unknown = |off: &u64| vec![Frame::unknown(format!("{module}+{off:#x}"), module.into())];
+        if self
+            .held
+            .get(&source.id())
+            .is_some_and(|(_, r)| *r == Reads::Nothing)
+        {
+            return offsets.iter().map(unknown).collect();
+        }
         let open = source.fd_path();
         let trimmer = FileTrimmer::for_file(&open);
         let mut elf = Elf::new(open);
@@ -659,10 +667,7 @@ impl StackSymbolizer {
                 Some(Symbolized::Sym(sym)) if within(sym) => {
                     named(sym, module, FrameKind::User, source_files)
                 }
-                _ => vec![Frame::unknown(
-                    format!("{module}+{off:#x}"),
-                    module.to_string(),
-                )],
+                _ => unknown(off),
             })
             .collect()
     }
@@ -703,6 +708,70 @@ impl StackSymbolizer {
             self.kernel_cache.insert(*ip, Arc::new(location));
         }
     }
+}
+
+/// What blazesym may read of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// Nothing: its frames are `module+0xoffset`.
+    Nothing,
+    /// Its ELF symbols.
+    Symbols,
+    /// Its ELF symbols and DWARF.
+    Dwarf,
+}
+
+/// What blazesym may read of `file` (its DWARF only if `dwarf` and
+/// [`dwarf_allowed`]). blazesym inflates a compressed section whole, to
+/// whatever its data inflates to: in a file someone other than root can
+/// write, no compressed section is handed to it. Its DWARF is then not
+/// read; and where a section it reads without DWARF (the symbol tables)
+/// is compressed, nothing is.
+fn blazesym_reads(file: &TargetFile, dwarf: bool) -> Reads {
+    let compressed = compressed_sections(file);
+    if !compressed.is_empty() && !only_root_writes_file(file) {
+        let debug_only = compressed
+            .iter()
+            .all(|n| n.starts_with(".debug") || n.starts_with(".zdebug"));
+        return if debug_only {
+            Reads::Symbols
+        } else {
+            Reads::Nothing
+        };
+    }
+    if dwarf && dwarf_allowed(file) {
+        Reads::Dwarf
+    } else {
+        Reads::Symbols
+    }
+}
+
+/// The file's `SHF_COMPRESSED` sections (none if it does not parse:
+/// blazesym then fails on it by itself).
+fn compressed_sections(file: &TargetFile) -> Vec<String> {
+    let Ok(map) = crate::resolve::mapped::Mapped::of(file.file()) else {
+        return Vec::new();
+    };
+    let names = object::File::parse(map.bytes())
+        .map(|elf| crate::resolve::section::compressed_sections(&elf))
+        .unwrap_or_default();
+    map.release();
+    names
+}
+
+/// Whether only root can change the file: root's, writable by no one
+/// else, in directories only root changes ([`only_root_writes`]).
+fn only_root_writes_file(file: &TargetFile) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.file().metadata() else {
+        return false;
+    };
+    meta.uid() == 0
+        && meta.mode() & 0o022 == 0
+        && std::fs::canonicalize(file.fd_path())
+            .ok()
+            .and_then(|p| p.parent().map(only_root_writes))
+            .unwrap_or(false)
 }
 
 /// Whether blazesym may read DWARF for this file. Allowed DWARF, blazesym

@@ -350,3 +350,150 @@ fn bare_debuglink_is_found_in_the_targets_root_and_never_through_a_symlink() {
         secret.path.display()
     );
 }
+
+/// Issue 55, item 3: a section header is the file's word. A copy of a
+/// binary whose `.eh_frame` and `.debug_frame` headers point at a sparse
+/// hole appended to the file (`truncate -s +2G`: no disk used) made root
+/// innoprof copy the hole into memory (2.1 GB resident for 2 GiB, held to
+/// the end). The table is refused (it is larger than any real one and
+/// outside every loaded segment), the file's frames fall back to frame
+/// pointers, and innoprof's peak RSS stays what it is on the unmodified
+/// binary.
+#[test]
+fn unwind_tables_in_a_sparse_hole_are_not_read() {
+    let _k = kernel_lock();
+    let work = tempfile::tempdir().unwrap();
+    let plain = work.path().join("spin");
+    std::fs::copy(spin_binary(), &plain).unwrap();
+    let holed = with_sections_in_a_hole(&plain, work.path(), HOLE);
+    assert!(allocated_bytes(&holed) < 64 << 20, "the hole takes no disk");
+
+    let (normal, _) = record_cpu_peak_kib(&plain);
+    let (peak, rec) = record_cpu_peak_kib(&holed);
+    eprintln!("innoprof peak RSS: {normal} KiB on the binary, {peak} KiB on its holed copy");
+    assert!(
+        peak < PEAK_KIB,
+        "peak RSS {peak} KiB on the holed copy (normal {normal} KiB)"
+    );
+    let s = rec.summary();
+    let unwind = &s.cpu.as_ref().expect("a CPU profile").unwind;
+    let file = unwind
+        .files
+        .iter()
+        .find(|f| f.path == path(&holed))
+        .unwrap_or_else(|| panic!("{unwind:?}"));
+    assert_eq!(file.rows, 0, "{file:?}");
+    let error = file.error.as_deref().unwrap_or_default();
+    assert!(
+        error.starts_with("no usable .eh_frame: section .eh_frame "),
+        "{error}"
+    );
+    // Its frames are still named (from the sample's own address).
+    assert!(rec.file("oncpu.folded").contains("spin_hot"));
+}
+
+/// The hole appended after the file's data.
+const HOLE: u64 = 2 << 30;
+/// innoprof's peak RSS recording the spin fixture: 16-17 MiB on the
+/// unmodified binary and, since the fix, on its holed copy (2.0 GiB before
+/// it; debug build, 2026-11-29). The bound leaves room for noise and stays
+/// far below any copy of the hole.
+const PEAK_KIB: u64 = 64 << 10;
+
+/// A copy of `binary` with a `.debug_frame` added and both it and
+/// `.eh_frame` pointed at a `hole`-byte sparse hole appended to the file.
+fn with_sections_in_a_hole(binary: &Path, dir: &Path, hole: u64) -> PathBuf {
+    let frame = dir.join("debug_frame");
+    std::fs::write(&frame, [0u8; 64]).unwrap();
+    let holed = dir.join("spin-holed");
+    let add = format!(".debug_frame={}", frame.display());
+    run(
+        "objcopy",
+        &["--add-section", &add, path(binary), path(&holed)],
+    );
+    let end = std::fs::metadata(&holed).unwrap().len();
+    let mut data = std::fs::read(&holed).unwrap();
+    for name in [".eh_frame", ".debug_frame"] {
+        let at = section_header(&data, name);
+        data[at + 0x18..at + 0x20].copy_from_slice(&end.to_le_bytes());
+        data[at + 0x20..at + 0x28].copy_from_slice(&hole.to_le_bytes());
+    }
+    std::fs::write(&holed, &data).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&holed)
+        .unwrap();
+    f.set_len(end + hole).unwrap();
+    chmod(&holed, 0o755);
+    holed
+}
+
+/// Where the ELF64 section header of `name` starts in `data`.
+fn section_header(data: &[u8], name: &str) -> usize {
+    let u16_at = |o: usize| u16::from_le_bytes(data[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, entsize, count, strndx) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let names = u64_at(shoff + strndx * entsize + 0x18);
+    (0..count)
+        .map(|i| shoff + i * entsize)
+        .find(|&h| {
+            let at = names + u32_at(h);
+            data[at..].split(|b| *b == 0).next() == Some(name.as_bytes())
+        })
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+/// Bytes of disk the file takes.
+fn allocated_bytes(file: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).unwrap().blocks() * 512
+}
+
+/// Records the spin fixture run from `binary` (CPU samples: its unwind
+/// rows are built), and innoprof's peak RSS in KiB, from the kernel's
+/// accounting of that one child (`wait4`).
+fn record_cpu_peak_kib(binary: &Path) -> (u64, Recording) {
+    let args: Vec<String> = ["hot", "1", "1500", "10", "20"].map(String::from).to_vec();
+    let mut fx = Fixture::spawn_with(binary, &args);
+    let pid = fx.pid.to_string();
+    let kept = tempfile::tempdir().unwrap();
+    let mut rec = Recording::start_env(
+        &[
+            "--pid",
+            &pid,
+            "--force",
+            "--probes",
+            "none",
+            "--duration",
+            "3s",
+        ],
+        // No rows kept from an earlier run: this one builds them.
+        &[
+            (
+                "INNOPROF_RUN_DIR",
+                kept.path().join("run").to_str().unwrap(),
+            ),
+            (
+                "INNOPROF_CACHE_DIR",
+                kept.path().join("kept").to_str().unwrap(),
+            ),
+        ],
+    );
+    rec.wait_attached();
+    fx.run_calls();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(rec.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for this child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(rec.child.id() as i32, &mut status, 0, &mut usage) };
+    fx.exit();
+    assert_eq!(waited, rec.child.id() as i32);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "innoprof: {status:#x} {}",
+        rec.stderr()
+    );
+    (usage.ru_maxrss as u64, rec)
+}

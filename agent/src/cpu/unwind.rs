@@ -19,9 +19,11 @@ use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection, X86_64,
 };
-use object::{Object, ObjectSection, ObjectSegment, ReadCache, SegmentFlags};
+use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 use serde::{Deserialize, Serialize};
 
+use crate::resolve::mapped::Mapped;
+use crate::resolve::section::{inside_loaded_segment, section_bytes, SectionError};
 use crate::symbolize::ProcessMaps;
 
 use super::abi::{
@@ -32,6 +34,10 @@ use super::unwind_cache::{FileUnwind, UnwindCache};
 
 /// The walker's binary search does 24 steps.
 pub const MAX_ROWS: usize = 1 << 24;
+
+/// The largest `.eh_frame` read (MariaDB 11's is 1.2 MiB): a header
+/// claiming more is the file's word against its own size, not a table.
+pub const MAX_EH_FRAME: u64 = 64 << 20;
 
 /// Rows of every file the target maps, sorted by absolute address.
 #[derive(Debug, Clone, Default)]
@@ -144,10 +150,12 @@ fn module_rows(
 }
 
 /// Rows of one file at its link-time addresses, with its executable
-/// segments (to place them where a process maps it).
+/// segments (to place them where a process maps it). The file is mapped,
+/// not read: `.eh_frame` is parsed in place, and only once its header is
+/// believed ([`usable_eh_frame`]).
 fn file_rows(file: &File) -> Result<FileUnwind, String> {
-    let cache = ReadCache::new(file);
-    let elf = object::File::parse(&cache).map_err(|e| e.to_string())?;
+    let map = Mapped::of(file).map_err(|e| e.to_string())?;
+    let elf = object::File::parse(map.bytes()).map_err(|e| e.to_string())?;
     let segments: Vec<(u64, u64, u64)> = elf
         .segments()
         .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0))
@@ -157,10 +165,13 @@ fn file_rows(file: &File) -> Result<FileUnwind, String> {
         })
         .collect();
 
+    let data = usable_eh_frame(&elf, map.bytes()).map_err(|e| match e {
+        SectionError::Missing { .. } => e.to_string(),
+        _ => format!("no usable .eh_frame: {e}"),
+    })?;
     let section = elf
         .section_by_name(".eh_frame")
         .ok_or("no .eh_frame section")?;
-    let data = section.data().map_err(|e| e.to_string())?;
     let mut eh_frame = EhFrame::new(data, LittleEndian);
     eh_frame.set_address_size(8);
     let mut bases = BaseAddresses::default().set_eh_frame(section.address());
@@ -212,6 +223,15 @@ fn file_rows(file: &File) -> Result<FileUnwind, String> {
     let mut rows: Vec<UnwindRow> = found.into_iter().map(|(.., row)| row).collect();
     rows.dedup_by(|later, earlier| same_rule(later, earlier));
     Ok(FileUnwind { segments, rows })
+}
+
+/// The file's `.eh_frame`, where its header can be believed: inside the
+/// file, at most [`MAX_EH_FRAME`] bytes, uncompressed, and inside a
+/// loadable segment (what the runtime itself unwinds from).
+fn usable_eh_frame<'d>(elf: &object::File<'d>, data: &'d [u8]) -> Result<&'d [u8], SectionError> {
+    let bytes = section_bytes(elf, data, ".eh_frame", MAX_EH_FRAME)?;
+    inside_loaded_segment(elf, ".eh_frame")?;
+    Ok(bytes)
 }
 
 fn convert<R: gimli::Reader>(

@@ -170,7 +170,7 @@ fn resolve_counters_walking(
     // walk usually ends there instead of after most of `.debug_info`
     // (~55 ms of CPU on MariaDB 10.2.11). The index is only a hint: every
     // unit is still walked in order until all are found.
-    let hinted = pubname_units(&file, &wanted);
+    let hinted = pubname_units(&file, elf_data, &wanted);
     let mut visited = std::collections::HashSet::new();
     let mut in_order = dwarf.units();
     let mut hints = hinted.into_iter();
@@ -224,13 +224,15 @@ fn resolve_counters_walking(
 }
 
 /// The units `.debug_pubnames` says define the wanted globals, in the
-/// order of `wanted`; none without the section or when it does not parse.
-fn pubname_units(file: &object::File<'_>, wanted: &[Wanted]) -> Vec<gimli::DebugInfoOffset> {
-    use object::ObjectSection;
-    let Some(data) = file
-        .section_by_name(".debug_pubnames")
-        .and_then(|s| s.data().ok())
-    else {
+/// order of `wanted`; none without the section, when its header cannot be
+/// believed ([`super::section::section_bytes`]) or it does not parse.
+fn pubname_units(
+    file: &object::File<'_>,
+    elf_data: &[u8],
+    wanted: &[Wanted],
+) -> Vec<gimli::DebugInfoOffset> {
+    let cap = super::section::MAX_SECTION;
+    let Ok(data) = super::section::section_bytes(file, elf_data, ".debug_pubnames", cap) else {
         return Vec::new();
     };
     let pubnames = gimli::DebugPubNames::new(data, super::dwarf::endian(file));

@@ -1,9 +1,10 @@
 //! The DWARF sections of an ELF file, as gimli reads them.
 
 use gimli::{EndianSlice, RunTimeEndian};
-use object::{Object, ObjectSection};
+use object::Object;
 
 use super::mapped::TRIM_EVERY;
+use super::section::{section_bytes, MAX_SECTION};
 use super::ElfImage;
 
 pub type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
@@ -24,19 +25,18 @@ pub fn load(elf_data: &[u8]) -> Result<Option<gimli::Dwarf<Reader<'_>>>, object:
     if file.section_by_name(".debug_info").is_none() {
         return Ok(None);
     }
-    Ok(Some(sections(&file)))
+    Ok(Some(sections(&file, elf_data)))
 }
 
-/// The DWARF sections of a parsed file (missing ones empty, as gimli
-/// expects), read in place.
-pub fn sections<'a>(file: &object::File<'a>) -> gimli::Dwarf<Reader<'a>> {
+/// The DWARF sections of a file parsed from `data` (the whole file), read
+/// in place; missing ones, and ones whose header cannot be believed
+/// ([`section_bytes`]: past the file's end, too large, compressed), read
+/// as empty, as gimli expects of a missing section.
+pub fn sections<'a>(file: &object::File<'a>, data: &'a [u8]) -> gimli::Dwarf<Reader<'a>> {
     let endian = endian(file);
     let dwarf = gimli::Dwarf::load(|id| -> Result<Reader<'a>, std::convert::Infallible> {
-        let data = file
-            .section_by_name(id.name())
-            .and_then(|s| s.data().ok())
-            .unwrap_or(&[]);
-        Ok(EndianSlice::new(data, endian))
+        let bytes = section_bytes(file, data, id.name(), MAX_SECTION).unwrap_or(&[]);
+        Ok(EndianSlice::new(bytes, endian))
     });
     dwarf.unwrap_or_else(|never| match never {})
 }

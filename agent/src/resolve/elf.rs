@@ -426,8 +426,10 @@ impl ElfImage {
         let seg = self.segments.iter().find(|s| {
             !s.writable && address >= s.vaddr && address - s.vaddr < s.filesz.min(s.memsz)
         })?;
-        let in_segment = (seg.vaddr + seg.filesz.min(seg.memsz) - address) as usize;
-        let off = (address - seg.vaddr + seg.file_offset) as usize;
+        // The segment's numbers are the file's: no sum of them may wrap.
+        let into = address - seg.vaddr;
+        let in_segment = usize::try_from(seg.filesz.min(seg.memsz) - into).ok()?;
+        let off = usize::try_from(seg.file_offset.checked_add(into)?).ok()?;
         self.data
             .bytes()
             .get(off..off.checked_add(len.min(in_segment))?)
@@ -471,7 +473,9 @@ impl ElfImage {
             ) {
                 continue;
             }
-            if let Ok(bytes) = section.data() {
+            // Read in place, only where the header lies inside the file.
+            let cap = super::section::MAX_SECTION;
+            if let Ok(bytes) = super::section::bytes_of(&section, self.data.bytes(), cap) {
                 each(bytes);
             }
         }

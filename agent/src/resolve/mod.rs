@@ -11,6 +11,7 @@ pub mod lines;
 pub mod mapped;
 pub mod pattern;
 pub mod placement;
+pub mod section;
 
 use std::collections::{HashMap, HashSet};
 
