@@ -30,6 +30,10 @@ pub enum BundleReadError {
     NotRegular { path: PathBuf, kind: &'static str },
     #[error("{path} is larger than innoprof's limit of {} MiB per bundle file; refused (not a file innoprof wrote?)", MAX_FILE_BYTES >> 20)]
     TooLarge { path: PathBuf },
+    #[error("{0} does not exist; give the directory `innoprof record --out` wrote")]
+    NoDirectory(PathBuf),
+    #[error("{0} is not a directory; give the directory `innoprof record --out` wrote (unpack a .tar.gz first)")]
+    NotADirectory(PathBuf),
     #[error("reading {path}")]
     Io {
         path: PathBuf,
@@ -54,6 +58,21 @@ impl BundleDir {
     }
 
     /// The bytes of `name`, `None` when the bundle has no such file.
+    /// The bundle directory itself exists (followed: the user chose it).
+    fn check_dir(&self) -> Result<(), BundleReadError> {
+        match std::fs::metadata(&self.dir) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(BundleReadError::NotADirectory(self.dir.clone())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(BundleReadError::NoDirectory(self.dir.clone()))
+            }
+            Err(source) => Err(BundleReadError::Io {
+                path: self.dir.clone(),
+                source,
+            }),
+        }
+    }
+
     pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>, BundleReadError> {
         if !is_plain_name(name) {
             return Err(BundleReadError::BadName {
@@ -69,7 +88,15 @@ impl BundleDir {
         // Checked before opening too: opening a device can act on it.
         match std::fs::symlink_metadata(&path) {
             Ok(m) => check_type(&path, m.file_type())?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            // A missing file of an existing bundle is the caller's to
+            // judge; a missing bundle is said as such.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.check_dir()?;
+                return Ok(None);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                return Err(BundleReadError::NotADirectory(self.dir.clone()))
+            }
             Err(e) => return Err(io(e)),
         }
         // O_NONBLOCK: a FIFO swapped in after the check does not block the
@@ -149,6 +176,28 @@ fn read_bounded(file: File, size_hint: u64) -> std::io::Result<Option<Vec<u8>>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A missing bundle, or a file where the bundle should be, is said as
+    /// such; a file missing from an existing bundle is `None`.
+    #[test]
+    fn a_missing_bundle_is_not_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        assert!(matches!(
+            BundleDir::new(&gone).read("summary.json"),
+            Err(BundleReadError::NoDirectory(p)) if p == gone
+        ));
+        let file = dir.path().join("f.tar.gz");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(matches!(
+            BundleDir::new(&file).read("summary.json"),
+            Err(BundleReadError::NotADirectory(_))
+        ));
+        assert!(BundleDir::new(dir.path())
+            .read("summary.json")
+            .unwrap()
+            .is_none());
+    }
 
     #[test]
     fn refuses_names_that_leave_the_bundle() {

@@ -36,6 +36,13 @@ fn default_out(baseline: &Path, incident: &Path) -> PathBuf {
 
 pub fn run(args: DiffArgs) -> Result<()> {
     let report = diff_dirs(&args.baseline, &args.incident)?;
+    if same_recording(&args.baseline, &args.incident) {
+        eprintln!(
+            "innoprof: warning: {} and {} are the same recording; nothing can differ",
+            args.baseline.display(),
+            args.incident.display()
+        );
+    }
     let out = args
         .out
         .unwrap_or_else(|| default_out(&args.baseline, &args.incident));
@@ -43,4 +50,20 @@ pub fn run(args: DiffArgs) -> Result<()> {
     print!("{}", report.render());
     eprintln!("innoprof: wrote {}", out.display());
     Ok(())
+}
+
+/// One directory given twice, or two copies of one recording (the same
+/// summary.json, byte for byte): a diff of a recording with itself.
+fn same_recording(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let same_dir = matches!(
+        (a.canonicalize(), b.canonicalize()),
+        (Ok(x), Ok(y)) if x == y
+    );
+    let summary = |d| {
+        innoprof::bundle_read::BundleDir::new(d)
+            .read(innoprof::bundle::SUMMARY_JSON)
+            .ok()
+            .flatten()
+    };
+    same_dir || matches!((summary(a), summary(b)), (Some(x), Some(y)) if x == y)
 }

@@ -54,7 +54,7 @@ pub(crate) const AFTER_HELP: &str = "\
 Exit status:
   0  done (the recording was written, or Ctrl-C/SIGTERM ended it and it was written)
   1  error: bad input, no such server, not permitted, attach failed (one line on stderr)
-  2  usage error: unknown flag or bad value
+  2  usage error: unknown flag, bad value, or arguments that cannot go together
   3  the server exited while attached (record writes what it had; serve waits for
      it to start again unless --exit-with-target)
   4  the results could not be written (disk full, --out removed); the table went to stdout
@@ -207,10 +207,23 @@ fn main() -> ExitCode {
                 "innoprof: error: {}",
                 innoprof::join_causes(e.chain().map(|c| c as &dyn std::error::Error))
             );
-            ExitCode::FAILURE
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
+
+/// Exit status of a usage error, as clap exits on one it finds itself.
+const EXIT_USAGE: u8 = 2;
+
+/// A usage error clap cannot see (a combination of arguments it allows):
+/// one line, exit status 2 like clap's own.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(pub(crate) &'static str);
 
 #[derive(Clone, Copy)]
 pub(crate) struct Budget(pub(crate) Option<f64>);

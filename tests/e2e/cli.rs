@@ -252,4 +252,27 @@ fn the_only_server_is_found_short_flags_work_and_diff_leaves_bundles_alone() {
     );
     assert_eq!(listing(&second), before);
     assert_eq!(std::fs::read(second.join("metadata.json")).unwrap(), meta);
+
+    // A recording diffed with itself: written, with a warning.
+    let o = innoprof_in(cwd.path(), &["diff", "second", "second", "-o", "self-diff"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("are the same recording"),
+        "{}",
+        text(&o)
+    );
+    // A bundle that is not there is said to be missing, for each reader.
+    for args in [
+        &["report", "no-such-dir"][..],
+        &["top", "no-such-dir"],
+        &["diff", "no-such-dir", "second"],
+    ] {
+        let o = innoprof_in(cwd.path(), args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no-such-dir does not exist") && stderr.lines().count() == 1,
+            "{args:?}: {stderr}"
+        );
+    }
 }

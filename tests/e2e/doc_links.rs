@@ -9,8 +9,16 @@ use std::path::{Path, PathBuf};
 
 /// The top-level folders whose paths, cited in a code span, must exist.
 const TREE_ROOTS: &[&str] = &[
-    "agent/", "bpf/", "cli/", "dashboards/", "docs/", "packaging/", "probes/", "scripts/",
-    "tests/", ".ci/",
+    "agent/",
+    "bpf/",
+    "cli/",
+    "dashboards/",
+    "docs/",
+    "packaging/",
+    "probes/",
+    "scripts/",
+    "tests/",
+    ".ci/",
 ];
 
 fn repo_root() -> PathBuf {
@@ -130,15 +138,16 @@ fn link_targets(prose: &str) -> Vec<String> {
 fn check_file(root: &Path, file: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap();
     let dir = file.parent().unwrap();
-    let name = file.strip_prefix(root).unwrap_or(file).display().to_string();
+    let name = file
+        .strip_prefix(root)
+        .unwrap_or(file)
+        .display()
+        .to_string();
     let mut problems = Vec::new();
     for (n, line) in prose_lines(&text) {
         let (prose, spans) = split_code_spans(line);
         for target in link_targets(&prose) {
-            if target.is_empty()
-                || target.contains("://")
-                || target.starts_with("mailto:")
-            {
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
             let (path, anchor) = match target.split_once('#') {
@@ -156,8 +165,8 @@ fn check_file(root: &Path, file: &Path) -> Vec<String> {
             }
             if let Some(anchor) = anchor {
                 let is_md = resolved.extension().is_some_and(|e| e == "md");
-                let ok = is_md
-                    && anchors(&std::fs::read_to_string(&resolved).unwrap()).contains(anchor);
+                let ok =
+                    is_md && anchors(&std::fs::read_to_string(&resolved).unwrap()).contains(anchor);
                 if !ok {
                     problems.push(format!("{name}:{n}: link to {target}: no such heading"));
                 }
@@ -168,7 +177,9 @@ fn check_file(root: &Path, file: &Path) -> Vec<String> {
                 continue;
             };
             if !root.join(path).exists() {
-                problems.push(format!("{name}:{n}: cites `{span}`: no such file in the repository"));
+                problems.push(format!(
+                    "{name}:{n}: cites `{span}`: no such file in the repository"
+                ));
             }
         }
     }

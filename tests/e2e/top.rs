@@ -306,8 +306,9 @@ fn saved_recording(pid: &str) {
     assert!(cpu_samples(&stdout).is_some_and(|n| n > 0), "{stdout}");
 }
 
-/// Not both -p and DIR, said in one line. (Neither: the only server on
-/// the host, or the list of them; tests/e2e/cli.rs.)
+/// Not both -p and DIR, said in one line, a usage error (exit status 2).
+/// (Neither: the only server on the host, or the list of them;
+/// tests/e2e/cli.rs.)
 fn argument_errors() {
     for args in [
         &["top", "--pid", "1", "/tmp"][..],
@@ -315,7 +316,7 @@ fn argument_errors() {
     ] {
         let out = run_innoprof(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(
             stderr.contains("-p PID") && stderr.contains("DIR") && stderr.contains("not both"),

@@ -498,18 +498,23 @@ mod tests {
         std::fs::create_dir(d.join("conf.d")).unwrap();
         let write = |name: &str, text: &str| {
             std::fs::write(d.join(name), text).unwrap();
-            std::fs::set_permissions(d.join(name), std::fs::Permissions::from_mode(0o600))
-                .unwrap();
+            std::fs::set_permissions(d.join(name), std::fs::Permissions::from_mode(0o600)).unwrap();
         };
-        write("main.cnf", "[client]\nuser=a\n!include extra.cnf\n!includedir conf.d\n");
+        write(
+            "main.cnf",
+            "[client]\nuser=a\n!include extra.cnf\n!includedir conf.d\n",
+        );
         write("extra.cnf", "[client-server]\nuser=b\nsocket=/s\n");
         write("conf.d/1.cnf", "[mariadb-client]\nuser=c\n");
         write("conf.d/2.cnf", "[client-mariadb]\npassword=q\n");
         write("conf.d/3.txt", "[client]\nuser=ignored\n");
         // Others may write it: skipped, as a default file would be.
         write("conf.d/4.cnf", "[client]\nuser=evil\n");
-        std::fs::set_permissions(d.join("conf.d/4.cnf"), std::fs::Permissions::from_mode(0o666))
-            .unwrap();
+        std::fs::set_permissions(
+            d.join("conf.d/4.cnf"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
         let o = ClientOptions::read(Some(&d.join("main.cnf"))).unwrap();
         assert_eq!(o.user.as_deref(), Some("c"));
         assert_eq!(o.socket.as_deref(), Some("/s"));

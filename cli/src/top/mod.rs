@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use innoprof::catalog::CatalogError;
 use innoprof::live::{Frame, LiveView, SortKey};
@@ -62,7 +62,10 @@ pub async fn run(args: TopArgs) -> Result<ExitCode> {
     match (args.pid.pid, &args.dir) {
         (None, Some(dir)) => saved(dir, &args),
         (Some(_), Some(_)) => {
-            bail!("give -p PID (a running server) or DIR (a recording), not both")
+            return Err(crate::UsageError(
+                "give -p PID (a running server) or DIR (a recording), not both",
+            )
+            .into())
         }
         // Without either: the only server on the host, if there is one.
         (_, None) => live(args.pid.resolve()?, &args).await,
