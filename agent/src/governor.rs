@@ -631,12 +631,26 @@ impl Governor {
             .fold(0.0, f64::max);
         self.alarm_hits = if dearest > 0.0 {
             let stretch = next.saturating_duration_since(now).as_secs_f64();
+            // Probes switched off within the detach lag still take hits
+            // (each pays the trap) until the kernel has detached them: an
+            // alarm sized without them rang every few ms after each of the
+            // undo walk's windows in S1 (117k hits/s for ~60 ms).
+            let lag = self.detach_lag.as_secs_f64();
+            let now_s = self.since_start(now);
+            let detaching: f64 = self
+                .probes
+                .iter()
+                .filter(|p| p.on_since.is_none())
+                .filter(|p| p.windows.last().is_some_and(|w| now_s - w.end_s < lag))
+                .map(|p| p.rate.max(p.steady_rate()) * lag.min(stretch))
+                .sum();
             let expected: f64 = self
                 .probes
                 .iter()
                 .filter(|p| p.on_since.is_some())
                 .map(|p| p.rate * stretch)
-                .sum();
+                .sum::<f64>()
+                + detaching;
             let one_tick =
                 self.cfg.budget_pct / 100.0 * self.cfg.tick.as_secs_f64() * 1e9 / dearest;
             (1.5 * expected + one_tick).ceil().max(1.0) as u64

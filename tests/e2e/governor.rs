@@ -809,8 +809,33 @@ fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
     assert!(series_ratio >= 10.0, "x{series_ratio:.1}: {p:?}");
     if let Some(smp) = &p.sampling {
         let w = &smp.windows;
+        let trace: String = rec
+            .stderr()
+            .lines()
+            .filter(|l| l.contains(" took ") || l.starts_with("governor: t="))
+            .map(|l| l.split(" plans=").next().unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // A window every period, or every few where the detach lag's hits
+        // alone overspend the probe's share (the walk at ~100k calls/s
+        // pays ~60 ms of traps after each window: the governor then opens
+        // one every 2-5 periods, see `MAX_STRIDE`).
         let watched_after: Vec<_> = w.iter().filter(|w| w.start_s >= 5.0).collect();
-        assert!(watched_after.len() >= 5, "{w:?}");
+        assert!(watched_after.len() >= 2, "{w:?}\n{trace}");
+        for pair in w[1..].windows(2) {
+            assert!(pair[1].start_s - pair[0].start_s <= 5.3, "{w:?}\n{trace}");
+        }
+        let switches = s
+            .overhead
+            .attach
+            .as_ref()
+            .map_or(0, |a| a.governor_switches);
+        eprintln!(
+            "S1 {server_name}: {} windows, {switches} governor switches ({:.1}/s), spent {:.2} % of a core",
+            w.len(),
+            switches as f64 / s.duration_s,
+            s.overhead.probes_pct_of_core
+        );
         let r = |ws: &[&innoprof::estimate::OnWindow]| {
             ws.iter().map(|w| w.calls).sum::<u64>() as f64
                 / ws.iter()
