@@ -116,7 +116,15 @@ fn version_help_completions_and_man_pages_are_generated_and_parse() {
     );
     let page = String::from_utf8_lossy(&rendered.stdout);
     assert!(
-        page.contains("Exit status:") && page.contains("--stack-interval"),
+        [
+            "EXIT STATUS",
+            "EXAMPLES",
+            "SEE ALSO",
+            "--stack-interval",
+            "innoprof record -p 4242"
+        ]
+        .iter()
+        .all(|want| page.contains(want)),
         "{page}"
     );
 
