@@ -7,29 +7,42 @@
 //! - `innoprof_callsite_calls_total{probe,callsite}`,
 //!   `innoprof_callsite_wait_seconds_total{probe,callsite}` for probes whose
 //!   catalog entry gives call sites
+//! - `innoprof_latch_calls_total{probe,latch}`,
+//!   `innoprof_latch_wait_seconds_total{probe,latch}` for probes that name
+//!   the latch of each wait (its latch id or creation site)
 //! - `innoprof_probe_latency_seconds{probe}`: the BPF log2 histogram
 //! - `innoprof_probe_attached_seconds_total{probe}`: how long the probe was
 //!   switched on. The overhead governor detaches a probe it cannot afford
 //!   part of the time; its counters are the calls seen (exact), growing
-//!   only while on
+//!   only while on, so `rate(calls) / rate(attached)` is its rate while
+//!   watched
 //! - `innoprof_probe_calls_estimate{probe}` and
 //!   `innoprof_probe_calls_estimate_bound{probe}` for such a probe: seen +
 //!   interpolated between its on-windows up to now (never projected past
 //!   the last one), and the 95 % half-width of that estimate
-//! - `innoprof_counter_total{counter}`: an in-memory InnoDB counter
-//!   (catalog `measure = "counter"`: row ids, transaction ids, redo LSN),
-//!   its increase since innoprof started, read from the server's memory
-//!   at each scrape: exact, no probe. A failed read repeats the last value
+//! - one counter per in-memory InnoDB counter (catalog `measure =
+//!   "counter"`), named for its quantity and unit:
+//!   `innoprof_innodb_redo_bytes_total`, `innoprof_innodb_trx_ids_total`,
+//!   `innoprof_innodb_row_ids_total`, `innoprof_innodb_rows_read_total`:
+//!   its increase since innoprof started, read from the server's memory at
+//!   each scrape: exact, no probe. A failed read repeats the last value
+//! - `innoprof_finding{rule,severity}` (present while a finding holds) and
+//!   `innoprof_findings{severity}` (their number, always present)
 //! - `innoprof_dropped_total{reason}`, `innoprof_attached_uprobes`,
-//!   `innoprof_target_info{family,version,pid,binary}`
+//!   `innoprof_target_info{family,version,pid,binary}`, `innoprof_target_up`,
+//!   `innoprof_target_restarts_total`
+//! - the process's own: the standard `process_cpu_seconds_total` and
+//!   `process_resident_memory_bytes`, `innoprof_build_info`, and what the
+//!   probes cost (`innoprof_probe_cost_seconds_total`, …)
 //!
-//! Call-site labels are capped per probe: the busiest `callsite_limit`
-//! sites get their own label, everything else is `callsite="other"`.
-//! A site keeps its label once it has one, and a site promoted later keeps
-//! what "other" already counted for it there, so every series stays a
-//! monotonic counter (no false resets in `rate()`).
+//! Call-site and latch labels are capped per probe: the busiest
+//! `callsite_limit` sites (by calls) or latches (by wait) get their own
+//! label, everything else is `callsite="other"` or `latch="other"`.
+//! A label is kept once given, and one given later keeps what "other"
+//! already counted for it there, so every series stays a monotonic counter
+//! (no false resets in `rate()`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -39,12 +52,13 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::bpf_abi::{SiteVal, HIST_SLOTS};
+use crate::bpf_abi::{Callsite, SiteVal, HIST_SLOTS};
 use crate::callsite::{CallsiteNamer, LabelCache};
 use crate::catalog::Measure;
 use crate::collect::{CollectError, Counters, Drops, LiveProbe};
 use crate::hit_price::HitPricer;
 use crate::record::Recorder;
+use crate::results::LatchNames;
 
 /// The `Content-Type` of [`Exporter::scrape`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -110,7 +124,25 @@ impl Counts {
     }
 }
 
-/// One probe's call-site labels across scrapes.
+/// What decides which unlabelled keys get a label of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rank {
+    /// Most calls first (call sites: where the calls come from).
+    Calls,
+    /// Most wait first (latches: where threads queue), then calls.
+    Wait,
+}
+
+impl Rank {
+    fn key(self, c: &Counts) -> (u64, u64) {
+        match self {
+            Rank::Calls => (c.calls, c.wait_ns),
+            Rank::Wait => (c.wait_ns, c.calls),
+        }
+    }
+}
+
+/// One probe's capped labels (call sites or latches) across scrapes.
 #[derive(Debug, Default)]
 struct CallsiteLabels {
     /// Labels with a series of their own, with what "other" had already
@@ -123,14 +155,18 @@ struct CallsiteLabels {
 impl CallsiteLabels {
     /// The series for cumulative per-label counts `now`: own labels, then
     /// "other". Promotes the busiest unlabelled sites while there is room.
-    fn series(&mut self, now: &BTreeMap<String, Counts>, limit: usize) -> Vec<(String, Counts)> {
+    fn series(
+        &mut self,
+        now: &BTreeMap<String, Counts>,
+        limit: usize,
+        rank: Rank,
+    ) -> Vec<(String, Counts)> {
         let room = limit.saturating_sub(self.own.len());
         let mut candidates: Vec<(&String, &Counts)> = now
             .iter()
             .filter(|(label, _)| !self.own.contains_key(*label))
             .collect();
-        candidates
-            .sort_by(|a, b| (b.1.calls, b.1.wait_ns, a.0).cmp(&(a.1.calls, a.1.wait_ns, b.0)));
+        candidates.sort_by(|a, b| (rank.key(b.1), a.0).cmp(&(rank.key(a.1), b.0)));
         for (label, _) in candidates.into_iter().take(room) {
             let already = self.in_other.get(label).copied().unwrap_or_default();
             self.own.insert(label.clone(), already);
@@ -169,6 +205,11 @@ pub struct Exporter {
     limit: usize,
     labels: LabelCache,
     callsites: Vec<CallsiteLabels>,
+    /// Per probe, its latch labels (capped like call sites, by wait).
+    latches: Vec<CallsiteLabels>,
+    /// Latch names per (probe, site): naming one by its creation site may
+    /// read DWARF, so once per site, not every scrape.
+    latch_names: HashMap<(usize, Callsite), Option<String>>,
     /// Highest attached seconds reported per probe (kept monotonic).
     attached: Vec<f64>,
     /// Per planned probe, for the next encode: (estimate, 95 % bound) of a
@@ -267,6 +308,7 @@ impl Exporter {
         opts: ExporterOptions,
     ) -> Self {
         let callsites = probes.iter().map(|_| CallsiteLabels::default()).collect();
+        let latches = probes.iter().map(|_| CallsiteLabels::default()).collect();
         let probes_len = probes.len();
         Self {
             probes,
@@ -276,6 +318,8 @@ impl Exporter {
             labels: LabelCache::default(),
             attached: vec![0.0; probes_len],
             callsites,
+            latches,
+            latch_names: HashMap::new(),
             estimates: Vec::new(),
             counters: Vec::new(),
             findings: Vec::new(),
@@ -410,21 +454,7 @@ impl Exporter {
         if !self.counters.is_empty() {
             self.update_counters(&recorder.memory_counters().current());
         }
-        let mut namer = CallsiteNamer::new(recorder.target().pid, &recorder.plan().image);
-        let sites: Vec<BTreeMap<String, Counts>> = self
-            .probes
-            .iter()
-            .map(|p| {
-                if !p.has_callsites {
-                    return BTreeMap::new();
-                }
-                self.labels
-                    .by_label(counters.probe_sites(&p.slots), &mut namer)
-                    .iter()
-                    .map(|(label, v)| (label.clone(), Counts::of(v)))
-                    .collect()
-            })
-            .collect();
+        let labelled = self.labelled(recorder, &counters);
         self.estimates = recorder
             .live_estimates()
             .into_iter()
@@ -442,24 +472,60 @@ impl Exporter {
                 .ok()
                 .map(|f| (f.factor, f.factor_low, f.factor_high)),
         };
-        Ok(self.scrape_of(&counters, &sites, &recorder.attached_seconds(), me))
+        Ok(self.scrape_of(&counters, &labelled, &recorder.attached_seconds(), me))
     }
 
-    /// The scrape of counters whose call sites are already summed per
-    /// label; `attached`: seconds switched on, per planned probe.
+    /// Per probe, its calls and wait summed per call-site label and per
+    /// latch name, cumulative.
+    fn labelled(&mut self, recorder: &Recorder, counters: &Counters) -> Vec<ProbeLabels> {
+        let plan = recorder.plan();
+        let mut namer = CallsiteNamer::new(recorder.target().pid, &plan.image);
+        let mut out = Vec::with_capacity(self.probes.len());
+        for (i, p) in self.probes.iter().enumerate() {
+            let mut labels = ProbeLabels::default();
+            if p.has_callsites {
+                labels.sites = self
+                    .labels
+                    .by_label(counters.probe_sites(&p.slots), &mut namer)
+                    .iter()
+                    .map(|(label, v)| (label.clone(), Counts::of(v)))
+                    .collect();
+            }
+            if let Some(planned) = plan.probes.get(p.probe) {
+                let names = LatchNames::new(planned);
+                for (site, v) in counters.probe_sites(&p.slots) {
+                    let name = self
+                        .latch_names
+                        .entry((i, site))
+                        .or_insert_with(|| names.of(&site, &mut namer));
+                    if let Some(name) = name {
+                        let c = labels.latches.entry(name.clone()).or_default();
+                        c.calls += v.calls;
+                        c.wait_ns += v.wait_ns_total;
+                    }
+                }
+            }
+            out.push(labels);
+        }
+        out
+    }
+
+    /// The scrape of counters whose call sites and latches are already
+    /// summed per label; `attached`: seconds switched on, per planned probe.
     fn scrape_of(
         &mut self,
         counters: &Counters,
-        sites: &[BTreeMap<String, Counts>],
+        labelled: &[ProbeLabels],
         attached: &[f64],
         me: SelfStats,
     ) -> Scrape {
         let mut probes = Vec::with_capacity(self.probes.len());
-        for (((p, labels), now), max_on) in self
+        for ((((p, sites), latches), now), max_on) in self
             .probes
             .iter()
             .zip(&mut self.callsites)
-            .zip(sites)
+            .zip(&mut self.latches)
+            .zip(labelled)
             .zip(&mut self.attached)
         {
             let total = counters.probe_total(&p.slots);
@@ -473,9 +539,15 @@ impl Exporter {
                 wait_ns: total.wait_ns_total,
                 hist: total.hist,
                 callsites: if p.has_callsites {
-                    labels.series(now, self.limit)
+                    sites.series(&now.sites, self.limit, Rank::Calls)
                 } else {
                     Vec::new()
+                },
+                // Only probes that name latches have any.
+                latches: if now.latches.is_empty() && latches.own.is_empty() {
+                    Vec::new()
+                } else {
+                    latches.series(&now.latches, self.limit, Rank::Wait)
                 },
             });
         }
@@ -526,16 +598,30 @@ impl ProbeMetrics {
         for (h, o) in self.hist.iter_mut().zip(&old.hist) {
             *h += o;
         }
-        for (label, c) in &old.callsites {
-            match self.callsites.iter_mut().find(|(l, _)| l == label) {
-                Some((_, n)) => {
-                    n.calls += c.calls;
-                    n.wait_ns += c.wait_ns;
-                }
-                None => self.callsites.push((label.clone(), *c)),
+        add_labelled(&mut self.callsites, &old.callsites);
+        add_labelled(&mut self.latches, &old.latches);
+    }
+}
+
+/// Adds an earlier run's series to this run's, label by label.
+fn add_labelled(now: &mut Vec<(String, Counts)>, old: &[(String, Counts)]) {
+    for (label, c) in old {
+        match now.iter_mut().find(|(l, _)| l == label) {
+            Some((_, n)) => {
+                n.calls += c.calls;
+                n.wait_ns += c.wait_ns;
             }
+            None => now.push((label.clone(), *c)),
         }
     }
+}
+
+/// One probe's cumulative counts per call-site label and per latch name,
+/// before the label caps.
+#[derive(Debug, Clone, Default)]
+struct ProbeLabels {
+    sites: BTreeMap<String, Counts>,
+    latches: BTreeMap<String, Counts>,
 }
 
 #[derive(Debug, Clone)]
@@ -548,6 +634,7 @@ struct ProbeMetrics {
     wait_ns: u64,
     hist: [u64; HIST_SLOTS],
     callsites: Vec<(String, Counts)>,
+    latches: Vec<(String, Counts)>,
 }
 
 /// One server's values at one scrape, encoded by [`render`].
@@ -647,252 +734,337 @@ fn per_server(
     Ok(())
 }
 
-impl Collector for Exposition {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let seconds_unit = Unit::Seconds;
-        let all = &self.scrapes;
-        let probes = || {
-            all.iter()
-                .flat_map(|sc| sc.probes.iter().map(move |p| (sc, p)))
-        };
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_finding",
-                "1 for each finding of the last evaluated window (serve --findings-window), by \
-                 rule and severity; absent when no rule fired",
-                None,
-                MetricType::Gauge,
-            )?;
-            for sc in all {
-                for (rule, severity) in &sc.findings {
-                    ConstGauge::new(1i64).encode(m.encode_family(
-                        &sc.labels(&[("rule", rule.as_str()), ("severity", severity.as_str())]),
-                    )?)?;
+/// The metric an in-memory counter is exported as: one family per
+/// quantity, in its unit, so `rate()` of one never mixes bytes with ids.
+#[derive(Debug, Clone)]
+struct CounterMetric {
+    /// Without the unit and `_total` suffixes the encoder adds.
+    name: String,
+    unit: Option<Unit>,
+    help: String,
+}
+
+/// The catalog's in-memory counters and their metrics: (catalog name,
+/// metric name, in bytes, help).
+const INNODB_COUNTERS: &[(&str, &str, bool, &str)] = &[
+    (
+        "innodb.redo.lsn",
+        "innoprof_innodb_redo",
+        true,
+        "Redo log InnoDB generated (its LSN's advance), read from the server's memory: \
+         increase since innoprof started, exact, no probe",
+    ),
+    (
+        "innodb.trx_sys.trx_ids",
+        "innoprof_innodb_trx_ids",
+        false,
+        "Transaction ids and commit numbers InnoDB handed out (a read-write transaction takes \
+         one at its first write and one at commit), read from the server's memory: increase \
+         since innoprof started, exact, no probe",
+    ),
+    (
+        "innodb.dict_sys.row_ids",
+        "innoprof_innodb_row_ids",
+        false,
+        "Row ids (DB_ROW_ID) InnoDB handed out, for rows inserted into tables without a \
+         usable primary key, read from the server's memory: increase since innoprof started",
+    ),
+    (
+        "innodb.rows_read",
+        "innoprof_innodb_rows_read",
+        false,
+        "Rows InnoDB returned to the server (Innodb_rows_read), read from the server's \
+         memory: increase since innoprof started, exact, no probe",
+    ),
+];
+
+impl CounterMetric {
+    /// The metric for catalog counter `counter`; one the table does not
+    /// know (a user's catalog) gets a name of its own, without a unit.
+    fn of(counter: &str) -> Self {
+        if let Some((_, name, bytes, help)) = INNODB_COUNTERS.iter().find(|c| c.0 == counter) {
+            return Self {
+                name: name.to_string(),
+                unit: bytes.then_some(Unit::Bytes),
+                help: help.to_string(),
+            };
+        }
+        let tail: String = counter
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        Self {
+            name: format!("innoprof_counter_{tail}"),
+            unit: None,
+            help: format!(
+                "The probe catalog's in-memory counter {counter}: increase since innoprof \
+                 started, read from the server's memory"
+            ),
+        }
+    }
+}
+
+/// The findings' severities, each exported even when none holds.
+const SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
+
+/// The `probe` label, after the server's.
+fn probe_labels<'a>(sc: &'a Scrape, p: &'a ProbeMetrics) -> Vec<(&'a str, &'a str)> {
+    sc.labels(&[("probe", p.name.as_str())])
+}
+
+type EncodeResult = Result<(), std::fmt::Error>;
+
+impl Exposition {
+    /// Every server's probes, with their server.
+    fn probes(&self) -> impl Iterator<Item = (&Scrape, &ProbeMetrics)> {
+        self.scrapes
+            .iter()
+            .flat_map(|sc| sc.probes.iter().map(move |p| (sc, p)))
+    }
+
+    fn encode_findings(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut m = enc.encode_descriptor(
+            "innoprof_finding",
+            "1 for each finding of the last evaluated window (serve --findings-window), by \
+             rule and severity; absent when no rule fired",
+            None,
+            MetricType::Gauge,
+        )?;
+        for sc in &self.scrapes {
+            for (rule, severity) in &sc.findings {
+                ConstGauge::new(1i64).encode(m.encode_family(
+                    &sc.labels(&[("rule", rule.as_str()), ("severity", severity.as_str())]),
+                )?)?;
+            }
+        }
+        // Always present, 0 when nothing fired: a panel or an alert on the
+        // count needs no `absent()` and sees a finding end.
+        let mut m = enc.encode_descriptor(
+            "innoprof_findings",
+            "Findings of the last evaluated window, by severity (0 when none)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for sc in &self.scrapes {
+            for severity in SEVERITIES {
+                let n = sc.findings.iter().filter(|(_, s)| s == severity).count();
+                ConstGauge::new(n as i64)
+                    .encode(m.encode_family(&sc.labels(&[("severity", severity)]))?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls, estimates, time switched on and wait, per probe.
+    fn encode_probe_counts(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut m = enc.encode_descriptor(
+            "innoprof_probe_calls",
+            "Calls of the probed functions, per probe, seen while the probe was switched on \
+             (divide its rate by innoprof_probe_attached_seconds_total's for the rate while \
+             watched)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (sc, p) in self.probes() {
+            ConstCounter::new(p.calls).encode(m.encode_family(&probe_labels(sc, p))?)?;
+        }
+        if self.probes().any(|(_, p)| p.estimate.is_some()) {
+            self.encode_estimates(enc)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "innoprof_probe_attached",
+            "Time each probe was switched on (the overhead governor detaches a probe it \
+             cannot afford part of the time; its counters grow only while on)",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        for (sc, p) in self.probes() {
+            ConstCounter::new(p.attached_s).encode(m.encode_family(&probe_labels(sc, p))?)?;
+        }
+        let mut m = enc.encode_descriptor(
+            "innoprof_probe_wait",
+            "Time spent inside the probed functions (entry to return), per probe",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        for (sc, p) in self.probes().filter(|(_, p)| p.timed) {
+            ConstCounter::new(seconds(p.wait_ns)).encode(m.encode_family(&probe_labels(sc, p))?)?;
+        }
+        Ok(())
+    }
+
+    fn encode_estimates(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        for (name, help, pick) in [
+            (
+                "innoprof_probe_calls_estimate",
+                "Calls of a probe the governor detached part of the time: seen + \
+                 interpolated between its on-windows (never past the last one)",
+                0,
+            ),
+            (
+                "innoprof_probe_calls_estimate_bound",
+                "95 % half-width of innoprof_probe_calls_estimate (the call rate in a gap \
+                 within the spread of the windows' rates, plus Poisson noise)",
+                1,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (sc, p) in self.probes() {
+                if let Some(e) = p.estimate {
+                    let v = if pick == 0 { e.0 } else { e.1 };
+                    ConstGauge::new(v).encode(m.encode_family(&probe_labels(sc, p))?)?;
                 }
             }
         }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_probe_calls",
-                "Calls of the probed functions, per probe",
-                None,
-                MetricType::Counter,
-            )?;
-            for (sc, p) in probes() {
-                ConstCounter::new(p.calls)
-                    .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
+        Ok(())
+    }
+
+    /// A pair of capped-label families (calls, and wait for timed probes):
+    /// call sites or latches.
+    fn encode_labelled(
+        &self,
+        enc: &mut DescriptorEncoder,
+        what: &str,
+        key: &str,
+        helps: [&str; 2],
+        series: impl Fn(&ProbeMetrics) -> &[(String, Counts)],
+    ) -> EncodeResult {
+        let (calls, wait) = (
+            format!("innoprof_{what}_calls"),
+            format!("innoprof_{what}_wait"),
+        );
+        let mut m = enc.encode_descriptor(&calls, helps[0], None, MetricType::Counter)?;
+        for (sc, p) in self.probes() {
+            for (label, c) in series(p) {
+                let labels = sc.labels(&[("probe", p.name.as_str()), (key, label.as_str())]);
+                ConstCounter::new(c.calls).encode(m.encode_family(&labels)?)?;
             }
         }
-        if probes().any(|(_, p)| p.estimate.is_some()) {
-            for (name, help, pick) in [
-                (
-                    "innoprof_probe_calls_estimate",
-                    "Calls of a probe the governor detached part of the time: seen + \
-                     interpolated between its on-windows (never past the last one)",
-                    0,
-                ),
-                (
-                    "innoprof_probe_calls_estimate_bound",
-                    "95 % half-width of innoprof_probe_calls_estimate (the call rate in a gap \
-                     within the spread of the windows' rates, plus Poisson noise)",
-                    1,
-                ),
+        let mut m =
+            enc.encode_descriptor(&wait, helps[1], Some(&Unit::Seconds), MetricType::Counter)?;
+        for (sc, p) in self.probes().filter(|(_, p)| p.timed) {
+            for (label, c) in series(p) {
+                let labels = sc.labels(&[("probe", p.name.as_str()), (key, label.as_str())]);
+                ConstCounter::new(seconds(c.wait_ns)).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_latency(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut m = enc.encode_descriptor(
+            "innoprof_probe_latency",
+            "Latency of the probed functions (log2 buckets kept in BPF: le = 2^k ns)",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (sc, p) in self.probes().filter(|(_, p)| p.timed) {
+            let b = buckets(&p.hist);
+            // The buckets' own total: calls and buckets are bumped one
+            // after the other, and a live read can fall between.
+            let count = b.iter().map(|(_, c)| c).sum();
+            m.encode_family(&probe_labels(sc, p))?
+                .encode_histogram::<NoLabelSet>(seconds(p.wait_ns), count, &b, None)?;
+        }
+        Ok(())
+    }
+
+    /// One family per in-memory counter, in the order first seen.
+    fn encode_innodb_counters(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _) in self.scrapes.iter().flat_map(|sc| &sc.counters) {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        for name in names {
+            let metric = CounterMetric::of(name);
+            let m = enc.encode_descriptor(
+                &metric.name,
+                &metric.help,
+                metric.unit.as_ref(),
+                MetricType::Counter,
+            )?;
+            per_server(m, &self.scrapes, |sc, m| {
+                match sc.counters.iter().find(|(c, _)| c == name) {
+                    Some((_, n)) => ConstCounter::new(*n).encode(m),
+                    None => Ok(()),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    fn encode_drops(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut m = enc.encode_descriptor(
+            "innoprof_dropped",
+            "Events the BPF side could not record, by reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for sc in &self.scrapes {
+            let d = &sc.drops;
+            for (reason, n) in [
+                ("stack_map_full", d.stack_map_full),
+                ("stack_busy", d.stack_busy),
+                ("stack_error", d.stack_errors),
+                ("stack_key_map_full", d.stack_key_map_full),
+                ("inflight_map_full", d.inflight_map_full),
+                ("return_without_entry", d.returns_without_entry),
+                ("stats_map_full", d.stats_map_full),
+                ("callsite_map_full", d.callsite_map_full),
             ] {
-                let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-                for (sc, p) in probes() {
-                    if let Some(e) = p.estimate {
-                        let v = if pick == 0 { e.0 } else { e.1 };
-                        ConstGauge::new(v)
-                            .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
-                    }
-                }
+                ConstCounter::new(n).encode(m.encode_family(&sc.labels(&[("reason", reason)]))?)?;
             }
         }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_probe_attached",
-                "Time each probe was switched on (the overhead governor detaches a probe it \
-                 cannot afford part of the time; its counters grow only while on)",
-                Some(&seconds_unit),
-                MetricType::Counter,
-            )?;
-            for (sc, p) in probes() {
-                ConstCounter::new(p.attached_s)
-                    .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_probe_wait",
-                "Time spent inside the probed functions (entry to return), per probe",
-                Some(&seconds_unit),
-                MetricType::Counter,
-            )?;
-            for (sc, p) in probes().filter(|(_, p)| p.timed) {
-                ConstCounter::new(seconds(p.wait_ns))
-                    .encode(m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?)?;
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_callsite_calls",
-                "Calls per caller file:line (busiest sites; the rest is callsite=\"other\")",
-                None,
-                MetricType::Counter,
-            )?;
-            for (sc, p) in probes() {
-                for (site, c) in &p.callsites {
-                    let labels =
-                        sc.labels(&[("probe", p.name.as_str()), ("callsite", site.as_str())]);
-                    ConstCounter::new(c.calls).encode(m.encode_family(&labels)?)?;
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_callsite_wait",
-                "Time spent inside the probed functions per caller file:line",
-                Some(&seconds_unit),
-                MetricType::Counter,
-            )?;
-            for (sc, p) in probes().filter(|(_, p)| p.timed) {
-                for (site, c) in &p.callsites {
-                    let labels =
-                        sc.labels(&[("probe", p.name.as_str()), ("callsite", site.as_str())]);
-                    ConstCounter::new(seconds(c.wait_ns)).encode(m.encode_family(&labels)?)?;
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_probe_latency",
-                "Latency of the probed functions (log2 buckets kept in BPF)",
-                Some(&seconds_unit),
-                MetricType::Histogram,
-            )?;
-            for (sc, p) in probes().filter(|(_, p)| p.timed) {
-                let b = buckets(&p.hist);
-                // The buckets' own total: calls and buckets are bumped one
-                // after the other, and a live read can fall between.
-                let count = b.iter().map(|(_, c)| c).sum();
-                m.encode_family(&sc.labels(&[("probe", p.name.as_str())]))?
-                    .encode_histogram::<NoLabelSet>(seconds(p.wait_ns), count, &b, None)?;
-            }
-        }
-        if all.iter().any(|sc| !sc.counters.is_empty()) {
-            let mut m = enc.encode_descriptor(
-                "innoprof_counter",
-                "InnoDB's own counters read from the server's memory (row ids, transaction ids, \
-                 redo LSN): increase since innoprof started, exact, no probe",
-                None,
-                MetricType::Counter,
-            )?;
-            for sc in all {
-                for (name, n) in &sc.counters {
-                    ConstCounter::new(*n)
-                        .encode(m.encode_family(&sc.labels(&[("counter", name.as_str())]))?)?;
-                }
-            }
-        }
-        {
-            let mut m = enc.encode_descriptor(
-                "innoprof_dropped",
-                "Events the BPF side could not record, by reason",
-                None,
-                MetricType::Counter,
-            )?;
-            for sc in all {
-                let d = &sc.drops;
-                for (reason, n) in [
-                    ("stack_map_full", d.stack_map_full),
-                    ("stack_busy", d.stack_busy),
-                    ("stack_error", d.stack_errors),
-                    ("stack_key_map_full", d.stack_key_map_full),
-                    ("inflight_map_full", d.inflight_map_full),
-                    ("return_without_entry", d.returns_without_entry),
-                    ("stats_map_full", d.stats_map_full),
-                    ("callsite_map_full", d.callsite_map_full),
-                ] {
-                    ConstCounter::new(n)
-                        .encode(m.encode_family(&sc.labels(&[("reason", reason)]))?)?;
-                }
-            }
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_attached_uprobes",
-                "Uprobes attached to the target",
-                None,
-                MetricType::Gauge,
-            )?;
-            per_server(m, all, |sc, m| {
-                ConstGauge::new(sc.attached_uprobes as i64).encode(m)
-            })?;
-        }
-        {
-            let info = Info::new(vec![
-                ("version", env!("CARGO_PKG_VERSION").to_string()),
-                ("commit", self.commit.clone()),
-            ]);
-            let m = enc.encode_descriptor(
-                "innoprof_build",
-                "innoprof's version and commit",
-                None,
-                info.metric_type(),
-            )?;
-            info.encode(m)?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_agent_cpu",
-                "CPU time (user + system) innoprof itself has used since it started",
-                Some(&seconds_unit),
-                MetricType::Counter,
-            )?;
-            ConstCounter::new(self.cpu_s).encode(m)?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_agent_resident_bytes",
-                "innoprof's resident set size",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(self.rss_bytes as i64).encode(m)?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_probe_cost",
-                "Server CPU time the probe hits cost, as innoprof estimates it (its calls at the \
-                 governor's per-call cost); rate() is the share of one core",
-                Some(&seconds_unit),
-                MetricType::Counter,
-            )?;
-            per_server(m, all, |sc, m| {
-                ConstCounter::new(sc.me.probe_cost_s).encode(m)
-            })?;
-        }
+        Ok(())
+    }
+
+    /// innoprof's own process: build, CPU and memory under the standard
+    /// `process_*` names every Prometheus dashboard already knows.
+    fn encode_process(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let info = Info::new(vec![
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("commit", self.commit.clone()),
+        ]);
+        let m = enc.encode_descriptor(
+            "innoprof_build",
+            "innoprof's version and commit",
+            None,
+            info.metric_type(),
+        )?;
+        info.encode(m)?;
+        let m = enc.encode_descriptor(
+            "process_cpu",
+            "Total user and system CPU time spent in seconds (innoprof's own process)",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.cpu_s).encode(m)?;
+        let m = enc.encode_descriptor(
+            "process_resident_memory",
+            "Resident memory size in bytes (innoprof's own process)",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.rss_bytes as i64).encode(m)
+    }
+
+    /// What the probes cost each server and the governor's state.
+    fn encode_cost(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let all = &self.scrapes;
+        let m = enc.encode_descriptor(
+            "innoprof_probe_cost",
+            "Server CPU time the probe hits cost, as innoprof estimates it (its calls at the \
+             governor's per-call cost); rate() is the share of one core",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        per_server(m, all, |sc, m| {
+            ConstCounter::new(sc.me.probe_cost_s).encode(m)
+        })?;
         if all.iter().any(|sc| sc.me.in_target_factor.is_some()) {
-            let mut m = enc.encode_descriptor(
-                "innoprof_probe_cost_measured_factor",
-                "Server CPU per second of innoprof_probe_cost, measured in the server (its CPU per \
-                 InnoDB row read at the governor's looks, against the probes' modelled cost \
-                 between them); bound=estimate, low or high (95 %); absent until measured",
-                None,
-                MetricType::Gauge,
-            )?;
-            for sc in all {
-                let Some((estimate, low, high)) = sc.me.in_target_factor else {
-                    continue;
-                };
-                for (bound, v) in [("estimate", estimate), ("low", low), ("high", high)] {
-                    let mut labels = vec![("bound", bound)];
-                    if let Some(server) = sc.server.as_deref() {
-                        labels.insert(0, ("server", server));
-                    }
-                    ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
-                }
-            }
+            self.encode_measured_factor(enc)?;
         }
         if all.iter().any(|sc| sc.me.budget_cores.is_some()) {
             let m = enc.encode_descriptor(
@@ -906,65 +1078,122 @@ impl Collector for Exposition {
                 None => Ok(()),
             })?;
         }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_attach",
-                "Time the start's attach of every probe took",
-                Some(&seconds_unit),
-                MetricType::Gauge,
-            )?;
-            per_server(m, all, |sc, m| ConstGauge::new(sc.me.attach_s).encode(m))?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_governor_switches",
-                "Links the overhead governor created or destroyed to switch probes",
-                None,
-                MetricType::Counter,
-            )?;
-            per_server(m, all, |sc, m| {
-                ConstCounter::new(sc.me.governor_switches).encode(m)
-            })?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_target_up",
-                "1 while the server runs and is watched; 0 while serve waits for it to start \
-                 again (its counters then keep their last values)",
-                None,
-                MetricType::Gauge,
-            )?;
-            per_server(m, all, |sc, m| ConstGauge::new(i64::from(sc.up)).encode(m))?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_target_restarts",
-                "Times the server restarted (a new process for the same datadir) while serve \
-                 watched it",
-                None,
-                MetricType::Counter,
-            )?;
-            per_server(m, all, |sc, m| ConstCounter::new(sc.restarts).encode(m))?;
-        }
-        {
-            let m = enc.encode_descriptor(
-                "innoprof_target",
-                "The profiled server",
-                None,
-                MetricType::Info,
-            )?;
-            per_server(m, all, |sc, m| {
-                let t = &sc.target;
-                Info::new(vec![
-                    ("family", t.family.clone()),
-                    ("version", t.version.clone()),
-                    ("pid", t.pid.to_string()),
-                    ("binary", t.binary.clone()),
-                ])
-                .encode(m)
-            })?;
+        let m = enc.encode_descriptor(
+            "innoprof_attach",
+            "Time the start's attach of every probe took",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?;
+        per_server(m, all, |sc, m| ConstGauge::new(sc.me.attach_s).encode(m))?;
+        let m = enc.encode_descriptor(
+            "innoprof_governor_switches",
+            "Links the overhead governor created or destroyed to switch probes",
+            None,
+            MetricType::Counter,
+        )?;
+        per_server(m, all, |sc, m| {
+            ConstCounter::new(sc.me.governor_switches).encode(m)
+        })
+    }
+
+    fn encode_measured_factor(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut m = enc.encode_descriptor(
+            "innoprof_probe_cost_measured_factor",
+            "Server CPU per second of innoprof_probe_cost, measured in the server (its CPU per \
+             InnoDB row read at the governor's looks, against the probes' modelled cost \
+             between them); bound=estimate, low or high (95 %); absent until measured",
+            None,
+            MetricType::Gauge,
+        )?;
+        for sc in &self.scrapes {
+            let Some((estimate, low, high)) = sc.me.in_target_factor else {
+                continue;
+            };
+            for (bound, v) in [("estimate", estimate), ("low", low), ("high", high)] {
+                ConstGauge::new(v).encode(m.encode_family(&sc.labels(&[("bound", bound)]))?)?;
+            }
         }
         Ok(())
+    }
+
+    /// The watched server itself: up, restarts, what it is.
+    fn encode_target(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let all = &self.scrapes;
+        let m = enc.encode_descriptor(
+            "innoprof_attached_uprobes",
+            "Uprobes attached to the target",
+            None,
+            MetricType::Gauge,
+        )?;
+        per_server(m, all, |sc, m| {
+            ConstGauge::new(sc.attached_uprobes as i64).encode(m)
+        })?;
+        let m = enc.encode_descriptor(
+            "innoprof_target_up",
+            "1 while the server runs and is watched; 0 while serve waits for it to start \
+             again (its counters then keep their last values)",
+            None,
+            MetricType::Gauge,
+        )?;
+        per_server(m, all, |sc, m| ConstGauge::new(i64::from(sc.up)).encode(m))?;
+        let m = enc.encode_descriptor(
+            "innoprof_target_restarts",
+            "Times the server restarted (a new process for the same datadir) while serve \
+             watched it",
+            None,
+            MetricType::Counter,
+        )?;
+        per_server(m, all, |sc, m| ConstCounter::new(sc.restarts).encode(m))?;
+        let m = enc.encode_descriptor(
+            "innoprof_target",
+            "The profiled server",
+            None,
+            MetricType::Info,
+        )?;
+        per_server(m, all, |sc, m| {
+            let t = &sc.target;
+            Info::new(vec![
+                ("family", t.family.clone()),
+                ("version", t.version.clone()),
+                ("pid", t.pid.to_string()),
+                ("binary", t.binary.clone()),
+            ])
+            .encode(m)
+        })
+    }
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_findings(&mut enc)?;
+        self.encode_probe_counts(&mut enc)?;
+        self.encode_labelled(
+            &mut enc,
+            "callsite",
+            "callsite",
+            [
+                "Calls per caller file:line (busiest sites; the rest is callsite=\"other\")",
+                "Time spent inside the probed functions per caller file:line",
+            ],
+            |p| &p.callsites,
+        )?;
+        self.encode_labelled(
+            &mut enc,
+            "latch",
+            "latch",
+            [
+                "Calls per InnoDB latch (its id or creation site), for probes that name the \
+                 latch; the latches waited on most have a label, the rest is latch=\"other\"",
+                "Time spent waiting per InnoDB latch (thread-seconds per second under rate())",
+            ],
+            |p| &p.latches,
+        )?;
+        self.encode_latency(&mut enc)?;
+        self.encode_innodb_counters(&mut enc)?;
+        self.encode_drops(&mut enc)?;
+        self.encode_process(&mut enc)?;
+        self.encode_cost(&mut enc)?;
+        self.encode_target(&mut enc)
     }
 }
 
@@ -987,7 +1216,7 @@ mod tests {
     fn callsite_labels_are_capped_and_stay_monotonic() {
         let mut l = CallsiteLabels::default();
         // Limit 2: a and b are busiest, c goes to other.
-        let s1 = l.series(&sites(&[("a", 10), ("b", 5), ("c", 1)]), 2);
+        let s1 = l.series(&sites(&[("a", 10), ("b", 5), ("c", 1)]), 2, Rank::Calls);
         assert_eq!(
             s1,
             [
@@ -998,19 +1227,59 @@ mod tests {
         );
         // c becomes the busiest: it keeps "other" as its label (no room),
         // and new site d joins it there.
-        let s2 = l.series(&sites(&[("a", 11), ("b", 6), ("c", 100), ("d", 3)]), 2);
+        let s2 = l.series(
+            &sites(&[("a", 11), ("b", 6), ("c", 100), ("d", 3)]),
+            2,
+            Rank::Calls,
+        );
         assert_eq!(s2.len(), 3, "never more than limit + 1 labels");
         assert_eq!(s2[2], (OTHER.into(), counts(103, 1030)));
 
         // With room, a site promoted later starts from what "other" had not
         // yet counted for it, and "other" keeps the rest: no counter drops.
         let mut l = CallsiteLabels::default();
-        let _ = l.series(&sites(&[("a", 10)]), 1);
-        let s1 = l.series(&sites(&[("a", 10), ("b", 4)]), 1);
+        let _ = l.series(&sites(&[("a", 10)]), 1, Rank::Calls);
+        let s1 = l.series(&sites(&[("a", 10), ("b", 4)]), 1, Rank::Calls);
         assert_eq!(s1[1], (OTHER.into(), counts(4, 40)));
-        let s2 = l.series(&sites(&[("a", 10), ("b", 9)]), 2);
+        let s2 = l.series(&sites(&[("a", 10), ("b", 9)]), 2, Rank::Calls);
         assert_eq!(s2[1], ("b".into(), counts(5, 50)));
         assert_eq!(s2[2], (OTHER.into(), counts(4, 40)));
+    }
+
+    #[test]
+    fn latches_are_labelled_by_wait() {
+        let mut l = CallsiteLabels::default();
+        let now: BTreeMap<String, Counts> = [
+            ("busy_but_free".to_string(), counts(1000, 10)),
+            ("contended".to_string(), counts(10, 1_000_000)),
+            ("idle".to_string(), counts(1, 1)),
+        ]
+        .into();
+        let s = l.series(&now, 1, Rank::Wait);
+        assert_eq!(
+            s,
+            [
+                ("contended".into(), counts(10, 1_000_000)),
+                (OTHER.into(), counts(1001, 11))
+            ]
+        );
+    }
+
+    #[test]
+    fn each_counter_is_its_own_metric_in_its_unit() {
+        let redo = CounterMetric::of("innodb.redo.lsn");
+        assert_eq!(redo.name, "innoprof_innodb_redo");
+        assert!(matches!(redo.unit, Some(Unit::Bytes)));
+        assert!(CounterMetric::of("innodb.trx_sys.trx_ids").unit.is_none());
+        assert_eq!(
+            CounterMetric::of("innodb.rows_read").name,
+            "innoprof_innodb_rows_read"
+        );
+        // A user's catalog counter: a valid name of its own.
+        assert_eq!(
+            CounterMetric::of("my.odd-counter").name,
+            "innoprof_counter_my_odd_counter"
+        );
     }
 
     #[test]
@@ -1075,7 +1344,13 @@ mod tests {
                 ..SlotStats::default()
             },
         );
-        let site_counts = vec![sites(&[("btr0cur.cc:304", 6)]), BTreeMap::new()];
+        let site_counts = vec![
+            ProbeLabels {
+                sites: sites(&[("btr0cur.cc:304", 6)]),
+                latches: sites(&[("dict_sys_mutex", 4), ("log_sys_mutex", 2)]),
+            },
+            ProbeLabels::default(),
+        ];
         let scrape = e.scrape_of(&c, &site_counts, &[2.5, 0.25], SelfStats::default());
         let text = render(vec![scrape.clone()], "").unwrap();
         for line in [
@@ -1091,7 +1366,14 @@ mod tests {
             "innoprof_probe_latency_seconds_count{probe=\"innodb.mutex.enter\"} 6",
             "innoprof_dropped_total{reason=\"stack_map_full\"} 0",
             "innoprof_attached_uprobes 5",
-            "innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096",
+            "innoprof_innodb_redo_bytes_total 4096",
+            "# UNIT innoprof_innodb_redo_bytes bytes",
+            "innoprof_latch_calls_total{probe=\"innodb.mutex.enter\",latch=\"dict_sys_mutex\"} 4",
+            "innoprof_latch_wait_seconds_total{probe=\"innodb.mutex.enter\",latch=\"log_sys_mutex\"} 2e-8",
+            "innoprof_latch_calls_total{probe=\"innodb.mutex.enter\",latch=\"other\"} 0",
+            "innoprof_findings{severity=\"critical\"} 0",
+            "# TYPE process_cpu_seconds counter",
+            "# TYPE process_resident_memory_bytes gauge",
             "innoprof_target_info{family=\"mariadb\",version=\"10.2.11\",pid=\"42\",binary=\"/usr/sbin/mysqld\"} 1",
             "# EOF",
         ] {
@@ -1106,7 +1388,7 @@ mod tests {
         .unwrap();
         assert!(again
             .contains("innoprof_probe_attached_seconds_total{probe=\"innodb.mutex.enter\"} 2.5\n"));
-        assert!(again.contains("innoprof_counter_total{counter=\"innodb.redo.lsn\"} 4096\n"));
+        assert!(again.contains("innoprof_innodb_redo_bytes_total 4096\n"));
         // A count-only probe has no wait or latency series.
         assert!(
             !text.contains("innoprof_probe_wait_seconds_total{probe=\"innodb.dict_sys.row_id\"}")
@@ -1137,7 +1419,10 @@ mod tests {
         ] {
             assert_eq!(two.matches(family).count(), 1, "{two}");
         }
-        assert_eq!(two.matches("innoprof_agent_cpu_seconds_total ").count(), 1);
+        assert_eq!(two.matches("process_cpu_seconds_total ").count(), 1);
+        assert!(two
+            .lines()
+            .any(|l| l == "innoprof_innodb_redo_bytes_total{server=\"/srv/b\"} 4096"));
 
         // The factor measured in the server: absent until measured, then
         // one gauge per bound.
