@@ -341,7 +341,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         };
         eprintln!(
             "innoprof: --follow: waiting for the server in {} to start again",
-            instance.datadir.display()
+            innoprof::text::printable(&instance.datadir.to_string_lossy())
         );
         let down = std::time::Instant::now();
         let until = deadline.expect("set by the first segment");
@@ -349,7 +349,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             Some(next) => {
                 eprintln!(
                     "innoprof: the server in {} is back as pid {} after {:.1} s down",
-                    instance.datadir.display(),
+                    innoprof::text::printable(&instance.datadir.to_string_lossy()),
                     next.target.pid,
                     down.elapsed().as_secs_f64()
                 );
@@ -490,12 +490,12 @@ async fn record_segment(
         None => "no uprobes".to_string(),
     };
     for note in &recorder.plan().image.notes {
-        eprintln!("innoprof: note: {note}");
+        eprintln!("innoprof: note: {}", innoprof::text::printable(note));
     }
     let left = deadline_at.saturating_duration_since(tokio::time::Instant::now());
     eprintln!(
         "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
-        target.exe.display(),
+        innoprof::text::printable(&target.exe.to_string_lossy()),
         target.pid,
         recorder.plan().server,
         // Whole seconds (the first segment's is --duration itself).
