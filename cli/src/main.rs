@@ -321,7 +321,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let plan = Plan::build(&opts)?;
     innoprof::own_usage::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
-    bundle::prepare(&out)?;
+    let prepared = bundle::prepare(&out)?;
     // Set when the first segment is attached: --duration counts from there.
     let mut deadline: Option<tokio::time::Instant> = None;
     let mut segments = Vec::new();
@@ -369,7 +369,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let written = match bundle::write(&recording, &out, &argv) {
+    let written = match bundle::write(&recording, &prepared, &argv) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("innoprof: error: {}", innoprof::error_chain(&e));
