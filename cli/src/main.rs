@@ -6,6 +6,7 @@ mod diff;
 mod docs;
 mod http_guard;
 mod limit_args;
+mod listen;
 mod parse;
 mod pid_arg;
 mod probe_args;
