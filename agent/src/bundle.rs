@@ -62,12 +62,23 @@ pub struct Written {
     pub report: PathBuf,
 }
 
+/// What [`prepare`] found: whether OUT was there already. OUT is not
+/// created before the bundle is written whole (a hidden directory beside
+/// it is renamed into place), so a recording killed (`kill -9`) or failed
+/// (disk full) never leaves an empty OUT behind.
+#[derive(Debug, Clone)]
+#[must_use = "the bundle is written through it"]
+pub struct Prepared {
+    out: PathBuf,
+    existed: bool,
+}
+
 /// Checks, before any probe is attached, that the bundle can be written:
 /// OUT's parent can be created and written, and OUT is absent, empty, or an
 /// earlier innoprof bundle (which the new one replaces; see
 /// [`crate::bundle_replace`]). Also clears
 /// temporary directories left by an innoprof that was killed.
-pub fn prepare(out: &Path) -> Result<(), OutputError> {
+pub fn prepare(out: &Path) -> Result<Prepared, OutputError> {
     report::refuse_symlink(out)?;
     let (parent, name) = split(out)?;
     let err = |source| OutputError::NotWritable {
@@ -80,7 +91,8 @@ pub fn prepare(out: &Path) -> Result<(), OutputError> {
         .create(&parent)
         .map_err(err)?;
     remove_stale_temp_dirs(&parent, &name);
-    if std::fs::symlink_metadata(out).is_ok() {
+    let existed = std::fs::symlink_metadata(out).is_ok();
+    if existed {
         if let Some(why) = why_not_replaceable(out) {
             return Err(OutputError::NotABundle {
                 path: out.into(),
@@ -88,25 +100,44 @@ pub fn prepare(out: &Path) -> Result<(), OutputError> {
             });
         }
     }
+    // Proves the parent writable with what the bundle is written into
+    // first: the hidden directory beside OUT.
     let tmp = temp_dir(&parent, &name);
     make_dir(&tmp).map_err(err)?;
-    std::fs::remove_dir(&tmp).map_err(err)?;
-    // OUT itself exists (empty) from now on: refused if it is a link,
-    // proven writable, and a directory removed during the recording is
-    // noticed instead of silently recreated.
-    report::prepare_dir(out)
+    report::write_file(&tmp.join(report::WRITE_CHECK), b"").map_err(|e| {
+        remove_temp_dir(&tmp);
+        match e {
+            OutputError::Write { source, .. } => err(source),
+            other => other,
+        }
+    })?;
+    remove_temp_dir(&tmp);
+    if existed {
+        // An existing OUT must be a directory innoprof can write into.
+        report::prepare_dir(out)?;
+    }
+    Ok(Prepared {
+        out: out.into(),
+        existed,
+    })
 }
 
-/// Writes the whole bundle of `recording` to `out` and `out.tar.gz`: every
-/// file of [`crate::outputs::OUTPUTS`], rendered in that order.
-/// `command_line` is innoprof's argv, kept in metadata.json. An `out`
-/// removed during the recording is not recreated behind the user's back.
+/// Writes the whole bundle of `recording` to the prepared OUT and
+/// `OUT.tar.gz`: every file of [`crate::outputs::OUTPUTS`], rendered in
+/// that order. `command_line` is innoprof's argv, kept in metadata.json.
+/// An OUT that was there and was removed during the recording is not
+/// recreated behind the user's back.
 pub fn write(
     recording: &Recording,
-    out: &Path,
+    prepared: &Prepared,
     command_line: &[String],
 ) -> Result<Written, BundleError> {
-    report::check_dir_still_there(out)?;
+    let out = prepared.out.as_path();
+    if prepared.existed {
+        report::check_dir_still_there(out)?;
+    } else {
+        report::refuse_symlink(out)?;
+    }
     let mut files = BTreeMap::new();
     for output in crate::outputs::OUTPUTS {
         let Some(render) = output.render else {
@@ -647,12 +678,12 @@ mod tests {
     fn writes_dir_and_tarball_then_replaces_an_earlier_bundle() {
         let root = tempfile::tempdir().unwrap();
         let out = root.path().join("incident");
-        prepare(&out).unwrap();
+        let prepared = prepare(&out).unwrap();
         assert!(
-            listing(&out).is_empty(),
-            "only the empty directory before the end"
+            listing(root.path()).is_empty(),
+            "nothing before the end: a killed recording leaves no empty OUT"
         );
-        let w = write(&recording(), &out, &["innoprof".into()]).unwrap();
+        let w = write(&recording(), &prepared, &["innoprof".into()]).unwrap();
         assert_eq!(w.tarball, root.path().join("incident.tar.gz"));
         let files = listing(&out);
         for f in [
@@ -690,8 +721,8 @@ mod tests {
 
         // An earlier bundle, even with a file the new one lacks, is replaced whole.
         std::fs::write(out.join("diff.txt"), "old").unwrap();
-        prepare(&out).unwrap();
-        write(&recording(), &out, &[]).unwrap();
+        let prepared = prepare(&out).unwrap();
+        write(&recording(), &prepared, &[]).unwrap();
         assert_eq!(listing(&out), files);
 
         // Anything else is refused, and left alone.
@@ -709,9 +740,12 @@ mod tests {
     fn files_written_into_out_while_recording_are_superseded() {
         let root = tempfile::tempdir().unwrap();
         let out = root.path().join("live");
-        prepare(&out).unwrap();
+        // An OUT made empty before the recording (by the user, or an
+        // older innoprof) into which something wrote meanwhile.
+        std::fs::create_dir(&out).unwrap();
+        let prepared = prepare(&out).unwrap();
         std::fs::write(out.join(SUMMARY_TXT), "partial").unwrap();
-        write(&recording(), &out, &[]).unwrap();
+        write(&recording(), &prepared, &[]).unwrap();
         assert_ne!(
             std::fs::read_to_string(out.join(SUMMARY_TXT)).unwrap(),
             "partial"
@@ -748,8 +782,7 @@ mod tests {
         rec.timeseries = Some(series);
         let root = tempfile::tempdir().unwrap();
         let out = root.path().join("ts");
-        prepare(&out).unwrap();
-        write(&rec, &out, &[]).unwrap();
+        write(&rec, &prepare(&out).unwrap(), &[]).unwrap();
         let files = listing(&out);
         assert!(files.contains(&crate::timeseries::JSON_FILE.to_string()));
         assert!(files.contains(&crate::timeseries::CSV_FILE.to_string()));

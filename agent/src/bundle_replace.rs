@@ -7,7 +7,10 @@
 //! whose metadata.json says format `innoprof-bundle`, and which holds
 //! nothing but regular files under names innoprof writes, is replaced.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use crate::bundle::METADATA_JSON;
 use crate::bundle_read::BundleDir;
@@ -83,35 +86,82 @@ pub fn why_not_replaceable(dir: &Path) -> Option<String> {
     }
 }
 
-/// Removes a directory of innoprof's files: only regular files under names
-/// innoprof writes are unlinked (unlink never follows a link), then the
-/// directory itself. Anything else found there (put in after the check)
-/// is kept, and so is the directory, which is returned as the error.
+/// Removes a directory of innoprof's files without trusting its path past
+/// the parent: the directory is opened `O_DIRECTORY|O_NOFOLLOW` (a link
+/// swapped in, in a sticky /tmp say, is refused, not followed), must be
+/// owned by innoprof's effective user, and its entries are looked at and
+/// unlinked relative to that descriptor (`fstatat`, `unlinkat`): only
+/// regular files of innoprof's names and owner go, then the directory
+/// itself. Anything else found there (put in after the check) is kept,
+/// and so is the directory, which is returned as the error.
 pub fn remove_bundle_dir(dir: &Path) -> Result<(), RemoveError> {
     let err = |source| RemoveError {
         dir: dir.into(),
         source,
     };
-    for e in std::fs::read_dir(dir).map_err(err)? {
-        let e = e.map_err(err)?;
-        let name = e.file_name();
-        let ours = name.to_str().is_some_and(is_innoprof_file);
-        if ours && e.file_type().is_ok_and(|t| t.is_file()) {
-            match std::fs::remove_file(e.path()) {
-                Err(x) if x.kind() != std::io::ErrorKind::NotFound => return Err(err(x)),
-                _ => {}
-            }
+    let (parent, name) = parent_and_name(dir).map_err(err)?;
+    let parent = open_dir(rustix::fs::CWD, parent, OFlags::empty()).map_err(err)?;
+    let fd = open_dir(&parent, name, OFlags::NOFOLLOW).map_err(err)?;
+    let euid = rustix::process::geteuid().as_raw();
+    let owner = rustix::fs::fstat(&fd).map_err(|e| err(e.into()))?.st_uid;
+    if owner != euid {
+        return Err(err(std::io::Error::other(format!(
+            "owned by uid {owner}, not innoprof's"
+        ))));
+    }
+    remove_our_files(&fd, euid).map_err(err)?;
+    rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR).map_err(|e| err(e.into()))
+}
+
+/// Unlinks, in the directory `fd`, the regular files of innoprof's names
+/// owned by `euid`; nothing is followed.
+fn remove_our_files(fd: &OwnedFd, euid: u32) -> std::io::Result<()> {
+    let mut entries = rustix::fs::Dir::read_from(fd)?;
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !name.to_str().is_ok_and(is_innoprof_file) {
+            continue;
+        }
+        let st = match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+        if !regular || st.st_uid != euid {
+            continue;
+        }
+        match rustix::fs::unlinkat(fd, name, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
         }
     }
-    std::fs::remove_dir(dir).map_err(err)
+    Ok(())
+}
+
+fn open_dir<Fd: AsFd>(at: Fd, path: &Path, extra: OFlags) -> std::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | extra;
+    Ok(rustix::fs::openat(at, path, flags, Mode::empty())?)
+}
+
+/// `dir`'s parent (`.` for a bare name) and last component.
+fn parent_and_name(dir: &Path) -> std::io::Result<(&Path, &Path)> {
+    let name = dir
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no directory name"))?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok((parent, Path::new(name)))
 }
 
 /// Removes a temporary directory of innoprof's if `path` is one (a real
-/// directory, not a link); errors are ignored: it is only tidying.
+/// directory of innoprof's user, not a link: see [`remove_bundle_dir`]);
+/// errors are ignored: it is only tidying.
 pub fn remove_temp_dir(path: &Path) {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        let _ = remove_bundle_dir(path);
-    }
+    let _ = remove_bundle_dir(path);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,5 +227,61 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, ["thesis.csv"]);
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A temporary directory swapped for a link to another directory
+    /// (in a sticky /tmp, by its owner) is not followed: nothing there is
+    /// unlinked, innoprof-named or not.
+    #[test]
+    fn tidying_never_follows_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = root.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("summary.json"), "theirs").unwrap();
+        let tmp = root.path().join(".out.innoprof-tmp-1");
+        std::os::unix::fs::symlink(&elsewhere, &tmp).unwrap();
+        remove_temp_dir(&tmp);
+        let e = remove_bundle_dir(&tmp).unwrap_err();
+        // O_DIRECTORY|O_NOFOLLOW on a link: ENOTDIR (or ELOOP).
+        assert!(
+            matches!(e.source.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)),
+            "{e:?}"
+        );
+        assert_eq!(names(&elsewhere), ["summary.json"]);
+        assert!(std::fs::symlink_metadata(&tmp).unwrap().is_symlink());
+    }
+
+    /// Only innoprof's user's directories and files are tidied: as root,
+    /// a directory (or a file in ours) owned by another user is kept.
+    #[test]
+    fn tidying_keeps_what_another_user_owns() {
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!("skipped: needs root to chown");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let theirs = root.path().join(".a.innoprof-tmp-1");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("summary.json"), "x").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        remove_temp_dir(&theirs);
+        assert_eq!(names(&theirs), ["summary.json"]);
+
+        let ours = root.path().join(".b.innoprof-tmp-1");
+        std::fs::create_dir(&ours).unwrap();
+        std::fs::write(ours.join("summary.json"), "x").unwrap();
+        std::fs::write(ours.join("summary.txt"), "x").unwrap();
+        std::os::unix::fs::chown(ours.join("summary.txt"), Some(65534), None).unwrap();
+        assert!(remove_bundle_dir(&ours).is_err(), "kept: not empty");
+        assert_eq!(names(&ours), ["summary.txt"]);
     }
 }

@@ -252,7 +252,13 @@ impl DiffReport {
         Ok(())
     }
 
+    /// The comparison as text, with the bundles' strings (untrusted)
+    /// made printable (see [`crate::text`]).
     pub fn render(&self) -> String {
+        crate::text::printable_lines(&self.render_raw()).into_owned()
+    }
+
+    fn render_raw(&self) -> String {
         use comfy_table::presets::ASCII_MARKDOWN;
         use comfy_table::{CellAlignment, Table};
         let mut out = format!(

@@ -22,9 +22,11 @@ pub struct ServerProcess {
 
 impl std::fmt::Display for ServerProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {} ({})", self.pid, self.comm, self.exe)?;
+        // Names a target chose: control characters escaped.
+        let shown = crate::text::printable;
+        write!(f, "{} {} ({})", self.pid, shown(&self.comm), shown(&self.exe))?;
         if !self.listens.is_empty() {
-            write!(f, " {}", self.listens.join(" "))?;
+            write!(f, " {}", shown(&self.listens.join(" ")))?;
         }
         Ok(())
     }

@@ -67,6 +67,7 @@ pub mod server;
 pub mod server_state;
 pub mod symbolize;
 pub mod target;
+pub mod text;
 pub mod timeseries;
 pub mod trust;
 
@@ -82,7 +83,8 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// whose text its parent already ends with is left out. Errors of other
 /// crates do repeat their source (libbpf's `Permission denied (os error
 /// 13)` over the io::Error saying `Permission denied`), which printed
-/// "…(os error 13): Permission denied".
+/// "…(os error 13): Permission denied". Control characters are escaped
+/// (see [`text`]).
 pub fn join_causes<'a>(chain: impl Iterator<Item = &'a dyn std::error::Error>) -> String {
     let mut text = String::new();
     let mut parent = String::new();
@@ -102,7 +104,9 @@ pub fn join_causes<'a>(chain: impl Iterator<Item = &'a dyn std::error::Error>) -
         text.push_str(&said);
         parent = said;
     }
-    text
+    // Errors quote what a target or a bundle said (a probe's name, a
+    // path): never raw to a terminal or a log.
+    text::printable_lines(&text).into_owned()
 }
 
 #[cfg(test)]

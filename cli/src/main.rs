@@ -6,6 +6,7 @@ mod diff;
 mod docs;
 mod http_guard;
 mod limit_args;
+mod listen;
 mod parse;
 mod pid_arg;
 mod probe_args;
@@ -338,7 +339,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let plan = Plan::build(&opts)?;
     innoprof::own_usage::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
-    bundle::prepare(&out)?;
+    let prepared = bundle::prepare(&out)?;
     // Set when the first segment is attached: --duration counts from there.
     let mut deadline: Option<tokio::time::Instant> = None;
     let mut segments = Vec::new();
@@ -358,7 +359,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         };
         eprintln!(
             "innoprof: --follow: waiting for the server in {} to start again",
-            instance.datadir.display()
+            innoprof::text::printable(&instance.datadir.to_string_lossy())
         );
         let down = std::time::Instant::now();
         let until = deadline.expect("set by the first segment");
@@ -366,7 +367,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             Some(next) => {
                 eprintln!(
                     "innoprof: the server in {} is back as pid {} after {:.1} s down",
-                    instance.datadir.display(),
+                    innoprof::text::printable(&instance.datadir.to_string_lossy()),
                     next.target.pid,
                     down.elapsed().as_secs_f64()
                 );
@@ -386,7 +387,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let written = match bundle::write(&recording, &out, &argv) {
+    let written = match bundle::write(&recording, &prepared, &argv) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("innoprof: error: {}", innoprof::error_chain(&e));
@@ -510,12 +511,12 @@ async fn record_segment(
         None => "no uprobes".to_string(),
     };
     for note in &recorder.plan().image.notes {
-        eprintln!("innoprof: note: {note}");
+        eprintln!("innoprof: note: {}", innoprof::text::printable(note));
     }
     let left = deadline_at.saturating_duration_since(tokio::time::Instant::now());
     eprintln!(
         "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
-        target.exe.display(),
+        innoprof::text::printable(&target.exe.to_string_lossy()),
         target.pid,
         recorder.plan().server,
         // Whole seconds (the first segment's is --duration itself).

@@ -8,12 +8,12 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -27,10 +27,10 @@ use innoprof::export::prometheus::{
 use innoprof::live::LiveView;
 use innoprof::record::{Plan, RecordOptions, Recorder};
 use innoprof::target::{Liveness, Target};
-use tokio::net::TcpListener;
 
 use crate::clock::{Clock, Event, Signals};
-use crate::http_guard::{ConnectionGuard, DEFAULT_MAX_CONNECTIONS};
+use crate::http_guard::{ConnectionGuard, Limits, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_PEER};
+use crate::listen::{AuthToken, ListenAddr, Listener};
 use crate::pid_arg::PidArg;
 use crate::probe_args::ProbeArgs;
 use crate::EXIT_TARGET_EXITED;
@@ -44,9 +44,11 @@ pub struct ServeArgs {
     /// its own --max-overhead budget; every series is labelled server="DATADIR".
     #[arg(long, conflicts_with_all = ["pid", "force", "exit_with_target", "mysql_socket"])]
     pub all: bool,
-    /// Address for the /metrics endpoint.
-    #[arg(long, default_value = "127.0.0.1:9707")]
-    pub listen: SocketAddr,
+    /// Address to serve on: HOST:PORT, or unix:PATH for a unix socket created mode 0600,
+    /// owned by root (each local user reaches a loopback port; a unix socket only whom
+    /// root lets in, each known by uid).
+    #[arg(long, default_value = "127.0.0.1:9707", value_parser = crate::listen::parse_listen)]
+    pub listen: ListenAddr,
     /// Allow a --listen address that is not loopback.
     #[arg(long)]
     pub listen_any: bool,
@@ -63,12 +65,27 @@ pub struct ServeArgs {
     /// innoprof_probe_attached_seconds_total says how long that was.
     #[arg(long, default_value = "1", value_parser = crate::parse_budget)]
     pub max_overhead: crate::Budget,
-    /// HTTP connections served at once; more are answered 503 and closed.
-    /// Each client must send its request headers within 5 s and is closed
-    /// after 30 s without traffic.
+    /// HTTP connections served at once. Past it (or past --max-connections-per-peer) a
+    /// new client is served and the longest idle connection of the peer holding most is
+    /// closed; only when all are answering is it refused (503). Each client must send its
+    /// request headers within 2 s and complete a request within 10 s.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_connections: u32,
+    /// HTTP connections one peer holds at once: a TCP peer by address (every local user is
+    /// 127.0.0.1), a unix socket peer by uid.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PER_PEER,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_connections_per_peer: u32,
+    /// Require `Authorization: Bearer TOKEN` on /debug/pprof/* and /findings, TOKEN being
+    /// this file's first line: a regular file of root's that others cannot read (chmod 600).
+    /// /metrics stays open (Prometheus scrapes it).
+    #[arg(long, value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Serve the statements quoted in /findings as the server reported them. By default
+    /// their literals are replaced by `?` (they may be data the reader has no right to).
+    #[arg(long)]
+    pub raw_statements: bool,
     /// Evaluate the findings rules over windows of this length and export them as
     /// innoprof_finding{rule,severity} (1 while the last window raised it), whole at /findings.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::parse_interval)]
@@ -174,7 +191,7 @@ impl Setup {
         eprintln!(
             "innoprof: attached {} uprobes to {} (pid {}, {})",
             run.recorder.attached_links(),
-            target.exe.display(),
+            shown(&target.exe),
             target.pid,
             run.recorder.plan().server,
         );
@@ -345,13 +362,14 @@ impl Watched {
                 "innoprof: pid {} exited; probes detached; waiting for the server in {} to \
                  start again",
                 self.target.pid,
-                f.instance.datadir.display()
+                shown(&f.instance.datadir)
             );
         }
     }
 
-    /// Evaluates the findings rules over the window since the last call.
-    fn findings_window(&mut self) {
+    /// Evaluates the findings rules over the window since the last call;
+    /// statements are fingerprinted unless `raw_statements`.
+    fn findings_window(&mut self, raw_statements: bool) {
         let Some(Run { recorder, view, .. }) = &mut self.run else {
             return;
         };
@@ -362,7 +380,13 @@ impl Watched {
                     view.probes(),
                     &before,
                     &now,
-                    self.state.as_ref().and_then(|s| s.latest()),
+                    self.state.as_ref().and_then(|s| s.latest()).map(|state| {
+                        if raw_statements {
+                            state
+                        } else {
+                            state.fingerprinted()
+                        }
+                    }),
                 );
                 self.exporter.set_findings(&window.findings);
                 self.findings = window.findings;
@@ -546,6 +570,18 @@ async fn pprof_waits(live: Shared, query: Option<&str>) -> Response<Full<Bytes>>
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// The answer to a request for a token-protected path without the token.
+fn unauthorized() -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::UNAUTHORIZED)
+        .header("Content-Type", TEXT)
+        .header("WWW-Authenticate", "Bearer realm=\"innoprof\"")
+        .body(Full::new(Bytes::from(
+            "this path needs `Authorization: Bearer TOKEN` (serve --auth-token-file)\n",
+        )))
+        .expect("static response parts")
+}
+
 fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
@@ -611,7 +647,13 @@ type Shared = Rc<RefCell<Live>>;
 
 pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     // Before anything else: a refused address must cost nothing.
-    check_listen_address(args.listen, args.listen_any)?;
+    if let ListenAddr::Tcp(addr) = &args.listen {
+        check_listen_address(*addr, args.listen_any)?;
+    }
+    let auth = match &args.auth_token_file {
+        Some(path) => Some(Rc::new(AuthToken::read(path)?)),
+        None => None,
+    };
     tune_allocator();
     let mut signals = Signals::install()?;
     let mut notifier = args.ready.notifier()?;
@@ -649,9 +691,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         Some(args.pid.resolve()?)
     };
     // Bound before attaching: a busy port fails with nothing attached.
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (choose another --listen)", args.listen))?;
+    let listener = Listener::bind(&args.listen).await?;
     let mut servers = Vec::new();
     if let Some(pid) = first {
         servers.push(setup.watch(pid, !args.exit_with_target)?);
@@ -668,10 +708,13 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     if args.all {
         discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
     }
-    let listening = listener.local_addr().unwrap_or(args.listen);
-    eprintln!("innoprof: serving http://{listening}/metrics");
+    let listening = listener.local(&args.listen);
+    match &args.listen {
+        ListenAddr::Tcp(_) => eprintln!("innoprof: serving http://{listening}/metrics"),
+        ListenAddr::Unix(_) => eprintln!("innoprof: serving /metrics on {listening}"),
+    }
     let ready = innoprof::ready::Ready::serve(
-        listening.to_string(),
+        listening,
         live.borrow()
             .servers
             .iter()
@@ -695,7 +738,10 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         clock = clock.every(Duty::Discover, DISCOVER_EVERY);
     }
     let mut clock = clock.alive_check(Duty::AliveCheck);
-    let guard = ConnectionGuard::new(args.max_connections as usize);
+    let guard = ConnectionGuard::new(Limits {
+        max: args.max_connections as usize,
+        per_peer: args.max_connections_per_peer as usize,
+    });
     // Set while accepting is paused after an error.
     let mut accept_again: Option<tokio::time::Instant> = None;
     // Local failures are said once per streak, not every 100 ms.
@@ -704,10 +750,18 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         let resume = accept_again.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             accepted = listener.accept(), if accept_again.is_none() => match accepted {
-                Ok((stream, _)) => {
+                Ok(accepted) => {
                     accept_failing = false;
-                    let live = live.clone();
-                    guard.handle(stream, service_fn(move |req| respond(live.clone(), req)));
+                    let (live, auth) = (live.clone(), auth.clone());
+                    guard.handle(
+                        accepted.stream,
+                        accepted.peer,
+                        service_fn(move |req| respond(live.clone(), auth.clone(), req)),
+                    );
+                    // Let the connection read its request before the next
+                    // accept: a flood of new ones must not close it (see
+                    // http_guard) before it had its turn.
+                    tokio::task::yield_now().await;
                 }
                 // EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED: all pass;
                 // none is a reason to stop serving.
@@ -731,7 +785,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
                 }
                 Event::Due(Duty::Findings) => {
                     for w in &mut live.borrow_mut().servers {
-                        w.findings_window();
+                        w.findings_window(args.raw_statements);
                     }
                     release_freed_memory();
                 }
@@ -855,7 +909,7 @@ fn discover_new(
                 unattachable.remove(&instance.key);
                 eprintln!(
                     "innoprof: watching the server in {}",
-                    instance.datadir.display()
+                    shown(&instance.datadir)
                 );
                 servers.push(w);
             }
@@ -864,7 +918,7 @@ fn discover_new(
                 if unattachable.get(&instance.key) != Some(&why) {
                     eprintln!(
                         "innoprof: cannot attach to {process} ({}): {why}; retrying",
-                        instance.datadir.display()
+                        shown(&instance.datadir)
                     );
                     unattachable.insert(instance.key, why);
                 }
@@ -924,11 +978,11 @@ impl Follower {
                 eprintln!(
                     "innoprof: the server in {} is back as pid {} after {:.1} s down; attached {} \
                      uprobes to {} ({})",
-                    self.instance.datadir.display(),
+                    shown(&self.instance.datadir),
                     target.pid,
                     down.as_secs_f64(),
                     run.recorder.attached_links(),
-                    target.exe.display(),
+                    shown(&target.exe),
                     run.recorder.plan().server,
                 );
                 Some(run)
@@ -953,8 +1007,15 @@ impl Follower {
 
 async fn respond(
     live: Shared,
+    auth: Option<Rc<AuthToken>>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(token) = auth.filter(|_| crate::listen::needs_token(req.uri().path())) {
+        let given = req.headers().get(hyper::header::AUTHORIZATION);
+        if !token.admits(given.map(|v| v.as_bytes())) {
+            return Ok(unauthorized());
+        }
+    }
     if req.method() == Method::GET && req.uri().path() == "/debug/pprof/profile" {
         return Ok(pprof_profile(live, req.uri().query()).await);
     }
@@ -1013,4 +1074,10 @@ async fn respond(
         ),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: see /metrics\n"),
     })
+}
+
+/// A path a target chose (its executable, its datadir), for a line on
+/// stderr: control characters escaped.
+fn shown(p: &std::path::Path) -> String {
+    innoprof::text::printable(&p.to_string_lossy()).into_owned()
 }

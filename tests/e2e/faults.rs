@@ -127,12 +127,9 @@ fn output_disk_full_during_recording() {
         "{line}"
     );
     assert_table_has_calls(&stdout, A + B);
-    let leftovers: Vec<_> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with("tmp~"))
-        .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // No OUT at all (it is renamed into place whole, never made empty
+    // first), so no half-written file in it either.
+    assert!(!out.exists(), "an output directory was left behind");
     // Nor the hidden directory the bundle was being written into.
     let hidden: Vec<_> = std::fs::read_dir(fs.path())
         .unwrap()
@@ -143,13 +140,50 @@ fn output_disk_full_during_recording() {
     assert_nothing_left_behind("disk full");
 }
 
-/// The output directory is removed during the recording: innoprof does not
-/// recreate it behind the user's back; it says so and exits 4.
+/// A recording killed with SIGKILL before it wrote anything leaves no
+/// output directory (empty or not) and no hidden one beside it.
+#[test]
+fn killed_recording_leaves_no_output_directory() {
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let fx = Fixture::spawn(&fixture_binary(false), [A, B, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start_to(
+        &[
+            "--pid",
+            &pid,
+            "--force",
+            "--no-cpu",
+            "--duration",
+            "30s",
+            "--probe",
+            "fixture_counted",
+        ],
+        &out,
+    );
+    rec.wait_attached();
+    rec.signal(libc::SIGKILL);
+    let (code, _, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, None, "killed: {}", rec.stderr());
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert_nothing_left_behind("kill -9 before writing");
+}
+
+/// The output directory (made empty before the recording) is removed
+/// during the recording: innoprof does not recreate it behind the user's
+/// back; it says so and exits 4.
 #[test]
 fn output_dir_removed_during_recording() {
     let _k = kernel_lock();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
     let (code, stdout, stderr) =
         record_fixture_into(&out, || std::fs::remove_dir_all(&out).unwrap());
     assert_eq!(code, Some(4), "{stderr}");

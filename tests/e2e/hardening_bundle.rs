@@ -375,3 +375,52 @@ fn out_on_innoprofs_own_earlier_bundle_is_replaced() {
     assert!(hidden.is_empty(), "temporary directories left: {hidden:?}");
     assert!(root.path().join("incident.tar.gz").is_file());
 }
+
+/// A probe name, comm and binary path in a bundle that would retitle and
+/// clear root's terminal (`ESC ]2;… BEL`, `ESC [2J`) reach it escaped
+/// through `report` (stdout and summary.txt), `top DIR` and `diff`: no raw
+/// control byte, the escaped text shown instead.
+#[test]
+fn terminal_sequences_in_a_bundle_are_shown_escaped() {
+    let evil = "evil\u{1b}]2;PWNED-TITLE\u{7}\u{1b}[2J\u{9b}";
+    let root = tempfile::tempdir().unwrap();
+    let b = copy_bundle(root.path(), "hostile");
+    let path = b.join("summary.json");
+    let mut summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    summary["probes"][0]["name"] = evil.into();
+    summary["target"]["comm"] = evil.into();
+    summary["target"]["binary"] = format!("/tmp/{evil}/mysqld").into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&summary).unwrap()).unwrap();
+    let raw_control = |what: &str, bytes: &[u8]| {
+        let text = String::from_utf8_lossy(bytes);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{what} holds a raw control character: {text:?}"
+        );
+        assert!(
+            text.contains("evil\\x1b]2;PWNED-TITLE\\x07\\x1b[2J\\u{9b}"),
+            "{what}: {text}"
+        );
+    };
+    let o = report(&b);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    raw_control("report's stdout", &o.stdout);
+    raw_control(
+        "summary.txt",
+        &std::fs::read(b.join("summary.txt")).unwrap(),
+    );
+    let o = run_bounded(&[Path::new("top"), &b]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    raw_control("top DIR", &o.stdout);
+    let out = root.path().join("diff-out");
+    let o = diff(&copy_bundle(root.path(), "base"), &b, &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for stream in [&o.stdout, &o.stderr] {
+        let text = String::from_utf8_lossy(stream);
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "diff: {text:?}"
+        );
+    }
+}

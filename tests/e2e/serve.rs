@@ -466,17 +466,36 @@ fn closed_by_server(s: &mut std::net::TcpStream, deadline: Instant) -> bool {
 }
 
 /// 500 sockets that never send a request (slowloris) are each closed once
-/// the 5 s header deadline passes, not before; a real scrape is answered
+/// the 2 s header deadline passes, not before; a real scrape is answered
 /// while they are held.
 #[test]
 fn serve_closes_silent_sockets_and_answers_meanwhile() {
     let _k = kernel_lock();
-    // A bound above 500: this is about the deadline, not the bound.
-    let (fx, mut serve) = serve_parked_fixture(&[], &["--max-connections", "600"]);
+    // Bounds above 500: this is about the deadline, not the bounds.
+    let (fx, mut serve) = serve_parked_fixture(
+        &[],
+        &[
+            "--max-connections",
+            "600",
+            "--max-connections-per-peer",
+            "600",
+        ],
+    );
+    let port = serve.port;
     let opened = Instant::now();
-    let mut silent: Vec<std::net::TcpStream> = (0..500)
-        .map(|_| std::net::TcpStream::connect(("127.0.0.1", serve.port)).unwrap())
-        .collect();
+    let connect = move || std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut first = connect();
+    // The other 499 meanwhile (slow on a busy machine).
+    let others = std::thread::spawn(move || (1..500).map(|_| connect()).collect::<Vec<_>>());
+    // Still open well inside the deadline (2 s from its accept, which is
+    // after `opened`).
+    assert!(
+        !closed_by_server(&mut first, opened + Duration::from_millis(1500)),
+        "closed after {:?}",
+        opened.elapsed()
+    );
+    let mut silent = vec![first];
+    silent.extend(others.join().unwrap());
     let samples = metric_samples(&serve.scrape());
     assert!(
         samples
@@ -484,16 +503,14 @@ fn serve_closes_silent_sockets_and_answers_meanwhile() {
             .any(|s| s.name == "innoprof_probe_calls_total"),
         "scrape while 500 sockets are held"
     );
+    // The last socket is still held: the scrape was answered while they
+    // all were (on a busy machine, accepting 500 takes a while).
     assert!(
-        opened.elapsed() < Duration::from_secs(4),
-        "the scrape came after the deadline: proves nothing"
+        !closed_by_server(&mut silent[499], Instant::now() + Duration::from_millis(10)),
+        "the scrape came after the deadline: proves nothing ({:?})",
+        opened.elapsed()
     );
-    // Still open well inside the deadline.
-    assert!(!closed_by_server(
-        &mut silent[0],
-        opened + Duration::from_secs(3)
-    ));
-    let deadline = opened + Duration::from_secs(9);
+    let deadline = opened + Duration::from_secs(8);
     for (i, s) in silent.iter_mut().enumerate() {
         assert!(
             closed_by_server(s, deadline),
@@ -502,7 +519,7 @@ fn serve_closes_silent_sockets_and_answers_meanwhile() {
         );
     }
     assert!(
-        opened.elapsed() >= Duration::from_millis(4900),
+        opened.elapsed() >= Duration::from_millis(1900),
         "{:?}",
         opened.elapsed()
     );
@@ -516,24 +533,26 @@ fn serve_closes_silent_sockets_and_answers_meanwhile() {
     assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
 }
 
-/// Past `--max-connections`, a client is answered 503 and closed; serve
-/// goes on, and serves again once the held connections go.
+/// Past `--max-connections`, a new client is served and the longest idle
+/// connection closed to make room; only when every connection is busy
+/// answering is a client answered 503.
 #[test]
-fn serve_answers_503_past_its_connection_bound() {
+fn serve_makes_room_past_its_connection_bound() {
     let _k = kernel_lock();
     let (fx, mut serve) = serve_parked_fixture(&[], &["--max-connections", "4"]);
-    let held: Vec<std::net::TcpStream> = (0..4)
-        .map(|_| std::net::TcpStream::connect(("127.0.0.1", serve.port)).unwrap())
-        .collect();
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", serve.port)).unwrap();
+    let mut held: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
     std::thread::sleep(Duration::from_millis(300));
-    for _ in 0..10 {
-        let (status, body) = http_get(serve.port, "/metrics").unwrap();
-        assert_eq!(status, 503, "{body}");
-        assert!(body.contains("--max-connections"), "{body}");
+    // Four newer silent ones: each closes the longest idle.
+    let newer: Vec<std::net::TcpStream> = (0..4).map(|_| connect()).collect();
+    let (status, body) = http_get(serve.port, "/metrics").unwrap();
+    assert_eq!(status, 200, "{body}");
+    // Well before the 2 s header deadline: closed to make room.
+    let soon = Instant::now() + Duration::from_millis(500);
+    for (i, s) in held.iter_mut().enumerate() {
+        assert!(closed_by_server(s, soon), "held socket {i} still open");
     }
-    drop(held);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(serve.scrape().contains("innoprof_target_info"));
+    drop((held, newer));
     assert!(
         serve.child.try_wait().unwrap().is_none(),
         "{}",
@@ -541,6 +560,201 @@ fn serve_answers_503_past_its_connection_bound() {
     );
     fx.exit();
     assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+
+    // One connection, busy with a 3 s profile: a scrape is refused.
+    let (fx, mut serve) = serve_parked_fixture(&[], &["--max-connections", "1"]);
+    let port = serve.port;
+    let profile =
+        std::thread::spawn(move || http_get_bytes(port, "/debug/pprof/profile?seconds=3").0);
+    std::thread::sleep(Duration::from_millis(800));
+    let (status, body) = http_get(serve.port, "/metrics").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("--max-connections"), "{body}");
+    assert_eq!(profile.join().unwrap(), 200);
+    assert!(serve.scrape().contains("innoprof_target_info"));
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
+/// A slowloris attacker: `n` sockets each trickling a request's headers
+/// one byte at a time and never finishing them, each reopened as soon as
+/// serve closes it, until `stop`.
+fn slowloris(port: u16, n: usize, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> usize {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let header = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    let filler = b"X-Slow: aaaaaaaaaaaaaaaa\r\n";
+    let open = || {
+        let s = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::from_millis(500),
+        )
+        .ok()?;
+        s.set_nonblocking(true).ok()?;
+        Some((s, 0usize))
+    };
+    let mut socks: Vec<Option<(std::net::TcpStream, usize)>> = (0..n).map(|_| open()).collect();
+    let mut opened = n;
+    while !stop.load(Ordering::Relaxed) {
+        for slot in socks.iter_mut() {
+            let alive = slot.as_mut().is_some_and(|(s, sent)| {
+                let byte = match header.get(*sent) {
+                    Some(&b) => b,
+                    None => filler[(*sent - header.len()) % filler.len()],
+                };
+                let mut buf = [0u8; 256];
+                let closed = match s.read(&mut buf) {
+                    Ok(n) => n == 0,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                };
+                *sent += 1;
+                !closed && s.write(&[byte]).is_ok()
+            });
+            if !alive {
+                *slot = open();
+                opened += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    opened
+}
+
+/// One local user's slowloris (300 sockets trickling headers, reopened
+/// when closed) does not starve the scrapes: of ~40 scrapes every 0.5 s
+/// during the attack, at least 95 % are answered within 2 s. (Before the
+/// per-peer bound and making room: 5 of 44.)
+#[test]
+fn serve_answers_scrapes_during_a_slowloris_attack() {
+    let _k = kernel_lock();
+    let (fx, mut serve) = serve_parked_fixture(&[], &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attacker = {
+        let (port, stop) = (serve.port, stop.clone());
+        std::thread::spawn(move || slowloris(port, 300, stop))
+    };
+    // The attack takes hold before the first scrape.
+    std::thread::sleep(Duration::from_secs(3));
+    let (mut asked, mut answered) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let started = Instant::now();
+        asked += 1;
+        let scraped = (|| {
+            let mut s = std::net::TcpStream::connect_timeout(
+                &std::net::SocketAddr::from(([127, 0, 0, 1], serve.port)),
+                Duration::from_secs(2),
+            )?;
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            s.set_write_timeout(Some(Duration::from_secs(2)))?;
+            request_over(&mut s, "/metrics", &[])
+        })();
+        if matches!(&scraped, Ok((200, body)) if body.contains("innoprof_target_info")) {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(500).saturating_sub(started.elapsed()));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reopened = attacker.join().unwrap();
+    eprintln!(
+        "slowloris: {answered} of {asked} scrapes answered; attacker opened {reopened} sockets"
+    );
+    assert!(
+        reopened > 300,
+        "the attacker's sockets were never closed: proves nothing"
+    );
+    assert!(
+        answered * 100 >= asked * 95,
+        "{answered} of {asked} scrapes answered during the attack"
+    );
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "{}",
+        serve.stderr()
+    );
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
+/// `--auth-token-file`: /debug/pprof/* and /findings need the bearer
+/// token, /metrics does not; a token file others can read is refused.
+#[test]
+fn serve_requires_the_token_for_profiles_and_findings() {
+    use std::os::unix::fs::PermissionsExt;
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cr3t-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let fx = Fixture::spawn(&fixture_binary(false), [0, 0, 0, 0, 0]);
+    let refused = std::process::Command::new(innoprof())
+        .args([
+            "serve",
+            "--pid",
+            &fx.pid.to_string(),
+            "--force",
+            "--auth-token-file",
+        ])
+        .arg(&token_file)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    fx.exit();
+
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = token_file.to_str().unwrap();
+    let (fx, mut serve) = serve_parked_fixture(&[], &["--auth-token-file", file]);
+    let good = "Authorization: Bearer s3cr3t-token-0123456789";
+    let bad = "Authorization: Bearer s3cr3t-token-0123456788";
+    for path in [
+        "/findings",
+        "/debug/pprof/profile?seconds=1",
+        "/debug/pprof/waits?seconds=1",
+    ] {
+        for headers in [&[][..], &[bad][..]] {
+            let (status, body) = http_get_with(serve.port, path, headers).unwrap();
+            assert_eq!(status, 401, "{path} {headers:?}: {body}");
+        }
+    }
+    let (status, body) = http_get_with(serve.port, "/findings", &[good]).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http_get_with(serve.port, "/debug/pprof/findings-none", &[good]).unwrap();
+    assert_eq!(status, 404, "past the token: {body}");
+    // Prometheus scrapes without it.
+    assert!(serve.scrape().contains("innoprof_target_info"));
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
+/// `--listen unix:PATH`: a socket root alone may use (0600), served as
+/// TCP is; removed when serve exits.
+#[test]
+fn serve_listens_on_a_root_only_unix_socket() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("innoprof.sock");
+    let fx = Fixture::spawn(&fixture_binary(false), [0, 0, 0, 0, 0]);
+    let pid = fx.pid.to_string();
+    let mut serve = Serve::start_unix(
+        &path,
+        &["--pid", &pid, "--force", "--probe", "fixture_counted"],
+    );
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.mode() & 0o777, 0o600, "{:o}", meta.mode());
+    assert_eq!(meta.uid(), 0);
+    let s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (status, body) = request_over(s, "/metrics", &[]).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("innoprof_target_info"), "{body}");
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+    assert!(!path.exists(), "the socket outlived serve");
 }
 
 /// Under systemd (`Type=notify`): READY=1 to NOTIFY_SOCKET, with

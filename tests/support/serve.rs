@@ -35,6 +35,36 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body.to_string()))
 }
 
+/// As [`http_get`], with extra request header lines (`Name: value`).
+pub fn http_get_with(port: u16, path: &str, headers: &[&str]) -> std::io::Result<(u16, String)> {
+    let s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    request_over(s, path, headers)
+}
+
+/// `GET path` over a connected stream (TCP or unix): (status, body).
+pub fn request_over<S: std::io::Read + std::io::Write>(
+    mut s: S,
+    path: &str,
+    headers: &[&str],
+) -> std::io::Result<(u16, String)> {
+    let mut head = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes())?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
 /// Percent-encodes a query-string value (PromQL has spaces, braces, quotes).
 pub fn url_encode(s: &str) -> String {
     s.bytes()
@@ -67,9 +97,18 @@ impl Serve {
 
     /// As `start`, run through `wrapper` (e.g. `prlimit --nofile=64`).
     pub fn start_under(wrapper: &[&str], args: &[&str]) -> Self {
+        let port = free_port();
+        Self::start_listening(wrapper, args, &format!("127.0.0.1:{port}"), port)
+    }
+
+    /// As `start`, listening on the unix socket `path` (`port` is 0).
+    pub fn start_unix(path: &std::path::Path, args: &[&str]) -> Self {
+        Self::start_listening(&[], args, &format!("unix:{}", path.display()), 0)
+    }
+
+    fn start_listening(wrapper: &[&str], args: &[&str], listen: &str, port: u16) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let stderr_path = dir.path().join("stderr.txt");
-        let port = free_port();
         let governor: &[&str] = if args.contains(&"--max-overhead") {
             &[]
         } else {
@@ -85,7 +124,7 @@ impl Serve {
             .args(args)
             .args(governor)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(listen)
             .args(["--ready-fd", &READY_FD.to_string()])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr_path).unwrap())
@@ -93,10 +132,7 @@ impl Serve {
             .unwrap();
         drop(cmd);
         let ready = pipe.wait(&mut child, &stderr_path);
-        assert_eq!(
-            ready.listen.as_deref(),
-            Some(format!("127.0.0.1:{port}").as_str())
-        );
+        assert_eq!(ready.listen.as_deref(), Some(listen));
         Self {
             child,
             port,

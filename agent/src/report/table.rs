@@ -40,7 +40,15 @@ pub fn segments_line(summary: &Summary) -> Option<String> {
     ))
 }
 
+/// summary.txt and `innoprof report`'s text. The summary came from a
+/// target or from a bundle (untrusted): control characters in a probe,
+/// frame or statement are escaped as the whole text is, its own line
+/// breaks kept (see [`crate::text`]).
 pub fn render(summary: &Summary) -> String {
+    crate::text::printable_lines(&render_raw(summary)).into_owned()
+}
+
+fn render_raw(summary: &Summary) -> String {
     let mut out = format!(
         "innoprof: {} pid {} ({}), {:.1}s, {}\n",
         summary.target.server,

@@ -237,6 +237,23 @@ pub struct ServerState {
 }
 
 impl ServerState {
+    /// This state with every transaction's statement fingerprinted
+    /// (literals replaced by `?`, see [`crate::text::fingerprint`]), and
+    /// SHOW ENGINE INNODB STATUS (which quotes statements) dropped: for
+    /// readers who may not see the data a statement carries (`serve`'s
+    /// /findings, open to every local user).
+    pub fn fingerprinted(mut self) -> Self {
+        for snapshot in [&mut self.start, &mut self.end].into_iter().flatten() {
+            for t in &mut snapshot.transactions {
+                if let Some(q) = &mut t.query {
+                    *q = crate::text::fingerprint(q);
+                }
+            }
+            snapshot.innodb_status = None;
+        }
+        self
+    }
+
     /// The end snapshot, else the start one.
     pub fn latest(&self) -> Option<&Snapshot> {
         self.end.as_ref().or(self.start.as_ref())
@@ -1007,6 +1024,43 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// What /findings serves by default: the statement's shape, not its
+    /// literals, and no InnoDB status (which quotes statements raw).
+    #[test]
+    fn fingerprinted_state_keeps_no_literal() {
+        let trx = Transaction {
+            trx_id: "421".into(),
+            state: "RUNNING".into(),
+            started: String::new(),
+            age_s: 37,
+            isolation: None,
+            rows_locked: None,
+            rows_modified: None,
+            connection: Some(9),
+            user: None,
+            host: None,
+            db: None,
+            command: Some("Query".into()),
+            query: Some("UPDATE users SET password='hunter2' WHERE id=42".into()),
+            read_view: true,
+        };
+        let state = ServerState {
+            end: Some(Snapshot {
+                transactions: vec![trx],
+                innodb_status: Some("---TRANSACTION 421 ... hunter2".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let served = state.fingerprinted();
+        let end = served.end.unwrap();
+        assert_eq!(
+            end.transactions[0].query.as_deref(),
+            Some("UPDATE users SET password=? WHERE id=?")
+        );
+        assert_eq!(end.innodb_status, None);
     }
 
     /// A capture that does not finish in time is given up, not waited for.

@@ -143,7 +143,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     eprintln!(
         "innoprof: attached {} uprobes and the CPU profiler to {} (pid {}, {})",
         recorder.attached_links(),
-        target.exe.display(),
+        innoprof::text::printable(&target.exe.to_string_lossy()),
         target.pid,
         recorder.plan().server,
     );

@@ -97,8 +97,13 @@ pub fn site_row(r: &WaitRow) -> [String; 4] {
 }
 
 /// All tables of a frame, sorted by `sort`; `cpu_rows`: rows of the
-/// on-CPU table.
+/// on-CPU table. Names came from the target or a bundle: control
+/// characters are escaped (see [`innoprof::text`]).
 pub fn render(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> String {
+    innoprof::text::printable_lines(&render_raw(title, frame, sort, cpu_rows)).into_owned()
+}
+
+fn render_raw(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{title}");
     let _ = writeln!(out, "{}", spend(&frame.spend));
