@@ -313,10 +313,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         capture_stacks: !args.no_stacks,
         stack_interval: args.stack_interval,
         cpu: (!args.no_cpu).then(|| args.cpu.options()),
-        governor: args
-            .max_overhead
-            .governor()
-            .map(|g| g.with_interval(args.interval)),
+        governor: args.max_overhead.governor(),
         limits: args.limits.limits(),
         recalibrate: args.recalibrate,
         calibrator: crate::own_calibrator(),
