@@ -268,7 +268,9 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     // A wrong password, from an option file as a DBA keeps one (0600).
     let cnf = other.path().join("wrong.cnf");
-    std::fs::write(&cnf, "[client]\nuser=root\npassword=\"not root's\"\n").unwrap();
+    // Not root: root over the socket is tried without a password first,
+    // which the test servers let in.
+    std::fs::write(&cnf, "[client]\nuser=innoprof_nobody\npassword=\"wrong\"\n").unwrap();
     std::fs::set_permissions(&cnf, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let pid = server.pid.to_string();
     for (args, said) in [
@@ -278,7 +280,7 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
         ),
         (
             vec!["--mysql-defaults-file", cnf.to_str().unwrap()],
-            "logging in as root on ".to_string(),
+            "logging in as innoprof_nobody on ".to_string(),
         ),
     ] {
         let mut full = vec!["--pid", &pid, "--duration", "1s", "--probes", "none"];
