@@ -24,7 +24,13 @@ impl std::fmt::Display for ServerProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Names a target chose: control characters escaped.
         let shown = crate::text::printable;
-        write!(f, "{} {} ({})", self.pid, shown(&self.comm), shown(&self.exe))?;
+        write!(
+            f,
+            "{} {} ({})",
+            self.pid,
+            shown(&self.comm),
+            shown(&self.exe)
+        )?;
         if !self.listens.is_empty() {
             write!(f, " {}", shown(&self.listens.join(" ")))?;
         }
