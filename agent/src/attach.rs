@@ -168,6 +168,12 @@ struct LinkGroup {
     probe: usize,
     slots: Vec<SlotId>,
     links: Vec<(&'static str, Link)>,
+    /// Batches of this group's links handed to the detach thread and not
+    /// yet detached. A group is not re-attached while any is pending: the
+    /// old and the new links would both run the programs on every hit (a
+    /// count probe counted twice), which spread windows a second apart
+    /// under a slow detach (~1 s on a loaded host) would otherwise hit.
+    pending: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 pub struct Session {
@@ -193,23 +199,33 @@ pub struct Session {
 /// waits for an RCU grace period, which the governor's loop must not.
 /// It also times each batch, from its hand-over to its last detach: the
 /// governor plans with how long its switch-offs take to end the hits.
+/// What the detach thread is handed: when, the links, and the counters of
+/// their groups' pending batches, decremented once detached.
+type ReapBatch = (
+    std::time::Instant,
+    Vec<(&'static str, Link)>,
+    Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+);
+
 struct Reaper {
-    tx: std::sync::mpsc::Sender<(std::time::Instant, Vec<(&'static str, Link)>)>,
+    tx: std::sync::mpsc::Sender<ReapBatch>,
     thread: std::thread::JoinHandle<()>,
     took: std::sync::Arc<std::sync::Mutex<Vec<std::time::Duration>>>,
 }
 
 impl Reaper {
     fn spawn() -> Option<Self> {
-        let (tx, rx) =
-            std::sync::mpsc::channel::<(std::time::Instant, Vec<(&'static str, Link)>)>();
+        let (tx, rx) = std::sync::mpsc::channel::<ReapBatch>();
         let took = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let times = std::sync::Arc::clone(&took);
         let thread = std::thread::Builder::new()
             .name("innoprof-detach".into())
             .spawn(move || {
-                for (handed, batch) in rx {
+                for (handed, batch, pending) in rx {
                     drop_concurrently(batch);
+                    for p in pending {
+                        p.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    }
                     if let Ok(mut t) = times.lock() {
                         t.push(handed.elapsed());
                     }
@@ -363,6 +379,7 @@ impl Session {
                             probe,
                             slots: attached,
                             links,
+                            pending: Default::default(),
                         });
                     }
                 }
@@ -662,7 +679,7 @@ impl Session {
             return;
         }
         self.set_enabled(slots, false);
-        let off = self.take_links(slots);
+        let (off, pending) = self.take_links(slots);
         if off.is_empty() {
             return;
         }
@@ -670,14 +687,33 @@ impl Session {
         if self.reaper.is_none() {
             self.reaper = Reaper::spawn();
         }
+        let done = |pending: &[std::sync::Arc<std::sync::atomic::AtomicU32>]| {
+            for p in pending {
+                p.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        };
         match &self.reaper {
             Some(r) => {
-                if let Err(unsent) = r.tx.send((std::time::Instant::now(), off)) {
-                    drop(unsent.0);
+                if let Err(unsent) = r.tx.send((std::time::Instant::now(), off, pending)) {
+                    let (_, links, pending) = unsent.0;
+                    drop(links);
+                    done(&pending);
                 }
             }
-            None => drop_concurrently(off),
+            None => {
+                drop_concurrently(off);
+                done(&pending);
+            }
         }
+    }
+
+    /// Whether any of `slots`' groups still has links being detached (it
+    /// is not re-attached until they are: see [`LinkGroup::pending`]).
+    pub fn detaching(&self, slots: &[SlotId]) -> bool {
+        self.groups.iter().any(|g| {
+            g.slots.iter().any(|s| slots.contains(s))
+                && g.pending.load(std::sync::atomic::Ordering::Acquire) > 0
+        })
     }
 
     /// How long each switch-off handed to the detach thread since the
@@ -689,18 +725,29 @@ impl Session {
             .unwrap_or_default()
     }
 
-    /// The links of every group holding one of `slots`, returns first.
-    fn take_links(&mut self, slots: &[SlotId]) -> Vec<(&'static str, Link)> {
+    /// The links of every group holding one of `slots`, returns first, and
+    /// those groups' pending-detach counters (each counted once more).
+    #[allow(clippy::type_complexity)]
+    fn take_links(
+        &mut self,
+        slots: &[SlotId],
+    ) -> (
+        Vec<(&'static str, Link)>,
+        Vec<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    ) {
         let mut off = Vec::new();
+        let mut pending = Vec::new();
         for g in self
             .groups
             .iter_mut()
-            .filter(|g| g.slots.iter().any(|s| slots.contains(s)))
+            .filter(|g| g.slots.iter().any(|s| slots.contains(s)) && !g.links.is_empty())
         {
             off.append(&mut g.links);
+            g.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            pending.push(std::sync::Arc::clone(&g.pending));
         }
         off.sort_by_key(|(p, _)| if *p == RETURN { 0 } else { 1 });
-        off
+        (off, pending)
     }
 
     /// Re-attaches suspended slots (their whole probes); a probe the kernel
@@ -872,7 +919,7 @@ impl Session {
     /// it took is in `info.detach_ms`.
     pub fn detach(&mut self) {
         let all: Vec<SlotId> = (0..self.slots.len()).map(SlotId::of_index).collect();
-        let links = self.take_links(&all);
+        let (links, _) = self.take_links(&all);
         if links.is_empty() && self.reaper.is_none() {
             return;
         }

@@ -23,16 +23,28 @@
 //! 2. The rest keep counting every hit but take the stack of one hit in N
 //!    (BPF `stack_every`, no attach or detach): the smallest power of two
 //!    up to `MAX_STACK_EVERY` that makes them fit.
-//! 3. Only if that is not enough are they duty-cycled, by detaching: on
-//!    for at least `min_on` (1 s), off for as long as their share needs
-//!    and until the window can pay for the on-window, at most
-//!    `max_period - min_on`, so a cut probe keeps coming back (5 % of the
-//!    time at least: a later incident is seen) and returns to full as soon
-//!    as it fits again. All switches of one tick come in one
-//!    `Actions`.
+//! 3. Only if that is not enough are they watched in **spread windows**:
+//!    once every `period` (1 s, or `--interval` if shorter), at a phase
+//!    drawn at random when the recording starts (the same for every cut
+//!    probe, so their switches share one batched attach), on for their
+//!    share of the period (at least `min_window`), off for the rest. A
+//!    systematic sample of the whole recording: never off for longer than
+//!    a period, so a change that starts mid-recording shows within one.
+//!    (Until issue 50 a cut probe was on for 1 s windows and off for up to
+//!    19 s; the seed incident's undo probe was watched 0-0.7 s of a 12 s
+//!    recording and never while the snapshot was open.) A probe that fits
+//!    its share of the steady budget is never cut, whatever the others do.
+//!    All switches of one tick come in one `Actions`.
+//!
+//! One price: every hit is charged at its own slot's cost (the calibrated
+//! trap plus the programs' run time measured in the target, stacks as
+//! thinned), the figure `hit_price` puts on the same hits; and a probe's
+//! rate for planning is its calls per second *on* over the last seconds,
+//! not over the stretch since the last look (which the alarm brings in a
+//! burst).
 //!
 //! Every on-window of every probe is recorded (start, end, calls, wait):
-//! [`crate::estimate`] turns them into counts without extrapolation.
+//! [`crate::estimate`] turns them into design-based estimates.
 //!
 //! This module decides; the recorder attaches, detaches and sets rates.
 
@@ -59,16 +71,19 @@ const CALM_AFTER: Duration = Duration::from_secs(1);
 /// The shortest on-time a rate is measured over.
 const MIN_RATE_SPAN: Duration = Duration::from_millis(5);
 
+/// A probe's steady rate (what it is planned with) is its calls per second
+/// on over the looks of this last stretch of wall time. The rate since the
+/// last look alone was what the plan used until issue 50: the BPF alarm
+/// brings a look when a CPU takes more hits than planned, i.e. inside a
+/// burst, so the rates it measured were burst rates. On MariaDB 11.4.5
+/// (S1) the undo walk comes in bursts at each SELECT of the reader, and the
+/// probe's projected full cost read 68.5 % of a core where its hits,
+/// priced the same way, cost ~2 %.
+const STEADY_SPAN: Duration = Duration::from_secs(3);
+
 /// Calm looks and cut probes' switches fall on multiples of this from the
 /// start (see `look_again` and `on_grid`).
 const CALM_GRID: Duration = Duration::from_millis(250);
-
-/// A probe that must be cut holds its next on-window with this margin: the
-/// window's room when its time off is up is checked against the cost at
-/// the detach lag and per-call cost measured by then, which only the cut
-/// itself can tell (a detach lag of 0.08 s against the 0.05 s planned with,
-/// costs re-read from the kernel while recording).
-const HOLD_MARGIN: f64 = 1.25;
 
 #[derive(Debug, Clone, Copy)]
 pub struct GovernorConfig {
@@ -84,17 +99,17 @@ pub struct GovernorConfig {
     pub calm_tick: Duration,
     /// The budget holds over any window this long.
     pub window: Duration,
-    /// A cut probe is on for at least this long each time: a uprobe
-    /// attach/detach costs the server (mmap lock, an RCU grace period),
-    /// so switches are seconds apart.
-    pub min_on: Duration,
+    /// A cut probe is watched once per period (systematic sampling).
+    pub period: Duration,
+    /// The shortest window of a cut probe: its least share of each period
+    /// (`min_window / period`), and the one way past the budget, for a
+    /// probe whose smallest window costs more than its share.
+    pub min_window: Duration,
     /// Each decision plans this far ahead: what the window still allows is
     /// spread over it. Short, because decisions come every tick and a cut
     /// takes effect within a tick and a detach (~0.1 s); a long one would
     /// cut a burst the window can still pay for.
     pub horizon: Duration,
-    /// A cut probe comes back at least once per `max_period`.
-    pub max_period: Duration,
 }
 
 impl Default for GovernorConfig {
@@ -108,9 +123,11 @@ impl Default for GovernorConfig {
             tick: Duration::from_millis(50),
             calm_tick: Duration::from_millis(500),
             window: Duration::from_secs(10),
-            min_on: Duration::from_secs(1),
+            period: Duration::from_secs(1),
+            // A batched attach is ~1 ms and the flag switches at once: a
+            // 20 ms window is a 2 % duty (the old floor was 5 %, 1 s in 20).
+            min_window: Duration::from_millis(20),
             horizon: Duration::from_millis(250),
-            max_period: Duration::from_secs(20),
         }
     }
 }
@@ -118,7 +135,18 @@ impl Default for GovernorConfig {
 impl GovernorConfig {
     /// The smallest share of time a cut probe is on.
     pub fn min_duty(&self) -> f64 {
-        self.min_on.as_secs_f64() / self.max_period.as_secs_f64()
+        (self.min_window.as_secs_f64() / self.period.as_secs_f64()).min(1.0)
+    }
+
+    /// The sampling period for a recording with `--interval` (if any): at
+    /// least one window every second or every interval, whichever is
+    /// shorter, so each interval of the series holds a window.
+    pub fn with_interval(mut self, interval: Option<Duration>) -> Self {
+        if let Some(i) = interval.filter(|i| !i.is_zero()) {
+            self.period = self.period.min(i);
+            self.min_window = self.min_window.min(self.period / 4);
+        }
+        self
     }
 }
 
@@ -212,12 +240,15 @@ pub struct DutyReport {
     /// Calls counted while the session was still attaching, before the
     /// governor's clock started (not in any window).
     pub calls_before_start: u64,
+    /// The spread windows' period, seconds: what each window stands for.
+    pub period_s: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
     Full,
-    /// Duty-cycled: on until `on_until`, else off until `next_on`.
+    /// Watched in spread windows: on until `on_until`, else off until
+    /// `next_on` (the next period's phase).
     Cut,
 }
 
@@ -228,15 +259,26 @@ struct ProbeState {
     on_since: Option<Instant>,
     on_until: Option<Instant>,
     next_on: Option<Instant>,
+    /// A cut probe's window, per period.
+    window: Duration,
+    /// A cut probe is on every `stride`-th period: 1 unless the detach
+    /// lag's hits alone overspend its share each period.
+    stride: u32,
+    stride_max: u32,
     stack_every: u32,
     stack_every_max: u32,
-    /// Calls per second while on, last measured.
+    /// Calls per second while on, since the last look (the alarm's and the
+    /// horizon's rate).
     rate: f64,
     /// When and at what call count `rate` was last measured (or the
     /// probe last switched on).
     rate_from: (Instant, u64),
-    /// Counters at the last tick.
+    /// (look, seconds on, calls) since the look before, within
+    /// [`STEADY_SPAN`]: the steady rate's samples.
+    rate_samples: VecDeque<(Instant, f64, u64)>,
+    /// Counters at the last tick, in all and per slot.
     last: SlotCount,
+    slot_last: Vec<SlotCount>,
     /// Counters when the current (or last) window opened.
     window_start: SlotCount,
     windows: Vec<OnWindow>,
@@ -257,29 +299,97 @@ impl ProbeState {
         s
     }
 
-    /// ns per call at stack rate `every`, averaged over the slots.
+    /// ns per call at stack rate `every`: the slots' costs weighted by the
+    /// calls each took (a probe whose hot symbol is push-entered and whose
+    /// idle one single-steps costs what the hot one does; an unweighted
+    /// mean priced it half-way to the stepped trap).
     fn per_call_ns(&self, every: u32) -> f64 {
-        if self.slots.is_empty() {
-            return 0.0;
-        }
-        self.slots
-            .iter()
-            .map(|(_, c)| c.per_call_ns(every))
-            .sum::<f64>()
-            / self.slots.len() as f64
+        self.cost().per_call_ns(every)
     }
 
-    /// What one on-window costs, at the last rate: `min_on` at the
-    /// sparsest stacks (the plan takes more of them only while the
-    /// window's room pays for them), then `lag` seconds of hits until the
-    /// kernel's detach.
-    fn on_window_cost(&self, min_on: Duration, lag: f64) -> f64 {
-        self.rate / 1e9
-            * (self.per_call_ns(MAX_STACK_EVERY) * min_on.as_secs_f64() + self.per_call_ns(0) * lag)
+    /// One call's cost split as the plan wants it, the slots weighted as
+    /// in [`Self::per_call_ns`].
+    fn cost(&self) -> SlotCost {
+        let total: u64 = self.slot_last.iter().map(|c| c.calls).sum();
+        let n = self.slots.len().max(1) as f64;
+        let mut out = SlotCost::default();
+        for (i, (_, c)) in self.slots.iter().enumerate() {
+            let w = if total == 0 {
+                1.0 / n
+            } else {
+                self.slot_last.get(i).map_or(0.0, |s| s.calls as f64) / total as f64
+            };
+            out.base_ns += w * c.base_ns;
+            out.stack_ns += w * c.stack_ns;
+        }
+        out
+    }
+
+    /// Calls per second on, over the looks of the last [`STEADY_SPAN`]
+    /// (the last rate when they hold too little on-time).
+    fn steady_rate(&self) -> f64 {
+        let on: f64 = self.rate_samples.iter().map(|s| s.1).sum();
+        if on < MIN_RATE_SPAN.as_secs_f64() {
+            return self.rate;
+        }
+        self.rate_samples.iter().map(|s| s.2).sum::<u64>() as f64 / on
     }
 
     fn slot_ids(&self) -> impl Iterator<Item = SlotId> + '_ {
         self.slots.iter().map(|(s, _)| *s)
+    }
+
+    /// Charges the hits since the last look, slot by slot at each slot's
+    /// own price, and records the rate samples; returns core-seconds.
+    fn charge(&mut self, now: Instant, counts: &HashMap<SlotId, SlotCount>) -> f64 {
+        let mut spent = 0.0;
+        for (i, (slot, cost)) in self.slots.iter().enumerate() {
+            let c = counts.get(slot).copied().unwrap_or_default();
+            let before = self.slot_last.get(i).copied().unwrap_or_default();
+            let calls = c.calls.saturating_sub(before.calls);
+            // Hits after a switch-off and before the kernel's detach paid
+            // the trap (the programs return at once): at a hit without
+            // its stack, an upper bound of what they cost.
+            let off = c.off_hits.saturating_sub(before.off_hits);
+            spent += calls as f64 * cost.per_call_ns(self.stack_every) / 1e9
+                + off as f64 * cost.per_call_ns(0) / 1e9;
+            if let Some(l) = self.slot_last.get_mut(i) {
+                *l = c;
+            }
+        }
+        let total = self.sum(counts);
+        // The rate over the on-time since it was last measured (switches
+        // happen only at decisions, so a probe is on for all of it from
+        // `on_since`). A stretch under MIN_RATE_SPAN says little: it is
+        // measured at a later look, over the calls since, not dropped.
+        if let Some(since) = self.on_since {
+            let (from, calls_then) = self.rate_from;
+            let on = now.saturating_duration_since(from.max(since));
+            if on >= MIN_RATE_SPAN {
+                let calls = total.calls.saturating_sub(calls_then);
+                self.rate = calls as f64 / on.as_secs_f64();
+                self.rate_from = (now, total.calls);
+                self.rate_samples.push_back((now, on.as_secs_f64(), calls));
+            }
+        }
+        while self.rate_samples.len() > 1
+            && self
+                .rate_samples
+                .front()
+                .is_some_and(|s| now.saturating_duration_since(s.0) > STEADY_SPAN)
+        {
+            self.rate_samples.pop_front();
+        }
+        self.last = total;
+        // Calls that land after a switch-off (returns still attached)
+        // belong to the window just closed.
+        if self.on_since.is_none() {
+            if let Some(w) = self.windows.last_mut() {
+                w.calls = total.calls - self.window_start.calls;
+                w.wait_ns = total.wait_ns - self.window_start.wait_ns;
+            }
+        }
+        spent
     }
 }
 
@@ -312,6 +422,10 @@ pub struct Governor {
     /// ([`Self::detach_took`]): its hits go on until then, each paying
     /// the trap.
     detach_lag: Duration,
+    /// Cut probes' windows open at `started + phase + k x period`: one
+    /// random phase per recording (a systematic sample with a random
+    /// start), shared so that their switches come in one batch.
+    phase: Duration,
 }
 
 /// One probe's plan for the next stretch: stack rate and share of time on.
@@ -340,17 +454,27 @@ impl Governor {
                     on_since: Some(now),
                     on_until: None,
                     next_on: None,
+                    window: cfg.min_window,
+                    stride: 1,
+                    stride_max: 1,
                     stack_every: 1,
                     stack_every_max: 1,
                     rate: 0.0,
                     rate_from: (now, 0),
+                    rate_samples: VecDeque::new(),
                     last: SlotCount::default(),
+                    slot_last: Vec::new(),
                     window_start: SlotCount::default(),
                     windows: Vec::new(),
                     calls_before_start: 0,
                     ever_cut: false,
                 };
                 s.last = s.sum(counts);
+                s.slot_last = s
+                    .slots
+                    .iter()
+                    .map(|(slot, _)| counts.get(slot).copied().unwrap_or_default())
+                    .collect();
                 s.rate_from = (now, s.last.calls);
                 s.window_start = s.last;
                 s.calls_before_start = s.last.calls;
@@ -372,7 +496,14 @@ impl Governor {
             alarm_hits: 0,
             allowance: cfg.budget_pct / 100.0,
             detach_lag: Duration::ZERO,
+            phase: cfg.period.mul_f64(random_fraction()),
         }
+    }
+
+    /// Sets the windows' phase (tests; the recording draws it at random).
+    pub fn with_phase(mut self, phase: Duration) -> Self {
+        self.phase = phase.min(self.cfg.period);
+        self
     }
 
     /// The alarm rang (some CPU took `alarm_hits` hits since the last
@@ -382,6 +513,11 @@ impl Governor {
         if self.debug {
             eprintln!("governor: alarm");
         }
+    }
+
+    /// The spread windows' period.
+    pub fn period(&self) -> Duration {
+        self.cfg.period
     }
 
     /// When the next decision is due, alarm aside.
@@ -495,12 +631,26 @@ impl Governor {
             .fold(0.0, f64::max);
         self.alarm_hits = if dearest > 0.0 {
             let stretch = next.saturating_duration_since(now).as_secs_f64();
+            // Probes switched off within the detach lag still take hits
+            // (each pays the trap) until the kernel has detached them: an
+            // alarm sized without them rang every few ms after each of the
+            // undo walk's windows in S1 (117k hits/s for ~60 ms).
+            let lag = self.detach_lag.as_secs_f64();
+            let now_s = self.since_start(now);
+            let detaching: f64 = self
+                .probes
+                .iter()
+                .filter(|p| p.on_since.is_none())
+                .filter(|p| p.windows.last().is_some_and(|w| now_s - w.end_s < lag))
+                .map(|p| p.rate.max(p.steady_rate()) * lag.min(stretch))
+                .sum();
             let expected: f64 = self
                 .probes
                 .iter()
                 .filter(|p| p.on_since.is_some())
                 .map(|p| p.rate * stretch)
-                .sum();
+                .sum::<f64>()
+                + detaching;
             let one_tick =
                 self.cfg.budget_pct / 100.0 * self.cfg.tick.as_secs_f64() * 1e9 / dearest;
             (1.5 * expected + one_tick).ceil().max(1.0) as u64
@@ -523,50 +673,154 @@ impl Governor {
 
     fn decide(&mut self, now: Instant, counts: &HashMap<SlotId, SlotCount>, actions: &mut Actions) {
         for p in &mut self.probes {
-            let total = p.sum(counts);
-            let delta = total.calls.saturating_sub(p.last.calls);
-            // Charged at the rate the stacks were taken at since the last tick.
-            self.spent += delta as f64 * p.per_call_ns(p.stack_every) / 1e9;
-            // Hits after a switch-off and before the kernel's detach paid
-            // the trap (the programs return at once): charged at the cost of
-            // a hit without its stack, an upper bound of what they cost.
-            let off = total.off_hits.saturating_sub(p.last.off_hits);
-            self.spent += off as f64 * p.per_call_ns(0) / 1e9;
-            // The rate over the on-time since it was last measured
-            // (switches happen only at decisions, so a probe is on for all
-            // of it from `on_since`). A stretch under MIN_RATE_SPAN says
-            // little: it is measured at a later look, over the calls since,
-            // not dropped (looks a millisecond apart, as an alarm sized
-            // from idle rates brings them, kept an idle rate for seconds).
-            if let Some(since) = p.on_since {
-                let (from, calls_then) = p.rate_from;
-                let on = now.saturating_duration_since(from.max(since));
-                if on >= MIN_RATE_SPAN {
-                    p.rate = total.calls.saturating_sub(calls_then) as f64 / on.as_secs_f64();
-                    p.rate_from = (now, total.calls);
-                }
+            self.spent += p.charge(now, counts);
+        }
+        let room = self.window_room(now);
+        let budget = self.cfg.budget_pct / 100.0;
+        let ahead = self.cfg.horizon.as_secs_f64();
+        let min_duty = self.cfg.min_duty();
+        // The steady plan (each probe's share of the budget, at its steady
+        // rate) says who is cut and how long its windows are; the plan of
+        // the moment (what the window still allows over the horizon, at
+        // the rate since the last look) only thins stacks, shortens
+        // windows, and lets a probe in full stay on on the window's savings.
+        let steady_demand: Vec<(f64, SlotCost)> = self
+            .probes
+            .iter()
+            .map(|p| (p.steady_rate(), p.cost()))
+            .collect();
+        let demand: Vec<(f64, SlotCost)> = self.probes.iter().map(|p| (p.rate, p.cost())).collect();
+        let steady = plan(&steady_demand, budget, budget, min_duty);
+        // The smallest windows of the probes that cannot stay on in full
+        // are held back for a whole budget window: what a probe in full
+        // spends of the window's savings, and what cut probes' windows
+        // take beyond their smallest, is the rest. Unheld, a probe spent
+        // the savings in full and then its share of the budget on top
+        // (0.1265 s of CPU in some 10 s allowing 0.1 s, unit test).
+        let held: f64 = self
+            .probes
+            .iter()
+            .zip(&steady)
+            .filter(|(_, share)| share.duty < 1.0)
+            .map(|(p, _)| {
+                // Each window and the detach after it, every `stride` periods.
+                let per_window = p.steady_rate() / 1e9
+                    * (p.per_call_ns(MAX_STACK_EVERY) * self.cfg.min_window.as_secs_f64()
+                        + p.per_call_ns(0) * self.detach_lag.as_secs_f64());
+                per_window * self.cfg.window.as_secs_f64()
+                    / (self.cfg.period.as_secs_f64() * f64::from(p.stride))
+            })
+            .sum();
+        let free = room - held;
+        let allowance = ((free + budget * ahead) / ahead).max(0.0);
+        self.allowance = allowance;
+        self.unreserved = free;
+        let plans = plan(&demand, allowance, budget, min_duty);
+        if self.debug {
+            eprintln!(
+                "governor: t={:.2}s spent={:.4} allowance={allowance:.4} plans={:?} steady={:?}",
+                self.since_start(now),
+                self.spent,
+                plans
+                    .iter()
+                    .map(|p| (p.stack_every, (p.duty * 1e3).round() / 1e3))
+                    .collect::<Vec<_>>(),
+                self.probes
+                    .iter()
+                    .zip(&steady)
+                    .map(|(p, s)| format!(
+                        "{:.0}/s x {:.0}ns = {:.2}% (share {:.3})",
+                        p.steady_rate(),
+                        p.per_call_ns(1),
+                        p.steady_rate() * p.per_call_ns(1) / 1e7,
+                        s.duty
+                    ))
+                    .collect::<Vec<_>>()
+            );
+        }
+        let lag = self.detach_lag.as_secs_f64();
+        let cfg = self.cfg;
+        // The probes that share the window's free room for their windows.
+        let cut = steady.iter().filter(|s| s.duty < 1.0).count().max(1);
+        let (first, period) = (self.started + self.phase, self.cfg.period);
+        let mut replanned = false;
+        for ((p, pl), share) in self.probes.iter_mut().zip(plans).zip(steady) {
+            if pl.stack_every != p.stack_every {
+                replanned |= p.mode == Mode::Full;
+                p.stack_every = pl.stack_every;
+                p.stack_every_max = p.stack_every_max.max(pl.stack_every);
+                actions
+                    .stack_every
+                    .extend(p.slot_ids().map(|s| (s, pl.stack_every)));
             }
-            p.last = total;
-            // Calls that land after a switch-off (returns still attached)
-            // belong to the window just closed.
-            if p.on_since.is_none() {
-                if let Some(w) = p.windows.last_mut() {
-                    w.calls = total.calls - p.window_start.calls;
-                    w.wait_ns = total.wait_ns - p.window_start.wait_ns;
+            // A probe that fits its share of the steady budget is never cut
+            // (a burst elsewhere, or a neighbour's switching, does not make
+            // it dearer); one already in full stays on while the window's
+            // savings pay for it.
+            if share.duty >= 1.0 || (pl.duty >= 1.0 && p.mode == Mode::Full) {
+                if p.on_since.is_none() {
+                    // Measured again from its next window, not switched on
+                    // early on a rate from the last one.
+                    if p.next_on.is_some_and(|t| now < t) {
+                        continue;
+                    }
+                    switch_on(p, now, actions);
+                }
+                replanned |= p.mode != Mode::Full;
+                p.mode = Mode::Full;
+                p.on_until = None;
+                p.next_on = None;
+                continue;
+            }
+            // Its share of each period, no more than the window's room
+            // beyond what is held pays for.
+            let full = p.steady_rate() * p.per_call_ns(p.stack_every) / 1e9;
+            let affordable = if full > 0.0 {
+                (free.max(0.0) / cut as f64 / full + cfg.min_window.as_secs_f64())
+                    / cfg.period.as_secs_f64()
+            } else {
+                1.0
+            };
+            p.window = window_len(share.duty.min(affordable).max(min_duty), lag, &cfg);
+            p.stride = stride(p, share.duty, lag, &cfg);
+            p.stride_max = p.stride_max.max(p.stride);
+            let skip = period * (p.stride - 1);
+            match (p.mode, p.on_since.is_some()) {
+                // Newly too dear: off now, on at the next period's phase.
+                (Mode::Full, on) => {
+                    replanned = true;
+                    p.mode = Mode::Cut;
+                    p.ever_cut = true;
+                    if on {
+                        switch_off(p, now, self.started, actions);
+                    }
+                    p.next_on = Some(phase_point(first, period, now + skip));
+                }
+                (Mode::Cut, true) => {
+                    if p.on_until.is_none_or(|t| now >= t) {
+                        switch_off(p, now, self.started, actions);
+                        p.next_on = Some(phase_point(first, period, now + skip));
+                    }
+                }
+                (Mode::Cut, false) => {
+                    if p.next_on.is_none_or(|t| now >= t) {
+                        switch_on(p, now, actions);
+                        p.on_until = Some(now + p.window);
+                    }
                 }
             }
         }
+        self.replanned = replanned;
+    }
 
-        // What the window still allows per second, over the next `horizon`:
-        // what an idle stretch saved lets a burst through, and a window
-        // spent in full allows nothing until its spending slides out. It
-        // was floored at the budget itself (so that probes fitting the
-        // budget always fit), which let a window spend its savings *and*
-        // the budget: `--probes all --max-overhead 10` on a saturated
-        // MariaDB 10.2.11 spent 1.0 s of CPU in its first 1.5 s (the
-        // savings of the idle time before it), then 0.1 s/s on top, 1.57 s
-        // over 9 s where any 10 s may hold 1.0 s (15.5 % of a core on a
-        // 10 % budget, by innoprof's own estimate).
+    /// What the window can still pay for at once: the budget over the
+    /// window less what was spent in it, less the hits of the probes on
+    /// that were ever too dear until the kernel has detached them. A
+    /// window spent in full allows nothing until its spending slides out.
+    /// (Floored at the budget itself until 2026-11-27, which let a window
+    /// spend its savings *and* the budget: `--probes all --max-overhead
+    /// 10` on a saturated MariaDB 10.2.11 spent 15.5 % of a core.)
+    fn window_room(&mut self, now: Instant) -> f64 {
         while self
             .history
             .get(1)
@@ -581,17 +835,6 @@ impl Governor {
         };
         self.history.push_back((now, self.spent));
         let budget = self.cfg.budget_pct / 100.0;
-        let ahead = self.cfg.horizon.as_secs_f64();
-        let window = self.cfg.window.as_secs_f64();
-        // What the window can still pay for at once, and so per second over
-        // the next `horizon` (plus what the horizon itself brings).
-        // A probe on now that was ever too dear (cut, or back in full on
-        // the window's savings) will be switched off, and its hits go on
-        // until the kernel has detached it: the window holds that much
-        // less. Unreserved, a probe at 3 % of a core on a 1 % budget with
-        // a 1 s detach spent 1.2 % of a core over some 10 s window (unit
-        // test below); `mariadb_all_probes_under_the_default_budget` read
-        // 0.35-0.80 % of a core in such hits.
         let lag = self.detach_lag.as_secs_f64();
         let reserve: f64 = self
             .probes
@@ -599,178 +842,20 @@ impl Governor {
             .filter(|p| p.ever_cut && p.on_since.is_some())
             .map(|p| p.rate * p.per_call_ns(0) / 1e9 * lag)
             .sum();
-        let room = budget * window - (self.spent - spent_then) - reserve;
-        let demand: Vec<(f64, SlotCost)> = self
-            .probes
-            .iter()
-            .map(|p| {
-                let n = p.slots.len().max(1) as f64;
-                let cost = SlotCost {
-                    base_ns: p.slots.iter().map(|(_, c)| c.base_ns).sum::<f64>() / n,
-                    stack_ns: p.slots.iter().map(|(_, c)| c.stack_ns).sum::<f64>() / n,
-                };
-                (p.rate, cost)
-            })
-            .collect();
-        // A probe on in full that cannot stay on (its share of the steady
-        // budget is under 1: alone over the budget, or with the others)
-        // spends the window's savings until they run out, and is cut then.
-        // One on-window of each (at the sparsest stacks, cheapest first)
-        // is held back from the plan, so that once cut it comes back after
-        // its share of time off, while the window still holds that window.
-        // Unheld, it came back only once the first stretch's spending had
-        // slid out of the window (~11 s plus twice the detach lag: on a
-        // loaded host a 14 s recording saw such a probe in one window, at
-        // its start; a 30 s default recording on MariaDB 10.2.11 at 650
-        // tps saw every probe in [0, 3] and [22, 26] s only, estimates
-        // ±270 %). At most half the window is held: a burst keeps the
-        // other half.
-        let steady = plan(&demand, budget, budget, self.cfg.min_duty());
-        let mut held: Vec<f64> = self
-            .probes
-            .iter()
-            .zip(&steady)
-            .filter(|(p, share)| p.mode == Mode::Full && p.on_since.is_some() && share.duty < 1.0)
-            .map(|(p, _)| HOLD_MARGIN * p.on_window_cost(self.cfg.min_on, lag))
-            .collect();
-        held.sort_by(f64::total_cmp);
-        let mut hold = 0.0;
-        for c in held {
-            if hold + c > budget * window / 2.0 {
-                break;
-            }
-            hold += c;
-        }
-        let allowance = ((room - hold + budget * ahead) / ahead).max(0.0);
-        self.allowance = allowance;
-        self.unreserved = room - hold;
+        budget * self.cfg.window.as_secs_f64() - (self.spent - spent_then) - reserve
+    }
 
-        let plans = plan(&demand, allowance, budget, self.cfg.min_duty());
-        if self.debug {
-            eprintln!(
-                "governor: t={:.2}s spent={:.4} allowance={allowance:.4} plans={:?}",
-                self.since_start(now),
-                self.spent,
-                plans
-                    .iter()
-                    .map(|p| (p.stack_every, (p.duty * 1e3).round() / 1e3))
-                    .collect::<Vec<_>>()
-            );
-        }
-        let min_on = self.cfg.min_on;
-        let max_off = self.cfg.max_period.saturating_sub(min_on);
-        let started = self.started;
-        // A cut probe comes back for `min_on` only when its window fits in
-        // the room left.
-        let mut room = room;
-        let calm_tick = self.cfg.calm_tick;
-        // A cut probe's time off is its share of the steady budget: the
-        // plan of the moment says 5 % (`min_duty`) whenever this tick found
-        // the window spent (a calm 0.5 s tick overshoots it), which kept
-        // such a probe off for `max_period`. Whether the window can pay
-        // when that time is up is checked then (`room`).
-        let mut replanned = false;
-        for ((p, pl), share) in self.probes.iter_mut().zip(plans).zip(steady) {
-            if pl.stack_every != p.stack_every {
-                replanned |= p.mode == Mode::Full;
-                p.stack_every = pl.stack_every;
-                p.stack_every_max = p.stack_every_max.max(pl.stack_every);
-                actions
-                    .stack_every
-                    .extend(p.slot_ids().map(|s| (s, pl.stack_every)));
-            }
-            // An on-window lasts `min_on` and then the detach: off for
-            // its share of both.
-            let off_for = || {
-                Duration::from_secs_f64(
-                    (min_on.as_secs_f64() + lag) * (1.0 / share.duty.max(1e-9) - 1.0),
-                )
-                .min(max_off)
-            };
-            if pl.duty >= 1.0 && (p.mode == Mode::Full || share.duty >= 1.0) {
-                // A cut probe that is off fits only by the rate it had when
-                // last on (stale) or because the others' shares moved: it
-                // is measured again in its next window, not switched on
-                // early (which, at 50 ms ticks, made probes flap on for a
-                // `min_on` window each and spend twice the budget).
-                if p.on_since.is_none() && p.next_on.is_some_and(|t| now < t) {
-                    continue;
-                }
-                // Fits (again): fully on. Switched on from off only when
-                // the window holds `min_on` of it and the detach after
-                // (it fits a horizon the window's savings pay for, and is
-                // cut again at the next tick if it fits no longer).
-                if p.on_since.is_none() {
-                    let cost = p.on_window_cost(min_on, lag);
-                    if cost > room {
-                        p.next_on = Some(on_grid(started, now + calm_tick));
-                        continue;
-                    }
-                    room -= cost;
-                    switch_on(p, now, actions);
-                    replanned = true;
-                }
-                replanned |= p.mode != Mode::Full;
-                p.mode = Mode::Full;
+    /// The recorder could not re-attach `slots` yet (their last detach is
+    /// still under way): they stay off and are tried again at the next tick.
+    pub fn resume_deferred(&mut self, slots: &[SlotId], now: Instant) {
+        let tick = self.cfg.tick;
+        for p in &mut self.probes {
+            if p.slots.iter().any(|(s, _)| slots.contains(s)) {
+                p.on_since = None;
                 p.on_until = None;
-                p.next_on = None;
-                continue;
-            }
-            match (p.mode, p.on_since.is_some()) {
-                // Newly too dear: off now, back after its share of time off.
-                // A window the governor itself opened lasts `min_on` (it
-                // paid a switch for it); the first, from the start, does not.
-                (Mode::Full, true) => {
-                    replanned = true;
-                    p.mode = Mode::Cut;
-                    p.ever_cut = true;
-                    let until = p
-                        .on_since
-                        .filter(|s| *s > started)
-                        .map(|s| on_grid(started, s + min_on))
-                        .filter(|u| now < *u);
-                    match until {
-                        Some(u) => p.on_until = Some(u),
-                        None => {
-                            switch_off(p, now, started, actions);
-                            p.next_on = Some(on_grid(started, now + off_for()));
-                        }
-                    }
-                }
-                (Mode::Cut, true) => {
-                    if p.on_until.is_some_and(|t| now >= t) {
-                        switch_off(p, now, started, actions);
-                        p.next_on = Some(on_grid(started, now + off_for()));
-                    }
-                }
-                (_, false) => {
-                    p.mode = Mode::Cut;
-                    if p.next_on.is_none_or(|t| now >= t) {
-                        // Back when the window can pay for the on-window,
-                        // else a calm look later; but at least once per
-                        // `max_period` whatever it costs, so a later
-                        // incident is seen: the one way past the budget,
-                        // for a probe whose `min_on` alone costs more than
-                        // the window holds.
-                        let window_cost = p.on_window_cost(min_on, lag);
-                        let off_since = p
-                            .windows
-                            .last()
-                            .map_or(started, |w| started + Duration::from_secs_f64(w.end_s));
-                        if window_cost <= room
-                            || now.saturating_duration_since(off_since) >= max_off
-                        {
-                            room -= window_cost;
-                            switch_on(p, now, actions);
-                            p.on_until = Some(on_grid(started, now + min_on));
-                        } else {
-                            p.next_on = Some(on_grid(started, now + calm_tick));
-                        }
-                    }
-                }
+                p.next_on = Some(now + tick / 5);
             }
         }
-        self.replanned = replanned;
     }
 
     /// The recorder finished re-attaching `slots` at `now` (asked at
@@ -782,14 +867,14 @@ impl Governor {
                 now.saturating_duration_since(asked).as_secs_f64()
             );
         }
-        let min_on = self.cfg.min_on;
         for p in &mut self.probes {
             if p.slots.iter().any(|(s, _)| slots.contains(s)) {
                 if let Some(since) = p.on_since.as_mut() {
                     *since = (*since).max(now);
                 }
+                let window = p.window;
                 if let Some(until) = p.on_until.as_mut() {
-                    *until = (*until).max(now + min_on);
+                    *until = (*until).max(now + window);
                 }
             }
         }
@@ -850,6 +935,7 @@ impl Governor {
             .map(|(p, windows)| {
                 let on: f64 = windows.iter().map(|w| w.end_s - w.start_s).sum();
                 let per_call = p.per_call_ns(1);
+                let rate = p.steady_rate();
                 DutyReport {
                     cut: p.ever_cut,
                     on_at_end: p.on_since.is_some(),
@@ -859,9 +945,10 @@ impl Governor {
                         1.0
                     },
                     windows,
-                    projected_full_cost: p.rate * per_call / 1e9,
+                    projected_full_cost: rate * per_call / 1e9,
                     stack_every_max: p.stack_every_max,
                     calls_before_start: p.calls_before_start,
+                    period_s: self.cfg.period.as_secs_f64() * f64::from(p.stride_max),
                 }
             })
             .collect()
@@ -876,6 +963,64 @@ fn on_grid(started: Instant, t: Instant) -> Instant {
     let since = t.saturating_duration_since(started).as_secs_f64();
     let steps = ((since - 1e-6) / grid).ceil().max(0.0);
     started + Duration::from_secs_f64(steps * grid)
+}
+
+/// A fraction in [0, 1) drawn at random (the windows' phase): the hasher
+/// keys std draws from the OS for each process, no crate needed.
+fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The first window start at or after `t` on the grid `first + k x period`.
+fn phase_point(first: Instant, period: Duration, t: Instant) -> Instant {
+    if t <= first {
+        return first;
+    }
+    let period = period.as_secs_f64().max(1e-3);
+    let since = t.saturating_duration_since(first).as_secs_f64();
+    let k = ((since - 1e-6) / period).ceil().max(0.0);
+    first + Duration::from_secs_f64(k * period)
+}
+
+/// The longest stride: a cut probe is watched every 5 periods at least,
+/// whatever its detach costs.
+const MAX_STRIDE: u32 = 5;
+
+/// Every how many periods a cut probe can be on within its `share` of the
+/// steady budget, when each window is followed by `lag` s of hits until
+/// the kernel's detach: 1 but where the lag alone overspends (a detach of
+/// 1 s under load, a period of 1 s: the trap is paid the whole time).
+fn stride(p: &ProbeState, share: f64, lag: f64, cfg: &GovernorConfig) -> u32 {
+    let rate = p.steady_rate();
+    let full = rate * p.per_call_ns(p.stack_every) / 1e9;
+    let allotted = share.min(1.0) * full * cfg.period.as_secs_f64();
+    if allotted <= 0.0 {
+        return 1;
+    }
+    // Only the lag stretches the period: a window at its share (or the
+    // smallest window, the one way past the budget) is paid each period.
+    let on = rate * p.window.as_secs_f64() * p.per_call_ns(p.stack_every) / 1e9;
+    let lagged = rate * lag * p.per_call_ns(0) / 1e9;
+    let ratio = (on + lagged) / allotted.max(on);
+    // A quarter's slack: rounding the window to the 10 ms grid is not
+    // worth a skipped period.
+    ((ratio - 0.25).ceil().max(1.0) as u32).min(MAX_STRIDE)
+}
+
+/// A cut probe's window for its share `duty` of each period: the hits
+/// until the kernel's detach (`lag` s) are paid too, so the window is that
+/// much shorter; at least `min_window`, and off for a tick at least.
+fn window_len(duty: f64, lag: f64, cfg: &GovernorConfig) -> Duration {
+    let period = cfg.period.as_secs_f64();
+    let min = cfg.min_window.as_secs_f64();
+    let max = (period - cfg.tick.as_secs_f64()).max(min);
+    let w = (duty * period - lag).clamp(min, max);
+    // On a 10 ms grid: windows of several probes end at one look.
+    Duration::from_secs_f64(((w * 100.0).round() / 100.0).max(min))
 }
 
 fn switch_on(p: &mut ProbeState, now: Instant, actions: &mut Actions) {
@@ -1073,12 +1218,12 @@ mod tests {
         g.tick(s(1_500), || counts(&[(0, 1_500)]));
         assert_eq!(g.alarm().0, 3);
         assert_eq!(g.next_decision(), s(2_000));
-        // 30,000 calls/s: 7.5 % of a core, which the window's savings still
-        // pay for over the horizon (nothing changes), but not for 500 ms:
-        // watched every tick.
+        // 27,000 calls/s: 6.75 % of a core, which the window's savings
+        // still pay for over the horizon (nothing changes), but not for
+        // 500 ms: watched every tick.
         let mut g = one_probe(cost(2_000.0, 500.0), t0);
         g.tick(s(50), || counts(&[(0, 1_500)]));
-        let a = g.tick(s(1_000), || counts(&[(0, 30_000)]));
+        let a = g.tick(s(1_000), || counts(&[(0, 27_000)]));
         assert!(a.is_empty(), "{a:?}");
         assert_eq!(g.next_decision(), s(1_050));
     }
@@ -1200,80 +1345,122 @@ mod tests {
     }
 
     /// A steady dear probe: stacks sampled at once, cut once the window's
-    /// savings are spent, back at least every `max_period`, back to full
-    /// when it fits again; every on-window recorded with its calls.
+    /// savings are spent, then watched in a window every period (at the
+    /// recording's phase) to the end: never off for longer than a period,
+    /// every window recorded with its calls, and the estimate covers the
+    /// whole recording.
     #[test]
-    fn a_cut_probe_comes_back_and_its_windows_are_recorded() {
+    fn a_cut_probe_is_watched_in_windows_spread_over_every_period() {
         let t0 = Instant::now();
         // 20,000 calls/s at 3 µs + 1 µs stack: 8 % of a core fully on,
         // 6 % with sparse stacks.
-        let mut g = one_probe(cost(3_000.0, 1_000.0), t0);
+        let mut g = one_probe(cost(3_000.0, 1_000.0), t0).with_phase(MS(300));
         let rate = 20_000u64;
-        let (mut t, mut seen) = (t0, 0u64);
-        let mut ons = Vec::new();
-        let mut offs = Vec::new();
+        let (mut t, mut seen, mut on) = (t0, 0u64, true);
         let mut first_sparse = None;
-        let mut on = true;
-        for _ in 0..(30_000 / 50) {
-            let next = t + MS(50);
+        let mut first_off = None;
+        for _ in 0..(30_000 / 10) {
             if on {
-                seen += rate / 20;
+                seen += rate / 100;
             }
-            t = next;
-            let a = g.tick(t, || counts(&[(0, seen)]));
-            if a.stack_every.iter().any(|(_, n)| *n > 1) && first_sparse.is_none() {
+            t += MS(10);
+            let was = on;
+            let sparse = g.probes[0].stack_every > 1;
+            tick_single(&mut g, t, seen, &mut on);
+            if sparse && first_sparse.is_none() {
                 first_sparse = Some(t - t0);
             }
-            if !a.suspend.is_empty() {
-                assert!(on);
-                on = false;
-                offs.push(t - t0);
-            }
-            if !a.resume.is_empty() {
-                assert!(!on);
-                on = true;
-                ons.push(t - t0);
-                g.resumed(&a.resume, t, t);
+            if was && !on && first_off.is_none() {
+                first_off = Some(t - t0);
             }
         }
         // Stacks first: sparse before it was ever cut.
         assert_eq!(g.probes[0].stack_every_max, MAX_STACK_EVERY);
-        assert!(first_sparse.unwrap() < offs[0], "{first_sparse:?} {offs:?}");
-        // Cut once the window's savings (100 ms of CPU) ran low: under a
-        // second left at this cost.
-        assert!(
-            offs[0] > MS(500) && offs[0] < Duration::from_secs(3),
-            "{offs:?}"
-        );
-        // Back again, for >= 1 s each time, and never off longer than 19 s.
-        assert!(ons.len() >= 2, "{ons:?} {offs:?}");
-        eprintln!("on at {ons:?}, off at {offs:?}");
-        for (on, off) in ons.iter().zip(&offs[1..]) {
-            assert!(*off - *on >= Duration::from_secs(1), "{ons:?} {offs:?}");
-        }
-        for (off, on) in offs.iter().zip(&ons) {
-            assert!(
-                *on - *off <= Duration::from_secs(19) + MS(300),
-                "{ons:?} {offs:?}"
-            );
-        }
+        let (sparse, off) = (first_sparse.unwrap(), first_off.unwrap());
+        assert!(sparse < off, "{sparse:?} {off:?}");
+        // Cut once the window's savings (100 ms of CPU) ran low.
+        assert!(off > MS(500) && off < Duration::from_secs(3), "{off:?}");
         let d = g.finish(t, &counts(&[(0, seen)]));
         assert!(d[0].cut);
-        assert_eq!(d[0].windows.iter().map(|w| w.calls).sum::<u64>(), seen);
-        assert_eq!(d[0].windows.len(), ons.len() + 1);
-        for w in &d[0].windows {
-            let r = w.calls as f64 / (w.end_s - w.start_s);
-            assert!((r - rate as f64).abs() < rate as f64 * 0.1, "{w:?}");
+        let w = &d[0].windows;
+        assert_eq!(w.iter().map(|w| w.calls).sum::<u64>(), seen);
+        // A window every period, opening at the phase (0.3 s past the
+        // second), up to a 10 ms tick late.
+        assert!(w.len() >= 27, "{w:?}");
+        for pair in w[1..].windows(2) {
+            assert!(pair[1].start_s - pair[0].start_s <= 1.02, "{w:?}");
         }
-        assert!(d[0].attached_fraction < 0.5, "{d:?}");
-        // No extrapolation: the estimate covers only up to the last window.
-        let e = crate::estimate::estimate(&d[0].windows, 0.0);
-        assert_eq!(e.covered_s, d[0].windows.last().unwrap().end_s);
-        let truth = rate as f64 * e.covered_s;
+        for x in &w[1..] {
+            let phase = x.start_s.fract();
+            assert!((0.29..0.32).contains(&phase), "{x:?}");
+            let r = x.calls as f64 / (x.end_s - x.start_s);
+            assert!((r - rate as f64).abs() < rate as f64 * 0.25, "{x:?}");
+        }
+        // Its share: 1 % of a core of its 6 %, a sixth of each period.
+        assert!(d[0].attached_fraction < 0.3, "{d:?}");
+        let e = crate::estimate::estimate(w, 30.0, d[0].period_s, 0.0);
+        assert!((e.covered_s - 30.0).abs() < 1e-9, "{e:?}");
+        let truth = rate as f64 * 30.0;
+        assert!((e.calls - truth).abs() <= e.calls_bound, "{e:?} vs {truth}");
+        assert!(e.calls_bound < 0.05 * truth, "{e:?}");
+    }
+
+    /// The undo walk of S1 comes in bursts (each SELECT of the reader):
+    /// ~8,400 calls/s on average at 2.4 µs, 2 % of a core. The alarm rings
+    /// inside the bursts, and the rate since the last look was then a
+    /// burst's: 68.5 % of a core "fully on", x34 what its hits cost. The
+    /// plan's rate is the steady one, so the projection matches the
+    /// charge for the same hits.
+    #[test]
+    fn a_bursty_probe_is_projected_at_its_average_rate() {
+        let t0 = Instant::now();
+        let mut g = one_probe(cost(2_400.0, 0.0), t0);
+        let (mut t, mut seen, mut on) = (t0, 0u64, true);
+        for step in 0..(12_000 / 5) {
+            // 840 calls in the first 5 ms of every 100 ms.
+            let burst = step % 20 == 0;
+            if burst && on {
+                seen += 840;
+            }
+            t += MS(5);
+            if burst {
+                g.wake();
+            }
+            tick_single(&mut g, t, seen, &mut on);
+        }
+        let d = g.finish(t, &counts(&[(0, seen)]));
+        let projected = d[0].projected_full_cost;
         assert!(
-            (e.calls - truth).abs() <= e.calls_bound.max(truth * 0.05),
-            "{e:?} vs {truth}"
+            (projected - 0.0202).abs() < 0.006,
+            "projected {:.2} % of a core",
+            projected * 100.0
         );
+    }
+
+    /// A cheap probe (fully on ~0.01 % of a core) beside a hot one that
+    /// must be cut: the hot one's spending never switches the cheap one
+    /// off (the known-count program of issue 50 lost 2.3 s of its cheap
+    /// function's calls that way).
+    #[test]
+    fn a_cheap_probe_is_never_cut_beside_a_hot_one() {
+        let t0 = Instant::now();
+        let mut g = equal_probes(2, cost(2_000.0, 500.0), t0);
+        let (mut t, mut seen, mut on) = (t0, [0u64; 2], [true; 2]);
+        for step in 0..(20_000 / 10) {
+            // 1,000 calls of a 2 ms function a second, and 200,000/s
+            // of a hot neighbour.
+            if on[0] {
+                seen[0] += 10;
+            }
+            if on[1] {
+                seen[1] += 2_000 + (step % 3) as u64 * 100;
+            }
+            t += MS(10);
+            tick_many(&mut g, t, &seen, &mut on);
+            assert!(on[0], "the cheap probe off at {:?}", t - t0);
+        }
+        let d = g.finish(t, &counts(&[(0, seen[0]), (1, seen[1])]));
+        assert!(!d[0].cut && d[1].cut, "{d:?}");
     }
 
     /// One tick of a one-probe governor that has seen `seen` calls, its
@@ -1331,11 +1518,12 @@ mod tests {
         let mut g = one_probe(cost(3_000.0, 1_000.0), t0);
         let (mut t, mut seen, mut on) = (t0, 0u64, true);
         let mut spent = vec![(t0, 0.0)];
-        for _ in 0..(60_000 / 50) {
+        // The recorder wakes at each decision due (10 ms loop here).
+        for _ in 0..(60_000 / 10) {
             if on {
-                seen += 20_000 / 20;
+                seen += 20_000 / 100;
             }
-            t += MS(50);
+            t += MS(10);
             tick_single(&mut g, t, seen, &mut on);
             spent.push((t, g.spent));
         }
@@ -1367,11 +1555,11 @@ mod tests {
         let (mut on, mut attached) = (true, true);
         let mut detach_done: Option<Instant> = None;
         let mut spent = vec![(t0, 0.0)];
-        for _ in 0..(60_000 / 50) {
-            t += MS(50);
+        for _ in 0..(60_000 / 10) {
+            t += MS(10);
             if let Some(done) = detach_done.filter(|d| t >= *d) {
                 // The hits up to the detach, then none.
-                let before = done.saturating_duration_since(t - MS(50)).as_secs_f64();
+                let before = done.saturating_duration_since(t - MS(10)).as_secs_f64();
                 off_hits += (7_500.0 * before) as u64;
                 attached = false;
                 detach_done = None;
@@ -1379,9 +1567,9 @@ mod tests {
                     g.detach_took(lag);
                 }
             } else if on {
-                calls += 7_500 / 20;
+                calls += 7_500 / 100;
             } else if attached {
-                off_hits += 7_500 / 20;
+                off_hits += 7_500 / 100;
             }
             let a = g.tick(t, || {
                 HashMap::from([(
@@ -1399,9 +1587,14 @@ mod tests {
                 detach_done = Some(t + lag);
             }
             if !a.resume.is_empty() {
-                (on, attached) = (true, true);
-                detach_done = None;
-                g.resumed(&a.resume, t, t);
+                if detach_done.is_some() {
+                    // Not re-attached while the last detach is under way
+                    // (the recorder defers it: both links would count).
+                    g.resume_deferred(&a.resume, t);
+                } else {
+                    (on, attached) = (true, true);
+                    g.resumed(&a.resume, t, t);
+                }
             }
             spent.push((t, g.spent));
         }
@@ -1459,8 +1652,8 @@ mod tests {
         let mut g = one_probe(cost(2_100.0, 700.0), t0);
         let d = run_single(&mut g, t0, 14_000, |_| 15_000 / 20);
         let w = &d[0].windows;
-        assert!(d[0].cut && w.len() >= 3, "{w:?}");
-        assert!(w[1].start_s - w[0].end_s < 4.0, "{w:?}");
+        assert!(d[0].cut && w.len() >= 12, "{w:?}");
+        assert!(w[1].start_s - w[0].end_s < 1.1, "{w:?}");
     }
 
     /// Ten probes at 0.25 % of a core each (650 calls/s at 3.8 us: the
@@ -1545,11 +1738,10 @@ mod tests {
     }
 
     /// A probe near the budget with a noisy rate (3k and 7k calls/s in
-    /// turn, ~2.2 % of a core): the window's savings bring it back to full
-    /// and the next tick finds it too dear again. A window the governor
-    /// opened still lasts `min_on`.
+    /// turn, ~2.2 % of a core): cut, it is watched every period, each
+    /// window at least `min_window`, never off for more than a period.
     #[test]
-    fn windows_the_governor_opens_last_min_on_even_when_the_rate_is_noisy() {
+    fn a_noisy_probe_near_the_budget_is_watched_every_period() {
         let t0 = Instant::now();
         let mut g = one_probe(cost(3_500.0, 900.0), t0);
         let d = run_single(
@@ -1560,9 +1752,12 @@ mod tests {
         );
         assert!(d[0].cut, "{d:?}");
         let w = &d[0].windows;
-        assert!(w.len() >= 4, "{w:?}");
-        for w in &w[1..w.len() - 1] {
-            assert!(w.end_s - w.start_s >= 0.999, "{w:?}");
+        assert!(w.len() >= 50, "{w:?}");
+        for x in &w[1..] {
+            assert!(x.end_s - x.start_s >= 0.019, "{x:?}");
+        }
+        for pair in w.windows(2) {
+            assert!(pair[1].start_s - pair[0].end_s <= 1.05, "{w:?}");
         }
     }
 
@@ -1588,8 +1783,9 @@ mod tests {
             }
         }
         let back = full_again.expect("never back to full");
-        // Within one max_period of the load stopping.
-        assert!(back < Duration::from_secs(31), "{back:?}");
+        // Within a few periods of the load stopping (its steady rate is
+        // over the last 3 s).
+        assert!(back < Duration::from_secs(15), "{back:?}");
         assert!(on, "on at the end");
         assert_eq!(g.probes[0].stack_every, 1, "every stack again");
     }

@@ -324,6 +324,10 @@ pub struct Recorder {
     /// What the probes cost the server measured in it (see `in_target`),
     /// fed at each governor look; or why it is not measured.
     in_target: Result<InTargetLooks, String>,
+    /// Per planned probe with an auxiliary counter (see
+    /// [`crate::estimate::AUXILIARY`]): the counter's index and its
+    /// readings at the probe's switches, for the ratio estimate.
+    aux: Vec<Option<(usize, crate::estimate::AuxMarks)>>,
 }
 
 /// The in-target measurement and what it needs at each look.
@@ -339,10 +343,29 @@ struct InTargetLooks {
     last_runs: Option<crate::attach::RunStats>,
 }
 
-/// The most the governor scales the model's costs by on the in-target
-/// measurement: past it, something other than the probes moved the
-/// server's CPU (1.1-1.6x measured on MariaDB 10.2.11 and MySQL 5.6.24).
-const MAX_IN_TARGET_SCALE: f64 = 3.0;
+/// Reads the auxiliary counter of each probe with a slot in `slots` (just
+/// switched), at `t_s` seconds into the recording.
+fn mark_aux(
+    aux: &mut [Option<(usize, crate::estimate::AuxMarks)>],
+    counters: &CounterRecorder,
+    session: &Session,
+    slots: &[SlotId],
+    t_s: f64,
+) {
+    if slots.is_empty() {
+        return;
+    }
+    for (probe, a) in aux.iter_mut().enumerate() {
+        let Some((i, marks)) = a.as_mut() else {
+            continue;
+        };
+        if session.slots_of(probe).any(|(s, _)| slots.contains(&s)) {
+            if let Some(v) = counters.read_one(*i) {
+                marks.marks.push((t_s, v));
+            }
+        }
+    }
+}
 
 /// The counter whose count is the server's work for [`crate::in_target`].
 pub const WORK_COUNTER: &str = "innodb.rows_read";
@@ -392,6 +415,33 @@ fn in_target_looks(
         last: HashMap::new(),
         last_runs: None,
     })
+}
+
+/// Each planned probe's auxiliary counter where the catalog ties one to it
+/// and it can be read, with its reading at the start.
+fn aux_counters(
+    plan: &Plan,
+    counters: &CounterRecorder,
+    governed: bool,
+) -> Vec<Option<(usize, crate::estimate::AuxMarks)>> {
+    plan.probes
+        .iter()
+        .map(|p| {
+            let name = crate::estimate::auxiliary_of(&p.spec.name).filter(|_| governed)?;
+            let i = counters
+                .counters()
+                .iter()
+                .position(|c| c.spec.name == name)?;
+            let start = counters.read_one(i)?;
+            Some((
+                i,
+                crate::estimate::AuxMarks {
+                    counter: name.to_string(),
+                    marks: vec![(0.0, start)],
+                },
+            ))
+        })
+        .collect()
 }
 
 impl Recorder {
@@ -462,6 +512,7 @@ impl Recorder {
             Governor::new(cfg, probes, &so_far, started)
         });
         let in_target = in_target_looks(&plan, &counters, governor.is_some());
+        let aux = aux_counters(&plan, &counters, governor.is_some());
         let n_slots = session.as_ref().map_or(0, |s| s.slots.len());
         let bench_toggle = match plan.governor {
             None => crate::bench_toggle::Toggle::from_env(started),
@@ -491,6 +542,7 @@ impl Recorder {
             host_cpu_at_end: None,
             counters,
             in_target,
+            aux,
         })
     }
 
@@ -509,19 +561,13 @@ impl Recorder {
             }
         }
         // The programs' cost in the target, re-read once a second, and the
-        // governor's per-slot costs with it: times what the server was
-        // measured to pay per modelled ns, where measured (see
-        // `in_target`), so that the budget bounds what the server pays.
-        // Never below the model: a low fit is the server's own swings and
-        // must not loosen the budget.
+        // governor's per-slot costs with it: the price `hit_price` puts on
+        // the same hits (one price, issue 50). The in-target factor (what
+        // the server was measured to pay per modelled ns) is reported, no
+        // longer multiplied in: scaled up to 3x, the plan's "fully on would
+        // cost" and its cuts were priced otherwise than its own accounting.
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
             if self.cost_observed.elapsed() >= Duration::from_secs(1) {
-                let scale = self
-                    .in_target
-                    .as_ref()
-                    .ok()
-                    .and_then(|it| it.cost.result().ok())
-                    .map_or(1.0, |f| f.factor.clamp(1.0, MAX_IN_TARGET_SCALE));
                 cost.observe(session.run_stats());
                 cost.observe_slots(&session.read_slot_counts().unwrap_or_default());
                 self.cost_observed = Instant::now();
@@ -530,8 +576,7 @@ impl Recorder {
                         .attached_slots()
                         .map(|(i, s)| {
                             let every = self.stack_every.get(&i).copied().unwrap_or(1);
-                            let slot = cost.slot_cost(s.measure, s.symbol.entry, every, i);
-                            (i, slot.scaled(scale))
+                            (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
                         })
                         .collect();
                     g.update_costs(&costs);
@@ -607,12 +652,37 @@ impl Recorder {
             }
         }
         session.suspend(&actions.suspend);
+        let t_s = self.started.elapsed().as_secs_f64();
+        mark_aux(
+            &mut self.aux,
+            &self.counters,
+            session,
+            &actions.suspend,
+            t_s,
+        );
         if !actions.resume.is_empty() {
+            // A probe whose last switch-off is still being detached is not
+            // re-attached (both links would run on every hit): it stays off
+            // and the governor asks again at its next tick.
             let asked = Instant::now();
-            if let Err(e) = session.resume(&actions.resume) {
-                self.governor_errors.push(crate::error_chain(&e));
+            let (later, now): (Vec<SlotId>, Vec<SlotId>) = actions
+                .resume
+                .iter()
+                .partition(|s| session.detaching(std::slice::from_ref(s)));
+            if !later.is_empty() {
+                g.resume_deferred(&later, asked);
             }
-            g.resumed(&actions.resume, asked, Instant::now());
+            if !now.is_empty() {
+                if let Err(e) = session.resume(&now) {
+                    self.governor_errors.push(crate::error_chain(&e));
+                }
+                let resumed = Instant::now();
+                g.resumed(&now, asked, resumed);
+                let t_s = resumed
+                    .saturating_duration_since(self.started)
+                    .as_secs_f64();
+                mark_aux(&mut self.aux, &self.counters, session, &now, t_s);
+            }
         }
     }
 
@@ -891,9 +961,14 @@ impl Recorder {
             return vec![None; self.plan.probes.len()];
         };
         let counts = session.read_slot_counts().unwrap_or_default();
-        g.windows_now(Instant::now(), &counts)
+        let now = Instant::now();
+        let (end_s, period_s) = (
+            now.saturating_duration_since(self.started).as_secs_f64(),
+            g.period().as_secs_f64(),
+        );
+        g.windows_now(now, &counts)
             .into_iter()
-            .map(|w| (w.len() > 1).then(|| crate::estimate::estimate(&w, 0.0)))
+            .map(|w| (w.len() > 1).then(|| crate::estimate::estimate(&w, end_s, period_s, 0.0)))
             .collect()
     }
 
@@ -941,6 +1016,11 @@ impl Recorder {
         let ended = self.mark_window_end();
         let duration_s = ended.saturating_duration_since(self.started).as_secs_f64();
         let counters = self.counters.results();
+        for (i, marks) in self.aux.iter_mut().flatten() {
+            if let Some(end) = counters.get(*i).and_then(|c| c.end) {
+                marks.marks.push((duration_s, end));
+            }
+        }
         // Detach first: maps read while probes still fire would disagree
         // with each other (per-slot totals vs per-call-site counts).
         if let Some(session) = self.session.as_mut() {
@@ -995,6 +1075,11 @@ impl Recorder {
                 .and_then(|(start, end)| start.idle_pct_until(&end)),
             in_target: self.in_target(),
             counters,
+            aux: self
+                .aux
+                .iter()
+                .map(|a| a.as_ref().map(|(_, m)| m.clone()))
+                .collect(),
             started_unix_ms: self.started_unix_ms,
             duration_s,
             end_reason,

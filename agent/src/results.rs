@@ -58,6 +58,9 @@ pub(crate) struct Finished<'a> {
     /// The in-target fit, or why there is none.
     pub in_target: Result<crate::in_target::InTargetFit, String>,
     pub counters: Vec<CounterResult>,
+    /// Per planned probe: its auxiliary counter's readings at its
+    /// switches, where it has one (see [`crate::estimate::AUXILIARY`]).
+    pub aux: Vec<Option<crate::estimate::AuxMarks>>,
     pub started_unix_ms: u128,
     pub duration_s: f64,
     pub end_reason: EndReason,
@@ -81,6 +84,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         host_cpu_idle_pct,
         in_target,
         counters,
+        aux,
         started_unix_ms,
         duration_s,
         end_reason,
@@ -255,7 +259,16 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
         });
         if let Some(duty) = duties.as_ref().map(|d| &d[idx]) {
             if duty.cut && !my_slots.is_empty() {
-                describe_sampling(results.last_mut().expect("just pushed"), duty, duration_s);
+                let ratio = aux.get(idx).and_then(Option::as_ref).and_then(|m| {
+                    let total = counters.iter().find(|c| c.name == m.counter)?.count?;
+                    Some((m, total))
+                });
+                describe_sampling(
+                    results.last_mut().expect("just pushed"),
+                    duty,
+                    duration_s,
+                    ratio,
+                );
             }
         }
     }
@@ -361,20 +374,46 @@ pub(crate) fn bare_summary(
 /// what was seen (exact), and the estimate interpolates only over the gaps
 /// between its on-windows, with a 95 % bound; nothing is projected after
 /// the last window (nor before the first: every probe starts on).
-fn describe_sampling(r: &mut ProbeResult, duty: &DutyReport, duration_s: f64) {
+fn describe_sampling(
+    r: &mut ProbeResult,
+    duty: &DutyReport,
+    duration_s: f64,
+    ratio: Option<(&crate::estimate::AuxMarks, u64)>,
+) {
     let mean_latency_ns = if r.calls > 0 {
         r.wait_ns_total as f64 / r.calls as f64
     } else {
         0.0
     };
-    let estimate = crate::estimate::estimate(&duty.windows, mean_latency_ns);
+    // Where an exact counter moves with the probe, the ratio estimate
+    // (it also corrects the observer effect), else the windows' rates.
+    // Switches are read within a few ms of the windows' ends.
+    let estimate = ratio
+        .and_then(|(marks, total)| {
+            let per_window = marks.per_window(&duty.windows, 0.05)?;
+            crate::estimate::ratio_estimate(
+                &duty.windows,
+                &per_window,
+                total,
+                duration_s,
+                duty.period_s,
+                &marks.counter,
+            )
+        })
+        .unwrap_or_else(|| {
+            crate::estimate::estimate(&duty.windows, duration_s, duty.period_s, mean_latency_ns)
+        });
     // The rate over the time the estimate covers, not the whole recording.
     if estimate.covered_s > 0.0 {
         r.calls_per_sec = estimate.calls / estimate.covered_s;
     }
-    let off_at_end_s = (!duty.on_at_end).then(|| (duration_s - estimate.covered_s).max(0.0));
+    // Spread windows stand for up to a period past the last one: only a
+    // probe whose windows stopped (a refused attach) is off at the end.
+    let off_at_end_s = (!duty.on_at_end)
+        .then(|| (duration_s - estimate.covered_s).max(0.0))
+        .filter(|off| *off > 0.01);
     r.sampling = Some(Sampling {
-        state: if duty.on_at_end {
+        state: if off_at_end_s.is_none() {
             SamplingState::DutyCycled
         } else {
             SamplingState::OffAtEnd

@@ -313,7 +313,10 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         capture_stacks: !args.no_stacks,
         stack_interval: args.stack_interval,
         cpu: (!args.no_cpu).then(|| args.cpu.options()),
-        governor: args.max_overhead.governor(),
+        governor: args
+            .max_overhead
+            .governor()
+            .map(|g| g.with_interval(args.interval)),
         limits: args.limits.limits(),
         recalibrate: args.recalibrate,
         calibrator: crate::own_calibrator(),

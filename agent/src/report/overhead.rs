@@ -178,9 +178,22 @@ pub fn stack_sampling_note(summary: &Summary) -> Option<String> {
 /// over 4.0 s between 3 windows)`.
 pub fn estimate_text(s: &super::model::Sampling) -> String {
     let e = &s.estimate;
-    let mut out = if e.gap_s > 0.0 {
+    let mut out = if crate::estimate::too_wide(e) {
+        let (rate, half) = crate::estimate::watched_rate(&s.windows);
         format!(
-            "{} calls seen; ~{} ± {} over 0-{:.1} s ({:.0} %, interpolated over {:.1} s between {} windows)",
+            "{} calls seen; {:.0} ± {:.0} calls per second watched ({:.0} %, in {} windows; a total over 0-{:.1} s would be ~{} ± {}, too wide to quote)",
+            s.observed_calls,
+            rate,
+            half,
+            e.confidence * 100.0,
+            e.windows,
+            e.covered_s,
+            e.calls.round(),
+            e.calls_bound.ceil(),
+        )
+    } else if e.gap_s > 0.0 {
+        format!(
+            "{} calls seen; ~{} ± {} over 0-{:.1} s ({:.0} %, {:.1} s unwatched estimated from {} windows spread over it)",
             s.observed_calls,
             e.calls.round(),
             e.calls_bound.ceil(),
@@ -195,7 +208,7 @@ pub fn estimate_text(s: &super::model::Sampling) -> String {
             s.observed_calls, e.covered_s
         )
     };
-    if let Some(off) = s.off_at_end_s {
+    if let Some(off) = s.off_at_end_s.filter(|off| *off > 0.0) {
         out.push_str(&format!(", then off (last {off:.1} s not projected)"));
     }
     out

@@ -92,6 +92,15 @@ fn render_raw(summary: &Summary) -> String {
         // A cut probe: what it saw, exactly, and the estimate with its
         // bound when there are gaps between windows (see `sampled:`).
         let (calls, rate) = match &p.sampling {
+            // A bound wider than half the estimate: what was seen and the
+            // rate per second watched, not a total (issue 50).
+            Some(s) if crate::estimate::too_wide(&s.estimate) => {
+                let (r, half) = crate::estimate::watched_rate(&s.windows);
+                (
+                    format!("{} seen", p.calls),
+                    format!("{}±{} watched", units::count(r), units::count(half)),
+                )
+            }
             Some(s) if s.estimate.gap_s > 0.0 => (
                 format!(
                     "{} seen, ~{}±{}",
