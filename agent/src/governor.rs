@@ -281,6 +281,11 @@ struct ProbeState {
     slot_last: Vec<SlotCount>,
     /// Counters when the current (or last) window opened.
     window_start: SlotCount,
+    /// Counters when the last closed window opened: its calls are topped
+    /// up from them until the next window opens (`window_start` moves at a
+    /// switch-on the recorder may defer, and a closed window once took
+    /// that as its own start: 0 calls for a 6 s window of 4,000).
+    closed_from: SlotCount,
     windows: Vec<OnWindow>,
     calls_before_start: u64,
     ever_cut: bool,
@@ -385,8 +390,8 @@ impl ProbeState {
         // belong to the window just closed.
         if self.on_since.is_none() {
             if let Some(w) = self.windows.last_mut() {
-                w.calls = total.calls - self.window_start.calls;
-                w.wait_ns = total.wait_ns - self.window_start.wait_ns;
+                w.calls = total.calls.saturating_sub(self.closed_from.calls);
+                w.wait_ns = total.wait_ns.saturating_sub(self.closed_from.wait_ns);
             }
         }
         spent
@@ -465,6 +470,7 @@ impl Governor {
                     last: SlotCount::default(),
                     slot_last: Vec::new(),
                     window_start: SlotCount::default(),
+                    closed_from: SlotCount::default(),
                     windows: Vec::new(),
                     calls_before_start: 0,
                     ever_cut: false,
@@ -914,8 +920,8 @@ impl Governor {
                     }),
                     None => {
                         if let Some(last) = w.last_mut() {
-                            last.calls = total.calls.saturating_sub(p.window_start.calls);
-                            last.wait_ns = total.wait_ns.saturating_sub(p.window_start.wait_ns);
+                            last.calls = total.calls.saturating_sub(p.closed_from.calls);
+                            last.wait_ns = total.wait_ns.saturating_sub(p.closed_from.wait_ns);
                         }
                     }
                 }
@@ -1041,6 +1047,7 @@ fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut 
             calls: p.last.calls - p.window_start.calls,
             wait_ns: p.last.wait_ns - p.window_start.wait_ns,
         });
+        p.closed_from = p.window_start;
         p.on_until = None;
         actions.suspend.extend(p.slot_ids());
     }
@@ -1821,5 +1828,34 @@ mod tests {
         let mut s = a.suspend.clone();
         s.sort();
         assert_eq!(s, (0..3).map(SlotId::of_index).collect::<Vec<_>>());
+    }
+
+    /// A switch-on the recorder defers (the last detach still under way)
+    /// leaves the closed window's calls as they were: it once reset them to
+    /// the calls since the deferred switch-on (a 6 s window of 4,000 calls
+    /// read 0, and the estimate fell below what was seen).
+    #[test]
+    fn a_deferred_switch_on_keeps_the_closed_windows_calls() {
+        let t0 = Instant::now();
+        let slot = SlotId::of_index(0);
+        let mut g = one_probe(cost(5_000.0, 0.0), t0).with_phase(MS(0));
+        // 100,000 calls/s at 5 µs: 50 % of a core, cut at the first look.
+        let a = g.tick(t0 + FIRST_TICK, || counts(&[(0, 5_000)]));
+        assert_eq!(a.suspend, vec![slot]);
+        let mut t = t0 + FIRST_TICK;
+        let mut resumed = None;
+        while resumed.is_none() {
+            t += MS(10);
+            let a = g.tick(t, || counts(&[(0, 5_000)]));
+            if a.resume.contains(&slot) {
+                resumed = Some(t);
+            }
+        }
+        // The recorder could not re-attach yet.
+        g.resume_deferred(&[slot], resumed.unwrap());
+        g.wake();
+        g.tick(resumed.unwrap() + MS(5), || counts(&[(0, 5_000)]));
+        let d = g.finish(resumed.unwrap() + MS(10), &counts(&[(0, 5_000)]));
+        assert_eq!(d[0].windows[0].calls, 5_000, "{:?}", d[0].windows);
     }
 }

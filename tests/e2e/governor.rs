@@ -883,3 +883,66 @@ fn s1_undo_walk_through_a_snapshot_opened_mid_recording_mariadb_11_4_5() {
 fn s1_undo_walk_through_a_snapshot_opened_mid_recording_mariadb_10_2_11() {
     undo_walk_through_a_snapshot_opened_mid_recording("mariadb-10.2.11");
 }
+
+/// Issue 50: on a steady sysbench load, under the default governor with
+/// the default probe set (dear probes beside it, so the governor has
+/// something to cut), `sql.commit`'s count is the server's own
+/// `Com_commit` advance over the same seconds: exact where the probe stayed
+/// on, else inside its estimate's bound, and that bound no wider than 10 %
+/// of the estimate (the ratio to InnoDB's transaction-id counter, read
+/// from memory, carries it).
+#[test]
+fn sql_commit_matches_com_commit_on_a_steady_load() {
+    use std::time::{Duration, Instant};
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &[]);
+    let load = server.sysbench_open_ended("oltp_read_write", 2, &[]);
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = server.pid.to_string();
+    let seconds = 10;
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--duration",
+        &format!("{seconds}s"),
+        "--probes",
+        "default",
+        "--no-cpu",
+        "--max-overhead",
+        "1",
+    ]);
+    rec.wait_attached();
+    let before = server.status("Com_commit");
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(seconds).saturating_sub(started.elapsed()));
+    let truth = (server.status("Com_commit") - before) as f64;
+    let (code, stdout, rec) = rec.finish();
+    let report = load.stop();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    assert!(report.exited_early.is_none(), "{}", report.log);
+    let s = rec.summary();
+    let p = probe(&s, "sql.commit");
+    eprintln!("Com_commit advanced {truth} in {seconds} s; sql.commit {p:?}\n{stdout}");
+    assert!(truth > 1_000.0, "too little load: {truth} commits");
+    // The external reads of Com_commit and innoprof's clock are a few ms
+    // apart at each end: ~1 % of 10 s.
+    let skew = 0.01 * truth + 10.0;
+    match &p.sampling {
+        None => assert!(
+            (p.calls as f64 - truth).abs() <= skew,
+            "sql.commit counted {} where Com_commit advanced {truth}",
+            p.calls
+        ),
+        Some(smp) => {
+            let e = &smp.estimate;
+            assert!(
+                (e.calls - truth).abs() <= e.calls_bound + skew,
+                "sql.commit estimated {:.0} ± {:.0} where Com_commit advanced {truth}; windows {:?}",
+                e.calls,
+                e.calls_bound,
+                smp.windows
+            );
+            assert!(e.calls_bound <= 0.10 * e.calls, "{e:?}");
+        }
+    }
+}
