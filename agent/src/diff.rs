@@ -102,9 +102,14 @@ pub struct ProbeDelta {
     pub incident_calls_per_sec: f64,
     /// incident / baseline; `None` when the baseline never fired.
     pub calls_ratio: Option<f64>,
-    /// Wait time per second of recording, in ns.
+    /// Wait time per second, in ns.
     pub baseline_wait_ns_per_sec: f64,
     pub incident_wait_ns_per_sec: f64,
+    /// The rate is an estimate (the governor watched the probe in windows):
+    /// its estimate's total over the time it covers, or, where that total's
+    /// bound is too wide to quote, the rate over the seconds watched.
+    pub baseline_estimated: bool,
+    pub incident_estimated: bool,
 }
 
 /// (kind, unit, self frame, rank by total share)
@@ -291,20 +296,43 @@ impl DiffReport {
                 "wait/s before",
                 "wait/s now",
             ]);
+            // `~`: estimated from the governor's windows.
+            let approx = |estimated: bool, text: String| {
+                if estimated {
+                    format!("~{text}")
+                } else {
+                    text
+                }
+            };
             for p in &self.probes {
                 t.add_row([
                     p.name.clone(),
-                    units::count(p.baseline_calls_per_sec),
-                    units::count(p.incident_calls_per_sec),
+                    approx(p.baseline_estimated, units::count(p.baseline_calls_per_sec)),
+                    approx(p.incident_estimated, units::count(p.incident_calls_per_sec)),
                     p.calls_ratio
                         .map(|r| format!("{r:.2}"))
                         .unwrap_or_else(|| "new".into()),
-                    units::ns(p.baseline_wait_ns_per_sec as u64),
-                    units::ns(p.incident_wait_ns_per_sec as u64),
+                    approx(
+                        p.baseline_estimated,
+                        units::ns(p.baseline_wait_ns_per_sec as u64),
+                    ),
+                    approx(
+                        p.incident_estimated,
+                        units::ns(p.incident_wait_ns_per_sec as u64),
+                    ),
                 ]);
             }
             right(&mut t, 1..6);
-            out.push_str(&format!("\nwait probes (per second of recording):\n{t}\n"));
+            let note = if self
+                .probes
+                .iter()
+                .any(|p| p.baseline_estimated || p.incident_estimated)
+            {
+                "; ~ estimated from the windows the governor watched"
+            } else {
+                ""
+            };
+            out.push_str(&format!("\nwait probes (per second{note}):\n{t}\n"));
         }
         for p in &self.profiles {
             let mut t = Table::new();
@@ -468,49 +496,44 @@ impl From<&SymbolDelta> for CpuShift {
 }
 
 fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<ProbeDelta> {
-    let rates = |s: &serde_json::Value| -> Vec<(String, f64, f64)> {
+    let rates = |s: &serde_json::Value| -> Vec<(String, Rate)> {
         let secs = duration_s(s);
         s["probes"]
             .as_array()
             .map(|ps| {
                 ps.iter()
                     .filter(|p| p["status"] == "attached")
-                    .filter_map(|p| {
-                        Some((
-                            p["name"].as_str()?.to_string(),
-                            p["calls"].as_u64().unwrap_or(0) as f64 / secs,
-                            p["wait_ns_total"].as_u64().unwrap_or(0) as f64 / secs,
-                        ))
-                    })
+                    .filter_map(|p| Some((p["name"].as_str()?.to_string(), probe_rate(p, secs))))
                     .collect()
             })
             .unwrap_or_default()
     };
     let b = rates(before);
     let a = rates(after);
-    let mut names: Vec<&String> = b.iter().chain(a.iter()).map(|(n, _, _)| n).collect();
+    let mut names: Vec<&String> = b.iter().chain(a.iter()).map(|(n, _)| n).collect();
     names.sort();
     names.dedup();
-    let find = |v: &[(String, f64, f64)], n: &str| {
+    let find = |v: &[(String, Rate)], n: &str| {
         v.iter()
-            .find(|(name, _, _)| name == n)
-            .map(|(_, c, w)| (*c, *w))
-            .unwrap_or((0.0, 0.0))
+            .find(|(name, _)| name == n)
+            .map(|(_, r)| *r)
+            .unwrap_or_default()
     };
     let mut out: Vec<ProbeDelta> = names
         .into_iter()
         // Silent in both: nothing changed, and nothing is `new`.
-        .filter(|n| find(&b, n).0 > 0.0 || find(&a, n).0 > 0.0)
+        .filter(|n| find(&b, n).calls > 0.0 || find(&a, n).calls > 0.0)
         .map(|n| {
-            let (bc, bw) = find(&b, n);
-            let (ac, aw) = find(&a, n);
+            let (bf, af) = (find(&b, n), find(&a, n));
             ProbeDelta {
                 name: n.clone(),
-                baseline_calls_per_sec: bc,
-                incident_calls_per_sec: ac,
-                calls_ratio: (bc > 0.0).then(|| ac / bc),
-                baseline_wait_ns_per_sec: bw,
-                incident_wait_ns_per_sec: aw,
+                baseline_calls_per_sec: bf.calls,
+                incident_calls_per_sec: af.calls,
+                calls_ratio: (bf.calls > 0.0).then(|| af.calls / bf.calls),
+                baseline_wait_ns_per_sec: bf.wait_ns,
+                incident_wait_ns_per_sec: af.wait_ns,
+                baseline_estimated: bf.estimated,
+                incident_estimated: af.estimated,
             }
         })
         .collect();
@@ -529,6 +552,56 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
             .then_with(|| x.name.cmp(&y.name))
     });
     out
+}
+
+/// A probe's calls and wait per second, over the time it speaks for.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    calls: f64,
+    wait_ns: f64,
+    estimated: bool,
+}
+
+/// Per second of the recording where the probe was on throughout (its
+/// counts are exact); for a probe the governor watched in windows, per
+/// second its estimate covers, or per second watched where the estimate's
+/// bound is too wide to quote (as summary.txt shows it). Dividing what a
+/// cut probe saw by the whole recording read sql.commit at 466.6/s where
+/// the server committed 1,391.7/s.
+fn probe_rate(p: &serde_json::Value, secs: f64) -> Rate {
+    let exact = Rate {
+        calls: p["calls"].as_u64().unwrap_or(0) as f64 / secs,
+        wait_ns: p["wait_ns_total"].as_u64().unwrap_or(0) as f64 / secs,
+        estimated: false,
+    };
+    let Some(smp) =
+        serde_json::from_value::<crate::report::model::Sampling>(p["sampling"].clone()).ok()
+    else {
+        return exact;
+    };
+    let e = &smp.estimate;
+    if crate::estimate::too_wide(e) || e.covered_s <= 0.0 {
+        let watched: f64 = smp
+            .windows
+            .iter()
+            .map(|w| (w.end_s - w.start_s).max(0.0))
+            .sum();
+        if watched <= 0.0 {
+            return exact;
+        }
+        let seen: u64 = smp.windows.iter().map(|w| w.calls).sum();
+        let wait: u64 = smp.windows.iter().map(|w| w.wait_ns).sum();
+        return Rate {
+            calls: seen as f64 / watched,
+            wait_ns: wait as f64 / watched,
+            estimated: true,
+        };
+    }
+    Rate {
+        calls: e.calls / e.covered_s,
+        wait_ns: e.wait_ns / e.covered_s,
+        estimated: true,
+    }
 }
 
 fn duration_s(summary: &serde_json::Value) -> f64 {
@@ -672,6 +745,61 @@ mod tests {
         let names: Vec<&str> = d.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["b.walk", "c.new", "a.rare"], "{d:?}");
         assert_eq!((d[1].calls_ratio, d[2].calls_ratio), (None, None));
+    }
+
+    /// A probe the governor cut is compared at its estimate per second it
+    /// covers (or per second watched, where the estimate is too wide),
+    /// never at what it saw divided by the whole recording.
+    #[test]
+    fn a_cut_probe_is_compared_over_the_time_it_speaks_for() {
+        let sampling = |calls: f64, bound: f64, seen: u64| {
+            serde_json::json!({
+                "state": "duty_cycled", "attached_fraction": 0.3, "observed_calls": seen,
+                "calls_before_start": 0, "off_at_end_s": null, "projected_full_pct_of_core": 3.0,
+                "windows": [
+                    {"start_s": 0.0, "end_s": 1.0, "calls": seen / 2, "wait_ns": seen / 2 * 1000},
+                    {"start_s": 5.0, "end_s": 6.0, "calls": seen / 2, "wait_ns": seen / 2 * 1000},
+                ],
+                "estimate": {
+                    "observed_calls": seen, "calls": calls, "calls_bound": bound,
+                    "wait_ns": calls * 1000.0, "wait_ns_bound": bound * 1000.0, "covered_s": 10.0,
+                    "gap_s": 8.0, "windows": 2, "confidence": 0.95, "assumption": "test",
+                },
+            })
+        };
+        let summary = |smp: serde_json::Value| {
+            serde_json::json!({"duration_s": 10.0, "probes": [
+                {"name": "sql.commit", "status": "attached", "calls": 2_000, "wait_ns_total": 2_000_000,
+                 "sampling": smp},
+            ]})
+        };
+        // 2,000 seen in 2 s watched of 10; estimated 10,000 ± 500.
+        let d = probe_deltas(
+            &summary(sampling(10_000.0, 500.0, 2_000)),
+            &summary(sampling(10_000.0, 9_000.0, 2_000)),
+        );
+        assert!(
+            (d[0].baseline_calls_per_sec - 1_000.0).abs() < 1e-9,
+            "{d:?}"
+        );
+        assert!((d[0].baseline_wait_ns_per_sec - 1e6).abs() < 1e-3, "{d:?}");
+        // Too wide to quote: 1,000 calls per second watched.
+        assert!(
+            (d[0].incident_calls_per_sec - 1_000.0).abs() < 1e-9,
+            "{d:?}"
+        );
+        assert!(d[0].baseline_estimated && d[0].incident_estimated);
+        let r = DiffReport {
+            baseline: PathBuf::from("b"),
+            incident: PathBuf::from("i"),
+            findings: Vec::new(),
+            findings_also_in_baseline: Vec::new(),
+            profiles: Vec::new(),
+            probes: d,
+            server_state: None,
+            files: Vec::new(),
+        };
+        assert!(r.render_raw().contains("~1000 "), "{}", r.render_raw());
     }
 
     #[test]
