@@ -40,11 +40,40 @@ pub fn parse_listen(s: &str) -> Result<ListenAddr, String> {
     match s.strip_prefix("unix:") {
         Some(p) if p.starts_with('/') => Ok(ListenAddr::Unix(PathBuf::from(p))),
         Some(_) => Err("unix:PATH needs an absolute path (e.g. unix:/run/innoprof.sock)".into()),
-        None => s
-            .parse()
-            .map(ListenAddr::Tcp)
-            .map_err(|e| format!("{e}: give HOST:PORT (e.g. 127.0.0.1:9707) or unix:PATH")),
+        None => parse_tcp(s).map(ListenAddr::Tcp),
     }
+}
+
+/// `HOST:PORT` as exporters take it: an address, `:PORT` for every
+/// interface (node_exporter's `:9100`; serve asks for --listen-any then), or a
+/// host name resolved once (`localhost:9707`, its first IPv4 address, as
+/// Prometheus' own `--web.listen-address` binds).
+fn parse_tcp(s: &str) -> Result<SocketAddr, String> {
+    let usage = "give HOST:PORT (e.g. 127.0.0.1:9707, :9707, localhost:9707) or unix:PATH";
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    if let Some(port) = s.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{s:?}: {port:?} is not a port; {usage}"))?;
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("{s:?} has no port; {usage}"));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!("{s:?}: {port:?} is not a port; {usage}"));
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| format!("cannot resolve {host:?}: {e}; {usage}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{host:?} resolves to no address; {usage}"))
 }
 
 pub enum Listener {
@@ -284,6 +313,19 @@ mod tests {
         );
         assert!(parse_listen("unix:rel.sock").is_err());
         assert!(parse_listen("localhost").is_err());
+        // As exporters take it: every interface (serve then wants
+        // --listen-any), and a name resolved.
+        assert_eq!(
+            parse_listen(":9707"),
+            Ok(ListenAddr::Tcp("0.0.0.0:9707".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_listen("localhost:9707"),
+            Ok(ListenAddr::Tcp("127.0.0.1:9707".parse().unwrap()))
+        );
+        assert!(parse_listen(":http").is_err());
+        assert!(parse_listen("localhost:99999").is_err());
+        assert!(parse_listen("[::1]:9707").is_ok());
     }
 
     #[test]

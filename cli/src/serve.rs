@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// its own --max-overhead budget; every series is labelled server="DATADIR".
     #[arg(long, conflicts_with_all = ["pid", "force", "exit_with_target", "mysql_socket"])]
     pub all: bool,
-    /// Address to serve on: HOST:PORT, or unix:PATH for a unix socket created mode 0600,
+    /// Address to serve on: HOST:PORT (:PORT for every interface, with --listen-any), or
+    /// unix:PATH for a unix socket created mode 0600,
     /// owned by root (each local user reaches a loopback port; a unix socket only whom
     /// root lets in, each known by uid).
     #[arg(long, default_value = "127.0.0.1:9707", value_parser = crate::listen::parse_listen)]
