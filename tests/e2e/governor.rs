@@ -816,12 +816,14 @@ fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
             .map(|l| l.split(" plans=").next().unwrap_or(l))
             .collect::<Vec<_>>()
             .join("\n");
-        // A window every period, or every few where the detach lag's hits
-        // alone overspend the probe's share (the walk at ~100k calls/s
-        // pays ~60 ms of traps after each window: the governor then opens
-        // one every 2-5 periods, see `MAX_STRIDE`).
+        // A window every period, or every few where one window and the
+        // detach after it overspend the probe's share: the walk runs at
+        // 100,000-570,000 calls/s once the snapshot is open, so the
+        // shortest window (20 ms) alone costs 0.4-2.3 % of a core, and the
+        // governor opens one every 2-5 periods (`MAX_STRIDE`): at least one
+        // in the 7 s after the snapshot has been open a second.
         let watched_after: Vec<_> = w.iter().filter(|w| w.start_s >= 5.0).collect();
-        assert!(watched_after.len() >= 2, "{w:?}\n{trace}");
+        assert!(!watched_after.is_empty(), "{w:?}\n{trace}");
         for pair in w[1..].windows(2) {
             assert!(pair[1].start_s - pair[0].start_s <= 5.3, "{w:?}\n{trace}");
         }
@@ -945,4 +947,39 @@ fn sql_commit_matches_com_commit_on_a_steady_load() {
             assert!(e.calls_bound <= 0.10 * e.calls, "{e:?}");
         }
     }
+    // `diff` compares it at the same rate (a recording diffed with itself
+    // once read sql.commit at a third of what the server committed: what a
+    // cut probe saw, divided by the whole recording).
+    let out = tempfile::tempdir().unwrap();
+    let dir = rec.out.to_str().unwrap();
+    let d = run_innoprof(&[
+        "diff",
+        dir,
+        dir,
+        "--out",
+        out.path().join("d").to_str().unwrap(),
+    ]);
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("d/diff.json")).unwrap())
+            .unwrap();
+    let row = json["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "sql.commit")
+        .unwrap_or_else(|| panic!("{json}"));
+    let per_s = row["incident_calls_per_sec"].as_f64().unwrap();
+    let (truth_per_s, bound_per_s) = match &p.sampling {
+        None => (truth / seconds as f64, skew / seconds as f64),
+        Some(smp) => (
+            truth / seconds as f64,
+            (smp.estimate.calls_bound + skew) / smp.estimate.covered_s,
+        ),
+    };
+    assert!(
+        (per_s - truth_per_s).abs() <= bound_per_s + 0.01 * truth_per_s,
+        "diff reads sql.commit at {per_s:.1}/s; the server committed {truth_per_s:.1}/s: {row}"
+    );
+    assert_eq!(row["incident_estimated"], p.sampling.is_some(), "{row}");
 }
