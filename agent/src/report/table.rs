@@ -153,6 +153,20 @@ fn render_raw(summary: &Summary) -> String {
     out.push_str(&super::state_text::render(summary.server_state.as_ref()));
     out.push_str(&latches(summary, TOP_CALLSITES));
     out.push_str(&callsites(summary, TOP_CALLSITES));
+    if let Some(cpu) = &summary.cpu {
+        out.push_str(&super::cpu_table::render(cpu));
+    }
+    if let Some(ts) = &summary.timeseries {
+        out.push_str(&format!(
+            "time series: {} intervals of {} written to {}\n",
+            ts.intervals,
+            units::ns(ts.interval_ms * 1_000_000),
+            ts.files.join(", ")
+        ));
+    }
+    // The server first; how innoprof itself fared (what it could not
+    // attach or hold, what it cost, how the governor sampled) last.
+    out.push_str("\ninnoprof itself:\n");
     for p in summary
         .probes
         .iter()
@@ -166,17 +180,6 @@ fn render_raw(summary: &Summary) -> String {
     }
     out.push_str(&drops_line(&summary.drops));
     out.push_str(&super::overhead::render(summary));
-    if let Some(cpu) = &summary.cpu {
-        out.push_str(&super::cpu_table::render(cpu));
-    }
-    if let Some(ts) = &summary.timeseries {
-        out.push_str(&format!(
-            "time series: {} intervals of {} written to {}\n",
-            ts.intervals,
-            units::ns(ts.interval_ms * 1_000_000),
-            ts.files.join(", ")
-        ));
-    }
     out
 }
 

@@ -45,7 +45,7 @@ pub struct Page<'a> {
 pub fn render(page: &Page) -> String {
     let s = page.summary;
     let title = format!("innoprof: {} pid {}", s.target.server, s.target.pid);
-    html! {
+    let page_html = html! {
         (DOCTYPE)
         html lang="en" {
             head {
@@ -68,6 +68,7 @@ pub fn render(page: &Page) -> String {
                 // Long (settings, transactions, status): below the graphs.
                 @if let Some(st) = &s.server_state { (server_state(st)) }
                 h2 #overhead { "Overhead" }
+                (cost(page))
                 pre { (super::overhead::render(s)) }
                 @if !page.probe_flamegraphs.is_empty() {
                     h2 #waitstacks { "Wait stacks" }
@@ -79,7 +80,39 @@ pub fn render(page: &Page) -> String {
             }
         }
     }
-    .into_string()
+    .into_string();
+    with_contents(&page_html)
+}
+
+/// The page with a table of contents under its title: one link per
+/// section (`h2` with an id) in the order they come, so that it lists
+/// exactly the sections this recording has.
+fn with_contents(page: &str) -> String {
+    let mut links = String::new();
+    let mut rest = page;
+    while let Some(at) = rest.find("<h2 id=\"") {
+        let after = &rest[at + 8..];
+        let Some(id_end) = after.find('"') else { break };
+        let id = &after[..id_end];
+        let Some(open_end) = after.find('>') else {
+            break;
+        };
+        let Some(close) = after.find("</h2>") else {
+            break;
+        };
+        let title = &after[open_end + 1..close];
+        links.push_str(&format!("<a href=\"#{id}\">{title}</a> "));
+        rest = &after[close..];
+    }
+    match page.find("</h1>") {
+        Some(h1) if !links.is_empty() => format!(
+            "{}</h1><nav class=\"toc\">{}</nav>{}",
+            &page[..h1],
+            links.trim_end(),
+            &page[h1 + 5..]
+        ),
+        _ => page.to_string(),
+    }
 }
 
 fn about(page: &Page) -> Markup {
@@ -105,6 +138,20 @@ fn about(page: &Page) -> Markup {
             }
             @if let Some(m) = m {
                 tr { th { "command" } td { code { (m.command_line.join(" ")) } } }
+            }
+        }
+    }
+}
+
+/// What innoprof cost the server and what it could not hold: under
+/// Overhead, after everything about the server.
+fn cost(page: &Page) -> Markup {
+    let s = page.summary;
+    let Some(m) = page.metadata else {
+        return html! {};
+    };
+    html! {
+        table.about {
                 tr { th { "overhead (estimate)" } td {
                     (units::ns(m.overhead.total_ns)) " of server CPU in probe hits, "
                     (format!("{:.2}", m.overhead.probes_pct_of_core)) " % of one CPU"
@@ -129,7 +176,6 @@ fn about(page: &Page) -> Markup {
                     (m.dropped.stack_lost_calls) " probe hits without a stack; "
                     (m.dropped.cpu_samples_lost) " CPU samples and " (m.dropped.offcpu_blocks_lost) " off-CPU blocks not counted (maps full)"
                 } }
-            }
         }
     }
 }
@@ -605,6 +651,7 @@ table { border-collapse: collapse; font-size: 13px; }
 table.data th, table.data td { border: 1px solid #ddd; padding: 3px 7px; }
 table.data thead th { background: #f3f5f8; }
 table.about th { text-align: left; padding: 2px 14px 2px 0; color: #555; font-weight: 600; vertical-align: top; }
+nav.toc { margin: 8px 0 16px; font-size: 13px; } nav.toc a { margin-right: 12px; white-space: nowrap; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 td.sym { max-width: 760px; overflow-wrap: anywhere; }
 .badge { font-size: 13px; padding: 2px 8px; border-radius: 10px; vertical-align: middle; }
