@@ -449,9 +449,14 @@ fn probe_table(s: &Summary) -> Markup {
                 @let smp = p.sampling.as_ref().expect("filtered");
                 p.note {
                     b { (p.name) } " — on " (format!("{:.1}", smp.attached_fraction * 100.0)) " % of the time in "
-                    (smp.windows.len()) " windows: " (super::overhead::estimate_text(smp))
-                    ". Bound: " (smp.estimate.assumption) "."
+                    (smp.windows.len()) " windows: " (super::overhead::estimate_text(smp)) "."
                 }
+            }
+            // Each kind of bound said once, not under every probe.
+            @let mut bounds: Vec<&str> = attached.iter().filter_map(|p| p.sampling.as_ref()).map(|s| s.estimate.assumption.as_str()).collect();
+            @let _ = { bounds.sort_unstable(); bounds.dedup(); };
+            @for b in &bounds {
+                p.note { "Bound: " (b) "." }
             }
         }
         @let missing: Vec<_> = s.probes.iter().filter(|p| p.status != ProbeStatus::Attached).collect();
