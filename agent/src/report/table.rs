@@ -89,30 +89,7 @@ fn render_raw(summary: &Summary) -> String {
         };
         let timed = p.wait_ns_avg.is_some();
         let t = |v: Option<u64>| v.map(units::ns).unwrap_or_else(dash);
-        // A cut probe: what it saw, exactly, and the estimate with its
-        // bound when there are gaps between windows (see `sampled:`).
-        let (calls, rate) = match &p.sampling {
-            // A bound wider than half the estimate: what was seen and the
-            // rate per second watched, not a total (issue 50).
-            Some(s) if crate::estimate::too_wide(&s.estimate) => {
-                let (r, half) = crate::estimate::watched_rate(&s.windows);
-                (
-                    format!("{} seen", p.calls),
-                    format!("{}±{} watched", units::count(r), units::count(half)),
-                )
-            }
-            Some(s) if s.estimate.gap_s > 0.0 => (
-                format!(
-                    "{} seen, ~{}±{}",
-                    p.calls,
-                    s.estimate.calls.round(),
-                    s.estimate.calls_bound.ceil()
-                ),
-                format!("~{}", units::count(p.calls_per_sec)),
-            ),
-            Some(_) => (format!("{} seen", p.calls), units::count(p.calls_per_sec)),
-            None => (p.calls.to_string(), units::count(p.calls_per_sec)),
-        };
+        let (calls, rate) = calls_cells(p);
         table.add_row([
             p.name.clone(),
             symbol,
@@ -181,6 +158,34 @@ fn render_raw(summary: &Summary) -> String {
     out.push_str(&drops_line(&summary.drops));
     out.push_str(&super::overhead::render(summary));
     out
+}
+
+/// A probe's calls and calls/s cells: what it saw, exactly, and for a cut
+/// probe the estimate with its bound when there are gaps between windows
+/// (see `sampled:`); one form for summary.txt and report.html.
+pub(crate) fn calls_cells(p: &super::model::ProbeResult) -> (String, String) {
+    match &p.sampling {
+        // A bound wider than half the estimate: what was seen and the
+        // rate per second watched, not a total (issue 50).
+        Some(s) if crate::estimate::too_wide(&s.estimate) => {
+            let (r, half) = crate::estimate::watched_rate(&s.windows);
+            (
+                format!("{} seen", p.calls),
+                format!("{}±{} watched", units::count(r), units::count(half)),
+            )
+        }
+        Some(s) if s.estimate.gap_s > 0.0 => (
+            format!(
+                "{} seen, ~{}±{}",
+                p.calls,
+                s.estimate.calls.round(),
+                s.estimate.calls_bound.ceil()
+            ),
+            format!("~{}", units::count(p.calls_per_sec)),
+        ),
+        Some(_) => (format!("{} seen", p.calls), units::count(p.calls_per_sec)),
+        None => (p.calls.to_string(), units::count(p.calls_per_sec)),
+    }
 }
 
 pub(crate) fn end_text(end: super::model::EndReason) -> &'static str {

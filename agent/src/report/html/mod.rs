@@ -430,8 +430,9 @@ fn probe_table(s: &Summary) -> Markup {
                                     [] => { "-" }
                                 }
                             }
-                            td.n { (p.calls) }
-                            td.n { (units::count(p.calls_per_sec)) }
+                            @let (calls, rate) = table::calls_cells(p);
+                            td.n { (calls) }
+                            td.n { (rate) }
                             td.n { @if timed { (units::ns(p.wait_ns_total)) } @else { "-" } }
                             td.n { (t(p.wait_ns_avg)) }
                             td.n { (t(p.wait_ns_p50)) }
