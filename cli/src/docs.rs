@@ -270,6 +270,31 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// `serve --help` names every endpoint serve answers, above the exit
+    /// statuses every command's help has.
+    #[test]
+    fn serve_help_lists_its_endpoints() {
+        let mut cmd = crate::Cli::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for path in [
+            "/metrics",
+            "/findings",
+            "/debug/pprof/profile",
+            "/debug/pprof/waits",
+        ] {
+            assert!(
+                help.contains(&format!("  {path} ")),
+                "{path} missing:\n{help}"
+            );
+        }
+        let endpoints = help.find("Endpoints (GET):").unwrap();
+        assert!(help.find("Exit status:").unwrap() > endpoints, "{help}");
+    }
+
     /// Every example is a command innoprof accepts (a shell redirection
     /// aside), and every command has some.
     #[test]

@@ -50,8 +50,11 @@ const VERSION: &str = concat!(
 );
 
 /// Shown under every command's --help: what a script or a service manager
-/// needs to know before running it.
-pub(crate) const AFTER_HELP: &str = "\
+/// needs to know before running it (a macro, so that serve's help can put
+/// its endpoints above it at compile time).
+macro_rules! after_help {
+    () => {
+        "\
 Exit status:
   0  done (the recording was written, or Ctrl-C/SIGTERM ended it and it was written)
   1  error: bad input, no such server, not permitted, attach failed (one line on stderr)
@@ -62,7 +65,26 @@ Exit status:
 
 Privileges: root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) to load BPF and attach
 uprobes and perf events, and CAP_SYS_PTRACE to read the server's /proc/PID/maps and
-map_files. `innoprof probes --binary` and `report`, `diff`, `top DIR` need none.";
+map_files. `innoprof probes --binary` and `report`, `diff`, `top DIR` need none."
+    };
+}
+pub(crate) const AFTER_HELP: &str = after_help!();
+
+/// serve's endpoints, above the common part.
+const SERVE_AFTER_HELP: &str = concat!(
+    "\
+Endpoints (GET):
+  /                       what is served here
+  /metrics                Prometheus text: probe calls, waits, latencies, latches, counters, findings
+  /findings               the last findings window's findings, as JSON (token-guarded)
+  /debug/pprof/profile    on-CPU profile for ?seconds=N, pprof protobuf (token-guarded)
+  /debug/pprof/waits      wait stacks for ?seconds=N, pprof protobuf (token-guarded)
+With --all, /findings lists every server and the pprof endpoints take &pid=P.
+(token-guarded: behind --auth-token-file when one is given)
+
+",
+    after_help!()
+);
 
 #[derive(Parser)]
 #[command(
@@ -90,6 +112,7 @@ enum Command {
     /// Rebuild report.html and summary.txt from a saved recording directory.
     Report(report::ReportArgs),
     /// Keep the probes attached and serve their live counters as Prometheus metrics at /metrics.
+    #[command(after_help = SERVE_AFTER_HELP)]
     Serve(serve::ServeArgs),
     /// Measure what one probe hit costs on this host (what the overhead governor budgets with).
     Calibrate(CalibrateArgs),
