@@ -298,8 +298,6 @@ struct ProbeState {
     /// windows but takes a whole burst in every ~0.1 s detach: planned at
     /// the windows' rate, the lag cost 2-3 % of a core on a 1 % budget.
     lag_hits: f64,
-    /// The governor's detach lag, seconds (see `Governor::detach_took`).
-    lag_s: f64,
 }
 
 impl ProbeState {
@@ -347,15 +345,15 @@ impl ProbeState {
     /// detach lag): short windows can miss a bursty probe's bursts, which
     /// a 0.1 s detach takes whole (planned at the windows' ~0 rate, S1's
     /// undo probe was let back fully on and spent 5x its share).
-    fn steady_rate(&self) -> f64 {
+    fn steady_rate(&self, lag: f64) -> f64 {
         let on: f64 = self.rate_samples.iter().map(|s| s.1).sum();
         let windows = if on < MIN_RATE_SPAN.as_secs_f64() {
             self.rate
         } else {
             self.rate_samples.iter().map(|s| s.2).sum::<u64>() as f64 / on
         };
-        let lagged = if self.lag_s >= MIN_RATE_SPAN.as_secs_f64() {
-            self.lag_hits / self.lag_s
+        let lagged = if lag >= MIN_RATE_SPAN.as_secs_f64() {
+            self.lag_hits / lag
         } else {
             0.0
         };
@@ -508,7 +506,6 @@ impl Governor {
                     ever_cut: false,
                     lag_hits_now: 0,
                     lag_hits: 0.0,
-                    lag_s: 0.0,
                 };
                 s.last = s.sum(counts);
                 s.slot_last = s
@@ -579,9 +576,6 @@ impl Governor {
     /// a slower detach and halves its way down to faster ones.
     pub fn detach_took(&mut self, took: Duration) {
         self.detach_lag = took.max((self.detach_lag + took) / 2);
-        for p in &mut self.probes {
-            p.lag_s = self.detach_lag.as_secs_f64();
-        }
         if self.debug {
             eprintln!(
                 "governor: a detach took {:.3}s, planning with {:.3}s",
@@ -686,7 +680,7 @@ impl Governor {
                 .iter()
                 .filter(|p| p.on_since.is_none())
                 .filter(|p| p.windows.last().is_some_and(|w| now_s - w.end_s < lag))
-                .map(|p| p.rate.max(p.steady_rate()) * lag.min(stretch))
+                .map(|p| p.rate.max(p.steady_rate(lag)) * lag.min(stretch))
                 .sum();
             let expected: f64 = self
                 .probes
@@ -723,6 +717,7 @@ impl Governor {
         let budget = self.cfg.budget_pct / 100.0;
         let ahead = self.cfg.horizon.as_secs_f64();
         let min_duty = self.cfg.min_duty();
+        let lag = self.detach_lag.as_secs_f64();
         // The steady plan (each probe's share of the budget, at its steady
         // rate) says who is cut and how long its windows are; the plan of
         // the moment (what the window still allows over the horizon, at
@@ -731,7 +726,7 @@ impl Governor {
         let steady_demand: Vec<(f64, SlotCost)> = self
             .probes
             .iter()
-            .map(|p| (p.steady_rate(), p.cost()))
+            .map(|p| (p.steady_rate(lag), p.cost()))
             .collect();
         let demand: Vec<(f64, SlotCost)> = self.probes.iter().map(|p| (p.rate, p.cost())).collect();
         let steady = plan(&steady_demand, budget, budget, min_duty);
@@ -748,7 +743,7 @@ impl Governor {
             .filter(|(_, share)| share.duty < 1.0)
             .map(|(p, _)| {
                 // Each window and the detach after it, every `stride` periods.
-                let rate = p.steady_rate();
+                let rate = p.steady_rate(lag);
                 let per_window =
                     (rate * p.per_call_ns(MAX_STACK_EVERY) * self.cfg.min_window.as_secs_f64()
                         + p.lag_hits(rate, self.detach_lag.as_secs_f64()) * p.per_call_ns(0))
@@ -776,15 +771,14 @@ impl Governor {
                     .zip(&steady)
                     .map(|(p, s)| format!(
                         "{:.0}/s x {:.0}ns = {:.2}% (share {:.3})",
-                        p.steady_rate(),
+                        p.steady_rate(lag),
                         p.per_call_ns(1),
-                        p.steady_rate() * p.per_call_ns(1) / 1e7,
+                        p.steady_rate(lag) * p.per_call_ns(1) / 1e7,
                         s.duty
                     ))
                     .collect::<Vec<_>>()
             );
         }
-        let lag = self.detach_lag.as_secs_f64();
         let cfg = self.cfg;
         // The probes that share the window's free room for their windows.
         let cut = steady.iter().filter(|s| s.duty < 1.0).count().max(1);
@@ -820,7 +814,7 @@ impl Governor {
             }
             // Its share of each period, no more than the window's room
             // beyond what is held pays for.
-            let full = p.steady_rate() * p.per_call_ns(p.stack_every) / 1e9;
+            let full = p.steady_rate(lag) * p.per_call_ns(p.stack_every) / 1e9;
             let affordable = if full > 0.0 {
                 (free.max(0.0) / cut as f64 / full + cfg.min_window.as_secs_f64())
                     / cfg.period.as_secs_f64()
@@ -974,6 +968,7 @@ impl Governor {
     /// `counts` (read after the probes were detached).
     pub fn finish(&mut self, now: Instant, counts: &HashMap<SlotId, SlotCount>) -> Vec<DutyReport> {
         let total = self.since_start(now);
+        let lag = self.detach_lag.as_secs_f64();
         let windows = self.windows_now(now, counts);
         self.probes
             .iter()
@@ -981,7 +976,7 @@ impl Governor {
             .map(|(p, windows)| {
                 let on: f64 = windows.iter().map(|w| w.end_s - w.start_s).sum();
                 let per_call = p.per_call_ns(1);
-                let rate = p.steady_rate();
+                let rate = p.steady_rate(lag);
                 DutyReport {
                     cut: p.ever_cut,
                     on_at_end: p.on_since.is_some(),
@@ -1041,7 +1036,7 @@ const MAX_STRIDE: u32 = 5;
 /// the kernel's detach: 1 but where the lag alone overspends (a detach of
 /// 1 s under load, a period of 1 s: the trap is paid the whole time).
 fn stride(p: &ProbeState, share: Plan, lag: f64, cfg: &GovernorConfig) -> u32 {
-    let rate = p.steady_rate();
+    let rate = p.steady_rate(lag);
     // At the stack rate the steady plan priced its share at: its share of
     // the budget, whatever the stacks are thinned to at the moment.
     let full = rate * p.per_call_ns(share.stack_every) / 1e9;
