@@ -454,8 +454,7 @@ fn probe_table(s: &Summary) -> Markup {
                 }
             }
             // Each kind of bound said once, not under every probe.
-            @let mut bounds: Vec<&str> = attached.iter().filter_map(|p| p.sampling.as_ref()).map(|s| s.estimate.assumption.as_str()).collect();
-            @let _ = { bounds.sort_unstable(); bounds.dedup(); };
+            @let bounds: std::collections::BTreeSet<&str> = attached.iter().filter_map(|p| p.sampling.as_ref()).map(|s| s.estimate.assumption.as_str()).collect();
             @for b in &bounds {
                 p.note { "Bound: " (b) "." }
             }
