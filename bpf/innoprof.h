@@ -81,9 +81,10 @@ struct stack_key {
 	 * stack could not be captured or stored. */
 	__u64 stack_hash;
 	struct callsite site;
-	/* The thread's name when the stack was taken, zero-padded; zero when
-	 * no stack was taken. */
-	char comm[16];
+	/* The role of the thread that took the stack (`thread_role`); 0:
+	 * unknown. */
+	__u32 role;
+	__u32 pad;
 };
 
 /* A stack's frames, innermost first, zero after the last. */
@@ -106,6 +107,9 @@ struct stack_hold {
 struct site_key {
 	__u64 slot;
 	struct callsite site;
+	/* The calling thread's role (`thread_role`); 0: unknown. */
+	__u32 role;
+	__u32 pad;
 };
 
 struct site_val {
@@ -140,7 +144,39 @@ enum drop_reason {
 	DROP_STATS_FULL = 5,      /* slot_stats map full */
 	DROP_SITE_FULL = 6,       /* site_stats map full */
 	DROP_STACK_BUSY = 7,      /* stack scratch held by a preempted hit on this CPU */
-	DROP_MAX = 8,
+	DROP_THREAD_FULL = 8,     /* thread_stats map full: a hit not tied to its thread */
+	DROP_MAX = 9,
+};
+
+/* Threads whose role is kept (`thread_role`), and (slot, thread) pairs
+ * counted apart (`thread_stats`). */
+#define MAX_THREADS 8192
+#define MAX_THREAD_SLOTS 65536
+
+/* A thread's role is the role of the marker functions on its first stack
+ * (a connection handler, `srv_worker_thread`, ...): userspace writes the
+ * markers' address ranges in the target, each with its role (1-based;
+ * a lower role wins where a stack holds markers of several), into
+ * `role_ranges`; an entry with end 0 ends the list. */
+#define MAX_ROLE_RANGES 64
+
+struct role_range {
+	__u64 start;
+	__u64 end;
+	__u32 role;
+	__u32 pad;
+};
+
+/* Per (slot, thread): who made the calls. `tid` is the kernel's thread id
+ * (the low half of pid_tgid). */
+struct thread_key {
+	__u32 slot;
+	__u32 tid;
+};
+
+struct thread_val {
+	__u64 calls;
+	__u64 wait_ns;
 };
 
 #endif

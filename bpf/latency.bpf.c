@@ -136,6 +136,49 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* Per (slot, thread): every hit's calls and wait, so that each can be
+ * told by the thread that made it (a client connection or a background
+ * role). Exact, like `stats`; no histogram. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_THREAD_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct thread_key);
+	__type(value, struct thread_val);
+} thread_stats SEC(".maps");
+
+/* Per thread: its role, found at its first hit (`role_of`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_THREADS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u32);
+} thread_role SEC(".maps");
+
+/* The marker functions' ranges in the target (see innoprof.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_ROLE_RANGES);
+	__type(key, __u32);
+	__type(value, struct role_range);
+} role_ranges SEC(".maps");
+
+/* The buffer a thread's first stack is read into (its own: the stack
+ * sampler's may be held by a preempted hit). */
+struct role_scratch {
+	__u32 busy;
+	__u32 pad;
+	struct stack_ips stack;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct role_scratch);
+} role_scratch SEC(".maps");
+
 /* The governor's alarm, per CPU: the hits (counted calls and hits on a
  * slot switched off) this CPU may still take before the governor must
  * look again. The hit that takes the last one wakes it through `wakes`;
@@ -299,9 +342,9 @@ static __always_inline struct callsite read_site(struct pt_regs *ctx, __u64 cook
 	return site;
 }
 
-static __always_inline void add_site(__u64 slot, struct callsite site, __u64 wait_ns)
+static __always_inline void add_site(__u64 slot, struct callsite site, __u32 role, __u64 wait_ns)
 {
-	struct site_key key = { .slot = slot, .site = site };
+	struct site_key key = { .slot = slot, .site = site, .role = role };
 	struct site_val zero_site = {};
 	struct site_val *val;
 
@@ -338,6 +381,74 @@ static __always_inline void add_stats(__u64 slot, __u64 wait_ns, bool timed)
 	if (wait_ns > s->wait_ns_max)
 		s->wait_ns_max = wait_ns;
 	s->hist[log2_slot(wait_ns)]++;
+}
+
+struct role_search {
+	struct stack_ips *s;
+	__u32 best;
+};
+
+/* One (frame, range) pair: a bpf_loop callback over every frame times
+ * every range (once per thread, so the plain scan is cheap enough). */
+static long role_step(__u64 i, void *data)
+{
+	struct role_search *x = data;
+	__u32 frame = i / MAX_ROLE_RANGES, idx = i % MAX_ROLE_RANGES;
+	struct role_range *r;
+	__u64 ip;
+
+	if (frame >= STACK_DEPTH)
+		return 1;
+	ip = x->s->ips[frame];
+	if (!ip)
+		return 1;
+	r = bpf_map_lookup_elem(&role_ranges, &idx);
+	if (!r || !r->end)
+		return 0;
+	/* A return address may be one past its call's last byte: inside. */
+	if (ip > r->start && ip <= r->end && (!x->best || r->role < x->best))
+		x->best = r->role;
+	return 0;
+}
+
+/* The thread's role: kept from its first hit, when its stack is walked
+ * against the marker ranges once. 0: unknown (no marker on the stack, or
+ * this CPU's buffer held by a preempted hit: then the next hit tries). */
+static __always_inline __u32 role_of(void *ctx, __u32 tid)
+{
+	struct role_search x = {};
+	struct role_scratch *scratch;
+	__u32 zero = 0, *known;
+
+	known = bpf_map_lookup_elem(&thread_role, &tid);
+	if (known)
+		return *known;
+	scratch = bpf_map_lookup_elem(&role_scratch, &zero);
+	if (!scratch || __sync_val_compare_and_swap(&scratch->busy, 0, 1) != 0)
+		return 0;
+	/* bpf_get_stack zeroes the buffer past the frames it copied. */
+	if (bpf_get_stack(ctx, &scratch->stack, sizeof(scratch->stack), BPF_F_USER_STACK) > 0) {
+		x.s = &scratch->stack;
+		bpf_loop(STACK_DEPTH * MAX_ROLE_RANGES, role_step, &x, 0);
+	}
+	scratch->busy = 0;
+	bpf_map_update_elem(&thread_role, &tid, &x.best, BPF_NOEXIST);
+	return x.best;
+}
+
+/* Adds a hit to its (slot, thread) counter. */
+static __always_inline void add_thread(__u64 pid_tgid, __u64 slot, __u64 wait_ns)
+{
+	struct thread_key key = { .slot = (__u32)slot, .tid = (__u32)pid_tgid };
+	struct thread_val zero = {};
+	struct thread_val *val = lookup_or_init(&thread_stats, &key, &zero);
+
+	if (!val) {
+		count_drop(DROP_THREAD_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&val->calls, 1);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
 }
 
 /* Adds count and wait to the folded counter of `key`. */
@@ -413,9 +524,10 @@ static __always_inline __u64 take_stack(void *ctx, struct stack_ips *buf)
 	return h;
 }
 
-static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u64 wait_ns)
+static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u32 role,
+				      __u64 wait_ns)
 {
-	struct stack_key key = { .slot = slot, .site = site };
+	struct stack_key key = { .slot = slot, .site = site, .role = role };
 	struct stack_scratch *scratch;
 	struct stack_hold *hold;
 	struct slot_stats *st;
@@ -451,7 +563,6 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		return;
 	}
 	key.stack_hash = take_stack(ctx, &scratch->stack);
-	bpf_get_current_comm(key.comm, sizeof(key.comm));
 	st = bpf_map_lookup_elem(&stats, &skey);
 	if (st)
 		st->stacks++;
@@ -496,6 +607,7 @@ int lat_return(struct pt_regs *ctx)
 	struct start_val *start;
 	struct callsite site;
 	__u64 delta;
+	__u32 role;
 
 	if (!is_target(pid_tgid))
 		return 0;
@@ -511,8 +623,10 @@ int lat_return(struct pt_regs *ctx)
 	site = start->site;
 	bpf_map_delete_elem(&starts, &key);
 	add_stats(key.slot, delta, true);
-	add_site(key.slot, site, delta);
-	add_stack(ctx, key.slot, site, delta);
+	add_thread(pid_tgid, key.slot, delta);
+	role = role_of(ctx, (__u32)pid_tgid);
+	add_site(key.slot, site, role, delta);
+	add_stack(ctx, key.slot, site, role, delta);
 	return 0;
 }
 
@@ -523,13 +637,16 @@ int count_hit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct callsite site;
+	__u32 role;
 
 	if (!is_target(pid_tgid) || !slot_on(COOKIE_SLOT(cookie)))
 		return 0;
 	site = read_site(ctx, cookie);
 	add_stats(COOKIE_SLOT(cookie), 0, false);
-	add_site(COOKIE_SLOT(cookie), site, 0);
-	add_stack(ctx, COOKIE_SLOT(cookie), site, 0);
+	add_thread(pid_tgid, COOKIE_SLOT(cookie), 0);
+	role = role_of(ctx, (__u32)pid_tgid);
+	add_site(COOKIE_SLOT(cookie), site, role, 0);
+	add_stack(ctx, COOKIE_SLOT(cookie), site, role, 0);
 	return 0;
 }
 

@@ -254,6 +254,9 @@ pub struct SessionOptions {
     /// the hits between carry over to the next one taken (0: every hit).
     pub stack_interval_ns: u64,
     pub limits: MapLimits,
+    /// The target's thread-role marker functions (`thread_role`); empty:
+    /// every thread's role is unknown.
+    pub role_ranges: Vec<crate::bpf_abi::RoleRange>,
 }
 
 /// The shipped stack interval: at most 1,000 stacks a second per probe and
@@ -354,6 +357,7 @@ impl Session {
             alarm: None,
         };
         session.alarm = session.open_alarm();
+        session.set_role_ranges(&opts.role_ranges);
         session.plan_slots(plan, opts.capture_stacks && opts.stacks_from_start);
         let started = Instant::now();
         // Hot probes last: whatever attaches first fires while the rest
@@ -796,6 +800,26 @@ impl Session {
         // All on together once attached, when the governor starts their on-time.
         self.set_enabled(slots, true);
         error.map_or(Ok(()), Err)
+    }
+
+    /// Where the target's thread-role markers are, before any probe fires
+    /// (a thread's role is found at its first hit). A range the map
+    /// refuses is left out: its threads' role is then unknown.
+    fn set_role_ranges(&mut self, ranges: &[crate::bpf_abi::RoleRange]) {
+        let Some(map) = self.map(bpf::maps::ROLE_RANGES) else {
+            return;
+        };
+        for (i, r) in ranges
+            .iter()
+            .take(crate::bpf_abi::MAX_ROLE_RANGES)
+            .enumerate()
+        {
+            let _ = map.update(
+                &(i as u32).to_ne_bytes(),
+                bytemuck::bytes_of(r),
+                MapFlags::ANY,
+            );
+        }
     }
 
     /// Tells the probes of `slot` where its latch's creation site is;

@@ -159,8 +159,9 @@ pub struct StackKey {
     /// Key of the stack in the `stacks` map; 0: not captured or stored.
     pub stack_hash: u64,
     pub site: Callsite,
-    /// The thread's name when the stack was taken, zero-padded.
-    pub comm: [u8; 16],
+    /// The role of the thread that took it (`thread_role`'s id; 0: unknown).
+    pub role: u32,
+    pub pad: u32,
 }
 mirrors_stack_key!(StackKey);
 
@@ -183,6 +184,9 @@ mirrors_stack_hold!(StackHold);
 pub struct SiteKey {
     pub slot: u64,
     pub site: Callsite,
+    /// The calling thread's role id (0: unknown).
+    pub role: u32,
+    pub pad: u32,
 }
 mirrors_site_key!(SiteKey);
 
@@ -211,6 +215,40 @@ pub struct StackVal {
     pub wait_ns: u64,
 }
 mirrors_stack_val!(StackVal);
+
+/// A (slot, thread) pair counted apart in `thread_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ThreadKey {
+    pub slot: u32,
+    /// The kernel's thread id.
+    pub tid: u32,
+}
+mirrors_thread_key!(ThreadKey);
+
+/// A (slot, thread) pair's calls and wait.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ThreadVal {
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+mirrors_thread_val!(ThreadVal);
+
+/// Marker functions' ranges a `role_ranges` entry holds (`MAX_ROLE_RANGES`).
+pub const MAX_ROLE_RANGES: usize = defines::MAX_ROLE_RANGES as usize;
+
+/// A marker function's addresses in the target and the role it marks
+/// (1-based; the lowest of a stack's markers wins; end 0 ends the list).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RoleRange {
+    pub start: u64,
+    pub end: u64,
+    pub role: u32,
+    pub pad: u32,
+}
+mirrors_role_range!(RoleRange);
 
 /// A map value or key read back from the kernel's bytes (None when the
 /// size is not the struct's).
@@ -259,6 +297,7 @@ pub enum DropReason {
     StatsFull = defines::DROP_STATS_FULL as isize,
     SiteFull = defines::DROP_SITE_FULL as isize,
     StackBusy = defines::DROP_STACK_BUSY as isize,
+    ThreadFull = defines::DROP_THREAD_FULL as isize,
 }
 
 pub const DROP_REASONS: [DropReason; defines::DROP_MAX as usize] = [
@@ -270,6 +309,7 @@ pub const DROP_REASONS: [DropReason; defines::DROP_MAX as usize] = [
     DropReason::StatsFull,
     DropReason::SiteFull,
     DropReason::StackBusy,
+    DropReason::ThreadFull,
 ];
 
 /// A compiled BPF object built into innoprof, 8-byte aligned: libbpf and

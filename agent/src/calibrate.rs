@@ -315,6 +315,8 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         // Every hit's stack: what one stack walk costs is measured here.
         stack_interval_ns: 0,
         limits: Default::default(),
+        // Each hit still looks its thread's role up (and finds none).
+        role_ranges: Vec::new(),
     };
     type Calib = unsafe extern "C" fn(u64) -> u64;
     // Three probed variants, not four: single-stepping the first

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::bpf_abi::{
     from_bytes, Callsite, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey, StackVal,
-    DROP_REASONS,
+    ThreadKey, ThreadVal, DROP_REASONS,
 };
 use crate::catalog::Measure;
 
@@ -41,6 +41,10 @@ pub struct Drops {
     /// held the stack buffer (still counted, under `[lost stack]`).
     #[serde(default)]
     pub stack_busy: u64,
+    /// Hits not tied to their thread: the (probe, thread) map was full
+    /// (counted in the probe's totals, under no role).
+    #[serde(default)]
+    pub thread_map_full: u64,
 }
 
 impl Drops {
@@ -54,6 +58,7 @@ impl Drops {
         self.stats_map_full += o.stats_map_full;
         self.callsite_map_full += o.callsite_map_full;
         self.stack_busy += o.stack_busy;
+        self.thread_map_full += o.thread_map_full;
     }
 }
 
@@ -63,8 +68,8 @@ pub struct StackSample {
     /// Instruction pointers, innermost first; empty when the stack was lost.
     pub ips: Vec<u64>,
     pub site: Callsite,
-    /// The thread's name when the stack was taken.
-    pub thread: Option<String>,
+    /// The role of the thread that took it (`thread_role` id; 0: unknown).
+    pub role: u32,
     pub count: u64,
     pub wait_ns: u64,
 }
@@ -75,6 +80,12 @@ pub struct Snapshot {
     pub stacks: Vec<StackSample>,
     /// Per (slot, call site): calls, total and max wait.
     pub sites: Vec<(SlotId, Callsite, SiteVal)>,
+    /// The same per calling thread's role too (role id; 0: unknown).
+    pub site_roles: Vec<(SlotId, Callsite, u32, SiteVal)>,
+    /// Per (slot, thread id): every hit's calls and wait.
+    pub threads: Vec<(SlotId, u32, ThreadVal)>,
+    /// Each thread's role id, as the BPF side found it at its first hit.
+    pub thread_roles: HashMap<u32, u32>,
     pub drops: Drops,
 }
 
@@ -211,6 +222,8 @@ pub struct Counters {
     pub slots: HashMap<SlotId, SlotStats>,
     /// Per (slot, call site): calls, total and max wait.
     pub sites: Vec<(SlotId, Callsite, SiteVal)>,
+    /// The same per calling thread's role too (role id; 0: unknown).
+    pub site_roles: Vec<(SlotId, Callsite, u32, SiteVal)>,
     pub drops: Drops,
 }
 
@@ -254,12 +267,23 @@ pub fn read(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
     let Counters {
         slots,
         sites,
+        site_roles,
         drops,
     } = read_counters(obj, n_slots)?;
+    let threads = read_hash::<ThreadKey, ThreadVal>(obj, bpf::maps::THREAD_STATS)?
+        .into_iter()
+        .map(|(k, v)| (SlotId::from_kernel(u64::from(k.slot)), k.tid, v))
+        .collect();
+    let thread_roles = read_hash::<u32, u32>(obj, bpf::maps::THREAD_ROLE)?
+        .into_iter()
+        .collect();
     Ok(Snapshot {
         slots,
         stacks: read_stacks(obj, n_slots)?,
         sites,
+        site_roles,
+        threads,
+        thread_roles,
         drops,
     })
 }
@@ -408,9 +432,19 @@ fn lookup_batch(
 /// Per-slot stats, call sites and drop counts; no stacks.
 pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
     let slots = read_slot_stats(obj, n_slots)?;
-    let sites = read_hash::<SiteKey, SiteVal>(obj, bpf::maps::SITE_STATS)?
+    let site_roles: Vec<(SlotId, Callsite, u32, SiteVal)> =
+        read_hash::<SiteKey, SiteVal>(obj, bpf::maps::SITE_STATS)?
+            .into_iter()
+            .map(|(k, v)| (SlotId::from_kernel(k.slot), k.site, k.role, v))
+            .collect();
+    // Per (slot, site) over every role, for readers that do not ask who.
+    let mut merged: HashMap<(SlotId, Callsite), SiteVal> = HashMap::new();
+    for (slot, site, _, v) in &site_roles {
+        *merged.entry((*slot, *site)).or_default() += v;
+    }
+    let sites = merged
         .into_iter()
-        .map(|(k, v)| (SlotId::from_kernel(k.slot), k.site, v))
+        .map(|((slot, site), v)| (slot, site, v))
         .collect();
 
     let drops_map = map(obj, bpf::maps::DROPS)?;
@@ -434,10 +468,12 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
         stats_map_full: totals[5],
         callsite_map_full: totals[6],
         stack_busy: totals[7],
+        thread_map_full: totals[8],
     };
     Ok(Counters {
         slots,
         sites,
+        site_roles,
         drops,
     })
 }
@@ -487,7 +523,7 @@ pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Col
             slot: SlotId::from_kernel(key.slot),
             ips,
             site: key.site,
-            thread: crate::bpf_abi::comm_name(&key.comm),
+            role: key.role,
             count: val.count,
             wait_ns: val.wait_ns,
         });

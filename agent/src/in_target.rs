@@ -285,12 +285,26 @@ mod tests {
 
     #[test]
     fn the_server_cpu_clock_reads_a_process_cpu_time() {
+        // Spins until this process has used 20 ms of CPU by its own clock
+        // (wall time is no measure on a loaded host), then reads it by pid.
+        let own = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid clock id and a timespec to write.
+            assert_eq!(
+                unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) },
+                0
+            );
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
         let clock = ServerCpuClock::of(std::process::id()).unwrap();
         let a = clock.now_ns().unwrap();
-        let spin = std::time::Instant::now();
-        while spin.elapsed() < std::time::Duration::from_millis(20) {}
+        let start = own();
+        while own() - start < 20_000_000 {}
         let b = clock.now_ns().unwrap();
-        assert!(b - a >= 15_000_000, "{a} -> {b}");
+        assert!(b - a >= 20_000_000, "{a} -> {b}");
         // Pids are below pid_max: no process has it.
         let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
             .unwrap()

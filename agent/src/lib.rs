@@ -68,6 +68,7 @@ pub mod server_state;
 pub mod symbolize;
 pub mod target;
 pub mod text;
+pub mod thread_role;
 pub mod timeseries;
 pub mod trust;
 

@@ -37,6 +37,8 @@ pub enum LiveError {
 pub struct Counts {
     pub calls: u64,
     pub wait_ns: u64,
+    /// Of `wait_ns`, background threads' (kept for latches).
+    pub background_wait_ns: u64,
 }
 
 impl Counts {
@@ -51,6 +53,9 @@ impl Counts {
         Counts {
             calls: self.calls.saturating_sub(earlier.calls),
             wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+            background_wait_ns: self
+                .background_wait_ns
+                .saturating_sub(earlier.background_wait_ns),
         }
     }
 }
@@ -527,6 +532,7 @@ impl LiveView {
                 counts: Counts {
                     calls: total.calls,
                     wait_ns: total.wait_ns_total,
+                    background_wait_ns: 0,
                 },
                 hist: total.hist,
                 attached_s: attached.get(p.probe).copied().unwrap_or(0.0),
@@ -551,18 +557,26 @@ impl LiveView {
                 continue;
             };
             let latch_names = LatchNames::new(planned);
-            for (site, v) in counters.probe_sites(&p.slots) {
+            for (_, site, role, v) in counters
+                .site_roles
+                .iter()
+                .filter(|(slot, ..)| p.slots.contains(slot))
+            {
                 let name = self
                     .latch_names
-                    .entry((i, site))
-                    .or_insert_with(|| latch_names.of(&site, &mut namer))
+                    .entry((i, *site))
+                    .or_insert_with(|| latch_names.of(site, &mut namer))
                     .clone();
                 if let Some(name) = name {
-                    reading
+                    let c = reading
                         .latches
                         .entry(SiteKey { probe: i, name })
-                        .or_default()
-                        .add(v.calls, v.wait_ns_total);
+                        .or_default();
+                    c.add(v.calls, v.wait_ns_total);
+                    if crate::thread_role::role(*role).1 == crate::thread_role::RoleKind::Background
+                    {
+                        c.background_wait_ns += v.wait_ns_total;
+                    }
                 }
             }
         }
@@ -593,7 +607,11 @@ mod tests {
             h[*slot] = *n;
         }
         ProbeReading {
-            counts: Counts { calls, wait_ns },
+            counts: Counts {
+                calls,
+                wait_ns,
+                background_wait_ns: 0,
+            },
             hist: h,
             attached_s: on_s,
             cost_ns: calls as f64 * 1_000.0,
@@ -690,7 +708,11 @@ mod tests {
             probe,
             name: name.into(),
         };
-        let c = |calls, wait_ns| Counts { calls, wait_ns };
+        let c = |calls, wait_ns| Counts {
+            calls,
+            wait_ns,
+            background_wait_ns: 0,
+        };
         let earlier = Reading {
             elapsed_s: 1.0,
             callsites: [
@@ -735,6 +757,7 @@ mod tests {
             calls: 20,
             wait_ns_total: 50_000,
             wait_ns_max: 9_000,
+            background_wait_ns: 0,
         }];
         summary.overhead.budget_pct_of_core = Some(1.0);
         summary.overhead.probes_pct_of_core = 0.4;

@@ -239,7 +239,7 @@ impl TargetMemory {
 
 /// Where a position-independent binary was loaded: the start of its
 /// mapping at file offset 0, minus the link-time address of that offset.
-fn load_bias(pid: u32, image: &ElfImage) -> Result<u64, String> {
+pub(crate) fn load_bias(pid: u32, image: &ElfImage) -> Result<u64, String> {
     let link_base = object::File::parse(image.dwarf_data())
         .ok()
         .and_then(|f| {

@@ -133,6 +133,20 @@ impl Plan {
         symbolizer
     }
 
+    /// The server's thread-role markers in the target's address space; none
+    /// where its load address cannot be read (every role then unknown).
+    pub fn role_ranges(&self) -> Vec<crate::bpf_abi::RoleRange> {
+        let bias = if self.image.position_independent {
+            match crate::memcounters::load_bias(self.target.pid, &self.image) {
+                Ok(b) => b,
+                Err(_) => return Vec::new(),
+            }
+        } else {
+            0
+        };
+        crate::thread_role::marker_ranges(&self.image, bias)
+    }
+
     /// `stack_interval` as the BPF side and the summary keep it.
     pub fn stack_interval_ns(&self) -> u64 {
         u64::try_from(self.stack_interval.as_nanos()).unwrap_or(u64::MAX)
@@ -267,10 +281,10 @@ pub struct StackWindow {
     started: Instant,
 }
 
-type StackIdentity = (SlotId, Vec<u64>, Callsite, Option<String>);
+type StackIdentity = (SlotId, Vec<u64>, Callsite, u32);
 
 fn stack_identity(s: &crate::collect::StackSample) -> StackIdentity {
-    (s.slot, s.ips.clone(), s.site, s.thread.clone())
+    (s.slot, s.ips.clone(), s.site, s.role)
 }
 
 /// A stack window left open this long past its deadline is closed by the
@@ -474,6 +488,7 @@ impl Recorder {
             stacks_from_start: stacks == StackCapture::Always,
             stack_interval_ns: plan.stack_interval_ns(),
             limits: plan.limits,
+            role_ranges: plan.role_ranges(),
         };
         // Plan::build let an all-unresolved set through only for a CPU profile.
         let any_symbol = plan.probes.iter().any(|p| !p.resolution.symbols.is_empty());

@@ -26,7 +26,7 @@ use crate::report;
 use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
-    SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
+    RoleKind, RoleResult, SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
 };
 use crate::report::named_stack::{NamedStack, RecordedStacks};
 use crate::report::pprof::ProbeStackSet;
@@ -246,8 +246,9 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
             } else {
                 Vec::new()
             },
-            callsites: callsite_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
-            latches: latch_results(&my_slots, &snapshot.sites, &mut namer, &latch_names),
+            callsites: callsite_results(&my_slots, &snapshot.site_roles, &mut namer, &latch_names),
+            latches: latch_results(&my_slots, &snapshot.site_roles, &mut namer, &latch_names),
+            roles: role_results(&my_slots, &snapshot, calls, wait_total),
             latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
             stacks: StackStats {
                 sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
@@ -460,7 +461,7 @@ impl<'a> LatchNames<'a> {
 /// one row per (latch, site) where the probe names latches.
 fn callsite_results(
     slots: &[(SlotId, &Slot)],
-    sites: &[(SlotId, Callsite, SiteVal)],
+    sites: &[(SlotId, Callsite, u32, SiteVal)],
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<CallsiteResult> {
@@ -477,9 +478,10 @@ fn callsite_results(
             file: namer.file(site.file),
             line: u64::from(site.line),
             latch,
-            calls: val.calls,
-            wait_ns_total: val.wait_ns_total,
-            wait_ns_max: val.wait_ns_max,
+            calls: val.all.calls,
+            wait_ns_total: val.all.wait_ns_total,
+            wait_ns_max: val.all.wait_ns_max,
+            background_wait_ns: val.background_wait_ns,
         })
         .collect()
 }
@@ -487,7 +489,7 @@ fn callsite_results(
 /// Per named latch: calls and wait, most wait first.
 fn latch_results(
     slots: &[(SlotId, &Slot)],
-    sites: &[(SlotId, Callsite, SiteVal)],
+    sites: &[(SlotId, Callsite, u32, SiteVal)],
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
 ) -> Vec<LatchResult> {
@@ -495,11 +497,19 @@ fn latch_results(
     rows.into_iter()
         .map(|(latch, _, val)| LatchResult {
             latch,
-            calls: val.calls,
-            wait_ns_total: val.wait_ns_total,
-            wait_ns_max: val.wait_ns_max,
+            calls: val.all.calls,
+            wait_ns_total: val.all.wait_ns_total,
+            wait_ns_max: val.all.wait_ns_max,
+            background_wait_ns: val.background_wait_ns,
         })
         .collect()
+}
+
+/// A row's counts over every role, and the wait of background roles.
+#[derive(Debug, Clone, Copy, Default)]
+struct RowVal {
+    all: SiteVal,
+    background_wait_ns: u64,
 }
 
 /// The call-site counts of `slots` summed per row `row_of` names (None:
@@ -507,27 +517,83 @@ fn latch_results(
 /// most wait first, then most calls, then by row.
 fn sum_sites<K: Ord + std::hash::Hash>(
     slots: &[(SlotId, &Slot)],
-    sites: &[(SlotId, Callsite, SiteVal)],
+    sites: &[(SlotId, Callsite, u32, SiteVal)],
     mut row_of: impl FnMut(&Callsite) -> Option<K>,
-) -> Vec<(K, Callsite, SiteVal)> {
-    let mut rows: HashMap<K, (Callsite, SiteVal)> = HashMap::new();
-    for (_, site, val) in sites
+) -> Vec<(K, Callsite, RowVal)> {
+    let mut rows: HashMap<K, (Callsite, RowVal)> = HashMap::new();
+    for (_, site, role, val) in sites
         .iter()
-        .filter(|(slot, _, _)| slots.iter().any(|(id, _)| id == slot))
+        .filter(|(slot, ..)| slots.iter().any(|(id, _)| id == slot))
     {
         let Some(row) = row_of(site) else {
             continue;
         };
-        rows.entry(row)
-            .or_insert_with(|| (*site, SiteVal::default()))
-            .1 += val;
+        let r = &mut rows
+            .entry(row)
+            .or_insert_with(|| (*site, RowVal::default()))
+            .1;
+        r.all += val;
+        if crate::thread_role::role(*role).1 == RoleKind::Background {
+            r.background_wait_ns += val.wait_ns_total;
+        }
     }
-    let mut out: Vec<(K, Callsite, SiteVal)> = rows
+    let mut out: Vec<(K, Callsite, RowVal)> = rows
         .into_iter()
         .map(|(k, (site, val))| (k, site, val))
         .collect();
     out.sort_by(|(ka, _, a), (kb, _, b)| {
-        (b.wait_ns_total, b.calls, ka).cmp(&(a.wait_ns_total, a.calls, kb))
+        (b.all.wait_ns_total, b.all.calls, ka).cmp(&(a.all.wait_ns_total, a.all.calls, kb))
+    });
+    out
+}
+
+/// Who made the calls of `slots`: per thread role, from the exact
+/// per-thread counts, each thread under the role the BPF side found at
+/// its first hit. Calls the thread map could not hold (its `drops`) and
+/// any other difference from the probe's totals are `unknown`'s, so the
+/// roles always add up to `calls` and `wait`.
+fn role_results(
+    slots: &[(SlotId, &Slot)],
+    snapshot: &crate::collect::Snapshot,
+    calls: u64,
+    wait: u64,
+) -> Vec<RoleResult> {
+    let mut by_role: HashMap<u32, (std::collections::HashSet<u32>, u64, u64)> = HashMap::new();
+    for (_, tid, v) in snapshot
+        .threads
+        .iter()
+        .filter(|(slot, ..)| slots.iter().any(|(id, _)| id == slot))
+    {
+        let role = snapshot.thread_roles.get(tid).copied().unwrap_or(0);
+        let e = by_role.entry(role).or_default();
+        e.0.insert(*tid);
+        e.1 += v.calls;
+        e.2 += v.wait_ns;
+    }
+    let (seen_calls, seen_wait) = by_role
+        .values()
+        .fold((0, 0), |(c, w), e| (c + e.1, w + e.2));
+    if calls > seen_calls || wait > seen_wait {
+        let e = by_role.entry(0).or_default();
+        e.1 += calls.saturating_sub(seen_calls);
+        e.2 += wait.saturating_sub(seen_wait);
+    }
+    let mut out: Vec<RoleResult> = by_role
+        .into_iter()
+        .filter(|(_, e)| e.1 > 0)
+        .map(|(id, (threads, calls, wait))| {
+            let (role, kind) = crate::thread_role::role(id);
+            RoleResult {
+                role: role.to_string(),
+                kind,
+                threads: threads.len() as u64,
+                calls,
+                wait_ns_total: wait,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.wait_ns_total, b.calls, &a.role).cmp(&(a.wait_ns_total, a.calls, &b.role))
     });
     out
 }
@@ -560,8 +626,17 @@ pub(crate) fn fold_stacks(
     for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
         let mut stack = NamedStack {
             frames: Vec::new(),
-            thread: sample.thread.clone(),
+            thread: None,
         };
+        let mut labels = Vec::new();
+        // The thread's role at the root, as `perf report --sort comm` puts
+        // the thread's name: a flame graph splits connections from
+        // background threads at its first level.
+        let (role, _) = crate::thread_role::role(sample.role);
+        if sample.role != 0 {
+            stack.push_marker(marker(format!("[{role}]")));
+        }
+        labels.push(("role".to_string(), role.to_string()));
         if sample.ips.is_empty() {
             stats.lost_calls += sample.count;
             stack.push_marker(marker("[lost stack]".into()));
@@ -574,7 +649,6 @@ pub(crate) fn fold_stacks(
         if measure == Measure::Latency {
             stack.push_marker(Frame::new(names[&sample.slot], "", FrameKind::User));
         }
-        let mut labels = Vec::new();
         if let Some(latch) = latches.of(&sample.site, namer) {
             stack.push_marker(marker(format!("[{latch}]")));
             labels.push(("latch".to_string(), latch));

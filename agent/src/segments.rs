@@ -12,7 +12,7 @@ use crate::report::folded::{FoldedStacks, FILES as FOLDED};
 use crate::report::model::Recording;
 use crate::report::model::{
     CallsiteResult, InTargetSummary, LatchResult, ProbeResult, ProbeStatus, ProgramCost,
-    SampledCost, Sampling, SamplingState, Segment, Summary, SymbolInfo,
+    RoleResult, SampledCost, Sampling, SamplingState, Segment, Summary, SymbolInfo,
 };
 use crate::report::top_symbols::{SelfFrame, TopBuilder};
 use crate::server_state::innodb_status_file;
@@ -318,6 +318,7 @@ fn merge_probe(a: &ProbeResult, a_s: f64, b: &ProbeResult, b_s: f64, b_offset: f
     p.histogram = hist;
     p.callsites = merge_callsites(&a.callsites, &b.callsites);
     p.latches = merge_latches(&a.latches, &b.latches);
+    p.roles = merge_roles(&a.roles, &b.roles);
     p.latch_note = b.latch_note.clone().or(a.latch_note.clone());
     p.overhead_pct_of_core =
         (a.overhead_pct_of_core * a_s + b.overhead_pct_of_core * b_s) / (a_s + b_s).max(1e-9);
@@ -443,11 +444,32 @@ fn merge_callsites(a: &[CallsiteResult], b: &[CallsiteResult]) -> Vec<CallsiteRe
                 x.calls += c.calls;
                 x.wait_ns_total += c.wait_ns_total;
                 x.wait_ns_max = x.wait_ns_max.max(c.wait_ns_max);
+                x.background_wait_ns += c.background_wait_ns;
             }
             None => out.push(c.clone()),
         }
     }
     out.sort_by_key(|x| std::cmp::Reverse((x.wait_ns_total, x.calls)));
+    out
+}
+
+/// Roles of both segments added by name (a restarted server's threads
+/// are new threads: their counts add up too).
+fn merge_roles(a: &[RoleResult], b: &[RoleResult]) -> Vec<RoleResult> {
+    let mut out: Vec<RoleResult> = a.to_vec();
+    for r in b {
+        match out.iter_mut().find(|x| x.role == r.role) {
+            Some(x) => {
+                x.threads += r.threads;
+                x.calls += r.calls;
+                x.wait_ns_total += r.wait_ns_total;
+            }
+            None => out.push(r.clone()),
+        }
+    }
+    out.sort_by(|x, y| {
+        (y.wait_ns_total, y.calls, &x.role).cmp(&(x.wait_ns_total, x.calls, &y.role))
+    });
     out
 }
 
@@ -459,6 +481,7 @@ fn merge_latches(a: &[LatchResult], b: &[LatchResult]) -> Vec<LatchResult> {
                 x.calls += l.calls;
                 x.wait_ns_total += l.wait_ns_total;
                 x.wait_ns_max = x.wait_ns_max.max(l.wait_ns_max);
+                x.background_wait_ns += l.background_wait_ns;
             }
             None => out.push(l.clone()),
         }

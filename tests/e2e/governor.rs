@@ -732,6 +732,8 @@ fn check_in_target(t: &innoprof::report::model::InTargetSummary, model_pct: f64,
 fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
     use std::process::Stdio;
     let _k = kernel_lock();
+    // The governor's trace on innoprof's stderr, for the failure messages.
+    std::env::set_var("INNOPROF_DEBUG_GOVERNOR", "1");
     let server = Server::start(
         server_name,
         &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
@@ -814,18 +816,22 @@ fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
         after.1,
         p.sampling.as_ref().map(|x| (&x.estimate, x.windows.len(), x.projected_full_pct_of_core)),
     );
+    // The governor's looks, attaches and detaches, for the messages.
+    let trace: String = rec
+        .stderr()
+        .lines()
+        .filter(|l| l.contains(" took ") || l.starts_with("governor: t="))
+        .map(|l| l.split(" plans=").next().unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
     // Watched after the snapshot, every second (a window each period).
-    assert!(after.1 > 0.0, "never watched after the snapshot: {p:?}");
-    assert!(series_ratio >= 10.0, "x{series_ratio:.1}: {p:?}");
+    assert!(
+        after.1 > 0.0,
+        "never watched after the snapshot: {p:?}\n{trace}"
+    );
+    assert!(series_ratio >= 10.0, "x{series_ratio:.1}: {p:?}\n{trace}");
     if let Some(smp) = &p.sampling {
         let w = &smp.windows;
-        let trace: String = rec
-            .stderr()
-            .lines()
-            .filter(|l| l.contains(" took ") || l.starts_with("governor: t="))
-            .map(|l| l.split(" plans=").next().unwrap_or(l))
-            .collect::<Vec<_>>()
-            .join("\n");
         // A window every period, or every few where one window and the
         // detach after it overspend the probe's share: the walk runs at
         // 100,000-570,000 calls/s once the snapshot is open, so the

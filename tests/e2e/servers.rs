@@ -1,9 +1,68 @@
 //! Real servers under real sysbench load, recorded by the real binary.
 
 use innoprof::findings::Severity;
+use innoprof::report::model::RoleKind;
 use innoprof::resolve::{EntryInsn, SymbolTable};
 use innoprof::server::Family;
 use innoprof_e2e::*;
+
+/// Every call tied to the role of the thread that made it: per probe the
+/// roles add up to its calls and wait exactly; commits are connections'
+/// work, made by the load's threads (at most `threads`); and no more than
+/// `max_unknown_pct` of all calls come from threads whose role was not
+/// found (a stack without a marker). Returns the unknown share.
+fn assert_roles(s: &Summary, threads: u64, max_unknown_pct: f64) -> f64 {
+    let (mut all, mut unknown) = (0u64, 0u64);
+    for p in s
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached && p.calls > 0)
+    {
+        let calls: u64 = p.roles.iter().map(|r| r.calls).sum();
+        let wait: u64 = p.roles.iter().map(|r| r.wait_ns_total).sum();
+        assert_eq!(
+            (calls, wait),
+            (p.calls, p.wait_ns_total),
+            "{}: {:?}",
+            p.name,
+            p.roles
+        );
+        all += p.calls;
+        unknown += p
+            .roles
+            .iter()
+            .filter(|r| r.kind == RoleKind::Unknown)
+            .map(|r| r.calls)
+            .sum::<u64>();
+        println!("{} roles: {:?}", p.name, p.roles);
+    }
+    let commit = probe(s, "sql.commit");
+    if commit.status == ProbeStatus::Attached && commit.calls > 0 {
+        let conn = commit
+            .roles
+            .iter()
+            .find(|r| r.kind == RoleKind::Connection)
+            .unwrap_or_else(|| panic!("no connection commits: {:?}", commit.roles));
+        assert_eq!(conn.role, "connection");
+        assert!(
+            conn.calls * 100 >= commit.calls * 99,
+            "commits by non-connections: {:?}",
+            commit.roles
+        );
+        assert!(
+            (1..=threads).contains(&conn.threads),
+            "{} connection threads committed, the load had {threads}: {:?}",
+            conn.threads,
+            commit.roles
+        );
+    }
+    let pct = 100.0 * unknown as f64 / all.max(1) as f64;
+    assert!(
+        pct <= max_unknown_pct,
+        "{pct:.1} % of calls by threads of unknown role"
+    );
+    pct
+}
 
 /// Records `probes` for `secs` while sysbench runs, then checks the server
 /// is unharmed and nothing stayed attached.
@@ -201,6 +260,25 @@ fn mariadb_10_2_11_all_probes_under_sysbench() {
     let (s, rec) = record_under_load(&server, "all", 6);
     assert_eq!(s.target.server.family, Family::Mariadb);
     assert_eq!(s.target.server_version.as_deref(), Some("10.2.11"));
+    // Every thread's role from its stack: the four sysbench connections,
+    // the purge and page-cleaner threads; background waits apart.
+    assert_roles(&s, 4, 5.0);
+    let roles: Vec<&str> = s
+        .probes
+        .iter()
+        .flat_map(|p| p.roles.iter().map(|r| r.role.as_str()))
+        .collect();
+    assert!(roles.contains(&"connection"), "{roles:?}");
+    assert!(
+        s.probes
+            .iter()
+            .flat_map(|p| &p.roles)
+            .any(|r| r.kind == RoleKind::Background),
+        "no background thread seen: {roles:?}"
+    );
+    let text = rec.file("summary.txt");
+    assert!(text.contains("who waits (per thread role"), "{text}");
+    assert!(text.contains("| connection "), "{text}");
     assert_eq!(s.catalog.as_deref(), Some("probes/mariadb-10.2.toml"));
     // Two PolicyMutex instantiations (generic, block) both attached.
     let enter = probe(&s, "innodb.mutex.enter");
@@ -411,6 +489,8 @@ fn mysql_5_6_24_default_and_mutex_probes_under_sysbench() {
     let (s, rec) = record_under_load(&server, "default,innodb.mutex.enter,innodb.rwlock.x", 6);
     assert_eq!(s.target.server.family, Family::Mysql);
     assert_eq!(s.target.server_version.as_deref(), Some("5.6.24"));
+    let unknown = assert_roles(&s, 4, 5.0);
+    println!("mysql-5.6.24: {unknown:.1} % of calls by threads of unknown role");
     // pfs_mutex_enter_func exists as several out-of-line copies; all attached.
     let enter = probe(&s, "innodb.mutex.enter");
     assert!(enter.symbols.len() >= 2, "{enter:?}");
@@ -479,6 +559,9 @@ fn debian_stripped_mariadb_degrades_clearly() {
     assert_eq!(commit.status, ProbeStatus::Attached, "{commit:?}");
     assert_eq!(commit.symbols[0].table, SymbolTable::Dynsym);
     assert!(commit.calls > 50 && commit.wait_ns_total > 0, "{commit:?}");
+    // The connection markers are exported too (do_command,
+    // dispatch_command in .dynsym): commits are still tied to connections.
+    assert_roles(&s, 2, 1.0);
     let samples = s.cpu.as_ref().unwrap().oncpu.samples;
     assert!(samples > 20, "CPU profile recorded: {samples} samples");
     assert!(
@@ -504,6 +587,8 @@ fn healthy_default_recording(name: &str) {
         s.target.server_version.as_deref(),
         Some(name.rsplit_once('-').unwrap().1)
     );
+    let unknown = assert_roles(&s, 4, 5.0);
+    println!("{name}: {unknown:.1} % of calls by threads of unknown role");
     // record_under_load checked the findings and the state.
     assert!(rec.file("summary.txt").contains("findings:"));
 }

@@ -1013,6 +1013,7 @@ impl Exposition {
                 ("return_without_entry", d.returns_without_entry),
                 ("stats_map_full", d.stats_map_full),
                 ("callsite_map_full", d.callsite_map_full),
+                ("thread_map_full", d.thread_map_full),
             ] {
                 ConstCounter::new(n).encode(m.encode_family(&sc.labels(&[("reason", reason)]))?)?;
             }

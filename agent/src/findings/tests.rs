@@ -110,12 +110,14 @@ fn a_latch_with_threads_queued_is_named_with_its_call_site() {
             calls: 900,
             wait_ns_total: 3_000_000_000,
             wait_ns_max: 0,
+            background_wait_ns: 0,
         },
         LatchResult {
             latch: "btr_search_sys_create (btr0sea.cc:193)".into(),
             calls: 100,
             wait_ns_total: 1_000_000_000,
             wait_ns_max: 0,
+            background_wait_ns: 0,
         },
     ];
     s.probes[0].callsites = vec![CallsiteResult {
@@ -126,6 +128,7 @@ fn a_latch_with_threads_queued_is_named_with_its_call_site() {
         calls: 800,
         wait_ns_total: 2_500_000_000,
         wait_ns_max: 0,
+        background_wait_ns: 0,
     }];
     let f = evaluate(&s);
     assert_eq!(
@@ -151,6 +154,35 @@ fn a_latch_with_threads_queued_is_named_with_its_call_site() {
     let mut hot = s.clone();
     hot.probes[0].cost = crate::catalog::CostClass::Hot;
     assert!(evaluate(&hot).is_empty());
+    // The same wait, nine tenths of it background threads' (purge
+    // workers queuing on srv_sys as they resume): the server's own work,
+    // not the workload's; what is left is healthy, no finding.
+    let mut background = s.clone();
+    for l in &mut background.probes[0].latches {
+        l.background_wait_ns = l.wait_ns_total / 10 * 9;
+    }
+    assert!(
+        evaluate(&background).is_empty(),
+        "{:?}",
+        evaluate(&background)
+    );
+    // A tenth of it: still queueing, and the background part said apart.
+    for l in &mut background.probes[0].latches {
+        l.background_wait_ns = l.wait_ns_total / 10;
+    }
+    let f = evaluate(&background);
+    assert!(
+        f[0].evidence[0].text.contains("0.27 threads waiting"),
+        "{:?}",
+        f[0].evidence
+    );
+    assert!(
+        f[0].evidence[1]
+            .text
+            .contains("0.03 background threads waiting"),
+        "{:?}",
+        f[0].evidence
+    );
     // A tenth of that: healthy, no finding.
     for l in &mut s.probes[0].latches {
         l.wait_ns_total /= 10;

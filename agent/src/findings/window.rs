@@ -80,6 +80,7 @@ pub fn summary(
                         calls: d.calls,
                         wait_ns_total: d.wait_ns,
                         wait_ns_max: 0,
+                        background_wait_ns: d.background_wait_ns,
                     })
                     .collect(),
                 latches: sites(&later.latches, &earlier.latches)
@@ -89,9 +90,11 @@ pub fn summary(
                         calls: d.calls,
                         wait_ns_total: d.wait_ns,
                         wait_ns_max: 0,
+                        background_wait_ns: d.background_wait_ns,
                     })
                     .collect(),
                 latch_note: None,
+                roles: Vec::new(),
                 sampling: (on < 1.0).then(|| Sampling {
                     state: SamplingState::DutyCycled,
                     attached_fraction: on,

@@ -370,6 +370,12 @@ pub struct ProbeResult {
     /// Why latches could not be named, when the probe asks for names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latch_note: Option<String>,
+    /// Who made the calls: per thread role (a client connection or a
+    /// background role), most wait first, then most calls. Every call is
+    /// under one role (`unknown` where none was found); empty in a bundle
+    /// older than roles, or where no call was seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<RoleResult>,
     /// Set when the overhead governor detached the probe part of the time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling: Option<Sampling>,
@@ -380,10 +386,49 @@ pub struct ProbeResult {
 }
 
 impl ProbeResult {
+    /// Wait of background threads (purge, page cleaner, ...): the server's
+    /// own work, never the workload's contention.
+    pub fn background_wait_ns(&self) -> u64 {
+        self.roles
+            .iter()
+            .filter(|r| r.kind == RoleKind::Background)
+            .map(|r| r.wait_ns_total)
+            .sum()
+    }
+
+    /// Calls of background threads.
+    pub fn background_calls(&self) -> u64 {
+        self.roles
+            .iter()
+            .filter(|r| r.kind == RoleKind::Background)
+            .map(|r| r.calls)
+            .sum()
+    }
+
+    /// The wait the workload feels: all of it but background threads'
+    /// (connections', and threads whose role is unknown).
+    pub fn contention_wait_ns(&self) -> u64 {
+        self.wait_ns_total.saturating_sub(self.background_wait_ns())
+    }
+
     /// Fraction of the recording the probe was attached (1.0: always).
     pub fn attached_fraction(&self) -> f64 {
         self.sampling.as_ref().map_or(1.0, |s| s.attached_fraction)
     }
+}
+
+pub use crate::thread_role::RoleKind;
+
+/// One thread role's share of a probe's calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RoleResult {
+    /// `connection`, `purge worker`, `page cleaner`, ..., `unknown`.
+    pub role: String,
+    pub kind: RoleKind,
+    /// Distinct threads of this role that made calls.
+    pub threads: u64,
+    pub calls: u64,
+    pub wait_ns_total: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -399,6 +444,9 @@ pub struct CallsiteResult {
     pub calls: u64,
     pub wait_ns_total: u64,
     pub wait_ns_max: u64,
+    /// Of `wait_ns_total`, the wait of background threads.
+    #[serde(default)]
+    pub background_wait_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -408,6 +456,17 @@ pub struct LatchResult {
     pub calls: u64,
     pub wait_ns_total: u64,
     pub wait_ns_max: u64,
+    /// Of `wait_ns_total`, the wait of background threads (purge, page
+    /// cleaner, ...): not the workload's contention.
+    #[serde(default)]
+    pub background_wait_ns: u64,
+}
+
+impl LatchResult {
+    /// The wait the workload feels on this latch.
+    pub fn contention_wait_ns(&self) -> u64 {
+        self.wait_ns_total.saturating_sub(self.background_wait_ns)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]

@@ -126,6 +126,7 @@ fn render_raw(summary: &Summary) -> String {
     } else if !summary.probes.is_empty() {
         out.push_str("no wait probe attached (see below why)\n");
     }
+    out.push_str(&who_waits(summary, TOP_CALLSITES));
     out.push_str(&super::counter_table::render(&summary.counters));
     out.push_str(&super::state_text::render(summary.server_state.as_ref()));
     out.push_str(&latches(summary, TOP_CALLSITES));
@@ -205,6 +206,7 @@ fn drops_line(d: &crate::collect::Drops) -> String {
         + d.stats_map_full
         + d.callsite_map_full
         + d.returns_without_entry
+        + d.thread_map_full
         == 0
     {
         return String::new();
@@ -212,8 +214,9 @@ fn drops_line(d: &crate::collect::Drops) -> String {
     format!(
         "dropped: {} stacks not taken ({} stack map full, {} errors, {} busy; their calls are under [lost stack]), \
          {} stack counts (stack-count map full), {} call sites (call-site map full), \
-         {} in-flight entries (map full), {} returns without entry, {} stats (map full); \
-         folded stacks and call sites undercount by theirs\n",
+         {} in-flight entries (map full), {} returns without entry, {} stats (map full), \
+         {} hits not tied to a thread (thread map full); \
+         folded stacks, call sites and threads undercount by theirs\n",
         not_taken,
         d.stack_map_full,
         d.stack_errors,
@@ -222,7 +225,8 @@ fn drops_line(d: &crate::collect::Drops) -> String {
         d.callsite_map_full,
         d.inflight_map_full,
         d.returns_without_entry,
-        d.stats_map_full
+        d.stats_map_full,
+        d.thread_map_full
     )
 }
 
@@ -243,10 +247,80 @@ fn callsites(summary: &Summary, top: usize) -> String {
             calls: c.calls,
             wait_ns_total: c.wait_ns_total,
             wait_ns_max: c.wait_ns_max,
+            background_wait_ns: c.background_wait_ns,
             timed,
         })
         .collect();
     wait_table("top call sites", "call site", rows, top)
+}
+
+/// Who made each probe's calls, per thread role: the rows with the most
+/// wait (then calls) over all probes. Background threads' waits are the
+/// server's own work (a purge worker queuing on srv_sys as it resumes),
+/// never the workload's contention.
+fn who_waits(summary: &Summary, top: usize) -> String {
+    let mut rows: Vec<(&str, &super::model::RoleResult, bool, u64, u64)> = summary
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached)
+        .flat_map(|p| {
+            p.roles.iter().map(move |r| {
+                (
+                    p.name.as_str(),
+                    r,
+                    p.wait_ns_avg.is_some(),
+                    p.wait_ns_total,
+                    p.calls,
+                )
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    rows.sort_by_key(|(_, r, ..)| std::cmp::Reverse((r.wait_ns_total, r.calls)));
+    let mut table = Table::new();
+    table.load_preset(ASCII_MARKDOWN);
+    table.set_header([
+        "probe",
+        "thread role",
+        "threads",
+        "calls",
+        "total wait",
+        "share",
+    ]);
+    for (probe, r, timed, wait, calls) in rows.iter().take(top) {
+        let share = if *timed {
+            100.0 * r.wait_ns_total as f64 / (*wait).max(1) as f64
+        } else {
+            100.0 * r.calls as f64 / (*calls).max(1) as f64
+        };
+        let role = match r.kind {
+            super::model::RoleKind::Background => format!("{} (background)", r.role),
+            _ => r.role.clone(),
+        };
+        table.add_row([
+            probe.to_string(),
+            role,
+            r.threads.to_string(),
+            r.calls.to_string(),
+            if *timed {
+                units::ns(r.wait_ns_total)
+            } else {
+                "-".to_string()
+            },
+            format!("{share:.0}%"),
+        ]);
+    }
+    for col in 2..6 {
+        if let Some(c) = table.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    format!(
+        "who waits (per thread role; share of the probe's wait, or calls where untimed; \
+         background threads are the server's own work, not the workload's contention):\n{table}\n"
+    )
 }
 
 /// Per latch (`dict_sys_mutex`), for probes that name the latch they took.
@@ -261,6 +335,7 @@ fn latches(summary: &Summary, top: usize) -> String {
                 calls: l.calls,
                 wait_ns_total: l.wait_ns_total,
                 wait_ns_max: l.wait_ns_max,
+                background_wait_ns: l.background_wait_ns,
                 timed: p.wait_ns_avg.is_some(),
             })
         })
@@ -274,6 +349,8 @@ struct WaitRow<'a> {
     calls: u64,
     wait_ns_total: u64,
     wait_ns_max: u64,
+    /// Of the wait, background threads'.
+    background_wait_ns: u64,
     timed: bool,
 }
 
@@ -282,10 +359,26 @@ fn wait_table(title: &str, key_header: &str, mut rows: Vec<WaitRow>, top: usize)
     if rows.is_empty() {
         return String::new();
     }
-    rows.sort_by_key(|r| std::cmp::Reverse((r.wait_ns_total, r.calls)));
+    // The workload's contention first: background threads' wait is shown
+    // apart and does not rank a row.
+    rows.sort_by_key(|r| {
+        std::cmp::Reverse((
+            r.wait_ns_total.saturating_sub(r.background_wait_ns),
+            r.wait_ns_total,
+            r.calls,
+        ))
+    });
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
-    table.set_header(["probe", key_header, "calls", "total wait", "avg", "max"]);
+    table.set_header([
+        "probe",
+        key_header,
+        "calls",
+        "total wait",
+        "of it background",
+        "avg",
+        "max",
+    ]);
     for r in rows.iter().take(top) {
         let t = |v: u64| {
             if r.timed {
@@ -299,11 +392,12 @@ fn wait_table(title: &str, key_header: &str, mut rows: Vec<WaitRow>, top: usize)
             r.key.clone(),
             r.calls.to_string(),
             t(r.wait_ns_total),
+            t(r.background_wait_ns),
             t(r.wait_ns_total / r.calls.max(1)),
             t(r.wait_ns_max),
         ]);
     }
-    for col in 2..6 {
+    for col in 2..7 {
         if let Some(c) = table.column_mut(col) {
             c.set_cell_alignment(CellAlignment::Right);
         }
@@ -326,7 +420,14 @@ pub(crate) fn top_callsites(
                 .map(move |c| (p.name.as_str(), c, p.wait_ns_avg.is_some()))
         })
         .collect();
-    rows.sort_by_key(|r| std::cmp::Reverse((r.1.wait_ns_total, r.1.calls)));
+    // Ranked by the workload's wait: background threads' is not contention.
+    rows.sort_by_key(|r| {
+        std::cmp::Reverse((
+            r.1.wait_ns_total.saturating_sub(r.1.background_wait_ns),
+            r.1.wait_ns_total,
+            r.1.calls,
+        ))
+    });
     rows.truncate(top);
     rows
 }

@@ -59,6 +59,7 @@ pub fn render(page: &Page) -> String {
                 (findings(s))
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
+                (who(s))
                 (counters(s))
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
@@ -543,7 +544,7 @@ fn callsites(s: &Summary) -> Markup {
         @if !rows.is_empty() {
             h2 #callsites { "Top call sites" }
             table.data {
-                thead { tr { th { "probe" } th { "latch" } th { "call site" } th.n { "calls" } th.n { "total wait" } th.n { "avg" } th.n { "max" } } }
+                thead { tr { th { "probe" } th { "latch" } th { "call site" } th.n { "calls" } th.n { "total wait" } th.n { "of it background" } th.n { "avg" } th.n { "max" } } }
                 tbody {
                     @for (probe, c, timed) in &rows {
                         tr {
@@ -552,8 +553,46 @@ fn callsites(s: &Summary) -> Markup {
                             td title=(c.file.as_deref().unwrap_or("")) { code { (c.site) } }
                             td.n { (c.calls) }
                             td.n { (t(*timed, c.wait_ns_total)) }
+                            td.n { (t(*timed, c.background_wait_ns)) }
                             td.n { (t(*timed, c.wait_ns_total / c.calls.max(1))) }
                             td.n { (t(*timed, c.wait_ns_max)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Who made each probe's calls, per thread role: background threads'
+/// waits (purge, page cleaner, ...) are the server's own work, shown apart
+/// from the workload's contention.
+fn who(s: &Summary) -> Markup {
+    let probes: Vec<_> = s
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached && !p.roles.is_empty())
+        .collect();
+    let share =
+        |part: u64, whole: u64| format!("{:.0}%", 100.0 * part as f64 / whole.max(1) as f64);
+    html! {
+        @if !probes.is_empty() {
+            h2 #who { "Who waits" }
+            p.note { "Per thread role, from the functions on each thread's stack (a connection runs do_command; a purge worker starts in srv_worker_thread). Background threads are the server's own work: their waits are not the workload's contention, and no finding counts them." }
+            table.data {
+                thead { tr { th { "probe" } th { "thread role" } th { "kind" } th.n { "threads" } th.n { "calls" } th.n { "total wait" } th.n { "share" } } }
+                tbody {
+                    @for p in &probes {
+                        @for r in &p.roles {
+                            tr {
+                                td { (p.name) }
+                                td { (r.role) }
+                                td { (match r.kind { crate::report::model::RoleKind::Connection => "connection", crate::report::model::RoleKind::Background => "background", crate::report::model::RoleKind::Unknown => "unknown" }) }
+                                td.n { (r.threads) }
+                                td.n { (r.calls) }
+                                td.n { @if p.wait_ns_avg.is_some() { (units::ns(r.wait_ns_total)) } @else { "-" } }
+                                td.n { @if p.wait_ns_avg.is_some() { (share(r.wait_ns_total, p.wait_ns_total)) } @else { (share(r.calls, p.calls)) } }
+                            }
                         }
                     }
                 }
@@ -569,7 +608,7 @@ fn latches(s: &Summary) -> Markup {
         @if s.probes.iter().any(|p| !p.latches.is_empty()) {
             h2 #latches { "Latches" }
             table.data {
-                thead { tr { th { "probe" } th { "latch" } th.n { "calls" } th.n { "total wait" } th.n { "avg" } th.n { "max" } } }
+                thead { tr { th { "probe" } th { "latch" } th.n { "calls" } th.n { "total wait" } th.n { "of it background" } th.n { "avg" } th.n { "max" } } }
                 tbody {
                     @for p in &s.probes {
                         @for l in p.latches.iter().take(CALLSITE_ROWS) {
@@ -578,6 +617,7 @@ fn latches(s: &Summary) -> Markup {
                                 td { code { (l.latch) } }
                                 td.n { (l.calls) }
                                 td.n { (t(p.wait_ns_avg.is_some(), l.wait_ns_total)) }
+                                td.n { (t(p.wait_ns_avg.is_some(), l.background_wait_ns)) }
                                 td.n { (t(p.wait_ns_avg.is_some(), l.wait_ns_total / l.calls.max(1))) }
                                 td.n { (t(p.wait_ns_avg.is_some(), l.wait_ns_max)) }
                             }
