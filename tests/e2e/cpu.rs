@@ -26,17 +26,41 @@ fn spin(mode: &str, threads: u64, spin_ms: u64, blocks: u64, block_ms: u64) -> F
     Fixture::spawn_with(&spin_binary(), &args)
 }
 
-/// (stack, weight) of each folded line.
+/// (stack, weight) of each folded line, without the thread's role at the
+/// root (see [`roles`]).
 fn folded(text: &str) -> Vec<(String, u64)> {
     text.lines()
         .map(|l| {
             let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {l}"));
             (
-                stack.to_string(),
+                without_role(stack).1.to_string(),
                 n.parse().unwrap_or_else(|_| panic!("bad count in {l}")),
             )
         })
         .collect()
+}
+
+/// A folded stack's root role (`[connection];...`) and the rest.
+fn without_role(stack: &str) -> (Option<&str>, &str) {
+    if let Some((first, rest)) = stack.split_once(';') {
+        if let Some(name) = first.strip_prefix('[').and_then(|f| f.strip_suffix(']')) {
+            if innoprof::thread_role::ROLES.iter().any(|r| r.name == name) {
+                return (Some(name), rest);
+            }
+        }
+    }
+    (None, stack)
+}
+
+/// Weight per root role of each folded line (`None`: no role found).
+fn roles(text: &str) -> HashMap<Option<String>, u64> {
+    let mut by = HashMap::new();
+    for l in text.lines() {
+        let (stack, n) = l.rsplit_once(' ').unwrap();
+        *by.entry(without_role(stack).0.map(str::to_string))
+            .or_default() += n.parse::<u64>().unwrap();
+    }
+    by
 }
 
 /// Parses an SVG as XML and returns the text of its frames' <title>s.
@@ -925,6 +949,29 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
     );
     assert!(os_event >= 10.0, "{os_event}% in os_event waits");
     assert!(commit > 0.0, "no commit waiting in log_write_up_to");
+    // Each blocked stack under its thread's role: the load's connections
+    // (their commits wait for the redo log) and the server's background
+    // threads (their os_event waits), told apart at the root.
+    let by_role = roles(&rec.file("offcpu.folded"));
+    eprintln!("off-CPU by role: {by_role:?}");
+    assert!(
+        by_role
+            .get(&Some("connection".into()))
+            .is_some_and(|n| *n > 0),
+        "{by_role:?}"
+    );
+    let background: u64 = by_role
+        .iter()
+        .filter(|(r, _)| {
+            r.as_deref().is_some_and(|r| {
+                innoprof::thread_role::ROLES
+                    .iter()
+                    .any(|x| x.name == r && x.kind == innoprof::thread_role::RoleKind::Background)
+            })
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(background > 0, "{by_role:?}");
     // The table charges mysqld's own frames, not the libc wait they call.
     let first = &off.top.rows[0];
     assert_eq!(first.module, "mysqld", "{first:?}");

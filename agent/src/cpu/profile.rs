@@ -267,14 +267,25 @@ fn named_stack(
         frames: Vec::new(),
         thread: stack.thread(),
     };
+    // The first user address is where the thread left user mode
+    // (interrupted or at its syscall), never a return address.
+    let user = symbolizer.user_locations(&stack.user_ips(), true);
+    // The thread's role at the root, from the same marker functions the
+    // probes' BPF side finds on a thread's stack (see `thread_role`).
+    let role = crate::thread_role::role_of_frames(
+        user.iter()
+            .flat_map(|l| l.frames.iter().map(|f| f.name.as_str())),
+    );
+    if role != 0 {
+        let name = format!("[{}]", crate::thread_role::role(role).0);
+        named.push_marker(marker(&name, FrameKind::Unknown));
+    }
     if stack.flags & STACK_TRUNCATED != 0 {
         named.push_marker(marker("[truncated]", FrameKind::Unknown));
     } else if stack.flags & STACK_UNWIND_STOP != 0 {
         named.push_marker(marker("[unwind stopped]", FrameKind::Unknown));
     }
-    // The first user address is where the thread left user mode
-    // (interrupted or at its syscall), never a return address.
-    named.push_located(symbolizer.user_locations(&stack.user_ips(), true));
+    named.push_located(user);
     if stack.flags & STACK_KERN_LOST != 0 {
         named.push_marker(marker("[kernel stack lost]", FrameKind::Kernel));
     } else {

@@ -78,6 +78,12 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         Some((r, ..)) => r,
         None => watched_rate(s, undo)?,
     };
+    // Purge builds old versions too, as its own work: only the readers'
+    // walks (connections', and threads of unknown role) are the symptom.
+    // The roles are over the whole recording; the rate is scaled by the
+    // readers' share of the calls.
+    let background = undo.background_calls() as f64 / undo.calls.max(1) as f64;
+    let rate = rate * (1.0 - background);
     let cpu = cpu_share(s, WALK_FUNCTIONS);
     let cpu_v = cpu.unwrap_or(0.0);
     let reads = probe(s, CONSISTENT_READ)
@@ -118,6 +124,15 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         ),
         anchor: "summary".into(),
     }];
+    if background >= 0.05 {
+        evidence.push(Evidence {
+            text: format!(
+                "not counted above: {:.0} % of the version builds were background threads' (purge, its own work)",
+                background * 100.0
+            ),
+            anchor: "who".into(),
+        });
+    }
     let reader = probe(s, CONSISTENT_READ);
     if let Some(reads) = reader.and_then(|p| watched_rate(s, p)).filter(|r| *r > 0.0) {
         let took = reader
