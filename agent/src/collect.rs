@@ -224,10 +224,23 @@ pub struct Counters {
     pub sites: Vec<(SlotId, Callsite, SiteVal)>,
     /// The same per calling thread's role too (role id; 0: unknown).
     pub site_roles: Vec<(SlotId, Callsite, u32, SiteVal)>,
+    /// Per (slot, role id): calls and wait of the threads of that role.
+    pub roles: Vec<(SlotId, u32, ThreadVal)>,
     pub drops: Drops,
 }
 
 impl Counters {
+    /// One probe's calls and wait per role id, summed over its slots.
+    pub fn probe_roles(&self, slots: &[SlotId]) -> std::collections::BTreeMap<u32, ThreadVal> {
+        let mut out = std::collections::BTreeMap::new();
+        for (_, role, v) in self.roles.iter().filter(|(s, ..)| slots.contains(s)) {
+            let e: &mut ThreadVal = out.entry(*role).or_default();
+            e.calls += v.calls;
+            e.wait_ns += v.wait_ns;
+        }
+        out
+    }
+
     /// One probe's totals: the sum of its slots (symbols).
     pub fn probe_total(&self, slots: &[SlotId]) -> SlotStats {
         let mut sum = SlotStats::default();
@@ -269,14 +282,9 @@ pub fn read(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
         sites,
         site_roles,
         drops,
+        ..
     } = read_counters(obj, n_slots)?;
-    let threads = read_hash::<ThreadKey, ThreadVal>(obj, bpf::maps::THREAD_STATS)?
-        .into_iter()
-        .map(|(k, v)| (SlotId::from_kernel(u64::from(k.slot)), k.tid, v))
-        .collect();
-    let thread_roles = read_hash::<u32, u32>(obj, bpf::maps::THREAD_ROLE)?
-        .into_iter()
-        .collect();
+    let (threads, thread_roles) = read_threads(obj)?;
     Ok(Snapshot {
         slots,
         stacks: read_stacks(obj, n_slots)?,
@@ -429,6 +437,21 @@ fn lookup_batch(
     (count as usize, if ret < 0 { -ret } else { 0 })
 }
 
+/// The per (slot, thread) counts and each thread's role id.
+#[allow(clippy::type_complexity)]
+fn read_threads(
+    obj: &Object,
+) -> Result<(Vec<(SlotId, u32, ThreadVal)>, HashMap<u32, u32>), CollectError> {
+    let threads = read_hash::<ThreadKey, ThreadVal>(obj, bpf::maps::THREAD_STATS)?
+        .into_iter()
+        .map(|(k, v)| (SlotId::from_kernel(u64::from(k.slot)), k.tid, v))
+        .collect();
+    let roles = read_hash::<u32, u32>(obj, bpf::maps::THREAD_ROLE)?
+        .into_iter()
+        .collect();
+    Ok((threads, roles))
+}
+
 /// Per-slot stats, call sites and drop counts; no stacks.
 pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
     let slots = read_slot_stats(obj, n_slots)?;
@@ -470,10 +493,23 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
         stack_busy: totals[7],
         thread_map_full: totals[8],
     };
+    let (threads, thread_roles) = read_threads(obj)?;
+    let mut per_role: HashMap<(SlotId, u32), ThreadVal> = HashMap::new();
+    for (slot, tid, v) in threads {
+        let role = thread_roles.get(&tid).copied().unwrap_or(0);
+        let e = per_role.entry((slot, role)).or_default();
+        e.calls += v.calls;
+        e.wait_ns += v.wait_ns;
+    }
+    let roles = per_role
+        .into_iter()
+        .map(|((slot, role), v)| (slot, role, v))
+        .collect();
     Ok(Counters {
         slots,
         sites,
         site_roles,
+        roles,
         drops,
     })
 }

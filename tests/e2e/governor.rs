@@ -770,14 +770,18 @@ fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
         "1s",
     ]);
     rec.wait_attached();
-    // Autocommit reads for 3 s, then the same reads in one snapshot.
+    // Autocommit reads for 3 s, then the same reads in one snapshot, back
+    // to back: each walks the row's versions for tens of ms, and a 20 ms
+    // window once every few seconds misses reads 0.1 s apart a time in
+    // five (all three windows after the snapshot saw none in one CI run
+    // in four, 2026-11-29): the walk must be there to be watched.
     let mut reader = String::from("USE sbtest;\n");
     for _ in 0..30 {
         reader.push_str("SELECT c FROM sbtest1 LIMIT 1; SELECT SLEEP(0.1);\n");
     }
     reader.push_str("START TRANSACTION WITH CONSISTENT SNAPSHOT;\n");
-    for _ in 0..3000 {
-        reader.push_str("SELECT c FROM sbtest1 LIMIT 1; SELECT SLEEP(0.1);\n");
+    for _ in 0..20_000 {
+        reader.push_str("SELECT c FROM sbtest1 LIMIT 1; SELECT SLEEP(0.002);\n");
     }
     let reader = server.sql_background(&reader);
     let (code, stdout, rec) = rec.finish();

@@ -141,6 +141,23 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
         .map(|s| s.value)
         .sum();
     assert_eq!(site_calls, n);
+    // Per thread role, every call once: the fixture's threads run no
+    // server's marker function, so all are `unknown`.
+    let role = |name: &str| {
+        after
+            .iter()
+            .filter(|s| s.name == name && s.label("probe") == Some("fixture.sleep"))
+            .map(|s| (s.label("role").unwrap_or("").to_string(), s.value))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        role("innoprof_role_calls_total"),
+        vec![("unknown".to_string(), n)]
+    );
+    assert_eq!(
+        role("innoprof_role_wait_seconds_total"),
+        vec![("unknown".to_string(), wait_s)]
+    );
     let info = after
         .iter()
         .find(|s| s.name == "innoprof_target_info")

@@ -10,6 +10,10 @@
 //! - `innoprof_latch_calls_total{probe,latch}`,
 //!   `innoprof_latch_wait_seconds_total{probe,latch}` for probes that name
 //!   the latch of each wait (its latch id or creation site)
+//! - `innoprof_role_calls_total{probe,role}`,
+//!   `innoprof_role_wait_seconds_total{probe,role}`: per thread role
+//!   (`connection`, `purge worker`, `page cleaner`, ..., `unknown`; a
+//!   bounded set), background roles apart from the workload's contention
 //! - `innoprof_probe_latency_seconds{probe}`: the BPF log2 histogram
 //! - `innoprof_probe_attached_seconds_total{probe}`: how long the probe was
 //!   switched on. The overhead governor detaches a probe it cannot afford
@@ -549,6 +553,17 @@ impl Exporter {
                 } else {
                     latches.series(&now.latches, self.limit, Rank::Wait)
                 },
+                roles: counters
+                    .probe_roles(&p.slots)
+                    .into_iter()
+                    .map(|(role, v)| {
+                        let c = Counts {
+                            calls: v.calls,
+                            wait_ns: v.wait_ns,
+                        };
+                        (crate::thread_role::role(role).0.to_string(), c)
+                    })
+                    .collect(),
             });
         }
         let mut scrape = Scrape {
@@ -600,6 +615,7 @@ impl ProbeMetrics {
         }
         add_labelled(&mut self.callsites, &old.callsites);
         add_labelled(&mut self.latches, &old.latches);
+        add_labelled(&mut self.roles, &old.roles);
     }
 }
 
@@ -635,6 +651,8 @@ struct ProbeMetrics {
     hist: [u64; HIST_SLOTS],
     callsites: Vec<(String, Counts)>,
     latches: Vec<(String, Counts)>,
+    /// Per thread role (a bounded set: [`crate::thread_role::ROLES`]).
+    roles: Vec<(String, Counts)>,
 }
 
 /// One server's values at one scrape, encoded by [`render`].
@@ -1188,6 +1206,17 @@ impl Collector for Exposition {
                 "Time spent waiting per InnoDB latch (thread-seconds per second under rate())",
             ],
             |p| &p.latches,
+        )?;
+        self.encode_labelled(
+            &mut enc,
+            "role",
+            "role",
+            [
+                "Calls per thread role (connection, purge worker, page cleaner, ..., unknown): \
+                 background roles are the server's own work, not the workload's contention",
+                "Time spent inside the probed functions per thread role",
+            ],
+            |p| &p.roles,
         )?;
         self.encode_latency(&mut enc)?;
         self.encode_innodb_counters(&mut enc)?;
