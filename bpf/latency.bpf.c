@@ -164,19 +164,13 @@ struct {
 	__type(value, struct role_range);
 } role_ranges SEC(".maps");
 
-/* The buffer a thread's first stack is read into (its own: the stack
- * sampler's may be held by a preempted hit). */
-struct role_scratch {
-	__u32 busy;
-	__u32 pad;
-	struct stack_ips stack;
-};
-
+/* The buffer a thread's first stack is read into: one like the stack
+ * sampler's, its own (that one may be held by a preempted hit). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct role_scratch);
+	__type(value, struct stack_scratch);
 } role_scratch SEC(".maps");
 
 /* The governor's alarm, per CPU: the hits (counted calls and hits on a
@@ -417,7 +411,7 @@ static long role_step(__u64 i, void *data)
 static __always_inline __u32 role_of(void *ctx, __u32 tid)
 {
 	struct role_search x = {};
-	struct role_scratch *scratch;
+	struct stack_scratch *scratch;
 	__u32 zero = 0, *known;
 
 	known = bpf_map_lookup_elem(&thread_role, &tid);

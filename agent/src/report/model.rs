@@ -386,29 +386,14 @@ pub struct ProbeResult {
 }
 
 impl ProbeResult {
-    /// Wait of background threads (purge, page cleaner, ...): the server's
-    /// own work, never the workload's contention.
-    pub fn background_wait_ns(&self) -> u64 {
-        self.roles
-            .iter()
-            .filter(|r| r.kind == RoleKind::Background)
-            .map(|r| r.wait_ns_total)
-            .sum()
-    }
-
-    /// Calls of background threads.
+    /// Calls of background threads (purge, page cleaner, ...): the
+    /// server's own work, never the workload's.
     pub fn background_calls(&self) -> u64 {
         self.roles
             .iter()
             .filter(|r| r.kind == RoleKind::Background)
             .map(|r| r.calls)
             .sum()
-    }
-
-    /// The wait the workload feels: all of it but background threads'
-    /// (connections', and threads whose role is unknown).
-    pub fn contention_wait_ns(&self) -> u64 {
-        self.wait_ns_total.saturating_sub(self.background_wait_ns())
     }
 
     /// Fraction of the recording the probe was attached (1.0: always).

@@ -59,13 +59,13 @@ pub fn render(page: &Page) -> String {
                 (findings(s))
                 h2 #summary { "Wait probes" }
                 (probe_table(s))
-                (who(s))
                 (counters(s))
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
                 (latches(s))
                 (callsites(s))
+                (who(s))
                 // Long (settings, transactions, status): below the graphs.
                 @if let Some(st) = &s.server_state { (server_state(st)) }
                 h2 #overhead { "Overhead" }
