@@ -147,11 +147,13 @@ struct {
 	__type(value, struct thread_val);
 } thread_stats SEC(".maps");
 
-/* Per thread: its role, found at its first hit (`role_of`). */
+/* Per thread: its role, found at its first hit (`role_of`). LRU: `serve`
+ * runs for days over a server whose connections come and go, and a full
+ * map would make every new thread's every hit walk its stack; an evicted
+ * thread that comes back is walked once more. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_THREADS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, __u32);
 } thread_role SEC(".maps");
