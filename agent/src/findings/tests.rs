@@ -177,7 +177,12 @@ fn a_latch_with_threads_queued_is_named_with_its_call_site() {
         f[0].evidence
     );
     assert!(
-        f[0].evidence[1]
+        f[0].evidence[1].text.contains("btr0cur.cc:5528"),
+        "{:?}",
+        f[0].evidence
+    );
+    assert!(
+        f[0].evidence[2]
             .text
             .contains("0.03 background threads waiting"),
         "{:?}",

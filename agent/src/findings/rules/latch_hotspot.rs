@@ -101,14 +101,6 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         ),
         anchor: "latches".into(),
     }];
-    if background >= 0.01 {
-        evidence.push(Evidence {
-            text: format!(
-                "not counted above: {background:.2} background threads waiting on it on average (purge, page cleaner, ...: the server's own work)"
-            ),
-            anchor: "who".into(),
-        });
-    }
     let site = s
         .probes
         .iter()
@@ -124,6 +116,16 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
                 thousands(c.calls as f64)
             ),
             anchor: "callsites".into(),
+        });
+    }
+    // After the call site: readers of the evidence take the line below the
+    // latch for where it is taken.
+    if background >= 0.01 {
+        evidence.push(Evidence {
+            text: format!(
+                "not counted above: {background:.2} background threads waiting on it on average (purge, page cleaner, ...: the server's own work)"
+            ),
+            anchor: "who".into(),
         });
     }
     // A reader rebuilding old row versions holds the row's page latch

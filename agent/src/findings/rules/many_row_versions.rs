@@ -124,15 +124,6 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         ),
         anchor: "summary".into(),
     }];
-    if background >= 0.05 {
-        evidence.push(Evidence {
-            text: format!(
-                "not counted above: {:.0} % of the version builds were background threads' (purge, its own work)",
-                background * 100.0
-            ),
-            anchor: "who".into(),
-        });
-    }
     let reader = probe(s, CONSISTENT_READ);
     if let Some(reads) = reader.and_then(|p| watched_rate(s, p)).filter(|r| *r > 0.0) {
         let took = reader
@@ -213,6 +204,16 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
                 .map(|u| format!(" ({u}@{})", t.host.as_deref().unwrap_or("?")))
                 .unwrap_or_default()
         ));
+    }
+    // Last: a side note to the first line's rate.
+    if background >= 0.05 {
+        evidence.push(Evidence {
+            text: format!(
+                "not counted in the rate above: {:.0} % of the version builds were background threads' (purge, its own work)",
+                background * 100.0
+            ),
+            anchor: "who".into(),
+        });
     }
     Some(Finding {
         rule: RULE.into(),
