@@ -236,7 +236,7 @@ fn mirror_macro(btf: &Btf, name: &str, object: &str) -> Option<String> {
             out,
             "            assert!(::std::mem::offset_of!($t, {field}) == {offset}, \
              \"offset of {name}.{field}\");\n\
-             \x20           assert!($crate::bpf_layout::field_size(|v: &$t| &v.{field}) == {size}, \
+             \x20           assert!($crate::bpf::layout::field_size(|v: &$t| &v.{field}) == {size}, \
              \"size of {name}.{field}\");"
         )
         .unwrap();

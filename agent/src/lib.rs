@@ -12,65 +12,51 @@
 //! into per-interval deltas, [`export`] serves them to Prometheus, and
 //! [`live`] turns them into the tables of `innoprof top`.
 
-#[macro_use]
-pub mod bpf_layout;
-pub mod attach;
-pub mod attach_errno;
-pub mod attach_plan;
-pub mod bench_toggle;
-pub mod bpf_abi;
-pub mod bundle;
-pub mod bundle_read;
-pub mod bundle_replace;
-pub mod calibrate;
-pub mod callsite;
-pub mod catalog;
-pub mod collect;
-pub mod contract;
-pub mod cost;
-pub mod cpu;
-pub mod diff;
-pub mod discover;
-pub mod dwarf_frames;
-pub mod estimate;
-pub mod export;
-pub mod findings;
-pub mod governor;
-pub mod histogram;
-pub mod hit_price;
-pub mod hitcost_cache;
-pub mod host_idle;
-pub mod in_target;
-pub mod inspect;
-pub mod kept_functions;
-pub mod kept_plan;
-pub mod kernel;
-pub mod kernel_names;
-pub mod kernel_symbols;
-pub mod library_debug;
-pub mod live;
-pub mod memcounters;
-pub mod outputs;
-pub mod own_usage;
-pub mod privileges;
-pub mod probeset;
-pub mod ready;
-pub mod record;
-pub mod report;
-pub mod resolve;
-pub mod results;
-pub mod rootfs;
-pub mod run_dir;
-pub mod run_stats;
-pub mod segments;
-pub mod server;
-pub mod server_state;
-pub mod symbolize;
-pub mod target;
+// The stages, in pipeline order: a stage imports only the ones above it
+// here (and itself); the `layering` test holds every file to it.
+
+// Shared text handling: escaping what a target or a bundle says.
 pub mod text;
-pub mod thread_role;
-pub mod timeseries;
-pub mod trust;
+// The BPF side's vocabulary: header layouts, map mirrors, run statistics.
+#[macro_use]
+pub mod bpf;
+// The process: found, trusted, its files opened as it maps them.
+pub mod target;
+// What innoprof keeps between runs, per boot and across boots.
+pub mod persist;
+// Reading a binary: ELF, DWARF, debug files, line tables, placements.
+pub mod resolve;
+// What to probe and where: server, catalog, probe set, latches, counters.
+pub mod plan;
+// The BPF object on the planned offsets.
+pub mod attach;
+// The maps read into totals.
+pub mod collect;
+// What hits cost, and the governor that spends the budget.
+pub mod cost;
+// Stacks to names.
+pub mod symbolize;
+// On-CPU samples and off-CPU time.
+pub mod cpu;
+// The server's own account over SQL.
+pub mod server_state;
+// The recording as data (summary.json).
+pub mod model;
+// What is wrong: one rule per file.
+pub mod findings;
+// Renderers: tables, HTML, folded stacks, pprof, histograms.
+pub mod report;
+// The recorder: check, plan, attach, govern, collect, detach; results.
+pub mod record;
+// Live readings: `top`'s rows and the interval series.
+pub mod live;
+// `serve`: Prometheus and pprof over HTTP.
+pub mod export;
+// The output directory: written, read back, replaced, compared.
+pub mod bundle;
+
+#[cfg(test)]
+mod layering;
 
 /// An error and its causes joined by `: `, as anyhow's `{:#}` prints them.
 /// The library's error types never repeat their source in their own text

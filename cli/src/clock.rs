@@ -126,7 +126,10 @@ impl<'s, D: Copy> Clock<'s, D> {
     /// probes within a second); each wakeup costs the agent CPU, so no
     /// more often than that.
     pub fn governor(self, duty: D) -> Self {
-        self.now_and_every(duty, innoprof::governor::GovernorConfig::default().tick)
+        self.now_and_every(
+            duty,
+            innoprof::cost::governor::GovernorConfig::default().tick,
+        )
     }
 
     /// `duty` at once, then whenever [`Self::due_again_at`] says, or as

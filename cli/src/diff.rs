@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
-use innoprof::diff::diff_dirs;
+use innoprof::bundle::diff::diff_dirs;
 
 #[derive(Args)]
 pub struct DiffArgs {
@@ -60,7 +60,7 @@ fn same_recording(a: &std::path::Path, b: &std::path::Path) -> bool {
         (Ok(x), Ok(y)) if x == y
     );
     let summary = |d| {
-        innoprof::bundle_read::BundleDir::new(d)
+        innoprof::bundle::read::BundleDir::new(d)
             .read(innoprof::bundle::SUMMARY_JSON)
             .ok()
             .flatten()

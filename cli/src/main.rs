@@ -25,11 +25,11 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use innoprof::bundle;
-use innoprof::governor::GovernorConfig;
+use innoprof::cost::governor::GovernorConfig;
+use innoprof::live::timeseries::IntervalSeries;
+use innoprof::model::summary::EndReason;
 use innoprof::record::{Plan, RecordOptions, Recorder, StackCapture};
-use innoprof::report::model::EndReason;
 use innoprof::report::table;
-use innoprof::timeseries::IntervalSeries;
 
 use crate::clock::{Clock, Event, Signals};
 
@@ -280,15 +280,15 @@ pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
 
 /// Record, serve and top measure the hit cost in a child innoprof (its own
 /// `calibrate --json`), so that their own process never holds a uprobe:
-/// see [`innoprof::calibrate::Calibrator`].
-pub(crate) fn own_calibrator() -> innoprof::calibrate::Calibrator {
-    innoprof::calibrate::Calibrator::Child("/proc/self/exe".into())
+/// see [`innoprof::cost::calibrate::Calibrator`].
+pub(crate) fn own_calibrator() -> innoprof::cost::calibrate::Calibrator {
+    innoprof::cost::calibrate::Calibrator::Child("/proc/self/exe".into())
 }
 
 fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
-    innoprof::privileges::check()?;
-    innoprof::kernel::check()?;
-    let cost = innoprof::calibrate::measure_and_keep(!args.no_stacks)?.cost;
+    innoprof::target::privileges::check()?;
+    innoprof::target::kernel::check()?;
+    let cost = innoprof::cost::calibrate::measure_and_keep(!args.no_stacks)?.cost;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&cost)?);
     } else {
@@ -348,19 +348,20 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut signals = Signals::install()?;
     // --follow knows the server again by its datadir (its working directory).
-    let instance =
-        if args.follow {
-            Some(innoprof::discover::Instance::of(pid).with_context(|| {
+    let instance = if args.follow {
+        Some(
+            innoprof::target::discover::Instance::of(pid).with_context(|| {
                 format!("--follow: cannot tell which server instance pid {pid} is")
-            })?)
-        } else {
-            None
-        };
+            })?,
+        )
+    } else {
+        None
+    };
 
     let mut notifier = args.ready.notifier()?;
-    innoprof::own_usage::debug_phase("start");
+    innoprof::target::own_usage::debug_phase("start");
     let plan = Plan::build(&opts)?;
-    innoprof::own_usage::debug_phase("after plan");
+    innoprof::target::own_usage::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
     let prepared = bundle::prepare(&out)?;
     // Set when the first segment is attached: --duration counts from there.
@@ -400,7 +401,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
         }
     };
     let recording = if args.follow {
-        innoprof::segments::merge(segments)
+        innoprof::record::segments::merge(segments)
     } else {
         segments.pop().expect("one segment")
     };
@@ -417,7 +418,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_OUTPUT_FAILED));
         }
     };
-    innoprof::own_usage::debug_phase("after write");
+    innoprof::target::own_usage::debug_phase("after write");
     eprintln!(
         "innoprof: wrote {} and {}; open {}",
         written.dir.display(),
@@ -435,7 +436,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
 /// signal, and plans its probes (resolved anew: an upgrade may have
 /// brought another build). None: it did not come back in time.
 async fn wait_for_instance(
-    instance: &innoprof::discover::Instance,
+    instance: &innoprof::target::discover::Instance,
     opts: &mut RecordOptions,
     deadline: tokio::time::Instant,
     signals: &mut Signals,
@@ -478,8 +479,8 @@ async fn record_segment(
     args: &RecordArgs,
     deadline: &mut Option<tokio::time::Instant>,
     signals: &mut Signals,
-    notifier: &mut innoprof::ready::Notifier,
-) -> Result<(innoprof::report::model::Recording, EndReason)> {
+    notifier: &mut innoprof::record::ready::Notifier,
+) -> Result<(innoprof::model::summary::Recording, EndReason)> {
     let pid = plan.target.pid;
     warn_unattached(&plan);
     // Before attaching: its queries are not what the probes should see.
@@ -487,14 +488,14 @@ async fn record_segment(
         .state
         .start(pid, &args.pid.trust()?)
         .sampling(args.interval);
-    innoprof::own_usage::debug_phase("after start snapshot");
+    innoprof::target::own_usage::debug_phase("after start snapshot");
     let stacks = if args.no_stacks {
         StackCapture::Off
     } else {
         StackCapture::Always
     };
     let mut recorder = Recorder::start(plan, stacks)?;
-    innoprof::own_usage::debug_phase("after attach");
+    innoprof::target::own_usage::debug_phase("after attach");
     let deadline_at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + args.duration);
     let mut series = args
         .interval
@@ -549,7 +550,7 @@ async fn record_segment(
             Duration::from_millis(left.as_millis() as u64)
         })
     );
-    let ready = innoprof::ready::Ready::record(&recorder, left.as_secs_f64());
+    let ready = innoprof::record::ready::Ready::record(&recorder, left.as_secs_f64());
     ready_args::announce(notifier, &ready);
 
     // Only where someone watches: indicatif draws nothing to a pipe or a
@@ -609,7 +610,7 @@ async fn record_segment(
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    innoprof::own_usage::debug_phase("after recording");
+    innoprof::target::own_usage::debug_phase("after recording");
     // When the recording's clock ends, not after detaching and symbolizing.
     let state = state.finish();
     match end {
@@ -628,9 +629,9 @@ async fn record_segment(
     }
 
     let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
-    innoprof::own_usage::debug_phase("after end snapshot");
+    innoprof::target::own_usage::debug_phase("after end snapshot");
     let mut recording = recorder.finish(end)?;
-    innoprof::own_usage::debug_phase("after finish");
+    innoprof::target::own_usage::debug_phase("after finish");
     if let Some(state) = state {
         recording.add_server_state(state);
     }

@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 use clap::Args;
-use innoprof::discover;
-use innoprof::trust::Trust;
+use innoprof::target::discover;
+use innoprof::target::trust::Trust;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct PidArg {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use innoprof::probeset::ProbeRequest;
+use innoprof::plan::probeset::ProbeRequest;
 use innoprof::resolve::debuginfo::DebugSearch;
 
 #[derive(Args, Clone)]
@@ -25,8 +25,8 @@ pub struct ProbeArgs {
     pub debug_dir: Vec<PathBuf>,
     /// Most probe points (attached symbols) the set may have; a broader set is refused with
     /// its estimated attach and detach time. At most 4096.
-    #[arg(long, value_name = "N", default_value_t = innoprof::probeset::DEFAULT_MAX_POINTS as u32,
-          value_parser = clap::value_parser!(u32).range(1..=innoprof::bpf_abi::MAX_SLOTS as i64))]
+    #[arg(long, value_name = "N", default_value_t = innoprof::plan::probeset::DEFAULT_MAX_POINTS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=innoprof::bpf::abi::MAX_SLOTS as i64))]
     pub max_probe_points: u32,
 }
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use innoprof::inspect;
+use innoprof::plan::inspect;
 use innoprof::target::Target;
 
 use crate::pid_arg::PidArg;

@@ -1,10 +1,10 @@
 //! `--ready-fd N`, shared by `record` and `serve`: the machine-readable
-//! "attached" signal (see `innoprof::ready`); systemd's `READY=1` goes with
+//! "attached" signal (see `innoprof::record::ready`); systemd's `READY=1` goes with
 //! it whenever `NOTIFY_SOCKET` is set.
 
 use anyhow::Result;
 use clap::Args;
-use innoprof::ready::{Notifier, Ready};
+use innoprof::record::ready::{Notifier, Ready};
 
 #[derive(Args, Clone, Debug)]
 pub struct ReadyArgs {

@@ -19,13 +19,13 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use innoprof::discover::{Instance, InstanceKey};
 use innoprof::export::check_listen_address;
 use innoprof::export::prometheus::{
     render, Exporter, ExporterOptions, Scrape, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
 use innoprof::live::LiveView;
 use innoprof::record::{Plan, RecordOptions, Recorder};
+use innoprof::target::discover::{Instance, InstanceKey};
 use innoprof::target::{Liveness, Target};
 
 use crate::clock::{Clock, Event, Signals};
@@ -274,7 +274,7 @@ fn tune_allocator() {
 /// uprobe has every mapping of a probed binary visited at each unregister
 /// (0.25-0.6 MiB after a restart or a governor cut on MariaDB 10.2.11),
 /// which the hit-cost calibration caused until it moved to a child
-/// ([`innoprof::calibrate::Calibrator::Child`]). What serve's own reads
+/// ([`innoprof::cost::calibrate::Calibrator::Child`]). What serve's own reads
 /// bring in (naming stacks for /debug/pprof, call sites) is released here
 /// still; the page cache keeps it, and an madvise over a mapping with
 /// almost nothing resident costs microseconds.
@@ -714,7 +714,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         ListenAddr::Tcp(_) => eprintln!("innoprof: serving http://{listening}/metrics"),
         ListenAddr::Unix(_) => eprintln!("innoprof: serving /metrics on {listening}"),
     }
-    let ready = innoprof::ready::Ready::serve(
+    let ready = innoprof::record::ready::Ready::serve(
         listening,
         live.borrow()
             .servers
@@ -851,7 +851,8 @@ impl Live {
             .min()
             .map(tokio::time::Instant::from_std)
             .unwrap_or_else(|| {
-                tokio::time::Instant::now() + innoprof::governor::GovernorConfig::default().tick
+                tokio::time::Instant::now()
+                    + innoprof::cost::governor::GovernorConfig::default().tick
             })
     }
 }
@@ -874,7 +875,7 @@ fn discover_new(
     servers: &mut Vec<Watched>,
     unattachable: &mut HashMap<InstanceKey, String>,
 ) {
-    let found = match innoprof::discover::servers() {
+    let found = match innoprof::target::discover::servers() {
         Ok(found) => found,
         Err(e) => {
             eprintln!(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use innoprof::server_state::{self, SamplingCapture, ServerState, StateCapture, StateSource};
-use innoprof::trust::Trust;
+use innoprof::target::trust::Trust;
 
 #[derive(Args, Clone, Debug)]
 pub struct StateArgs {

@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use innoprof::catalog::Measure;
-use innoprof::report::model::Summary;
+use innoprof::model::summary::Summary;
+use innoprof::plan::catalog::Measure;
 use innoprof::resolve::EntryInsn;
 use innoprof_e2e::*;
 
@@ -753,7 +753,7 @@ fn record_follow_spans_a_restart_in_one_bundle() {
 #[test]
 fn the_schema_check_refuses_a_drifted_summary() {
     let dir = tempfile::tempdir().unwrap();
-    let version = innoprof::contract::FORMAT_VERSION;
+    let version = innoprof::bundle::contract::FORMAT_VERSION;
     std::fs::write(
         dir.path().join("summary.json"),
         format!(r#"{{"format_version": {version}, "tool": "innoprof"}}"#),
@@ -773,7 +773,7 @@ fn the_schema_check_refuses_a_drifted_summary() {
 /// version, fails against docs/schema/.
 #[test]
 fn the_schema_check_refuses_drifted_series_histograms_and_ready_lines() {
-    let version = innoprof::contract::FORMAT_VERSION;
+    let version = innoprof::bundle::contract::FORMAT_VERSION;
     let refused = |f: Box<dyn FnOnce() + std::panic::UnwindSafe>| -> String {
         let msg = std::panic::catch_unwind(f).unwrap_err();
         msg.downcast_ref::<String>().cloned().unwrap_or_default()

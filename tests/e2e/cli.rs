@@ -159,7 +159,7 @@ fn default_bundle(cwd: &Path, pid: u32) -> PathBuf {
 #[test]
 fn the_only_server_is_found_short_flags_work_and_diff_leaves_bundles_alone() {
     let _k = kernel_lock();
-    let others = innoprof::discover::servers().unwrap();
+    let others = innoprof::target::discover::servers().unwrap();
     assert!(
         others.is_empty(),
         "this test needs a host with no other mysqld/mariadbd running: {others:?}"

@@ -44,7 +44,10 @@ fn folded(text: &str) -> Vec<(String, u64)> {
 fn without_role(stack: &str) -> (Option<&str>, &str) {
     if let Some((first, rest)) = stack.split_once(';') {
         if let Some(name) = first.strip_prefix('[').and_then(|f| f.strip_suffix(']')) {
-            if innoprof::thread_role::ROLES.iter().any(|r| r.name == name) {
+            if innoprof::plan::thread_role::ROLES
+                .iter()
+                .any(|r| r.name == name)
+            {
                 return (Some(name), rest);
             }
         }
@@ -964,9 +967,9 @@ fn mariadb_10_2_11_cpu_offcpu_and_probes_under_sysbench() {
         .iter()
         .filter(|(r, _)| {
             r.as_deref().is_some_and(|r| {
-                innoprof::thread_role::ROLES
-                    .iter()
-                    .any(|x| x.name == r && x.kind == innoprof::thread_role::RoleKind::Background)
+                innoprof::plan::thread_role::ROLES.iter().any(|x| {
+                    x.name == r && x.kind == innoprof::plan::thread_role::RoleKind::Background
+                })
             })
         })
         .map(|(_, n)| n)

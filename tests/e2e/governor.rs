@@ -446,7 +446,7 @@ fn a_cheap_probe_beside_a_cut_hot_one_counts_exactly() {
     // where a window and the detach after it would overspend the probe's
     // share (at ~60,000 calls/s the ~100 ms detach lag costs more than
     // the window: 7 windows 1-2 periods apart here, 2026-11-29).
-    let stride = f64::from(innoprof::governor::MAX_STRIDE);
+    let stride = f64::from(innoprof::cost::governor::MAX_STRIDE);
     assert!(w.len() >= 5, "{w:?}");
     for pair in w[1..].windows(2) {
         assert!(pair[1].start_s - pair[0].start_s <= stride + 0.3, "{w:?}");
@@ -580,7 +580,7 @@ fn mariadb_all_probes_under_the_default_budget() {
     assert!((0.0..=100.0).contains(&idle), "{idle}");
     assert_eq!(
         text.contains("so the per-hit estimate is a lower bound"),
-        idle < innoprof::host_idle::SATURATED_BELOW_PCT,
+        idle < innoprof::target::host_idle::SATURATED_BELOW_PCT,
         "{idle} % idle:\n{text}"
     );
     // Measured in the server: its CPU per InnoDB row read (read from its
@@ -700,9 +700,9 @@ fn mariadb_all_probes_under_the_default_budget() {
 /// A fit of what the probes cost measured in the server: the looks it
 /// took, its interval around it, a factor the model can be off by in
 /// this VM, its share of a core and the summary's line.
-fn check_in_target(t: &innoprof::report::model::InTargetSummary, model_pct: f64, text: &str) {
+fn check_in_target(t: &innoprof::model::summary::InTargetSummary, model_pct: f64, text: &str) {
     eprintln!("in the server: {t:?}");
-    assert!(t.fit.looks >= innoprof::in_target::MIN_LOOKS, "{t:?}");
+    assert!(t.fit.looks >= innoprof::cost::in_target::MIN_LOOKS, "{t:?}");
     assert!(
         t.fit.factor_low <= t.fit.factor && t.fit.factor <= t.fit.factor_high,
         "{t:?}"
@@ -858,7 +858,7 @@ fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
             switches as f64 / s.duration_s,
             s.overhead.probes_pct_of_core
         );
-        let r = |ws: &[&innoprof::estimate::OnWindow]| {
+        let r = |ws: &[&innoprof::cost::estimate::OnWindow]| {
             ws.iter().map(|w| w.calls).sum::<u64>() as f64
                 / ws.iter()
                     .map(|w| w.end_s - w.start_s)

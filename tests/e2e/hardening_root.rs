@@ -230,7 +230,7 @@ fn exe_path_planted_as_a_symlink_is_not_followed() {
     );
     assert_eq!(s.target.binary, path(&exe));
 
-    let err = innoprof::rootfs::open_mapped_by_path(fx.pid, path(&exe))
+    let err = innoprof::target::rootfs::open_mapped_by_path(fx.pid, path(&exe))
         .expect_err("the planted name leads to another file")
         .to_string();
     fx.exit();

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use innoprof::catalog::Catalog;
+use innoprof::plan::catalog::Catalog;
+use innoprof::plan::server::{Family, ServerInfo};
 use innoprof::resolve::{ElfImage, EntryInsn, Resolver, SkipReason, SymbolTable, Unresolved};
-use innoprof::server::{Family, ServerInfo};
 use innoprof_e2e::repo_root;
 
 fn build_clones(dir: &Path) -> PathBuf {
@@ -231,7 +231,7 @@ fn mariadb_11_4_5_catalog_pie() {
     );
 }
 
-/// The DWARF walk (`innoprof::dwarf_frames`) names a real server's code
+/// The DWARF walk (`innoprof::symbolize::dwarf_frames`) names a real server's code
 /// frame for frame as blazesym does, and names nearly all of it itself:
 /// every 25th function's first, middle and last byte.
 fn dwarf_walk_names_as_blazesym(name: &str, covers_at_least: f64) {
@@ -253,7 +253,8 @@ fn dwarf_walk_names_as_blazesym(name: &str, covers_at_least: f64) {
         .collect();
     assert!(offsets.len() > 1_000, "{name}: {} offsets", offsets.len());
     let file = std::sync::Arc::new(
-        innoprof::rootfs::TargetFile::from_open(std::fs::File::open(&binary).unwrap()).unwrap(),
+        innoprof::target::rootfs::TargetFile::from_open(std::fs::File::open(&binary).unwrap())
+            .unwrap(),
     );
     let both = innoprof::symbolize::name_both_ways(&file, &offsets);
     // Code several units describe (copies of an inline function, old
@@ -491,8 +492,8 @@ fn stack_frames_from_debug_file_match_original(
     stripped: &Path,
     with_debug: &ElfImage,
 ) {
-    use innoprof::rootfs::TargetFile;
     use innoprof::symbolize::{FrameKind, ProcessMaps, StackSymbolizer};
+    use innoprof::target::rootfs::TargetFile;
     use std::sync::Arc;
     let image = ElfImage::open(original).unwrap();
     // The middle of ~1,500 functions spread over the text.
@@ -631,11 +632,11 @@ fn debug_file_of_another_binary_is_refused() {
 fn counters_resolve(name: &str, want: &[(&str, &str)]) {
     let image = ElfImage::open(&server_binary(name)).unwrap();
     let server = ServerInfo::detect(&image);
-    let request = innoprof::probeset::ProbeRequest {
+    let request = innoprof::plan::probeset::ProbeRequest {
         selection: Some("default".into()),
         ..Default::default()
     };
-    let set = innoprof::probeset::ProbeSet::resolve(&image, &server, &request).unwrap();
+    let set = innoprof::plan::probeset::ProbeSet::resolve(&image, &server, &request).unwrap();
     let got: Vec<(String, String)> = set
         .counters
         .iter()
@@ -712,8 +713,8 @@ fn counters_resolve_in_the_real_servers() {
 /// and for `all`: the second answer is read back from the kept file.
 #[test]
 fn a_kept_probe_set_equals_a_fresh_one_in_the_real_servers() {
-    use innoprof::probeset::ProbeRequest;
-    let as_json = |set: &innoprof::probeset::ProbeSet| {
+    use innoprof::plan::probeset::ProbeRequest;
+    let as_json = |set: &innoprof::plan::probeset::ProbeSet| {
         // A Value: the latch layouts' hash maps compared by content, not order.
         serde_json::to_value((&set.catalog_file, &set.probes, &set.counters)).unwrap()
     };
@@ -734,9 +735,9 @@ fn a_kept_probe_set_equals_a_fresh_one_in_the_real_servers() {
                 max_points: usize::MAX,
                 ..Default::default()
             };
-            let fresh =
-                innoprof::kept_plan::resolve_kept_in(&image, &server, &request, &dir).unwrap();
-            let kept = innoprof::kept_plan::kept_in(&image, &request, &dir)
+            let fresh = innoprof::plan::kept_plan::resolve_kept_in(&image, &server, &request, &dir)
+                .unwrap();
+            let kept = innoprof::plan::kept_plan::kept_in(&image, &request, &dir)
                 .unwrap_or_else(|| panic!("{name} {selection}: not kept"));
             assert!(
                 fresh

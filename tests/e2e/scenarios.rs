@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use innoprof::findings::{Finding, Severity};
-use innoprof::report::model::CounterStatus;
+use innoprof::model::summary::CounterStatus;
 use innoprof::server_state::Snapshot;
 use innoprof_e2e::*;
 

@@ -1,9 +1,9 @@
 //! Real servers under real sysbench load, recorded by the real binary.
 
 use innoprof::findings::Severity;
-use innoprof::report::model::RoleKind;
+use innoprof::model::summary::RoleKind;
+use innoprof::plan::server::Family;
 use innoprof::resolve::{EntryInsn, SymbolTable};
-use innoprof::server::Family;
 use innoprof_e2e::*;
 
 /// Every call tied to the role of the thread that made it: per probe the

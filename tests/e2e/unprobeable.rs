@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
-use innoprof::attach_errno;
+use innoprof::attach::errno;
 use innoprof::resolve::placement::kernel_refusal;
 use innoprof::resolve::{ElfImage, EntryInsn, SkipReason};
 use innoprof_e2e::*;
@@ -70,11 +70,11 @@ fn kernel_verdicts_match_the_mirror() {
         let errno = perf_uprobe(pmu, &path, offset);
         match (predicted, errno) {
             (None, None) => {}
-            (Some(_), Some(attach_errno::ENOTSUPP)) => refused += 1,
+            (Some(_), Some(errno::ENOTSUPP)) => refused += 1,
             (p, e) => mismatches.push(format!(
                 "{} ({bytes:02x?}): predicted {p:?}, kernel said {}",
                 sym.raw,
-                e.map_or("ok".to_string(), |e| attach_errno::explain(e).to_string())
+                e.map_or("ok".to_string(), |e| errno::explain(e).to_string())
             )),
         }
         checked += 1;

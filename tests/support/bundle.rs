@@ -2,7 +2,7 @@
 //! the tools that read them.
 
 use crate::repo_root;
-use innoprof::report::model::Summary;
+use innoprof::model::summary::Summary;
 use std::path::Path;
 use std::process::Command;
 
@@ -26,9 +26,9 @@ pub fn read_summary(dir: &Path) -> Result<Summary, String> {
 
 /// Checks a bundle's JSON files with a schema (summary.json,
 /// metadata.json, timeseries.json, histograms.json: those whose
-/// `innoprof::outputs::OUTPUTS` entry names one), where present, against
+/// `innoprof::bundle::outputs::OUTPUTS` entry names one), where present, against
 /// the committed JSON Schemas (docs/schema/, generated from the serde
-/// types by innoprof::contract): every bundle a test writes through this
+/// types by innoprof::bundle::contract): every bundle a test writes through this
 /// library ([`run_innoprof`], [`Recording::finish`]) is checked, so an
 /// output that drifts from its published schema fails the test that wrote
 /// it.
@@ -37,13 +37,13 @@ pub fn check_bundle(dir: &Path) {
 }
 
 /// The validator of a committed schema (one of
-/// `innoprof::contract::SCHEMAS`), all compiled once per test process.
+/// `innoprof::bundle::contract::SCHEMAS`), all compiled once per test process.
 pub fn schema_validator(schema: &str) -> &'static jsonschema::Validator {
     use std::collections::HashMap;
     static COMPILED: std::sync::OnceLock<HashMap<&str, jsonschema::Validator>> =
         std::sync::OnceLock::new();
     let compiled = COMPILED.get_or_init(|| {
-        innoprof::contract::SCHEMAS
+        innoprof::bundle::contract::SCHEMAS
             .iter()
             .map(|(schema, _)| {
                 let text = std::fs::read(repo_root().join(schema)).unwrap();
@@ -56,7 +56,7 @@ pub fn schema_validator(schema: &str) -> &'static jsonschema::Validator {
     });
     compiled
         .get(schema)
-        .unwrap_or_else(|| panic!("{schema} is not in innoprof::contract::SCHEMAS"))
+        .unwrap_or_else(|| panic!("{schema} is not in innoprof::bundle::contract::SCHEMAS"))
 }
 
 /// `value`'s first errors against `schema`, one line each.
@@ -72,7 +72,7 @@ pub fn schema_errors(schema: &str, value: &serde_json::Value) -> Vec<String> {
 /// this build's `format_version`; otherwise a file of another version
 /// (a test's hand-written legacy bundle) is skipped.
 pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
-    let with_schema = innoprof::outputs::OUTPUTS
+    let with_schema = innoprof::bundle::outputs::OUTPUTS
         .iter()
         .filter_map(|o| Some((o.name, o.schema?)));
     for (file, schema) in with_schema {
@@ -87,8 +87,8 @@ pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
         let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
             continue; // not JSON: a test's own broken file; the test says what it expects
         };
-        let current =
-            value["format_version"].as_u64() == Some(innoprof::contract::FORMAT_VERSION.into());
+        let current = value["format_version"].as_u64()
+            == Some(innoprof::bundle::contract::FORMAT_VERSION.into());
         if !current && !innoprof_wrote {
             continue;
         }

@@ -23,7 +23,7 @@ pub use serve::*;
 pub use server::*;
 
 /// The bundle's serde types, for tests that read summary.json typed.
-pub use innoprof::report::model::{CallsiteResult, EndReason, ProbeResult, ProbeStatus, Summary};
+pub use innoprof::model::summary::{CallsiteResult, EndReason, ProbeResult, ProbeStatus, Summary};
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -9,13 +9,13 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-pub use innoprof::ready::{Ready, ReadyTarget};
+pub use innoprof::record::ready::{Ready, ReadyTarget};
 
 /// A ready line as its type, after checking it against the committed
 /// schema (docs/schema/ready.schema.json, compiled once) and that it
 /// carries this build's `format_version`.
 pub fn parse_line(line: &str) -> Ready {
-    use innoprof::contract::{FORMAT_VERSION, READY_SCHEMA};
+    use innoprof::bundle::contract::{FORMAT_VERSION, READY_SCHEMA};
     let value: serde_json::Value =
         serde_json::from_str(line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
     let errors = crate::bundle::schema_errors(READY_SCHEMA, &value);

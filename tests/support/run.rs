@@ -5,7 +5,7 @@ use crate::bundle::{check_files, read_summary};
 use crate::fixture::{fixture_binary, fixture_catalog, Fixture};
 use crate::ready::{Ready, ReadyPipe, READY_FD};
 use crate::repo_root;
-use innoprof::report::model::{ProbeResult, Summary};
+use innoprof::model::summary::{ProbeResult, Summary};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Once;

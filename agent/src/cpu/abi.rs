@@ -2,7 +2,7 @@
 //! the C struct (`mirrors_NAME!`, see `bpf_layout`); the constants come
 //! from the header's `#define`s and enumerators.
 
-use crate::bpf_layout::defines;
+use crate::bpf::layout::defines;
 
 pub const USER_DEPTH: usize = defines::CPU_USER_DEPTH as usize;
 pub const KERN_DEPTH: usize = defines::CPU_KERN_DEPTH as usize;
@@ -36,7 +36,7 @@ impl CpuStack {
 
     /// The thread's name; `None` when empty.
     pub fn thread(&self) -> Option<String> {
-        crate::bpf_abi::comm_name(&self.comm)
+        crate::bpf::abi::comm_name(&self.comm)
     }
 
     pub fn kernel_ips(&self) -> Vec<u64> {
@@ -131,8 +131,8 @@ pub const COUNTERS: usize = defines::CNT_MAX as usize;
 
 /// The compiled BPF object (built by agent/build.rs from bpf/cpu.bpf.c).
 pub static CPU_OBJ: &[u8] =
-    crate::bpf_abi::include_bpf_object!(concat!(env!("OUT_DIR"), "/cpu.bpf.o"));
+    crate::bpf::abi::include_bpf_object!(concat!(env!("OUT_DIR"), "/cpu.bpf.o"));
 
-pub use crate::bpf_layout::cpu::programs::{
+pub use crate::bpf::layout::cpu::programs::{
     CPU_SAMPLE as PROG_SAMPLE, OFFCPU_SWITCH as PROG_SWITCH,
 };

@@ -14,16 +14,16 @@ mod sampler;
 pub mod unwind;
 pub mod unwind_cache;
 
-use crate::bpf_layout::cpu as bpf;
+use crate::bpf::layout::cpu as bpf;
 use std::time::Instant;
 
 use std::os::fd::{AsFd, AsRawFd};
 
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
 
-use crate::bpf_abi::from_bytes;
+use crate::bpf::abi::from_bytes;
+use crate::bpf::run_stats::ProgramRuns;
 use crate::collect::{map, read_hash, CollectError};
-use crate::run_stats::ProgramRuns;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ, PROG_SAMPLE, PROG_SWITCH};
 use unwind::UnwindTable;
@@ -132,7 +132,7 @@ impl CpuProfiler {
         let mut obj = load_object(pid, opts, unwind.rows.len())?;
         // Before any program is attached: every run is then measured, so
         // the sampler's runs equal the ticks it counted.
-        let run_stats = crate::run_stats::enable();
+        let run_stats = crate::bpf::run_stats::enable();
         load_rows(&obj, &unwind.rows)?;
         // Off-CPU first: if the tracepoint is refused, no perf event was
         // opened for nothing.
@@ -162,7 +162,7 @@ impl CpuProfiler {
         let runs = |name| {
             self.run_stats_fd.as_ref()?;
             let prog = self.obj.progs().find(|p| p.name() == name)?;
-            crate::run_stats::of_program(prog.as_fd().as_raw_fd())
+            crate::bpf::run_stats::of_program(prog.as_fd().as_raw_fd())
         };
         CpuProgramRuns {
             sample: runs(PROG_SAMPLE),
@@ -361,7 +361,7 @@ fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuEr
                     &search_steps(rows).to_ne_bytes()[..],
                 ),
             ] {
-                crate::bpf_abi::write_rodata(CPU_OBJ, data, global, value)
+                crate::bpf::abi::write_rodata(CPU_OBJ, data, global, value)
                     .ok_or(CpuError::Global(global))?;
             }
         } else if name == bpf::maps::UNWIND_ROWS {

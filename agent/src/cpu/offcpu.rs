@@ -4,7 +4,7 @@
 //! blocked when the recording stops are charged up to the stop, read from
 //! the per-thread start map.
 
-use crate::bpf_layout::cpu as bpf;
+use crate::bpf::layout::cpu as bpf;
 use libbpf_rs::{Link, Object};
 
 use super::abi::{CpuStack, OffCpuStart, PROG_SWITCH};

@@ -2,13 +2,13 @@
 //! off-CPU by microseconds blocked), flame graphs, the top-symbols tables
 //! and the summary counters.
 
-use crate::report::flamegraph;
-use crate::report::folded::FoldedStacks;
-use crate::report::model::{
+use crate::model::named_stack::{NamedStack, StackFrame};
+use crate::model::summary::{
     CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary, ProgramCost,
 };
-use crate::report::named_stack::{NamedStack, StackFrame};
-use crate::report::top_symbols::{SelfFrame, TopBuilder};
+use crate::model::top_symbols::{SelfFrame, TopBuilder};
+use crate::report::flamegraph;
+use crate::report::folded::FoldedStacks;
 use crate::symbolize::{Frame, FrameKind, StackSymbolizer, KERNEL_MODULE};
 
 use super::abi::{Counter, CpuStack, STACK_KERN_LOST, STACK_TRUNCATED, STACK_UNWIND_STOP};
@@ -272,12 +272,12 @@ fn named_stack(
     let user = symbolizer.user_locations(&stack.user_ips(), true);
     // The thread's role at the root, from the same marker functions the
     // probes' BPF side finds on a thread's stack (see `thread_role`).
-    let role = crate::thread_role::role_of_frames(
+    let role = crate::plan::thread_role::role_of_frames(
         user.iter()
             .flat_map(|l| l.frames.iter().map(|f| f.name.as_str())),
     );
     if role != 0 {
-        let name = format!("[{}]", crate::thread_role::role(role).0);
+        let name = format!("[{}]", crate::plan::thread_role::role(role).0);
         named.push_marker(marker(&name, FrameKind::Unknown));
     }
     if stack.flags & STACK_TRUNCATED != 0 {

@@ -5,7 +5,7 @@
 //! recording, for a result that depends only on the file's bytes and on
 //! innoprof's own code. A DBA records several times during an incident
 //! (a baseline, the incident, again after a change), so the rows of each
-//! file are kept in the kept directory ([`crate::run_dir`]) and reused
+//! file are kept in the kept directory ([`crate::persist`]) and reused
 //! when the very same file is mapped again: same device, inode, size,
 //! modification and change time (`FileId` and `file_stamp`, as
 //! `ElfImage::is_file` tells files apart), read by the same innoprof binary.
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::abi::UnwindRow;
-use crate::run_dir::{self, FileKey, KeptKind};
+use crate::persist::{self, FileKey, KeptKind};
 
 /// A file with more rows than this is not kept (~64 MiB of tmpfs).
 const MAX_KEPT_ROWS: usize = 1 << 22;
@@ -82,7 +82,7 @@ pub struct UnwindCache {
 
 impl Default for UnwindCache {
     fn default() -> Self {
-        Self::in_dir(run_dir::kept_dir())
+        Self::in_dir(persist::kept_dir())
     }
 }
 

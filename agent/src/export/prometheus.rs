@@ -56,13 +56,13 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::bpf_abi::{Callsite, SiteVal, HIST_SLOTS};
-use crate::callsite::{CallsiteNamer, LabelCache};
-use crate::catalog::Measure;
+use crate::bpf::abi::{Callsite, SiteVal, HIST_SLOTS};
 use crate::collect::{CollectError, Counters, Drops, LiveProbe};
-use crate::hit_price::HitPricer;
+use crate::cost::price::HitPricer;
+use crate::plan::catalog::Measure;
+use crate::record::results::LatchNames;
 use crate::record::Recorder;
-use crate::results::LatchNames;
+use crate::symbolize::callsite::{CallsiteNamer, LabelCache};
 
 /// The `Content-Type` of [`Exporter::scrape`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -561,7 +561,7 @@ impl Exporter {
                             calls: v.calls,
                             wait_ns: v.wait_ns,
                         };
-                        (crate::thread_role::role(role).0.to_string(), c)
+                        (crate::plan::thread_role::role(role).0.to_string(), c)
                     })
                     .collect(),
             });
@@ -651,7 +651,7 @@ struct ProbeMetrics {
     hist: [u64; HIST_SLOTS],
     callsites: Vec<(String, Counts)>,
     latches: Vec<(String, Counts)>,
-    /// Per thread role (a bounded set: [`crate::thread_role::ROLES`]).
+    /// Per thread role (a bounded set: [`crate::plan::thread_role::ROLES`]).
     roles: Vec<(String, Counts)>,
 }
 
@@ -714,7 +714,7 @@ pub fn render(scrapes: Vec<Scrape>, commit: &str) -> Result<String, ExportError>
     registry.register_collector(Box::new(Exposition {
         scrapes,
         commit: commit.to_string(),
-        cpu_s: crate::own_usage::own_cpu_time().as_secs_f64(),
+        cpu_s: crate::target::own_usage::own_cpu_time().as_secs_f64(),
         rss_bytes: resident_bytes(),
     }));
     let mut text = String::new();
@@ -1230,7 +1230,7 @@ impl Collector for Exposition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf_abi::SlotStats;
+    use crate::bpf::abi::SlotStats;
 
     fn counts(calls: u64, wait_ns: u64) -> Counts {
         Counts { calls, wait_ns }
@@ -1331,7 +1331,7 @@ mod tests {
 
     #[test]
     fn scrape_text_has_every_family() {
-        let slot = crate::bpf_abi::SlotId::of_index;
+        let slot = crate::bpf::abi::SlotId::of_index;
         let probes = vec![
             LiveProbe {
                 probe: 0,

@@ -3,7 +3,7 @@
 //! by InnoDB/SQL subsystem (S6).
 
 use super::{rank, Evidence, Finding, Severity};
-use crate::report::model::Summary;
+use crate::model::summary::Summary;
 
 /// One function's share of on-CPU samples before and after (self %).
 #[derive(Debug, Clone)]

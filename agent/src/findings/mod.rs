@@ -20,7 +20,7 @@ pub mod window;
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::model::{ProbeResult, ProbeStatus, Summary};
+use crate::model::summary::{ProbeResult, ProbeStatus, Summary};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,

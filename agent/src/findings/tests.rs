@@ -3,8 +3,8 @@
 //! by the share of the server's time it explains.
 
 use super::*;
-use crate::histogram::Bucket;
-use crate::report::model::{CallsiteResult, LatchResult, Sampling};
+use crate::bpf::histogram::Bucket;
+use crate::model::summary::{CallsiteResult, LatchResult, Sampling};
 
 /// The fixture summary (10 s) with its one probe renamed and reshaped.
 fn with_probe(name: &str, calls: u64, wait_ns_total: u64) -> Summary {
@@ -14,7 +14,7 @@ fn with_probe(name: &str, calls: u64, wait_ns_total: u64) -> Summary {
     p.calls = calls;
     p.calls_per_sec = calls as f64 / s.duration_s;
     p.wait_ns_total = wait_ns_total;
-    p.cost = crate::catalog::CostClass::Contended;
+    p.cost = crate::plan::catalog::CostClass::Contended;
     p.callsites.clear();
     s
 }
@@ -152,7 +152,7 @@ fn a_latch_with_threads_queued_is_named_with_its_call_site() {
     // The same on a hot probe (every acquisition timed, contended or
     // not): not queueing, no finding.
     let mut hot = s.clone();
-    hot.probes[0].cost = crate::catalog::CostClass::Hot;
+    hot.probes[0].cost = crate::plan::catalog::CostClass::Hot;
     assert!(evaluate(&hot).is_empty());
     // The same wait, nine tenths of it background threads' (purge
     // workers queuing on srv_sys as they resume): the server's own work,

@@ -6,14 +6,14 @@
 //! samples no CPU, so the rules or evidence that need it stay silent;
 //! nothing is projected over time a probe was off.
 
+use crate::bpf::histogram::Log2Histogram;
 use crate::collect::LiveProbe;
-use crate::histogram::Log2Histogram;
 use crate::live::{moved, Reading};
-use crate::record::Plan;
-use crate::report::model::{
+use crate::model::summary::{
     CallsiteResult, EndReason, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState,
     StackStats, Summary,
 };
+use crate::record::Plan;
 
 /// The window between `earlier` and `later` (readings of `probes`, in that
 /// order) as a summary the rules can read, with the server's own state
@@ -45,7 +45,7 @@ pub fn summary(
                     .map(|(k, d)| (k.name.clone(), d))
                     .collect::<Vec<_>>()
             };
-            let timed = spec.measure == crate::catalog::Measure::Latency;
+            let timed = spec.measure == crate::plan::catalog::Measure::Latency;
             Some(ProbeResult {
                 name: spec.name.clone(),
                 description: spec.description.clone(),
@@ -101,7 +101,7 @@ pub fn summary(
                     observed_calls: calls,
                     calls_before_start: 0,
                     windows: Vec::new(),
-                    estimate: crate::estimate::CallEstimate::seen_only(calls, wait, window_s),
+                    estimate: crate::cost::estimate::CallEstimate::seen_only(calls, wait, window_s),
                     off_at_end_s: None,
                     projected_full_pct_of_core: 0.0,
                 }),
@@ -113,7 +113,7 @@ pub fn summary(
     // A window is always complete: it ends when its period does.
     let mut summary = Summary {
         server_state,
-        ..crate::results::bare_summary(plan, results, window_s, EndReason::Duration)
+        ..crate::record::results::bare_summary(plan, results, window_s, EndReason::Duration)
     };
     summary.findings = super::evaluate(&summary);
     summary

@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{ProbeStatus, Summary};
-use crate::catalog::Measure;
-use crate::histogram::Bucket;
+use crate::bpf::histogram::Bucket;
+use crate::model::summary::{ProbeStatus, Summary};
+use crate::plan::catalog::Measure;
 
 pub const JSON: &str = "histograms.json";
 pub const CSV: &str = "histograms.csv";
@@ -15,7 +15,7 @@ pub const CSV: &str = "histograms.csv";
 /// `histograms.json` (schema: `docs/schema/histograms.schema.json`).
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Histograms {
-    /// The bundle's output contract version ([`crate::contract`]); 0 in
+    /// The bundle's output contract version ([`crate::bundle::contract`]); 0 in
     /// files written before histograms.json carried one.
     #[serde(default)]
     pub format_version: u32,
@@ -34,7 +34,7 @@ pub struct ProbeHistogram {
 
 pub fn of(summary: &Summary) -> Histograms {
     Histograms {
-        format_version: crate::contract::FORMAT_VERSION,
+        format_version: crate::bundle::contract::FORMAT_VERSION,
         buckets: "log2, [low_ns, high_ns)".to_string(),
         probes: summary
             .probes
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn csv_quotes_names_with_commas() {
         let h = Histograms {
-            format_version: crate::contract::FORMAT_VERSION,
+            format_version: crate::bundle::contract::FORMAT_VERSION,
             buckets: String::new(),
             probes: vec![ProbeHistogram {
                 probe: "f(int, int)".into(),

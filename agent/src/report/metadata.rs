@@ -4,17 +4,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{EndReason, ProbeStatus, Summary};
 use super::overhead::{self, OverheadEstimate};
 use crate::collect::Drops;
-use crate::server::ServerInfo;
+use crate::model::summary::{EndReason, ProbeStatus, Summary};
+use crate::plan::server::ServerInfo;
 
 pub const FORMAT: &str = "innoprof-bundle";
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metadata {
     pub format: String,
-    /// [`crate::contract::FORMAT_VERSION`] when written; 1 before the names
+    /// [`crate::bundle::contract::FORMAT_VERSION`] when written; 1 before the names
     /// were aligned with summary.json.
     pub format_version: u32,
     pub tool_version: String,
@@ -36,10 +36,10 @@ pub struct Metadata {
     pub overhead: OverheadEstimate,
     /// Every file of the bundle, sorted.
     pub files: Vec<String>,
-    /// What each of `files` is (from `crate::outputs`); empty in bundles
+    /// What each of `files` is (from `crate::bundle::outputs`); empty in bundles
     /// written before it existed.
     #[serde(default)]
-    pub file_info: Vec<crate::outputs::FileInfo>,
+    pub file_info: Vec<crate::bundle::outputs::FileInfo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -104,7 +104,7 @@ impl Metadata {
         let cpu = summary.cpu.as_ref();
         Self {
             format: FORMAT.to_string(),
-            format_version: crate::contract::FORMAT_VERSION,
+            format_version: crate::bundle::contract::FORMAT_VERSION,
             tool_version: summary.tool_version.clone(),
             host,
             server: t.server.clone(),

@@ -8,20 +8,17 @@ pub mod folded;
 pub mod histograms;
 pub mod html;
 pub mod metadata;
-pub mod model;
-pub mod named_stack;
 pub mod overhead;
 pub mod pprof;
 pub mod state_text;
 pub mod table;
-pub mod top_symbols;
 pub mod units;
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-pub use model::Summary;
+pub use crate::model::summary::Summary;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{ProbeStatus, Summary};
 use super::units;
-use crate::calibrate::HitCost;
+use crate::cost::calibrate::HitCost;
+use crate::model::summary::{ProbeStatus, Summary};
 
 pub fn render(summary: &Summary) -> String {
     let o = &summary.overhead;
@@ -87,7 +87,7 @@ pub fn render(summary: &Summary) -> String {
 /// the server: ~10.0% of one core [9.1, 11.0], 1.18x the per-hit figure
 /// (...)`. When it was not measured, why, but only where it matters: on a
 /// saturated host, where the per-hit figure is a lower bound.
-pub fn in_target_line(o: &super::model::OverheadSummary) -> Option<String> {
+pub fn in_target_line(o: &crate::model::summary::OverheadSummary) -> Option<String> {
     if let Some(t) = &o.in_target {
         return Some(format!(
             "measured in the server: ~{:.2}% of one core [{:.2}, {:.2}], {:.2}x [{:.2}, {:.2}] the per-hit figure (its CPU per {} at {} governor looks, against what the hits between them were priced at)",
@@ -103,7 +103,7 @@ pub fn in_target_line(o: &super::model::OverheadSummary) -> Option<String> {
     }
     let saturated = o
         .host_cpu_idle_pct
-        .is_some_and(|idle| idle < crate::host_idle::SATURATED_BELOW_PCT);
+        .is_some_and(|idle| idle < crate::target::host_idle::SATURATED_BELOW_PCT);
     let note = o.in_target_note.as_ref()?;
     (saturated && o.probes_pct_of_core > 0.0).then(|| format!("not measured in the server: {note}"))
 }
@@ -118,9 +118,9 @@ fn work_unit(counter: &str) -> &str {
 
 /// Said when the host had no CPU to spare while probes were hit: the
 /// per-hit estimate is then a lower bound (see `host_idle`).
-pub fn saturation_line(o: &super::model::OverheadSummary) -> Option<String> {
+pub fn saturation_line(o: &crate::model::summary::OverheadSummary) -> Option<String> {
     let idle = o.host_cpu_idle_pct?;
-    (idle < crate::host_idle::SATURATED_BELOW_PCT && o.probes_pct_of_core > 0.0).then(|| {
+    (idle < crate::target::host_idle::SATURATED_BELOW_PCT && o.probes_pct_of_core > 0.0).then(|| {
         format!(
             "the host's CPUs were {idle:.1}% idle: saturated, so the per-hit estimate is a lower bound{}",
             if o.in_target.is_some() {
@@ -135,7 +135,7 @@ pub fn saturation_line(o: &super::model::OverheadSummary) -> Option<String> {
 /// What the CPU profiler's BPF programs cost, as the kernel measured them,
 /// e.g. `CPU profiler: 2,376 sampler runs at 19.8 µs, ~0.16% of one core
 /// (kernel-measured; outside the probes' budget)`. None where not measured.
-pub fn cpu_profiler_line(cpu: &super::model::CpuSummary) -> Option<String> {
+pub fn cpu_profiler_line(cpu: &crate::model::summary::CpuSummary) -> Option<String> {
     let pct = cpu.program_pct_of_core()?;
     let on = cpu.oncpu.program?;
     let mut parts = vec![format!(
@@ -176,10 +176,10 @@ pub fn stack_sampling_note(summary: &Summary) -> Option<String> {
 /// `10,010 calls seen in the first 0.6 s, then off (last 7.4 s not projected)`
 /// or `9,000 calls seen; ~27,100 ± 1,900 over 0-7.0 s (95 %, interpolated
 /// over 4.0 s between 3 windows)`.
-pub fn estimate_text(s: &super::model::Sampling) -> String {
+pub fn estimate_text(s: &crate::model::summary::Sampling) -> String {
     let e = &s.estimate;
-    let mut out = if crate::estimate::too_wide(e) {
-        let (rate, half) = crate::estimate::watched_rate(&s.windows);
+    let mut out = if crate::cost::estimate::too_wide(e) {
+        let (rate, half) = crate::cost::estimate::watched_rate(&s.windows);
         format!(
             "{} calls seen; {:.0} ± {:.0} calls per second watched ({:.0} %, in {} windows; a total over 0-{:.1} s would be ~{} ± {}, too wide to quote)",
             s.observed_calls,
@@ -285,7 +285,7 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::OverheadSummary;
+    use crate::model::summary::OverheadSummary;
 
     #[test]
     fn a_saturated_host_makes_the_estimate_a_lower_bound() {
@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn the_cost_measured_in_the_server_is_shown_or_why_not_where_it_matters() {
-        let fit = crate::in_target::InTargetFit {
+        let fit = crate::cost::in_target::InTargetFit {
             factor: 1.2,
             factor_low: 1.1,
             factor_high: 1.3,
@@ -316,7 +316,7 @@ mod tests {
         let measured = OverheadSummary {
             host_cpu_idle_pct: Some(0.3),
             probes_pct_of_core: 10.0,
-            in_target: Some(super::super::model::InTargetSummary::new(fit, 10.0)),
+            in_target: Some(crate::model::summary::InTargetSummary::new(fit, 10.0)),
             ..OverheadSummary::default()
         };
         assert_eq!(

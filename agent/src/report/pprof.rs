@@ -17,7 +17,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use crate::report::named_stack::{NamedStack, StackFrame};
+use crate::model::named_stack::{NamedStack, StackFrame};
 use crate::symbolize::{Frame, FrameKind, KERNEL_MODULE};
 
 #[derive(Clone, PartialEq, Message)]

@@ -4,8 +4,8 @@
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 
-use super::model::{ProbeStatus, Summary};
 use super::units;
+use crate::model::summary::{ProbeStatus, Summary};
 
 /// `record --follow` across restarts: which processes were watched when,
 /// and the gaps nothing watched. None for a single process.
@@ -164,12 +164,12 @@ fn render_raw(summary: &Summary) -> String {
 /// A probe's calls and calls/s cells: what it saw, exactly, and for a cut
 /// probe the estimate with its bound when there are gaps between windows
 /// (see `sampled:`); one form for summary.txt and report.html.
-pub(crate) fn calls_cells(p: &super::model::ProbeResult) -> (String, String) {
+pub(crate) fn calls_cells(p: &crate::model::summary::ProbeResult) -> (String, String) {
     match &p.sampling {
         // A bound wider than half the estimate: what was seen and the
         // rate per second watched, not a total (issue 50).
-        Some(s) if crate::estimate::too_wide(&s.estimate) => {
-            let (r, half) = crate::estimate::watched_rate(&s.windows);
+        Some(s) if crate::cost::estimate::too_wide(&s.estimate) => {
+            let (r, half) = crate::cost::estimate::watched_rate(&s.windows);
             (
                 format!("{} seen", p.calls),
                 format!("{}±{} watched", units::count(r), units::count(half)),
@@ -189,11 +189,13 @@ pub(crate) fn calls_cells(p: &super::model::ProbeResult) -> (String, String) {
     }
 }
 
-pub(crate) fn end_text(end: super::model::EndReason) -> &'static str {
+pub(crate) fn end_text(end: crate::model::summary::EndReason) -> &'static str {
     match end {
-        super::model::EndReason::Duration => "complete",
-        super::model::EndReason::Interrupted => "interrupted (partial)",
-        super::model::EndReason::TargetExited => "TARGET EXITED during recording (partial)",
+        crate::model::summary::EndReason::Duration => "complete",
+        crate::model::summary::EndReason::Interrupted => "interrupted (partial)",
+        crate::model::summary::EndReason::TargetExited => {
+            "TARGET EXITED during recording (partial)"
+        }
     }
 }
 
@@ -259,7 +261,7 @@ fn callsites(summary: &Summary, top: usize) -> String {
 /// server's own work (a purge worker queuing on srv_sys as it resumes),
 /// never the workload's contention.
 fn who_waits(summary: &Summary, top: usize) -> String {
-    let mut rows: Vec<(&str, &super::model::RoleResult, bool, u64, u64)> = summary
+    let mut rows: Vec<(&str, &crate::model::summary::RoleResult, bool, u64, u64)> = summary
         .probes
         .iter()
         .filter(|p| p.status == ProbeStatus::Attached)
@@ -296,7 +298,7 @@ fn who_waits(summary: &Summary, top: usize) -> String {
             100.0 * r.calls as f64 / (*calls).max(1) as f64
         };
         let role = match r.kind {
-            super::model::RoleKind::Background => format!("{} (background)", r.role),
+            crate::model::summary::RoleKind::Background => format!("{} (background)", r.role),
             _ => r.role.clone(),
         };
         table.add_row([
@@ -410,8 +412,8 @@ fn wait_table(title: &str, key_header: &str, mut rows: Vec<WaitRow>, top: usize)
 pub(crate) fn top_callsites(
     summary: &Summary,
     top: usize,
-) -> Vec<(&str, &super::model::CallsiteResult, bool)> {
-    let mut rows: Vec<(&str, &super::model::CallsiteResult, bool)> = summary
+) -> Vec<(&str, &crate::model::summary::CallsiteResult, bool)> {
+    let mut rows: Vec<(&str, &crate::model::summary::CallsiteResult, bool)> = summary
         .probes
         .iter()
         .flat_map(|p| {

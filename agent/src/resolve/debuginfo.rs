@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::elf::{ElfError, ElfImage};
-use crate::rootfs::{self, FileId};
+use crate::target::rootfs::{self, FileId};
 
 #[derive(Debug, Clone)]
 pub struct DebugSearch {

@@ -13,7 +13,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use super::lines::{LinesError, UnitIndex};
 use super::mapped::Mapped;
-use crate::rootfs::{FileId, Home};
+use crate::target::rootfs::{FileId, Home};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
@@ -133,13 +133,13 @@ pub struct ElfImage {
     pub has_symtab: bool,
     pub has_debug_info: bool,
     /// Function symbols, read on first use ([`Self::symbols`]): a plan kept
-    /// from an earlier recording ([`crate::kept_plan`]) needs none of them.
+    /// from an earlier recording ([`crate::plan::kept_plan`]) needs none of them.
     symbols: std::sync::OnceLock<Vec<FunctionSymbol>>,
     /// Separate debug info in use, if any (symbols and DWARF come from it).
     pub debug_file: Option<PathBuf>,
     /// The debug file, kept open: the stack symbolizer names frames from
     /// this very file, not from a path looked up again.
-    debug_open: Option<std::sync::Arc<crate::rootfs::TargetFile>>,
+    debug_open: Option<std::sync::Arc<crate::target::rootfs::TargetFile>>,
     segments: Vec<LoadSegment>,
     data: Mapped,
     debug_data: Option<Mapped>,
@@ -154,7 +154,7 @@ impl ElfImage {
     }
 
     /// A target's executable, already opened and checked (see
-    /// [`crate::rootfs`]): read through its fd path, shown by its own.
+    /// [`crate::target::rootfs`]): read through its fd path, shown by its own.
     pub fn open_target(target: &crate::target::Target) -> Result<Self, ElfError> {
         Self::open_as(&target.binary, &target.exe, target.home())
     }
@@ -240,12 +240,12 @@ impl ElfImage {
     }
 
     /// What a result derived from this image's DWARF is kept for (see
-    /// [`crate::run_dir`]): this innoprof binary, and the debug
+    /// [`crate::persist`]): this innoprof binary, and the debug
     /// file's identity if one is in use, else the binary's as it was opened.
-    pub(crate) fn dwarf_file_key(&self) -> Option<crate::run_dir::FileKey> {
+    pub(crate) fn dwarf_file_key(&self) -> Option<crate::persist::FileKey> {
         match (&self.debug_open, &self.debug_data) {
             (Some(debug), _) => {
-                crate::run_dir::FileKey::of(&crate::run_dir::Build::current()?, debug.file())
+                crate::persist::FileKey::of(&crate::persist::Build::current()?, debug.file())
             }
             // DWARF from a file no longer open: not kept.
             (None, Some(_)) => None,
@@ -255,9 +255,9 @@ impl ElfImage {
 
     /// What a result derived from this binary's own bytes is kept for:
     /// this innoprof binary, and the binary as it was opened.
-    pub(crate) fn file_key(&self) -> Option<crate::run_dir::FileKey> {
-        Some(crate::run_dir::FileKey {
-            build: crate::run_dir::Build::current()?,
+    pub(crate) fn file_key(&self) -> Option<crate::persist::FileKey> {
+        Some(crate::persist::FileKey {
+            build: crate::persist::Build::current()?,
             file: self.file_id?,
             stamp: self.stamp?,
         })
@@ -283,7 +283,7 @@ impl ElfImage {
 
     /// The debug file taken by [`Self::use_debug_file`] or
     /// [`Self::use_debug_open`], open.
-    pub fn debug_open(&self) -> Option<&std::sync::Arc<crate::rootfs::TargetFile>> {
+    pub fn debug_open(&self) -> Option<&std::sync::Arc<crate::target::rootfs::TargetFile>> {
         self.debug_open.as_ref()
     }
 
@@ -298,7 +298,7 @@ impl ElfImage {
         self.use_debug_data(data, path)?;
         let kept = file
             .try_clone()
-            .and_then(crate::rootfs::TargetFile::from_open)
+            .and_then(crate::target::rootfs::TargetFile::from_open)
             .map_err(read)?;
         self.debug_open = Some(std::sync::Arc::new(kept));
         Ok(())

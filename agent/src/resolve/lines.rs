@@ -18,7 +18,7 @@ use gimli::AttributeValue;
 
 use super::dwarf::{Reader, Trim};
 use super::{DemangledName, ElfImage};
-use crate::run_dir;
+use crate::persist;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinesError {
@@ -37,7 +37,7 @@ pub enum LinesError {
 /// The index depends only on the DWARF file and innoprof's code, and a
 /// recording that names latch sites spent ~25 ms building it (the headers'
 /// page faults besides), so it is also kept across boots in
-/// the kept directory ([`crate::run_dir`], `units-MAJOR-MINOR-INODE.json`)
+/// the kept directory ([`crate::persist`], `units-MAJOR-MINOR-INODE.json`)
 /// and reused for the very same DWARF file by the same innoprof binary.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct UnitIndex {
@@ -47,7 +47,7 @@ pub struct UnitIndex {
 /// A kept index larger than this is not read (MariaDB 10.2.11's: ~40 KB).
 const MAX_KEPT_BYTES: u64 = 8 << 20;
 /// Past this many kept indexes, the least recently used makes room (see
-/// [`run_dir::count_kept`]).
+/// [`persist::count_kept`]).
 const MAX_KEPT_FILES: usize = 256;
 /// The kept files' names: `units-MAJOR-MINOR-INODE.json`.
 const KEPT_PREFIX: &str = "units";
@@ -56,7 +56,7 @@ impl UnitIndex {
     /// The index kept for `image`'s DWARF file, or built (and
     /// then kept: a failure to keep it only means building it again).
     pub(crate) fn kept_or_build(image: &ElfImage) -> Result<Option<Self>, LinesError> {
-        Self::kept_or_build_in(image, run_dir::kept_dir())
+        Self::kept_or_build_in(image, persist::kept_dir())
     }
 
     fn kept_or_build_in(image: &ElfImage, dir: &Path) -> Result<Option<Self>, LinesError> {
@@ -65,7 +65,7 @@ impl UnitIndex {
         };
         // Units by file name, as offsets into `.debug_info`.
         type Kept = HashMap<String, Vec<usize>>;
-        if let Some(kept) = run_dir::load_json::<Kept>(dir, &key, KEPT_PREFIX, MAX_KEPT_BYTES) {
+        if let Some(kept) = persist::load_json::<Kept>(dir, &key, KEPT_PREFIX, MAX_KEPT_BYTES) {
             let units = kept.into_iter().map(|(name, offsets)| {
                 (
                     name,
@@ -83,7 +83,7 @@ impl UnitIndex {
                 .iter()
                 .map(|(name, offsets)| (name.clone(), offsets.iter().map(|o| o.0).collect()))
                 .collect();
-            run_dir::store_json(dir, &key, KEPT_PREFIX, MAX_KEPT_FILES, &kept);
+            persist::store_json(dir, &key, KEPT_PREFIX, MAX_KEPT_FILES, &kept);
         }
         Ok(built)
     }

@@ -1,12 +1,10 @@
 //! Turning demangled patterns into attachable addresses in one binary.
 
-pub mod counter;
 pub mod debuginfo;
 pub mod dwarf;
 pub mod elf;
 pub mod entry;
 pub mod inline;
-pub mod latch;
 pub mod lines;
 pub mod mapped;
 pub mod pattern;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::trust::{Trust, Untrusted};
+use crate::target::trust::{Trust, Untrusted};
 
 /// How to log in, as given on the command line (all optional).
 #[derive(Debug, Clone, Default)]
@@ -22,7 +22,7 @@ pub struct StateSource {
     pub user: Option<String>,
     /// `--mysql-defaults-file`: read only this option file.
     pub defaults_file: Option<PathBuf>,
-    /// Whose servers get a login ([`crate::trust`]).
+    /// Whose servers get a login ([`crate::target::trust`]).
     pub trust: Trust,
 }
 
@@ -394,7 +394,7 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> 
             pid,
         });
     }
-    crate::trust::check_peer(pid, trusted, peer, peer_uid)?;
+    crate::target::trust::check_peer(pid, trusted, peer, peer_uid)?;
     let user = source
         .user
         .clone()

@@ -30,7 +30,7 @@ pub const INNODB_STATUS_FILES: &str = "innodb_status.*.txt";
 
 /// The file of SHOW ENGINE INNODB STATUS at `when` (`start` or `end`).
 pub fn innodb_status_file(when: &str) -> String {
-    crate::outputs::instance(INNODB_STATUS_FILES, when)
+    crate::bundle::outputs::instance(INNODB_STATUS_FILES, when)
 }
 
 pub const SNAPSHOT_BUDGET: Duration = Duration::from_secs(6);

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use innoprof::catalog::CatalogError;
 use innoprof::live::{Frame, LiveView, SortKey};
-use innoprof::probeset::ProbeRequest;
+use innoprof::plan::catalog::CatalogError;
+use innoprof::plan::probeset::ProbeRequest;
 use innoprof::record::{Plan, RecordError, RecordOptions, Recorder};
 use innoprof::target::Liveness;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use innoprof::live::{Frame, SortKey};
-use innoprof::report::top_symbols::TopSymbols;
+use innoprof::model::top_symbols::TopSymbols;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};

@@ -3,9 +3,9 @@
 //! latch of each wait by its creation site or latch id; the one with the
 //! most waiting, its busiest call site, and what it protects.
 
-use crate::catalog::CostClass;
 use crate::findings::{thousands, watched_s, Evidence, Finding, Severity};
-use crate::report::model::{ProbeStatus, Summary};
+use crate::model::summary::{ProbeStatus, Summary};
+use crate::plan::catalog::CostClass;
 
 /// Threads waiting on one latch on average (thread-seconds per second).
 /// Healthy sysbench on these servers: 0.003 (MariaDB 10.2.11, 2 threads,

@@ -7,7 +7,7 @@
 use crate::findings::{
     counter_rate, cpu_share, probe, thousands, watched_rate, Evidence, Finding, Severity,
 };
-use crate::report::model::Summary;
+use crate::model::summary::Summary;
 use crate::server_state::HolderEvidence;
 
 /// This rule's name.
@@ -52,7 +52,7 @@ const WALK_COST_S: f64 = 2e-6;
 /// older than the recording).
 fn rate_since_opened(
     s: &Summary,
-    undo: &crate::report::model::ProbeResult,
+    undo: &crate::model::summary::ProbeResult,
 ) -> Option<(f64, f64, f64)> {
     let (holder, _) = s.server_state.as_ref()?.snapshot_holder()?;
     let opened = s.duration_s - holder.age_s as f64;

@@ -9,7 +9,7 @@ mod redo_flush_latency;
 mod tables_without_primary_key;
 
 use super::Finding;
-use crate::report::model::Summary;
+use crate::model::summary::Summary;
 
 pub(super) type Rule = fn(&Summary) -> Option<Finding>;
 

@@ -8,7 +8,7 @@
 //! Needs the server's state (a login): the instruments are SQL tables.
 
 use crate::findings::{Evidence, Finding, Severity};
-use crate::report::model::Summary;
+use crate::model::summary::Summary;
 
 /// performance_schema's own functions in the server binary: the PSI
 /// interface implementations (`start_mutex_wait_v1` in MySQL 5.6 and

@@ -4,7 +4,7 @@
 //! under the log is slow, that wait is the commit's latency.
 
 use crate::findings::{probe, waiting_threads, Evidence, Finding, Severity};
-use crate::report::model::{ProbeResult, Summary};
+use crate::model::summary::{ProbeResult, Summary};
 
 /// The redo log's own fsync where the server has one (MariaDB 10.2:
 /// `log_write_flush_to_disk_low`), else the commit's wait for the log.

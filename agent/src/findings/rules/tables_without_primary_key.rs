@@ -7,7 +7,7 @@
 use crate::findings::{
     counter_rate, probe, thousands, waiting_threads, watched_rate, Evidence, Finding, Severity,
 };
-use crate::report::model::Summary;
+use crate::model::summary::Summary;
 
 /// The exact counter (read from memory) and the probe on the allocator.
 const ROW_IDS: &str = "innodb.dict_sys.row_ids";

@@ -5,7 +5,7 @@
 use maud::{html, Markup};
 
 use super::timeseries::Line;
-use crate::histogram::{Bucket, Log2Histogram};
+use crate::bpf::histogram::{Bucket, Log2Histogram};
 use crate::report::units;
 
 /// Colours of successive lines (Tableau 10).

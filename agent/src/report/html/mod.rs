@@ -14,10 +14,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::metadata::Metadata;
-use super::model::{ProbeStatus, Summary};
-use super::top_symbols::TopSymbols;
 use super::{table, units};
-use crate::catalog::Measure;
+use crate::model::summary::{ProbeStatus, Summary};
+use crate::model::top_symbols::TopSymbols;
+use crate::plan::catalog::Measure;
 use timeseries::TimeSeries;
 
 pub const FILE: &str = "report.html";
@@ -182,7 +182,7 @@ fn cost(page: &Page) -> Markup {
 }
 
 /// The bundle's files, linked, each said what it is by the output
-/// registry (`crate::outputs`), also for a bundle older than metadata.json's
+/// registry (`crate::bundle::outputs`), also for a bundle older than metadata.json's
 /// `file_info`.
 fn files(m: &Metadata) -> Markup {
     html! {
@@ -193,7 +193,7 @@ fn files(m: &Metadata) -> Markup {
                 @for f in &m.files {
                     tr {
                         td { a href=(f) { code { (f) } } }
-                        td { (crate::outputs::describe(f).map_or_else(String::new, crate::outputs::Output::what)) }
+                        td { (crate::bundle::outputs::describe(f).map_or_else(String::new, crate::bundle::outputs::Output::what)) }
                     }
                 }
             }
@@ -367,7 +367,7 @@ fn state_samples(st: &crate::server_state::ServerState) -> Markup {
 
 /// The in-memory counters: exact counts read from the server, no probe.
 fn counters(s: &Summary) -> Markup {
-    use crate::report::model::CounterStatus;
+    use crate::model::summary::CounterStatus;
     let read: Vec<_> = s
         .counters
         .iter()
@@ -493,7 +493,7 @@ fn histograms(s: &Summary) -> Markup {
     }
 }
 
-fn time_series(ts: &TimeSeries, counters: &[crate::report::model::CounterResult]) -> Markup {
+fn time_series(ts: &TimeSeries, counters: &[crate::model::summary::CounterResult]) -> Markup {
     let secs = ts.interval_s();
     // Counters' rows (bytes of redo, ids) get a chart of their own: their
     // scale says nothing about the probes' calls.
@@ -587,7 +587,7 @@ fn who(s: &Summary) -> Markup {
                             tr {
                                 td { (p.name) }
                                 td { (r.role) }
-                                td { (match r.kind { crate::report::model::RoleKind::Connection => "connection", crate::report::model::RoleKind::Background => "background", crate::report::model::RoleKind::Unknown => "unknown" }) }
+                                td { (match r.kind { crate::model::summary::RoleKind::Connection => "connection", crate::model::summary::RoleKind::Background => "background", crate::model::summary::RoleKind::Unknown => "unknown" }) }
                                 td.n { (r.threads) }
                                 td.n { (r.calls) }
                                 td.n { @if p.wait_ns_avg.is_some() { (units::ns(r.wait_ns_total)) } @else { "-" } }

@@ -1,0 +1,569 @@
+//! innoprof's two directories of what it measured or derived once and
+//! reuses:
+//!
+//! - the per-boot directory (`/run/innoprof`, tmpfs: gone at reboot), for
+//!   what holds for this boot only: the hit cost ([`crate::cost::kept_hit_cost`],
+//!   measured on this boot's kernel) and the kernel's function names
+//!   ([`crate::symbolize::kernel_symbols`], at this boot's addresses);
+//! - the kept directory (`/var/cache/innoprof`, kept across boots, as
+//!   perf keeps its build-id cache), for what one file's bytes and
+//!   innoprof's own code alone decide: the unwind rows of the files a
+//!   server maps ([`crate::cpu::unwind_cache`]), the index of a server's
+//!   DWARF units ([`crate::resolve::lines::UnitIndex`]), the functions of
+//!   the units a stack walk read ([`crate::symbolize::kept_functions`]),
+//!   the server's version, its counters' layouts, its latch creators and
+//!   the probe set a request resolved to ([`crate::plan::kept_plan`]). Each is
+//!   kept for one file version (device, inode, size, modification and
+//!   change time) read by one innoprof binary; each kind is capped by
+//!   count, the least recently used file of the kind making room.
+//!
+//! innoprof runs as root next to production, so a directory is only used
+//! while root alone can change it: root's own, no symlink, no group or
+//! other access. Files are read only when they are root's regular files
+//! nobody else can write, within a size limit, and written beside their
+//! final name under an exclusively created temporary name, then renamed
+//! over it: a reader sees the old file or the new one, never half of one.
+//! Nothing outside these two directories is ever clobbered or removed, and
+//! inside them only files of innoprof's own names.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::resolve::elf::{file_stamp, FileStamp};
+use crate::target::rootfs::FileId;
+
+/// Where the per-boot caches live.
+pub const DEFAULT_DIR: &str = "/run/innoprof";
+
+/// Where what holds across boots is kept.
+pub const KEPT_DIR: &str = "/var/cache/innoprof";
+
+/// The per-boot directory: [`DEFAULT_DIR`], or the absolute path in
+/// `INNOPROF_RUN_DIR` (checked like it, see [`trusted_dir`]); for the
+/// agent's own unit tests, one apart (`innoprof-unit-tests-run` in the
+/// temp directory). A test binary is a new file at every build, and what
+/// tests keep for it would otherwise fill the real directories' caps.
+///
+/// What is kept holds for one innoprof binary, in one file per server file
+/// (or one for the kernel), so two builds run in turns replace each other's
+/// and both start cold every time: `scripts/agentcost.py` gives each build
+/// its own directories, as a DBA's repeated recordings with one binary find
+/// theirs warm.
+pub fn default_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| configured("INNOPROF_RUN_DIR", DEFAULT_DIR, "innoprof-unit-tests-run"))
+}
+
+/// The absolute path in the environment variable `var`, else `default`;
+/// in the agent's unit tests, `test_name` in the temp directory.
+fn configured(var: &str, default: &str, test_name: &str) -> PathBuf {
+    if cfg!(test) {
+        return std::env::temp_dir().join(test_name);
+    }
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+/// The kept directory (across boots): [`KEPT_DIR`], or the absolute path
+/// in `INNOPROF_CACHE_DIR` (checked like it, see [`trusted_dir`]); for the
+/// agent's own unit tests, one apart (`innoprof-unit-tests-kept`).
+pub fn kept_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| configured("INNOPROF_CACHE_DIR", KEPT_DIR, "innoprof-unit-tests-kept"))
+}
+
+/// A directory only root can change: root's own, no symlink, no group or
+/// other access.
+pub fn trusted_dir(dir: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    let mode = meta.permissions().mode();
+    if meta.is_dir() && meta.uid() == 0 && mode & 0o077 == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory only root can use", dir.display()),
+        ))
+    }
+}
+
+/// Creates `dir` (0700) if it is missing, then checks it is trusted.
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    trusted_dir(dir)
+}
+
+/// `path` opened for reading if it is a regular file of root's that
+/// nobody else can write, of at most `max_len` bytes, with its length:
+/// checked before opening (so a FIFO is never opened), and again on the
+/// open file; a symlink at its end is not followed.
+pub fn open_root_file(path: &Path, max_len: u64) -> Option<(std::fs::File, u64)> {
+    let fits = |m: &std::fs::Metadata| {
+        m.is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 && m.len() <= max_len
+    };
+    if !fits(&std::fs::symlink_metadata(path).ok()?) {
+        return None;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    fits(&meta).then_some((f, meta.len()))
+}
+
+/// The bytes of `path` in a trusted `dir`, if it is a regular file of
+/// root's that nobody else can write, of at most `max_len` bytes.
+pub fn read_own_file(dir: &Path, path: &Path, max_len: u64) -> Option<Vec<u8>> {
+    trusted_dir(dir).ok()?;
+    let (f, len) = open_root_file(path, max_len)?;
+    mark_used(&f);
+    let mut bytes = Vec::with_capacity(len as usize);
+    // Bounded even if the file grew since it was looked at.
+    f.take(max_len + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max_len).then_some(bytes)
+}
+
+/// Sets an open kept file's modification time to now when it is over an
+/// hour old, so the least recently used of a kind is the one that makes
+/// room (see [`make_room`]); at most one metadata write an hour per file.
+pub fn mark_used(f: &std::fs::File) {
+    let now = SystemTime::now();
+    let stale = f
+        .metadata()
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| now.duration_since(m).is_ok_and(|age| age.as_secs() > 3600));
+    if stale {
+        let _ = f.set_modified(now);
+    }
+}
+
+/// Writes `bytes` to `path` in `dir` (created 0700 if missing) through a
+/// temporary file of this process's, renamed over `path`.
+pub fn write_own_file(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    ensure_dir(dir)?;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        std::fs::rename(&tmp, path)
+    };
+    let written = write();
+    if written.is_err() {
+        // Only the file this call created exclusively.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// This innoprof binary (device, inode, size, mtime of `/proc/self/exe`):
+/// what a kept result derived by innoprof's own code holds for. Another
+/// build may compute it differently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Build {
+    pub exe_dev: u64,
+    pub exe_ino: u64,
+    pub exe_size: u64,
+    pub exe_mtime_ns: i128,
+}
+
+impl Build {
+    pub fn current() -> Option<Self> {
+        let exe = std::fs::metadata("/proc/self/exe").ok()?;
+        Some(Self {
+            exe_dev: exe.dev(),
+            exe_ino: exe.ino(),
+            exe_size: exe.size(),
+            exe_mtime_ns: i128::from(exe.mtime()) * 1_000_000_000 + i128::from(exe.mtime_nsec()),
+        })
+    }
+}
+
+/// This boot and this innoprof binary: what a result measured on this
+/// boot's kernel (the hit cost, the kernel's symbol addresses) holds for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootAndBuild {
+    pub boot_id: String,
+    pub build: Build,
+}
+
+impl BootAndBuild {
+    pub fn current() -> Option<Self> {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        Some(Self {
+            boot_id: boot_id.trim().to_string(),
+            build: Build::current()?,
+        })
+    }
+}
+
+/// What a result derived from one file's bytes is kept for: this innoprof
+/// binary, and the very same file version (device, inode, size,
+/// modification and change time; see [`FileStamp`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileKey {
+    pub build: Build,
+    pub file: FileId,
+    pub stamp: FileStamp,
+}
+
+impl FileKey {
+    pub fn of(build: &Build, file: &std::fs::File) -> Option<Self> {
+        Some(Self {
+            build: build.clone(),
+            file: FileId::of(file).ok()?,
+            stamp: file_stamp(file)?,
+        })
+    }
+
+    /// `{prefix}-MAJOR-MINOR-INODE.{ext}`: one kept file per file identity,
+    /// so a file replaced in place (same inode) overwrites its entry.
+    pub fn file_name(&self, prefix: &str, ext: &str) -> String {
+        let FileId {
+            major,
+            minor,
+            inode,
+        } = self.file;
+        format!("{prefix}-{major:x}-{minor:x}-{inode:x}.{ext}")
+    }
+}
+
+/// One kind of kept file in a directory, `{prefix}-MAJOR-MINOR-INODE.{ext}`
+/// per file identity, at most `max_files` of them: the unwind rows of a
+/// mapped file, the functions of a DWARF file's units.
+pub struct KeptKind {
+    dir: PathBuf,
+    /// This innoprof binary, read once (a recording), not per file;
+    /// None: nothing is kept or reused.
+    build: Option<Build>,
+    prefix: &'static str,
+    ext: &'static str,
+    max_files: usize,
+}
+
+impl KeptKind {
+    pub fn in_dir(
+        dir: impl Into<PathBuf>,
+        prefix: &'static str,
+        ext: &'static str,
+        max_files: usize,
+    ) -> Self {
+        Self {
+            dir: dir.into(),
+            build: Build::current(),
+            prefix,
+            ext,
+            max_files,
+        }
+    }
+
+    /// What `file`'s kept file would be kept for.
+    pub fn key(&self, file: &std::fs::File) -> Option<FileKey> {
+        FileKey::of(self.build.as_ref()?, file)
+    }
+
+    pub fn path(&self, key: &FileKey) -> PathBuf {
+        self.dir.join(key.file_name(self.prefix, self.ext))
+    }
+
+    /// The kept file's bytes for `key` (see [`read_own_file`]); the caller
+    /// checks the key written in them.
+    pub fn read(&self, key: &FileKey, max_len: u64) -> Option<Vec<u8>> {
+        read_own_file(&self.dir, &self.path(key), max_len)
+    }
+
+    /// Keeps `bytes` for `key`; when `max_files` of this kind are there
+    /// already and this one is not among them, the least recently used
+    /// makes room (see [`make_room`]).
+    pub fn write(&self, key: &FileKey, bytes: &[u8]) -> std::io::Result<()> {
+        let path = self.path(key);
+        make_room(&self.dir, &path, self.prefix, self.ext, self.max_files)?;
+        write_own_file(&self.dir, &path, bytes)
+    }
+}
+
+/// A value derived from one file, kept as JSON with the key it holds for.
+#[derive(Serialize, Deserialize)]
+struct KeptJson<T> {
+    key: FileKey,
+    value: T,
+}
+
+/// The value kept as `{prefix}-MAJOR-MINOR-INODE.json` in `dir` for
+/// `key`, if that file is ours (see [`read_own_file`]), at most `max_len`
+/// bytes, parses, and was kept for this very key.
+pub fn load_json<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    key: &FileKey,
+    prefix: &str,
+    max_len: u64,
+) -> Option<T> {
+    let bytes = read_own_file(dir, &dir.join(key.file_name(prefix, "json")), max_len)?;
+    let kept: KeptJson<T> = serde_json::from_slice(&bytes).ok()?;
+    (kept.key == *key).then_some(kept.value)
+}
+
+/// Keeps `value` for `key` as `{prefix}-MAJOR-MINOR-INODE.json` in `dir`,
+/// the least recently used such file making room when `dir` holds
+/// `max_files` of them (see [`make_room`]). A failure only means deriving
+/// the value again next time.
+pub fn store_json<T: Serialize>(
+    dir: &Path,
+    key: &FileKey,
+    prefix: &str,
+    max_files: usize,
+    value: &T,
+) {
+    let path = dir.join(key.file_name(prefix, "json"));
+    if make_room(dir, &path, prefix, "json", max_files).is_err() {
+        return;
+    }
+    let kept = KeptJson {
+        key: key.clone(),
+        value,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&kept) {
+        let _ = write_own_file(dir, &path, &bytes);
+    }
+}
+
+/// How many of `dir`'s files are named `{prefix}-*.{ext}`: each kind of
+/// kept file is capped by count.
+pub fn count_kept(dir: &Path, prefix: &str, ext: &str) -> usize {
+    kept_files(dir, prefix, ext).len()
+}
+
+/// `dir`'s root-owned regular files (not symlinks) named as
+/// [`FileKey::file_name`] names them, `{prefix}-MAJOR-MINOR-INODE.{ext}`
+/// in hex, with their modification times.
+fn kept_files(dir: &Path, prefix: &str, ext: &str) -> Vec<(PathBuf, SystemTime)> {
+    let (prefix, ext) = (format!("{prefix}-"), format!(".{ext}"));
+    let ours = |name: &str| {
+        name.strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(&ext))
+            .is_some_and(|id| {
+                let parts: Vec<&str> = id.split('-').collect();
+                parts.len() == 3
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
+            })
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(ours))
+        .filter_map(|e| {
+            let meta = std::fs::symlink_metadata(e.path()).ok()?;
+            let modified = meta.modified().ok()?;
+            (meta.is_file() && meta.uid() == 0).then(|| (e.path(), modified))
+        })
+        .collect()
+}
+
+/// Before `path` is written in `dir`: when it is not there and `dir`
+/// holds `max_files` of its kind (`{prefix}-*.{ext}`) already, removes the
+/// least recently used of them (oldest modification time: a read marks a
+/// file used, see [`read_own_file`]) until one more fits. Only in a
+/// trusted directory and only files of that kind's name, which in a
+/// directory only root can change are innoprof's own.
+fn make_room(
+    dir: &Path,
+    path: &Path,
+    prefix: &str,
+    ext: &str,
+    max_files: usize,
+) -> std::io::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    remove_retired(dir);
+    let mut kept = kept_files(dir, prefix, ext);
+    if kept.len() < max_files {
+        return Ok(());
+    }
+    trusted_dir(dir)?;
+    kept.sort_by_key(|&(_, modified)| modified);
+    let excess = kept.len() + 1 - max_files.max(1);
+    for (old, _) in kept.into_iter().take(excess) {
+        std::fs::remove_file(old)?;
+    }
+    Ok(())
+}
+
+/// Kinds of kept file (`{prefix}-*.{ext}`) earlier innoprof builds wrote
+/// and this one neither writes nor reads: no write of their kind ever
+/// makes room among them, so they are removed when another kind is
+/// written. `inflated-*.debug`: libc's debug file inflated whole, ~10 MB
+/// per libc version, kept from 2026-11-26 to 11-28 (see
+/// `library_debug`).
+const RETIRED: &[(&str, &str)] = &[("inflated", "debug")];
+
+/// Removes the retired kinds' files from `dir`, only when `dir` is
+/// trusted, only root's regular files of those kinds' names (see
+/// [`kept_files`]); a failure leaves them for the next write.
+fn remove_retired(dir: &Path) {
+    if trusted_dir(dir).is_err() {
+        return;
+    }
+    for (prefix, ext) in RETIRED {
+        for (old, _) in kept_files(dir, prefix, ext) {
+            let _ = std::fs::remove_file(old);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_files_round_trip_and_foreign_ones_are_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        let file = run.join("x.bin");
+        write_own_file(&run, &file, b"hello").unwrap();
+        assert_eq!(std::fs::metadata(&run).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(
+            read_own_file(&run, &file, 5).as_deref(),
+            Some(&b"hello"[..])
+        );
+        // Over the limit: not read.
+        assert_eq!(read_own_file(&run, &file, 4), None);
+        // Writable by others: not read.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(read_own_file(&run, &file, 5), None);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // A symlink in its place: not followed.
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::write(&elsewhere, b"other").unwrap();
+        let link = run.join("link.bin");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        assert_eq!(read_own_file(&run, &link, 5), None);
+        // A directory open to others: neither read nor written.
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(read_own_file(&run, &file, 5), None);
+        assert!(write_own_file(&run, &file, b"again").is_err());
+        // Nothing but what was written is left (no temporary file).
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["link.bin", "x.bin"]);
+    }
+
+    /// A full kind makes room by its least recently used file, a read
+    /// marking a file used; other kinds, other names and symlinks are
+    /// never removed.
+    #[test]
+    fn a_full_kind_evicts_its_least_recently_used_file_only() {
+        let d = tempfile::tempdir().unwrap();
+        let kept = d.path().join("kept");
+        ensure_dir(&kept).unwrap();
+        let hours_ago = |h: u64| SystemTime::now() - std::time::Duration::from_secs(h * 3600);
+        let put = |name: &str, age_h: u64| {
+            let path = kept.join(name);
+            write_own_file(&kept, &path, name.as_bytes()).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(hours_ago(age_h))
+                .unwrap();
+        };
+        put("rows-0-1-a.rows", 5);
+        put("rows-0-1-b.rows", 3);
+        put("rows-0-1-c.rows", 4);
+        put("other-0-1-e.rows", 100);
+        put("rows-0-1-e.json", 100);
+        // Not a name innoprof gives: never counted nor removed.
+        put("rows-notes.rows", 100);
+        put("rows-0-1-xyz.rows", 100);
+        let target = d.path().join("elsewhere");
+        std::fs::write(&target, b"not ours").unwrap();
+        std::os::unix::fs::symlink(&target, kept.join("rows-0-1-y.rows")).unwrap();
+        // The oldest (a) is read: now the most recently used.
+        assert!(read_own_file(&kept, &kept.join("rows-0-1-a.rows"), 64).is_some());
+        make_room(&kept, &kept.join("rows-0-1-d.rows"), "rows", "rows", 3).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&kept)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "other-0-1-e.rows",
+                "rows-0-1-a.rows",
+                "rows-0-1-b.rows",
+                "rows-0-1-e.json",
+                "rows-0-1-xyz.rows",
+                "rows-0-1-y.rows",
+                "rows-notes.rows",
+            ],
+            "c, the least recently used rows file, made room"
+        );
+        assert!(target.exists());
+        // A retired kind's files go at the next write of another kind; a
+        // name innoprof never gave stays.
+        put("inflated-0-1-f.debug", 10);
+        put("inflated-notes.debug", 10);
+        make_room(&kept, &kept.join("rows-0-1-g.rows"), "rows", "rows", 9).unwrap();
+        assert!(!kept.join("inflated-0-1-f.debug").exists());
+        assert!(kept.join("inflated-notes.debug").exists());
+        // A file already kept is replaced in place: nothing removed.
+        make_room(&kept, &kept.join("rows-0-1-a.rows"), "rows", "rows", 2).unwrap();
+        assert_eq!(count_kept(&kept, "rows", "rows"), 2);
+        // A directory open to others: nothing removed.
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(make_room(&kept, &kept.join("rows-0-1-e.rows"), "rows", "rows", 2).is_err());
+        assert_eq!(count_kept(&kept, "rows", "rows"), 2);
+    }
+
+    /// A file's key holds across boots (no boot id in it) and tells a file
+    /// whose modification time was set back to the original's from the
+    /// original: its change time moved.
+    #[test]
+    fn a_file_key_holds_across_boots_and_sees_a_forged_mtime() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("lib.so");
+        std::fs::write(&path, b"version one").unwrap();
+        let build = Build::current().unwrap();
+        let before = FileKey::of(&build, &std::fs::File::open(&path).unwrap()).unwrap();
+        assert!(!serde_json::to_string(&before).unwrap().contains("boot"));
+        let mtime = before.stamp.modified;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&path, b"version two").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let after = FileKey::of(&build, &std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(
+            (after.file, after.stamp.len, after.stamp.modified),
+            (before.file, before.stamp.len, mtime)
+        );
+        assert_ne!(after, before);
+    }
+}

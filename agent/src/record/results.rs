@@ -1,0 +1,684 @@
+//! A recording's results, built once the probes are detached and the maps
+//! read: per probe its counts, latency, call sites, latches and named
+//! stacks; the overhead; the CPU profile named; the findings. The
+//! [`Recorder`](crate::record::Recorder) coordinates; this turns what it
+//! collected into a [`Recording`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::attach::{AttachOutcome, Session, Slot};
+use crate::bpf::abi::{Callsite, SiteVal, SlotId, SlotStats};
+use crate::bpf::histogram::Log2Histogram;
+use crate::bundle::outputs::instance;
+use crate::collect::{Snapshot, StackSample};
+use crate::cost::calibrate::HitCost;
+use crate::cost::governor::DutyReport;
+use crate::cost::live::LiveCost;
+use crate::cpu::{CpuError, RawCpuProfile};
+use crate::model::named_stack::{NamedStack, RecordedStacks};
+use crate::model::summary::{
+    CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
+    RoleKind, RoleResult, SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
+};
+use crate::plan::catalog::Measure;
+use crate::plan::memcounters::CounterResult;
+use crate::plan::probeset::PlannedProbe;
+use crate::record::Plan;
+use crate::report;
+use crate::report::folded::{FoldedStacks, FILES as FOLDED};
+use crate::report::pprof::ProbeStackSet;
+use crate::resolve::{SkipReason, Unresolved};
+use crate::symbolize::callsite::CallsiteNamer;
+use crate::symbolize::{Frame, FrameKind, ProcessMaps, StackSymbolizer};
+use crate::target::own_usage::{debug_phase, own_cpu_time, own_max_rss_kb};
+
+/// What the recorder hands over once its probes are detached, its maps
+/// read and its CPU profiler stopped.
+pub(crate) struct Finished<'a> {
+    pub plan: &'a Plan,
+    /// None when nothing resolved (a CPU-only recording).
+    pub session: Option<&'a Session>,
+    pub snapshot: Snapshot,
+    /// The governor's account per planned probe (None: no governor).
+    pub duties: Option<Vec<DutyReport>>,
+    pub cpu: Option<RawCpuProfile>,
+    /// The target's mappings, to name the stacks with.
+    pub maps: ProcessMaps,
+    pub hit_cost: HitCost,
+    /// The per-call cost measured in the target (None: no session).
+    pub live_cost: Option<&'a LiveCost>,
+    pub calibration_note: Option<String>,
+    pub calibration_reused: Option<String>,
+    pub governor_errors: Vec<String>,
+    /// innoprof's own CPU time when it started attaching.
+    pub agent_cpu_at_start: Duration,
+    /// The host's idle share of CPU time over the recording, in %.
+    pub host_cpu_idle_pct: Option<f64>,
+    /// The in-target fit, or why there is none.
+    pub in_target: Result<crate::cost::in_target::InTargetFit, String>,
+    pub counters: Vec<CounterResult>,
+    /// Per planned probe: its auxiliary counter's readings at its
+    /// switches, where it has one (see [`crate::cost::estimate::AUXILIARY`]).
+    pub aux: Vec<Option<crate::cost::estimate::AuxMarks>>,
+    pub started_unix_ms: u128,
+    pub duration_s: f64,
+    pub end_reason: EndReason,
+}
+
+/// Builds the recording from what the recorder collected.
+pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
+    let Finished {
+        plan,
+        session,
+        snapshot,
+        duties,
+        cpu: cpu_raw,
+        maps,
+        hit_cost,
+        live_cost,
+        calibration_note,
+        calibration_reused,
+        governor_errors,
+        agent_cpu_at_start,
+        host_cpu_idle_pct,
+        in_target,
+        counters,
+        aux,
+        started_unix_ms,
+        duration_s,
+        end_reason,
+    } = finished;
+    let run_stats = session.map(Session::run_stats).unwrap_or_default();
+    let cost_of = |slot: &Slot| match live_cost {
+        Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, run_stats),
+        None => hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
+    };
+    let mut trap_ns = 0.0;
+    let mut switched_off_hits = 0;
+    let mut switched_off_ns = 0.0;
+    let mut symbolizer = plan.stack_symbolizer(maps);
+    // Every user stack of the recording named up front, file by file (the
+    // peak RSS of the end is one file's debug info, not all of them).
+    let exact_first: HashMap<SlotId, bool> = (0..plan.probes.len())
+        .flat_map(|idx| {
+            let count = plan.probes[idx].spec.measure == Measure::Count;
+            probe_slots(session, idx)
+                .into_iter()
+                .map(move |(id, _)| (id, count))
+        })
+        .collect();
+    let cpu_user: Vec<Vec<u64>> = cpu_raw.as_ref().map_or_else(Vec::new, |c| c.user_stacks());
+    symbolizer.name_user_stacks(
+        snapshot
+            .stacks
+            .iter()
+            .filter_map(|s| Some((s.ips.as_slice(), *exact_first.get(&s.slot)?)))
+            .chain(cpu_user.iter().map(|ips| (ips.as_slice(), true))),
+    );
+    drop(cpu_user);
+    crate::target::own_usage::debug_phase("after user stacks named");
+    let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
+    let mut results = Vec::new();
+    let mut folded = Vec::new();
+    let mut named_stacks = RecordedStacks::default();
+    for (idx, planned) in plan.probes.iter().enumerate() {
+        // No session when nothing resolved (CPU-only recording).
+        let no_failures = AttachOutcome::default();
+        let outcome = session.map_or(&no_failures, |s| &s.outcomes[idx]);
+        let spec = &planned.spec;
+        let my_slots = probe_slots(session, idx);
+
+        let mut total = SlotStats::default();
+        let mut symbols = Vec::new();
+        let mut spent_ns = 0.0;
+        for (slot_id, slot) in &my_slots {
+            let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
+            // A hit while switched off ran the programs only to return,
+            // but paid the whole trap; the programs' average run time per
+            // hit is over all their runs, those included, so hits × average
+            // is the kernel's measured total.
+            let hits = st.hits() as f64;
+            spent_ns += hits * cost_of(slot);
+            trap_ns += hits * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
+            switched_off_hits += st.off_hits;
+            switched_off_ns += st.off_hits as f64 * cost_of(slot);
+            total += &st;
+            let s = &slot.symbol;
+            symbols.push(SymbolInfo {
+                name: s.name.clone(),
+                raw: s.raw.clone(),
+                address: format!("{:#x}", s.address),
+                file_offset: format!("{:#x}", s.file_offset),
+                table: s.table,
+                clone: s.clone.clone(),
+                entry: s.entry,
+                moved: s.moved.as_ref().map(|m| m.to_string()),
+                calls: st.calls,
+            });
+        }
+        let (calls, wait_total, wait_max) = (total.calls, total.wait_ns_total, total.wait_ns_max);
+        let hist = Log2Histogram::new(&total.hist);
+
+        // First instructions the kernel refuses were never tried.
+        let unprobeable = planned
+            .resolution
+            .skipped
+            .iter()
+            .filter(|s| s.reason == SkipReason::Unprobeable)
+            .map(|s| format!("{}: {s}", s.name));
+        let (status, reason) = if !my_slots.is_empty() {
+            let refused = unprobeable
+                .chain(outcome.failures.iter().map(crate::attach::Refusal::said))
+                .collect::<Vec<_>>();
+            (
+                ProbeStatus::Attached,
+                (!refused.is_empty())
+                    .then(|| format!("some symbols refused: {}", refused.join("; "))),
+            )
+        } else if let Some(u @ Unresolved::Unprobeable(_)) = &planned.resolution.unresolved {
+            (ProbeStatus::AttachFailed, Some(u.to_string()))
+        } else if let Some(u) = &planned.resolution.unresolved {
+            (ProbeStatus::Unresolved, Some(u.to_string()))
+        } else {
+            let refused = outcome
+                .failures
+                .iter()
+                .map(crate::attach::Refusal::said)
+                .collect::<Vec<_>>();
+            (ProbeStatus::AttachFailed, Some(refused.join("; ")))
+        };
+
+        let latch_names = LatchNames::new(planned);
+        let stacks = if status == ProbeStatus::Attached {
+            let stem = report::file_stem(&spec.name);
+            let (stats, files, mut set) = fold_stacks(
+                &stem,
+                spec.measure,
+                &my_slots,
+                &snapshot.stacks,
+                &mut symbolizer,
+                &mut namer,
+                &latch_names,
+            );
+            set.probe = spec.name.clone();
+            folded.extend(files);
+            if !set.stacks.is_empty() {
+                named_stacks.probes.push(set);
+            }
+            stats
+        } else {
+            StackStats::default()
+        };
+
+        let timed = spec.measure == Measure::Latency && calls > 0;
+        results.push(ProbeResult {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            measure: spec.measure,
+            cost: spec.cost,
+            status,
+            reason,
+            symbols,
+            skipped: planned.resolution.skipped.clone(),
+            calls,
+            calls_per_sec: if duration_s > 0.0 {
+                calls as f64 / duration_s
+            } else {
+                0.0
+            },
+            wait_ns_total: wait_total,
+            wait_ns_max: wait_max,
+            wait_ns_avg: timed.then(|| wait_total / calls),
+            // A bucket's upper bound can exceed the largest wait seen.
+            wait_ns_p50: if timed {
+                hist.quantile_upper_ns(0.5).map(|q| q.min(wait_max))
+            } else {
+                None
+            },
+            wait_ns_p99: if timed {
+                hist.quantile_upper_ns(0.99).map(|q| q.min(wait_max))
+            } else {
+                None
+            },
+            histogram: if spec.measure == Measure::Latency {
+                hist.buckets()
+            } else {
+                Vec::new()
+            },
+            callsites: callsite_results(&my_slots, &snapshot.site_roles, &mut namer, &latch_names),
+            latches: latch_results(&my_slots, &snapshot.site_roles, &mut namer, &latch_names),
+            roles: role_results(&my_slots, &snapshot, calls, wait_total),
+            latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
+            stacks: StackStats {
+                sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
+                interval_ns: plan.stack_interval_ns(),
+                ..stacks
+            },
+            sampling: None,
+            overhead_pct_of_core: spent_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+        });
+        if let Some(duty) = duties.as_ref().map(|d| &d[idx]) {
+            if duty.cut && !my_slots.is_empty() {
+                let ratio = aux.get(idx).and_then(Option::as_ref).and_then(|m| {
+                    let total = counters.iter().find(|c| c.name == m.counter)?.count?;
+                    Some((m, total))
+                });
+                describe_sampling(
+                    results.last_mut().expect("just pushed"),
+                    duty,
+                    duration_s,
+                    ratio,
+                );
+            }
+        }
+    }
+    let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
+    debug_phase("after probe results");
+    let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
+    debug_phase("after CPU stacks named");
+    let cpu = match cpu {
+        Some(mut c) => {
+            folded.extend(c.files()?);
+            named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
+            named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
+            Some(c)
+        }
+        None => None,
+    };
+    // After the stacks are named: the end's symbolization is most of what
+    // a recording costs innoprof, and its peak RSS.
+    let agent_cpu = own_cpu_time().saturating_sub(agent_cpu_at_start);
+    // Only where probes were attached: without them a sample in uprobe
+    // handling is somebody else's probe.
+    let probes_seen_in_samples = cpu.as_ref().filter(|_| session.is_some()).and_then(|c| {
+        let on = &c.summary.oncpu;
+        SampledCost::new(on.probe_handling_samples, on.frequency_hz, duration_s)
+    });
+    let overhead = OverheadSummary {
+        probes_seen_in_samples,
+        hit_cost,
+        calibration_note,
+        calibration_reused,
+        budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
+        probes_pct_of_core: probes_cost_pct,
+        cpu_profiler_pct_of_core: cpu.as_ref().and_then(|c| c.summary.program_pct_of_core()),
+        host_cpu_idle_pct,
+        in_target: in_target
+            .as_ref()
+            .ok()
+            .map(|f| crate::model::summary::InTargetSummary::new(f.clone(), probes_cost_pct)),
+        in_target_note: in_target.err(),
+        agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
+        agent_max_rss_kb: own_max_rss_kb(),
+        governor_errors,
+        attach: session.map(|s| s.info.clone()),
+        bpf_pct_of_core: live_cost.map(|c| {
+            c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
+        }),
+        trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+        switched_off_hits,
+        switched_off_pct_of_core: switched_off_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+    };
+
+    let mut summary = Summary {
+        started_unix_ms,
+        counters,
+        drops: snapshot.drops,
+        cpu: cpu.map(|c| c.summary),
+        overhead,
+        ..bare_summary(plan, results, duration_s, end_reason)
+    };
+    summary.findings = crate::findings::evaluate(&summary);
+    Ok(Recording {
+        summary,
+        folded,
+        timeseries: None,
+        stacks: named_stacks,
+    })
+}
+
+/// A summary of `plan`'s `probes` over `duration_s` with nothing else
+/// measured yet: a recording adds its counters, drops, CPU profile and
+/// overhead, a findings window (`serve`) the server's state. One
+/// constructor, so the two say what tool, format and target they are of
+/// alike; the caller evaluates the findings once it is filled.
+pub(crate) fn bare_summary(
+    plan: &Plan,
+    probes: Vec<ProbeResult>,
+    duration_s: f64,
+    end_reason: EndReason,
+) -> Summary {
+    Summary {
+        format_version: crate::bundle::contract::FORMAT_VERSION,
+        tool: "innoprof".to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        target: plan.target_info(),
+        catalog: plan.catalog_file.clone(),
+        started_unix_ms: 0,
+        duration_s,
+        end_reason,
+        complete: end_reason == EndReason::Duration,
+        probes,
+        counters: Vec::new(),
+        drops: Default::default(),
+        cpu: None,
+        overhead: Default::default(),
+        timeseries: None,
+        findings: Vec::new(),
+        server_state: None,
+        segments: Vec::new(),
+    }
+}
+
+/// A probe the governor cut saw only part of the calls: its counts stay
+/// what was seen (exact), and the estimate interpolates only over the gaps
+/// between its on-windows, with a 95 % bound; nothing is projected after
+/// the last window (nor before the first: every probe starts on).
+fn describe_sampling(
+    r: &mut ProbeResult,
+    duty: &DutyReport,
+    duration_s: f64,
+    ratio: Option<(&crate::cost::estimate::AuxMarks, u64)>,
+) {
+    let mean_latency_ns = if r.calls > 0 {
+        r.wait_ns_total as f64 / r.calls as f64
+    } else {
+        0.0
+    };
+    // Where an exact counter moves with the probe, the ratio estimate
+    // (it also corrects the observer effect), else the windows' rates.
+    // Switches are read within a few ms of the windows' ends.
+    let estimate = ratio
+        .and_then(|(marks, total)| {
+            let per_window = marks.per_window(&duty.windows, 0.05)?;
+            crate::cost::estimate::ratio_estimate(
+                &duty.windows,
+                &per_window,
+                total,
+                duration_s,
+                duty.period_s,
+                &marks.counter,
+            )
+        })
+        .unwrap_or_else(|| {
+            crate::cost::estimate::estimate(
+                &duty.windows,
+                duration_s,
+                duty.period_s,
+                mean_latency_ns,
+            )
+        });
+    // The rate over the time the estimate covers, not the whole recording.
+    if estimate.covered_s > 0.0 {
+        r.calls_per_sec = estimate.calls / estimate.covered_s;
+    }
+    // Spread windows stand for up to a period past the last one: only a
+    // probe whose windows stopped (a refused attach) is off at the end.
+    let off_at_end_s = (!duty.on_at_end)
+        .then(|| (duration_s - estimate.covered_s).max(0.0))
+        .filter(|off| *off > 0.01);
+    r.sampling = Some(Sampling {
+        state: if off_at_end_s.is_none() {
+            SamplingState::DutyCycled
+        } else {
+            SamplingState::OffAtEnd
+        },
+        attached_fraction: duty.attached_fraction,
+        observed_calls: r.calls,
+        calls_before_start: duty.calls_before_start,
+        windows: duty.windows.clone(),
+        estimate,
+        off_at_end_s,
+        projected_full_pct_of_core: duty.projected_full_cost * 100.0,
+    });
+}
+
+/// Names for the latch ids a probe read (`dict_sys_mutex`).
+pub(crate) struct LatchNames<'a> {
+    plan: Option<(
+        &'a crate::plan::catalog::LatchSpec,
+        &'a crate::plan::probeset::LatchPlan,
+    )>,
+}
+
+impl<'a> LatchNames<'a> {
+    pub(crate) fn new(planned: &'a PlannedProbe) -> Self {
+        Self {
+            plan: planned.spec.latch.as_ref().zip(planned.latch.as_ref()),
+        }
+    }
+
+    /// The latch id's name, else the latch's creation site.
+    pub(crate) fn of(&self, site: &Callsite, namer: &mut CallsiteNamer) -> Option<String> {
+        if let Some(id) = site.latch_id() {
+            return Some(match self.plan {
+                Some((spec, plan)) => plan.layout.name_of(id, spec),
+                None => format!("latch#{id}"),
+            });
+        }
+        let (file, line) = site.created()?;
+        Some(namer.created_label(file, line))
+    }
+}
+
+/// Call sites of one probe, merged across its symbols, most wait first;
+/// one row per (latch, site) where the probe names latches.
+fn callsite_results(
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, u32, SiteVal)],
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> Vec<CallsiteResult> {
+    let rows = sum_sites(slots, sites, |site| {
+        if site.file == 0 {
+            return None;
+        }
+        let label = namer.label(*site);
+        Some((label, latches.of(site, namer)))
+    });
+    rows.into_iter()
+        .map(|((label, latch), site, val)| CallsiteResult {
+            site: label,
+            file: namer.file(site.file),
+            line: u64::from(site.line),
+            latch,
+            calls: val.all.calls,
+            wait_ns_total: val.all.wait_ns_total,
+            wait_ns_max: val.all.wait_ns_max,
+            background_wait_ns: val.background_wait_ns,
+        })
+        .collect()
+}
+
+/// Per named latch: calls and wait, most wait first.
+fn latch_results(
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, u32, SiteVal)],
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> Vec<LatchResult> {
+    let rows = sum_sites(slots, sites, |site| latches.of(site, namer));
+    rows.into_iter()
+        .map(|(latch, _, val)| LatchResult {
+            latch,
+            calls: val.all.calls,
+            wait_ns_total: val.all.wait_ns_total,
+            wait_ns_max: val.all.wait_ns_max,
+            background_wait_ns: val.background_wait_ns,
+        })
+        .collect()
+}
+
+/// A row's counts over every role, and the wait of background roles.
+#[derive(Debug, Clone, Copy, Default)]
+struct RowVal {
+    all: SiteVal,
+    background_wait_ns: u64,
+}
+
+/// The call-site counts of `slots` summed per row `row_of` names (None:
+/// the site has no row), each row with the first site that named it;
+/// most wait first, then most calls, then by row.
+fn sum_sites<K: Ord + std::hash::Hash>(
+    slots: &[(SlotId, &Slot)],
+    sites: &[(SlotId, Callsite, u32, SiteVal)],
+    mut row_of: impl FnMut(&Callsite) -> Option<K>,
+) -> Vec<(K, Callsite, RowVal)> {
+    let mut rows: HashMap<K, (Callsite, RowVal)> = HashMap::new();
+    for (_, site, role, val) in sites
+        .iter()
+        .filter(|(slot, ..)| slots.iter().any(|(id, _)| id == slot))
+    {
+        let Some(row) = row_of(site) else {
+            continue;
+        };
+        let r = &mut rows
+            .entry(row)
+            .or_insert_with(|| (*site, RowVal::default()))
+            .1;
+        r.all += val;
+        if crate::plan::thread_role::role(*role).1 == RoleKind::Background {
+            r.background_wait_ns += val.wait_ns_total;
+        }
+    }
+    let mut out: Vec<(K, Callsite, RowVal)> = rows
+        .into_iter()
+        .map(|(k, (site, val))| (k, site, val))
+        .collect();
+    out.sort_by(|(ka, _, a), (kb, _, b)| {
+        (b.all.wait_ns_total, b.all.calls, ka).cmp(&(a.all.wait_ns_total, a.all.calls, kb))
+    });
+    out
+}
+
+/// Who made the calls of `slots`: per thread role, from the exact
+/// per-thread counts, each thread under the role the BPF side found at
+/// its first hit. Calls the thread map could not hold (its `drops`) and
+/// any other difference from the probe's totals are `unknown`'s, so the
+/// roles always add up to `calls` and `wait`.
+fn role_results(
+    slots: &[(SlotId, &Slot)],
+    snapshot: &crate::collect::Snapshot,
+    calls: u64,
+    wait: u64,
+) -> Vec<RoleResult> {
+    let mut by_role: HashMap<u32, (std::collections::HashSet<u32>, u64, u64)> = HashMap::new();
+    for (_, tid, v) in snapshot
+        .threads
+        .iter()
+        .filter(|(slot, ..)| slots.iter().any(|(id, _)| id == slot))
+    {
+        let role = snapshot.thread_roles.get(tid).copied().unwrap_or(0);
+        let e = by_role.entry(role).or_default();
+        e.0.insert(*tid);
+        e.1 += v.calls;
+        e.2 += v.wait_ns;
+    }
+    let (seen_calls, seen_wait) = by_role
+        .values()
+        .fold((0, 0), |(c, w), e| (c + e.1, w + e.2));
+    if calls > seen_calls || wait > seen_wait {
+        let e = by_role.entry(0).or_default();
+        e.1 += calls.saturating_sub(seen_calls);
+        e.2 += wait.saturating_sub(seen_wait);
+    }
+    let mut out: Vec<RoleResult> = by_role
+        .into_iter()
+        .filter(|(_, e)| e.1 > 0)
+        .map(|(id, (threads, calls, wait))| {
+            let (role, kind) = crate::plan::thread_role::role(id);
+            RoleResult {
+                role: role.to_string(),
+                kind,
+                threads: threads.len() as u64,
+                calls,
+                wait_ns_total: wait,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.wait_ns_total, b.calls, &a.role).cmp(&(a.wait_ns_total, a.calls, &b.role))
+    });
+    out
+}
+
+/// The attached slots of probe `idx`, with their ids as the maps key them
+/// (none without a session).
+pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(SlotId, &Slot)> {
+    session.map_or_else(Vec::new, |s| s.slots_of(idx).collect())
+}
+
+/// Folded stacks of one probe, weighted by wait time and by count.
+pub(crate) fn fold_stacks(
+    stem: &str,
+    measure: Measure,
+    slots: &[(SlotId, &Slot)],
+    samples: &[StackSample],
+    symbolizer: &mut StackSymbolizer,
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
+    let names: HashMap<SlotId, &str> = slots
+        .iter()
+        .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
+        .collect();
+    let mut by_wait = FoldedStacks::default();
+    let mut by_count = FoldedStacks::default();
+    let mut stats = StackStats::default();
+    let mut set = ProbeStackSet::default();
+    let marker = |name: String| Frame::new(name, "", FrameKind::Unknown);
+    for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
+        let mut stack = NamedStack {
+            frames: Vec::new(),
+            thread: None,
+        };
+        let mut labels = Vec::new();
+        // The thread's role at the root, as `perf report --sort comm` puts
+        // the thread's name: a flame graph splits connections from
+        // background threads at its first level.
+        let (role, _) = crate::plan::thread_role::role(sample.role);
+        if sample.role != 0 {
+            stack.push_marker(marker(format!("[{role}]")));
+        }
+        labels.push(("role".to_string(), role.to_string()));
+        if sample.ips.is_empty() {
+            stats.lost_calls += sample.count;
+            stack.push_marker(marker("[lost stack]".into()));
+        } else {
+            stats.distinct += 1;
+            // Latency stacks are taken at the return address, in the
+            // caller; count stacks at the probed instruction itself.
+            stack.push_located(symbolizer.user_locations(&sample.ips, measure == Measure::Count));
+        }
+        if measure == Measure::Latency {
+            stack.push_marker(Frame::new(names[&sample.slot], "", FrameKind::User));
+        }
+        if let Some(latch) = latches.of(&sample.site, namer) {
+            stack.push_marker(marker(format!("[{latch}]")));
+            labels.push(("latch".to_string(), latch));
+        }
+        if sample.site.file != 0 {
+            let site = namer.label(sample.site);
+            stack.push_marker(marker(format!("[{site}]")));
+            labels.push(("callsite".to_string(), site));
+        }
+        let frames = stack.folded_names();
+        by_count.add(&frames, sample.count);
+        by_wait.add(&frames, sample.wait_ns);
+        set.stacks.push((stack, sample.count, sample.wait_ns));
+        set.labels.push(labels);
+    }
+    let mut files = Vec::new();
+    if !by_count.is_empty() {
+        let name = instance(FOLDED, &format!("{stem}.count"));
+        files.push((name.clone(), by_count.render()));
+        stats.folded_by_count = Some(name);
+    }
+    if measure == Measure::Latency && !by_wait.is_empty() {
+        let name = instance(FOLDED, stem);
+        files.push((name.clone(), by_wait.render()));
+        stats.folded_by_wait = Some(name);
+    }
+    (stats, files, set)
+}
