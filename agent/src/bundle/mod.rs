@@ -661,7 +661,7 @@ mod tests {
             )],
             timeseries: None,
             stacks: crate::model::named_stack::RecordedStacks {
-                probes: vec![pprof::ProbeStackSet {
+                probes: vec![crate::model::named_stack::ProbeStackSet {
                     probe: summary_probe.clone(),
                     stacks: vec![(Default::default(), 3, 0)],
                     labels: vec![vec![]],

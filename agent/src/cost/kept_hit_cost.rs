@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cost::calibrate::HitCost;
+use crate::cost::hit_cost::HitCost;
 use crate::persist::{self, BootAndBuild};
 
 /// How long a measurement is reused within a boot.

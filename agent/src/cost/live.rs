@@ -15,7 +15,7 @@
 
 use crate::attach::{ProgramRuns, RunStats};
 use crate::bpf::abi::SlotId;
-use crate::cost::calibrate::HitCost;
+use crate::cost::hit_cost::HitCost;
 use crate::cost::governor::{SlotCost, SlotCount};
 use crate::plan::catalog::Measure;
 use crate::resolve::EntryInsn;

@@ -7,6 +7,7 @@ pub mod bench_toggle;
 pub mod calibrate;
 pub mod estimate;
 pub mod governor;
+pub mod hit_cost;
 pub mod in_target;
 pub mod kept_hit_cost;
 pub mod live;

@@ -136,7 +136,7 @@ fn waits_note(seconds: f64, stack_interval: Duration) -> String {
 /// The stacks a waits window saw (see `Recorder::close_stack_window`),
 /// gzipped pprof (`calls/count`, `wait/nanoseconds`, label `probe`).
 pub fn waits_gz(
-    sets: &[pprof::ProbeStackSet],
+    sets: &[crate::model::named_stack::ProbeStackSet],
     started_unix_ms: u64,
     elapsed: Duration,
     stack_interval: Duration,

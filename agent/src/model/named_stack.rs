@@ -62,5 +62,16 @@ pub struct RecordedStacks {
     /// (stack, microseconds blocked)
     pub offcpu: Vec<(NamedStack, u64)>,
     /// Per probe with stacks, in the summary's order.
-    pub probes: Vec<crate::report::pprof::ProbeStackSet>,
+    pub probes: Vec<ProbeStackSet>,
 }
+
+/// One probe's stacks as taken: each with its calls and wait time.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeStackSet {
+    pub probe: String,
+    /// (stack, calls, wait ns); wait is 0 for a count probe.
+    pub stacks: Vec<(NamedStack, u64, u64)>,
+    /// The latch and call site labels of each stack, where it has them.
+    pub labels: Vec<Vec<(String, String)>>,
+}
+

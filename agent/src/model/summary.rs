@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::top_symbols::TopSymbols;
 use crate::bpf::histogram::Bucket;
 use crate::collect::Drops;
-use crate::cost::calibrate::HitCost;
+use crate::cost::hit_cost::HitCost;
 use crate::plan::catalog::{CostClass, Measure};
 pub use crate::plan::memcounters::{CounterResult, CounterStatus};
 use crate::plan::server::ServerInfo;

@@ -33,7 +33,9 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resolve::elf::{file_stamp, FileStamp};
+pub mod stamp;
+
+use stamp::{file_stamp, FileStamp};
 use crate::target::rootfs::FileId;
 
 /// Where the per-boot caches live.

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::attach::{AttachError, MapLimits, Session, SessionOptions};
 use crate::bpf::abi::{Callsite, SlotId};
 use crate::collect::{self, CollectError, Counters, LiveProbe};
+use crate::cost::hit_cost::HitCost;
 use crate::cost::calibrate::{
-    calibrate_or_reuse, measure_with, CalibrateError, Calibration, Calibrator, HitCost,
+    calibrate_or_reuse, measure_with, CalibrateError, Calibration, Calibrator,
 };
 use crate::cost::governor::{GovernedProbe, Governor, GovernorConfig, SlotCost, SlotCount};
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
@@ -24,11 +25,12 @@ use crate::plan::probeset::{PlannedProbe, ProbeRequest, ProbeSet};
 use crate::plan::server::ServerInfo;
 use crate::record::results::{fold_stacks, probe_slots, Finished, LatchNames};
 use crate::report;
-use crate::report::pprof::ProbeStackSet;
+use crate::model::named_stack::ProbeStackSet;
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
 use crate::resolve::{ElfError, ElfImage};
 use crate::symbolize::callsite::CallsiteNamer;
-use crate::symbolize::{DebugFile, ProcessMaps, StackSymbolizer};
+use crate::resolve::debuginfo::DebugFile;
+use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use crate::target::own_usage::{debug_phase, own_cpu_time};
 use crate::target::privileges::{self, PrivilegeError};
 use crate::target::{Target, TargetError};

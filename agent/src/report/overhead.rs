@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::units;
-use crate::cost::calibrate::HitCost;
+use crate::cost::hit_cost::HitCost;
 use crate::model::summary::{ProbeStatus, Summary};
 
 pub fn render(summary: &Summary) -> String {

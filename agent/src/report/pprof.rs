@@ -17,7 +17,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use crate::model::named_stack::{NamedStack, StackFrame};
+use crate::model::named_stack::{NamedStack, ProbeStackSet, StackFrame};
 use crate::symbolize::{Frame, FrameKind, KERNEL_MODULE};
 
 #[derive(Clone, PartialEq, Message)]
@@ -412,16 +412,6 @@ pub fn offcpu_profile(stacks: &[(NamedStack, u64)], start_ms: u64, duration_ns: 
         b.add(stack, &[*us as i64 * 1000], &[]);
     }
     b.build()
-}
-
-/// One probe's stacks as taken: each with its calls and wait time.
-#[derive(Debug, Clone, Default)]
-pub struct ProbeStackSet {
-    pub probe: String,
-    /// (stack, calls, wait ns); wait is 0 for a count probe.
-    pub stacks: Vec<(NamedStack, u64, u64)>,
-    /// The latch and call site labels of each stack, where it has them.
-    pub labels: Vec<Vec<(String, String)>>,
 }
 
 /// One probe's stacks for [`waits_profile`], with what its numbers stand

@@ -7,11 +7,12 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::elf::{ElfError, ElfImage};
-use crate::target::rootfs::{self, FileId};
+use crate::target::rootfs::{self, FileId, TargetFile};
 
 #[derive(Debug, Clone)]
 pub struct DebugSearch {
@@ -149,3 +150,29 @@ mod tests {
         }
     }
 }
+
+/// A stripped binary's separate debug file, open, with the binary's own
+/// offset-to-address map: the debug file has the binary's addresses, but
+/// its sections hold no code, so its file offsets are not the binary's.
+#[derive(Debug, Clone)]
+pub struct DebugFile {
+    pub file: Arc<TargetFile>,
+    pub offsets: crate::resolve::elf::OffsetMap,
+    /// Whether its DWARF is read (a stripped server's debug file), or
+    /// only its symbol table ([`crate::symbolize::library_debug`]: a library's
+    /// debug file whose DWARF is compressed).
+    pub dwarf: bool,
+}
+
+impl DebugFile {
+    /// The debug file `image` took, if it took one (see
+    /// [`crate::resolve::debuginfo::attach_debug_info`]).
+    pub fn of(image: &crate::resolve::elf::ElfImage) -> Option<Self> {
+        Some(Self {
+            file: Arc::clone(image.debug_open()?),
+            offsets: image.offset_map(),
+            dwarf: true,
+        })
+    }
+}
+

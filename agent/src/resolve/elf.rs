@@ -13,6 +13,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use super::lines::{LinesError, UnitIndex};
 use super::mapped::Mapped;
+use crate::persist::stamp::{file_stamp, FileStamp};
 use crate::target::rootfs::{FileId, Home};
 
 #[derive(Debug, thiserror::Error)]
@@ -559,32 +560,6 @@ fn clone_suffix(raw: &str) -> Option<&str> {
 /// Bytes as lowercase hex, as build-ids are written.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A file's size and modification time: with its [`FileId`], what tells
-/// the very same file from one changed in place (also
-/// [`crate::cpu::unwind_cache`]).
-/// What tells one version of a file from another at the same identity
-/// (device, inode): its size, modification time and inode change time.
-/// The change time is in because a file's owner can set its modification
-/// time to anything (`touch -d`) but not its change time, which the kernel
-/// sets to now on every write, rename or chmod: a file made to look like
-/// one innoprof kept results for still differs there, across boots too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FileStamp {
-    pub len: u64,
-    pub modified: std::time::SystemTime,
-    pub changed_ns: i128,
-}
-
-pub(crate) fn file_stamp(file: &std::fs::File) -> Option<FileStamp> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = file.metadata().ok()?;
-    Some(FileStamp {
-        len: meta.len(),
-        modified: meta.modified().ok()?,
-        changed_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-    })
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use object::{Object, ObjectSection};
 use crate::resolve::debuginfo::build_id_path;
 use crate::resolve::elf::{hex, OffsetMap};
 use crate::resolve::mapped::Mapped;
-use crate::symbolize::DebugFile;
+use crate::resolve::debuginfo::DebugFile;
 use crate::target::rootfs::TargetFile;
 
 /// Where debug files are looked up by build-id.

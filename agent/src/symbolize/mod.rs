@@ -23,6 +23,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 
 use crate::symbolize::kernel_names::{KernelName, KernelNamer};
+use crate::resolve::debuginfo::DebugFile;
 use crate::symbolize::kernel_symbols::KernelSymbols;
 use crate::target::rootfs::{self, FileId, TargetFile};
 
@@ -241,31 +242,6 @@ pub struct StackSymbolizer {
     /// Mapped files already looked at for a debug file with compressed
     /// DWARF ([`crate::symbolize::library_debug`]).
     library_debug_checked: std::collections::HashSet<FileId>,
-}
-
-/// A stripped binary's separate debug file, open, with the binary's own
-/// offset-to-address map: the debug file has the binary's addresses, but
-/// its sections hold no code, so its file offsets are not the binary's.
-#[derive(Debug, Clone)]
-pub struct DebugFile {
-    pub file: Arc<TargetFile>,
-    pub offsets: crate::resolve::elf::OffsetMap,
-    /// Whether its DWARF is read (a stripped server's debug file), or
-    /// only its symbol table ([`crate::symbolize::library_debug`]: a library's
-    /// debug file whose DWARF is compressed).
-    pub dwarf: bool,
-}
-
-impl DebugFile {
-    /// The debug file `image` took, if it took one (see
-    /// [`crate::resolve::debuginfo::attach_debug_info`]).
-    pub fn of(image: &crate::resolve::elf::ElfImage) -> Option<Self> {
-        Some(Self {
-            file: Arc::clone(image.debug_open()?),
-            offsets: image.offset_map(),
-            dwarf: true,
-        })
-    }
 }
 
 /// Held while a [`FileTrimmer`] works and while a symbolizer drops (which
