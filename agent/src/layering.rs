@@ -276,9 +276,21 @@ fn imports_point_down_the_stages() {
 fn no_file_imports_a_file_that_imports_it() {
     let graph = imports(&modules());
     let cycles = strongly_connected(&graph);
+    // Each cycle with its imports, so the one to turn around can be chosen.
     let shown: Vec<String> = cycles
         .iter()
-        .map(|c| c.iter().map(|m| shown(m)).collect::<Vec<_>>().join(" <-> "))
+        .map(|c| {
+            let edges: Vec<String> = c
+                .iter()
+                .flat_map(|from| {
+                    graph[from]
+                        .iter()
+                        .filter(|to| c.contains(to))
+                        .map(move |to| format!("  {} -> {}", shown(from), shown(to)))
+                })
+                .collect();
+            format!("{} files:\n{}", c.len(), edges.join("\n"))
+        })
         .collect();
     assert!(
         shown.is_empty(),

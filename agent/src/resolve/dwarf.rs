@@ -5,7 +5,7 @@ use object::Object;
 
 use super::mapped::TRIM_EVERY;
 use super::section::{section_bytes, MAX_SECTION};
-use super::ElfImage;
+use super::elf::ElfImage;
 
 pub type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 

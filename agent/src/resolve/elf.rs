@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use super::lines::{LinesError, UnitIndex};
+use super::units::UnitIndex;
 use super::mapped::Mapped;
 use crate::persist::stamp::{file_stamp, FileStamp};
 use crate::target::rootfs::{FileId, Home};
@@ -230,14 +230,10 @@ impl ElfImage {
             && self.stamp == file_stamp(&file)
     }
 
-    /// The DWARF units by source file, built on the first call (None: no
-    /// DWARF). A failed build is not kept: the next call tries again.
-    pub fn unit_index(&self) -> Result<Option<&UnitIndex>, LinesError> {
-        if let Some(index) = self.unit_index.get() {
-            return Ok(index.as_ref());
-        }
-        let built = UnitIndex::kept_or_build(self)?;
-        Ok(self.unit_index.get_or_init(|| built).as_ref())
+    /// The cell [`super::lines::unit_index`] keeps this image's DWARF
+    /// units in, built on first use.
+    pub(crate) fn unit_index_cell(&self) -> &std::sync::OnceLock<Option<UnitIndex>> {
+        &self.unit_index
     }
 
     /// What a result derived from this image's DWARF is kept for (see

@@ -10,7 +10,7 @@ use gimli::{AttributeValue, UnitOffset};
 
 use super::dwarf::{Reader, Trim};
 use super::pattern::{DemangledName, SymbolPattern};
-use super::ElfImage;
+use super::elf::ElfImage;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InlineError {

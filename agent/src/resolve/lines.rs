@@ -17,7 +17,9 @@ use std::path::Path;
 use gimli::AttributeValue;
 
 use super::dwarf::{Reader, Trim};
-use super::{DemangledName, ElfImage};
+use super::elf::ElfImage;
+use super::units::UnitIndex;
+use super::pattern::DemangledName;
 use crate::persist;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,22 +30,6 @@ pub enum LinesError {
     Object(#[from] object::Error),
 }
 
-/// Units by the base name of the file they were compiled from. Building
-/// it reads every unit's header (58 MiB of `.debug_info` in MariaDB
-/// 10.2.11), so an image builds it once ([`ElfImage::unit_index`]) and
-/// keeps it: `serve` names new latch sites window after window, and after
-/// a restart of the same binary its plan, image and index are reused.
-///
-/// The index depends only on the DWARF file and innoprof's code, and a
-/// recording that names latch sites spent ~25 ms building it (the headers'
-/// page faults besides), so it is also kept across boots in
-/// the kept directory ([`crate::persist`], `units-MAJOR-MINOR-INODE.json`)
-/// and reused for the very same DWARF file by the same innoprof binary.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct UnitIndex {
-    units: HashMap<String, Vec<gimli::DebugInfoOffset>>,
-}
-
 /// A kept index larger than this is not read (MariaDB 10.2.11's: ~40 KB).
 const MAX_KEPT_BYTES: u64 = 8 << 20;
 /// Past this many kept indexes, the least recently used makes room (see
@@ -51,6 +37,18 @@ const MAX_KEPT_BYTES: u64 = 8 << 20;
 const MAX_KEPT_FILES: usize = 256;
 /// The kept files' names: `units-MAJOR-MINOR-INODE.json`.
 const KEPT_PREFIX: &str = "units";
+
+/// `image`'s DWARF units by source file, built on the first call and kept
+/// with the image (None: no DWARF). A failed build is not kept: the next
+/// call tries again.
+pub fn unit_index(image: &ElfImage) -> Result<Option<&UnitIndex>, LinesError> {
+    let cell = image.unit_index_cell();
+    if let Some(index) = cell.get() {
+        return Ok(index.as_ref());
+    }
+    let built = UnitIndex::kept_or_build(image)?;
+    Ok(cell.get_or_init(|| built).as_ref())
+}
 
 impl UnitIndex {
     /// The index kept for `image`'s DWARF file, or built (and
@@ -131,7 +129,7 @@ impl<'a> SourceLines<'a> {
         Ok(Self {
             image,
             dwarf: super::dwarf::load(image.dwarf_data())?,
-            index: image.unit_index()?,
+            index: unit_index(image)?,
         })
     }
 

@@ -10,6 +10,7 @@ pub mod mapped;
 pub mod pattern;
 pub mod placement;
 pub mod section;
+pub mod units;
 
 use std::collections::{HashMap, HashSet};
 
