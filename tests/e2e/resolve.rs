@@ -507,8 +507,8 @@ fn stack_frames_from_debug_file_match_original(
     let open = |p: &Path| Arc::new(TargetFile::from_open(std::fs::File::open(p).unwrap()).unwrap());
     let mut symbolizer = StackSymbolizer::new(ProcessMaps::default());
     let want = symbolizer.name_file_offsets(&open(original), None, "server", &offsets);
-    let debug =
-        innoprof::resolve::debuginfo::DebugFile::of(with_debug).expect("the debug file is kept open");
+    let debug = innoprof::resolve::debuginfo::DebugFile::of(with_debug)
+        .expect("the debug file is kept open");
     let stripped = open(stripped);
     let got = symbolizer.name_file_offsets(&stripped, Some(&debug), "server", &offsets);
     let bare = symbolizer.name_file_offsets(&stripped, None, "server", &offsets);

@@ -861,7 +861,7 @@ impl Session {
         let Some(map) = self.map(bpf::maps::WAKE_LEFT) else {
             return;
         };
-        let Ok(cpus) = crate::collect::possible_cpus() else {
+        let Ok(cpus) = crate::bpf::percpu::possible_cpus() else {
             return;
         };
         let left = i64::try_from(hits_per_cpu).unwrap_or(i64::MAX);
@@ -896,31 +896,14 @@ impl Session {
         }
     }
 
-    /// Calls and wait so far per slot (the governor's cheap live read).
-    pub fn read_slot_counts(
-        &self,
-    ) -> Result<
-        std::collections::HashMap<SlotId, crate::cost::governor::SlotCount>,
-        crate::collect::CollectError,
-    > {
-        crate::collect::read_slot_counts(&self.object, self.slots.len())
+    /// The loaded object, for [`crate::collect`]'s readers.
+    pub(crate) fn object(&self) -> &Object {
+        &self.object
     }
 
-    /// Per-slot stats, call sites and drops, while the probes stay attached.
-    pub fn read_counters(&self) -> Result<crate::collect::Counters, crate::collect::CollectError> {
-        crate::collect::read_counters(&self.object, self.slots.len())
-    }
-
-    /// The stacks taken so far, with the hits each carries.
-    pub fn read_stacks(
-        &self,
-    ) -> Result<Vec<crate::collect::StackSample>, crate::collect::CollectError> {
-        crate::collect::read_stacks(&self.object, self.slots.len())
-    }
-
-    /// Everything, stacks included.
-    pub fn read_all(&self) -> Result<crate::collect::Snapshot, crate::collect::CollectError> {
-        crate::collect::read(&self.object, self.slots.len())
+    /// How many slots the session planned (map keys run 0..this).
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
     }
 
     /// The kernel's run statistics of the three programs (zero where the

@@ -6,4 +6,5 @@
 pub mod layout;
 pub mod abi;
 pub mod histogram;
+pub mod percpu;
 pub mod run_stats;

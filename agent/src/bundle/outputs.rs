@@ -126,7 +126,7 @@ use crate::bundle::render as r;
 /// always write its one file, since metadata.json lists it beforehand.
 pub const OUTPUTS: &[Output] = &[
     Output {
-        name: crate::cpu::profile::ONCPU_SVG,
+        name: crate::record::cpu_profile::ONCPU_SVG,
         description: "on-CPU flame graph (where the server runs)",
         media_type: "image/svg+xml",
         written_by: "record",
@@ -134,7 +134,7 @@ pub const OUTPUTS: &[Output] = &[
         schema: None,
     },
     Output {
-        name: crate::cpu::profile::OFFCPU_SVG,
+        name: crate::record::cpu_profile::OFFCPU_SVG,
         description: "off-CPU flame graph (where the server's threads block)",
         media_type: "image/svg+xml",
         written_by: "record",
@@ -317,8 +317,8 @@ mod tests {
                 crate::server_state::innodb_status_file("start"),
                 crate::server_state::INNODB_STATUS_FILES,
             ),
-            (crate::cpu::profile::ONCPU_FOLDED.into(), FOLDED),
-            (crate::cpu::profile::OFFCPU_FOLDED.into(), FOLDED),
+            (crate::record::cpu_profile::ONCPU_FOLDED.into(), FOLDED),
+            (crate::record::cpu_profile::OFFCPU_FOLDED.into(), FOLDED),
         ] {
             assert_eq!(describe(&file).map(|o| o.name), Some(entry), "{file}");
         }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use libbpf_rs::{Map, MapCore, MapFlags, Object};
 use serde::Serialize;
 
+use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey, StackVal,
     ThreadKey, ThreadVal, DROP_REASONS,
@@ -91,16 +92,16 @@ pub struct Snapshot {
 
 /// Calls and wait so far per slot, summed over CPUs: the cheap live read
 /// the overhead governor makes while probes fire.
-pub fn read_slot_counts(
+fn read_slot_counts_in(
     obj: &Object,
     n_slots: usize,
-) -> Result<HashMap<SlotId, crate::cost::governor::SlotCount>, CollectError> {
+) -> Result<HashMap<SlotId, SlotCount>, CollectError> {
     // The governor's read: the four counters it uses summed straight from
     // the batch's buffer (no histogram, no per-CPU copies).
     sum_slot_stats(
         obj,
         n_slots,
-        |c: &mut crate::cost::governor::SlotCount, s| {
+        |c: &mut SlotCount, s| {
             c.calls += s.calls;
             c.wait_ns += s.wait_ns_total;
             c.stacks += s.stacks;
@@ -180,7 +181,7 @@ fn for_each_percpu_value(
         }
         return Ok(());
     }
-    let cpus = possible_cpus()?;
+    let cpus = crate::bpf::percpu::possible_cpus()?;
     let value_size = map.value_size() as usize;
     // The kernel lays per-CPU values out 8-byte aligned.
     let stride = value_size.div_ceil(8) * 8;
@@ -203,15 +204,27 @@ fn for_each_percpu_value(
     Ok(())
 }
 
-/// The number of possible CPUs, read once (libbpf parses a sysfs file
-/// each time it is asked; the governor asks twenty times a second).
-pub(crate) fn possible_cpus() -> Result<usize, libbpf_rs::Error> {
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    if let Some(&n) = CPUS.get() {
-        return Ok(n);
+/// Cumulative counters of one slot, as read from the maps.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SlotCount {
+    pub calls: u64,
+    pub wait_ns: u64,
+    /// Stacks taken (not used by the governor; the cost model reads it).
+    pub stacks: u64,
+    /// Hits while switched off, before the kernel detached the slot: each
+    /// paid the trap, so each is charged to the budget.
+    pub off_hits: u64,
+}
+
+impl From<&crate::bpf::abi::SlotStats> for SlotCount {
+    fn from(s: &crate::bpf::abi::SlotStats) -> Self {
+        Self {
+            calls: s.calls,
+            wait_ns: s.wait_ns_total,
+            stacks: s.stacks,
+            off_hits: s.off_hits,
+        }
     }
-    let n = libbpf_rs::num_possible_cpus()?;
-    Ok(*CPUS.get_or_init(|| n))
 }
 
 /// The cumulative counters alone (no stacks): cheap enough to read while
@@ -276,18 +289,18 @@ pub struct LiveProbe {
 }
 
 /// Everything, stacks included: read once, after the probes are detached.
-pub fn read(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
+fn read_in(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
     let Counters {
         slots,
         sites,
         site_roles,
         drops,
         ..
-    } = read_counters(obj, n_slots)?;
+    } = read_counters_in(obj, n_slots)?;
     let (threads, thread_roles) = read_threads(obj)?;
     Ok(Snapshot {
         slots,
-        stacks: read_stacks(obj, n_slots)?,
+        stacks: read_stacks_in(obj, n_slots)?,
         sites,
         site_roles,
         threads,
@@ -453,7 +466,7 @@ fn read_threads(
 }
 
 /// Per-slot stats, call sites and drop counts; no stacks.
-pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
+fn read_counters_in(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
     let slots = read_slot_stats(obj, n_slots)?;
     let site_roles: Vec<(SlotId, Callsite, u32, SiteVal)> =
         read_hash::<SiteKey, SiteVal>(obj, bpf::maps::SITE_STATS)?
@@ -517,7 +530,7 @@ pub fn read_counters(obj: &Object, n_slots: usize) -> Result<Counters, CollectEr
 /// The folded counters, plus what each CPU's sampler still holds for a
 /// slot (hits since its last stack), added to that last stack: the sum
 /// over a slot's stacks is then every hit it counted with stacks on.
-pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
+fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
     let traces = map(obj, bpf::maps::STACKS)?;
     let mut folded: HashMap<StackKey, StackVal> =
         read_hash::<StackKey, StackVal>(obj, bpf::maps::STACK_COUNTS)?
@@ -565,6 +578,26 @@ pub fn read_stacks(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Col
         });
     }
     Ok(stacks)
+}
+
+/// Calls and wait so far per slot (the governor's cheap live read).
+pub fn read_slot_counts(session: &Session) -> Result<HashMap<SlotId, SlotCount>, CollectError> {
+    read_slot_counts_in(session.object(), session.slot_count())
+}
+
+/// Per-slot stats, call sites and drops, while the probes stay attached.
+pub fn read_counters(session: &Session) -> Result<Counters, CollectError> {
+    read_counters_in(session.object(), session.slot_count())
+}
+
+/// The stacks taken so far, with the hits each carries.
+pub fn read_stacks(session: &Session) -> Result<Vec<StackSample>, CollectError> {
+    read_stacks_in(session.object(), session.slot_count())
+}
+
+/// Everything, stacks included.
+pub fn read(session: &Session) -> Result<Snapshot, CollectError> {
+    read_in(session.object(), session.slot_count())
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-
 use super::hit_cost::HitCost;
 use crate::attach::{AttachError, Session, SessionOptions};
 use crate::plan::catalog::{CostClass, Measure, ProbeSpec};

@@ -52,6 +52,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::bpf::abi::SlotId;
+use crate::collect::SlotCount;
 use crate::cost::estimate::OnWindow;
 
 /// The default budget: 1 % of one core.
@@ -175,29 +176,6 @@ impl SlotCost {
             } else {
                 self.stack_ns / f64::from(stack_every)
             }
-    }
-}
-
-/// Cumulative counters of one slot, as read from the maps.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SlotCount {
-    pub calls: u64,
-    pub wait_ns: u64,
-    /// Stacks taken (not used by the governor; the cost model reads it).
-    pub stacks: u64,
-    /// Hits while switched off, before the kernel detached the slot: each
-    /// paid the trap, so each is charged to the budget.
-    pub off_hits: u64,
-}
-
-impl From<&crate::bpf::abi::SlotStats> for SlotCount {
-    fn from(s: &crate::bpf::abi::SlotStats) -> Self {
-        Self {
-            calls: s.calls,
-            wait_ns: s.wait_ns_total,
-            stacks: s.stacks,
-            off_hits: s.off_hits,
-        }
     }
 }
 

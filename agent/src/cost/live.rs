@@ -15,8 +15,9 @@
 
 use crate::attach::{ProgramRuns, RunStats};
 use crate::bpf::abi::SlotId;
+use crate::collect::SlotCount;
+use crate::cost::governor::SlotCost;
 use crate::cost::hit_cost::HitCost;
-use crate::cost::governor::{SlotCost, SlotCount};
 use crate::plan::catalog::Measure;
 use crate::resolve::EntryInsn;
 use std::collections::HashMap;

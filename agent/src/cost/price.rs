@@ -15,7 +15,21 @@ use std::collections::HashMap;
 use crate::attach::RunStats;
 use crate::bpf::abi::{SlotId, SlotStats};
 use crate::collect::Counters;
-use crate::record::Recorder;
+
+/// What the pricer needs of a recording: the BPF programs' run statistics
+/// now, and one call's price at a slot over a span of them (the recorder
+/// gives both; a test gives its own).
+pub trait SlotPrices {
+    fn run_stats(&self) -> RunStats;
+    /// What one call at `slot` cost the server from `then` (None: the
+    /// recording's start) to `now`, in ns.
+    fn per_call_ns_between(
+        &self,
+        slot: SlotId,
+        then: Option<RunStats>,
+        now: RunStats,
+    ) -> Option<f64>;
+}
 
 /// Remembers the last read: each slot's hits and the programs' run
 /// statistics then.
@@ -30,7 +44,11 @@ impl HitPricer {
     /// Per slot, what its hits since the last read cost the server, ns.
     /// `counters` must have been read just before (the hits and the run
     /// time then cover the same span).
-    pub fn read(&mut self, recorder: &Recorder, counters: &Counters) -> HashMap<SlotId, f64> {
+    pub fn read(
+        &mut self,
+        recorder: &impl SlotPrices,
+        counters: &Counters,
+    ) -> HashMap<SlotId, f64> {
         let now = recorder.run_stats();
         self.read_with(counters, now, |slot, then| {
             recorder.per_call_ns_between(slot, then, now).unwrap_or(0.0)

@@ -9,7 +9,6 @@
 
 pub mod abi;
 mod offcpu;
-pub(crate) mod profile;
 mod sampler;
 pub mod unwind;
 pub mod unwind_cache;
@@ -24,13 +23,11 @@ use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
 use crate::bpf::abi::from_bytes;
 use crate::bpf::run_stats::ProgramRuns;
 use crate::collect::{map, read_hash, CollectError};
-use crate::symbolize::{ProcessMaps, StackSymbolizer};
+use crate::symbolize::ProcessMaps;
 use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ, PROG_SAMPLE, PROG_SWITCH};
 use unwind::UnwindTable;
 
 pub use unwind::UnwindInfo;
-
-pub use profile::{CpuProfile, TOP_ROWS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CpuError {
@@ -68,8 +65,6 @@ pub enum CpuError {
     Unwind(#[source] libbpf_rs::Error),
     #[error("sampling frequency {0} Hz is out of range (1..=10000)")]
     Frequency(u64),
-    #[error(transparent)]
-    FlameGraph(#[from] crate::report::flamegraph::FlameGraphError),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,11 +211,6 @@ impl CpuProfiler {
             unwind: self.unwind.clone(),
             programs: self.program_runs(),
         })
-    }
-
-    /// [`Self::stop`], then names the stacks.
-    pub fn finish(self, symbolizer: &mut StackSymbolizer) -> Result<CpuProfile, CpuError> {
-        Ok(self.stop()?.symbolize(symbolizer))
     }
 }
 
@@ -497,6 +487,7 @@ fn read_counters(obj: &Object) -> Result<[u64; COUNTERS], CpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbolize::StackSymbolizer;
 
     /// The walker's search narrows [0, rows) to one row in exactly this
     /// many halvings (each keeps at most the larger half), and no fewer

@@ -74,4 +74,3 @@ pub struct ProbeStackSet {
     /// The latch and call site labels of each stack, where it has them.
     pub labels: Vec<Vec<(String, String)>>,
 }
-

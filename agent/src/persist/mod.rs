@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod stamp;
 
-use stamp::{file_stamp, FileStamp};
 use crate::target::rootfs::FileId;
+use stamp::{file_stamp, FileStamp};
 
 /// Where the per-boot caches live.
 pub const DEFAULT_DIR: &str = "/run/innoprof";

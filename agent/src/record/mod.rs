@@ -2,6 +2,7 @@
 //! (the caller decides how long), collect, detach. [`crate::record::results`]
 //! builds the results; [`crate::bundle`] writes them.
 
+pub mod cpu_profile;
 pub mod ready;
 pub mod results;
 pub mod segments;
@@ -11,13 +12,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{AttachError, MapLimits, Session, SessionOptions};
 use crate::bpf::abi::{Callsite, SlotId};
+use crate::collect::SlotCount;
 use crate::collect::{self, CollectError, Counters, LiveProbe};
-use crate::cost::hit_cost::HitCost;
 use crate::cost::calibrate::{
     calibrate_or_reuse, measure_with, CalibrateError, Calibration, Calibrator,
 };
-use crate::cost::governor::{GovernedProbe, Governor, GovernorConfig, SlotCost, SlotCount};
+use crate::cost::governor::{GovernedProbe, Governor, GovernorConfig, SlotCost};
+use crate::cost::hit_cost::HitCost;
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
+use crate::model::named_stack::ProbeStackSet;
 use crate::model::summary::{EndReason, Recording, TargetInfo};
 use crate::plan::catalog::CatalogError;
 use crate::plan::memcounters::{CounterRecorder, PlannedCounter};
@@ -25,11 +28,10 @@ use crate::plan::probeset::{PlannedProbe, ProbeRequest, ProbeSet};
 use crate::plan::server::ServerInfo;
 use crate::record::results::{fold_stacks, probe_slots, Finished, LatchNames};
 use crate::report;
-use crate::model::named_stack::ProbeStackSet;
+use crate::resolve::debuginfo::DebugFile;
 use crate::resolve::debuginfo::{attach_debug_info, DebugSearch};
 use crate::resolve::{ElfError, ElfImage};
 use crate::symbolize::callsite::CallsiteNamer;
-use crate::resolve::debuginfo::DebugFile;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use crate::target::own_usage::{debug_phase, own_cpu_time};
 use crate::target::privileges::{self, PrivilegeError};
@@ -53,6 +55,8 @@ pub enum RecordError {
     Collect(#[from] CollectError),
     #[error(transparent)]
     Cpu(#[from] CpuError),
+    #[error(transparent)]
+    FlameGraph(#[from] crate::report::flamegraph::FlameGraphError),
     #[error("no probe requested: use --probes default|all|NAME,… or --probe PATTERN")]
     NoProbes,
     #[error("{binary} has none of the symbols the requested probes need:\n{details}")]
@@ -529,7 +533,7 @@ impl Recorder {
                     .map(|(i, slot)| (i, hit_cost.slot_cost(slot.measure, slot.symbol.entry)))
                     .collect();
             }
-            let so_far = s.read_slot_counts().unwrap_or_default();
+            let so_far = crate::collect::read_slot_counts(s).unwrap_or_default();
             Governor::new(cfg, probes, &so_far, started)
         });
         let in_target = in_target_looks(&plan, &counters, governor.is_some());
@@ -590,7 +594,7 @@ impl Recorder {
         if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
             if self.cost_observed.elapsed() >= Duration::from_secs(1) {
                 cost.observe(session.run_stats());
-                cost.observe_slots(&session.read_slot_counts().unwrap_or_default());
+                cost.observe_slots(&crate::collect::read_slot_counts(session).unwrap_or_default());
                 self.cost_observed = Instant::now();
                 if let Some(g) = self.governor.as_mut() {
                     let costs: HashMap<SlotId, SlotCost> = session
@@ -627,7 +631,7 @@ impl Recorder {
         }
         let mut looked = None;
         let actions = g.tick(Instant::now(), || {
-            let counts = session.read_slot_counts().unwrap_or_default();
+            let counts = crate::collect::read_slot_counts(session).unwrap_or_default();
             looked = Some(counts.clone());
             counts
         });
@@ -766,8 +770,7 @@ impl Recorder {
         if deadline.is_some() {
             return Ok(None);
         }
-        let start = session
-            .read_stacks()?
+        let start = crate::collect::read_stacks(session)?
             .iter()
             .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
             .collect();
@@ -798,7 +801,7 @@ impl Recorder {
         let Some(session) = self.session.as_ref() else {
             return Ok((Vec::new(), elapsed));
         };
-        let end = session.read_stacks()?;
+        let end = crate::collect::read_stacks(session)?;
         self.stacks_off();
         let moved: Vec<crate::collect::StackSample> = end
             .into_iter()
@@ -912,32 +915,6 @@ impl Recorder {
         self.in_target.as_ref().map_err(Clone::clone)?.cost.result()
     }
 
-    /// The programs' run statistics now (zero without probes).
-    pub fn run_stats(&self) -> crate::attach::RunStats {
-        self.session
-            .as_ref()
-            .map(crate::attach::Session::run_stats)
-            .unwrap_or_default()
-    }
-
-    /// What one call at `slot` cost the server from `then` (None: the
-    /// recording's start) to `now`, in ns ([`slot_price_ns`]).
-    pub fn per_call_ns_between(
-        &self,
-        slot: SlotId,
-        then: Option<crate::attach::RunStats>,
-        now: crate::attach::RunStats,
-    ) -> Option<f64> {
-        let s = self.session.as_ref()?.slots.get(slot.index())?;
-        Some(slot_price_ns(
-            self.cost.as_ref(),
-            &self.hit_cost,
-            s,
-            then,
-            now,
-        ))
-    }
-
     /// CPU time innoprof itself has used since it started attaching.
     pub fn agent_cpu(&self) -> Duration {
         own_cpu_time().saturating_sub(self.agent_cpu_at_start)
@@ -946,7 +923,7 @@ impl Recorder {
     /// The counters as they stand, read while the probes stay attached.
     pub fn read_counters(&self) -> Result<Counters, CollectError> {
         match &self.session {
-            Some(session) => session.read_counters(),
+            Some(session) => crate::collect::read_counters(session),
             None => Ok(Counters::default()),
         }
     }
@@ -981,7 +958,7 @@ impl Recorder {
         let (Some(g), Some(session)) = (self.governor.as_ref(), self.session.as_ref()) else {
             return vec![None; self.plan.probes.len()];
         };
-        let counts = session.read_slot_counts().unwrap_or_default();
+        let counts = crate::collect::read_slot_counts(session).unwrap_or_default();
         let now = Instant::now();
         let (end_s, period_s) = (
             now.saturating_duration_since(self.started).as_secs_f64(),
@@ -1051,7 +1028,7 @@ impl Recorder {
         }
         debug_phase("after detach");
         let snapshot = match &self.session {
-            Some(session) => session.read_all(),
+            Some(session) => crate::collect::read(session),
             None => Ok(collect::Snapshot::default()),
         };
         // The last window closes at the end, with every call seen until the
@@ -1107,6 +1084,34 @@ impl Recorder {
             duration_s,
             end_reason,
         })?)
+    }
+}
+
+impl crate::cost::price::SlotPrices for Recorder {
+    /// The programs' run statistics now (zero without probes).
+    fn run_stats(&self) -> crate::attach::RunStats {
+        self.session
+            .as_ref()
+            .map(crate::attach::Session::run_stats)
+            .unwrap_or_default()
+    }
+
+    /// What one call at `slot` cost the server from `then` (None: the
+    /// recording's start) to `now`, in ns ([`slot_price_ns`]).
+    fn per_call_ns_between(
+        &self,
+        slot: SlotId,
+        then: Option<crate::attach::RunStats>,
+        now: crate::attach::RunStats,
+    ) -> Option<f64> {
+        let s = self.session.as_ref()?.slots.get(slot.index())?;
+        Some(slot_price_ns(
+            self.cost.as_ref(),
+            &self.hit_cost,
+            s,
+            then,
+            now,
+        ))
     }
 }
 

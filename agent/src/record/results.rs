@@ -12,10 +12,11 @@ use crate::bpf::abi::{Callsite, SiteVal, SlotId, SlotStats};
 use crate::bpf::histogram::Log2Histogram;
 use crate::bundle::outputs::instance;
 use crate::collect::{Snapshot, StackSample};
-use crate::cost::hit_cost::HitCost;
 use crate::cost::governor::DutyReport;
+use crate::cost::hit_cost::HitCost;
 use crate::cost::live::LiveCost;
-use crate::cpu::{CpuError, RawCpuProfile};
+use crate::cpu::RawCpuProfile;
+use crate::model::named_stack::ProbeStackSet;
 use crate::model::named_stack::{NamedStack, RecordedStacks};
 use crate::model::summary::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
@@ -26,8 +27,8 @@ use crate::plan::memcounters::CounterResult;
 use crate::plan::probeset::PlannedProbe;
 use crate::record::Plan;
 use crate::report;
+use crate::report::flamegraph::FlameGraphError;
 use crate::report::folded::{FoldedStacks, FILES as FOLDED};
-use crate::model::named_stack::ProbeStackSet;
 use crate::resolve::{SkipReason, Unresolved};
 use crate::symbolize::callsite::CallsiteNamer;
 use crate::symbolize::{Frame, FrameKind, ProcessMaps, StackSymbolizer};
@@ -67,7 +68,7 @@ pub(crate) struct Finished<'a> {
 }
 
 /// Builds the recording from what the recorder collected.
-pub(crate) fn build(finished: Finished) -> Result<Recording, CpuError> {
+pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
     let Finished {
         plan,
         session,

@@ -187,7 +187,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
             for (s, n) in &stacks.oncpu {
                 top.add(&s.flat(), *n);
             }
-            on.top = top.build("samples", crate::cpu::TOP_ROWS);
+            on.top = top.build("samples", crate::record::cpu_profile::TOP_ROWS);
             if let (Some(o), Some(xo)) = (c.offcpu.as_mut(), x.offcpu.as_ref()) {
                 o.blocks += xo.blocks;
                 o.blocked_ns_total += xo.blocked_ns_total;
@@ -211,7 +211,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
                 for (s, us) in &stacks.offcpu {
                     top.add(&s.flat(), *us);
                 }
-                o.top = top.build("us", crate::cpu::TOP_ROWS);
+                o.top = top.build("us", crate::record::cpu_profile::TOP_ROWS);
             }
             Some(c)
         }

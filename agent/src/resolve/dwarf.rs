@@ -3,9 +3,9 @@
 use gimli::{EndianSlice, RunTimeEndian};
 use object::Object;
 
+use super::elf::ElfImage;
 use super::mapped::TRIM_EVERY;
 use super::section::{section_bytes, MAX_SECTION};
-use super::elf::ElfImage;
 
 pub type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
 

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
-use super::units::UnitIndex;
 use super::mapped::Mapped;
+use super::units::UnitIndex;
 use crate::persist::stamp::{file_stamp, FileStamp};
 use crate::target::rootfs::{FileId, Home};
 

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use gimli::{AttributeValue, UnitOffset};
 
 use super::dwarf::{Reader, Trim};
-use super::pattern::{DemangledName, SymbolPattern};
 use super::elf::ElfImage;
+use super::pattern::{DemangledName, SymbolPattern};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InlineError {

@@ -18,8 +18,8 @@ use gimli::AttributeValue;
 
 use super::dwarf::{Reader, Trim};
 use super::elf::ElfImage;
-use super::units::UnitIndex;
 use super::pattern::DemangledName;
+use super::units::UnitIndex;
 use crate::persist;
 
 #[derive(Debug, thiserror::Error)]

@@ -30,9 +30,9 @@ use std::sync::Arc;
 use object::{Object, ObjectSection};
 
 use crate::resolve::debuginfo::build_id_path;
+use crate::resolve::debuginfo::DebugFile;
 use crate::resolve::elf::{hex, OffsetMap};
 use crate::resolve::mapped::Mapped;
-use crate::resolve::debuginfo::DebugFile;
 use crate::target::rootfs::TargetFile;
 
 /// Where debug files are looked up by build-id.

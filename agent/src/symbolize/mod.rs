@@ -22,8 +22,8 @@ use std::sync::Arc;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 
-use crate::symbolize::kernel_names::{KernelName, KernelNamer};
 use crate::resolve::debuginfo::DebugFile;
+use crate::symbolize::kernel_names::{KernelName, KernelNamer};
 use crate::symbolize::kernel_symbols::KernelSymbols;
 use crate::target::rootfs::{self, FileId, TargetFile};
 

@@ -11,8 +11,9 @@ use crate::report::flamegraph;
 use crate::report::folded::FoldedStacks;
 use crate::symbolize::{Frame, FrameKind, StackSymbolizer, KERNEL_MODULE};
 
-use super::abi::{Counter, CpuStack, STACK_KERN_LOST, STACK_TRUNCATED, STACK_UNWIND_STOP};
-use super::{CpuError, RawCpuProfile};
+use crate::cpu::abi::{Counter, CpuStack, STACK_KERN_LOST, STACK_TRUNCATED, STACK_UNWIND_STOP};
+use crate::cpu::RawCpuProfile;
+use crate::report::flamegraph::FlameGraphError;
 
 /// Rows of each top table kept in summary.json.
 pub const TOP_ROWS: usize = 50;
@@ -161,7 +162,7 @@ impl RawCpuProfile {
 
 impl CpuProfile {
     /// The files this profile adds to an output directory: (name, contents).
-    pub fn files(&self) -> Result<Vec<(String, String)>, CpuError> {
+    pub fn files(&self) -> Result<Vec<(String, String)>, FlameGraphError> {
         let mut out = Vec::new();
         let on = &self.summary.oncpu;
         if on.folded.is_some() {
@@ -192,7 +193,7 @@ fn push_svg(
     folded: &str,
     title: &str,
     unit: &str,
-) -> Result<(), CpuError> {
+) -> Result<(), FlameGraphError> {
     if let Some(svg) = flamegraph::render(folded, title, unit)? {
         out.push((
             name.to_string(),
