@@ -38,10 +38,10 @@ pub mod cost;
 pub mod symbolize;
 // On-CPU samples and off-CPU time.
 pub mod cpu;
-// The server's own account over SQL.
-pub mod server_state;
 // The recording as data (summary.json).
 pub mod model;
+// The server's own account over SQL.
+pub mod server_state;
 // What is wrong: one rule per file.
 pub mod findings;
 // Renderers: tables, HTML, folded stacks, pprof, histograms.

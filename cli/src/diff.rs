@@ -61,7 +61,7 @@ fn same_recording(a: &std::path::Path, b: &std::path::Path) -> bool {
     );
     let summary = |d| {
         innoprof::bundle::read::BundleDir::new(d)
-            .read(innoprof::bundle::SUMMARY_JSON)
+            .read(innoprof::model::files::SUMMARY_JSON)
             .ok()
             .flatten()
     };

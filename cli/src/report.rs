@@ -19,7 +19,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
     eprintln!(
         "innoprof: wrote {} and {}",
         written.report.display(),
-        args.dir.join(bundle::SUMMARY_TXT).display()
+        args.dir.join(innoprof::model::files::SUMMARY_TXT).display()
     );
     Ok(())
 }

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use innoprof::server_state::{self, SamplingCapture, ServerState, StateCapture, StateSource};
+use innoprof::model::server_state::ServerState;
+use innoprof::server_state::{self, SamplingCapture, StateCapture, StateSource};
 use innoprof::target::trust::Trust;
 
 #[derive(Args, Clone, Debug)]

@@ -753,7 +753,7 @@ fn record_follow_spans_a_restart_in_one_bundle() {
 #[test]
 fn the_schema_check_refuses_a_drifted_summary() {
     let dir = tempfile::tempdir().unwrap();
-    let version = innoprof::bundle::contract::FORMAT_VERSION;
+    let version = innoprof::model::files::FORMAT_VERSION;
     std::fs::write(
         dir.path().join("summary.json"),
         format!(r#"{{"format_version": {version}, "tool": "innoprof"}}"#),
@@ -773,7 +773,7 @@ fn the_schema_check_refuses_a_drifted_summary() {
 /// version, fails against docs/schema/.
 #[test]
 fn the_schema_check_refuses_drifted_series_histograms_and_ready_lines() {
-    let version = innoprof::bundle::contract::FORMAT_VERSION;
+    let version = innoprof::model::files::FORMAT_VERSION;
     let refused = |f: Box<dyn FnOnce() + std::panic::UnwindSafe>| -> String {
         let msg = std::panic::catch_unwind(f).unwrap_err();
         msg.downcast_ref::<String>().cloned().unwrap_or_default()

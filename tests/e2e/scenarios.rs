@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use innoprof::findings::{Finding, Severity};
+use innoprof::model::server_state::Snapshot;
 use innoprof::model::summary::CounterStatus;
-use innoprof::server_state::Snapshot;
 use innoprof_e2e::*;
 
 /// Seconds of one load phase, stretched by `INNOPROF_LONG=1`.

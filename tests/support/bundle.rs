@@ -26,7 +26,7 @@ pub fn read_summary(dir: &Path) -> Result<Summary, String> {
 
 /// Checks a bundle's JSON files with a schema (summary.json,
 /// metadata.json, timeseries.json, histograms.json: those whose
-/// `innoprof::bundle::outputs::OUTPUTS` entry names one), where present, against
+/// `innoprof::model::files::FILES` entry names one), where present, against
 /// the committed JSON Schemas (docs/schema/, generated from the serde
 /// types by innoprof::bundle::contract): every bundle a test writes through this
 /// library ([`run_innoprof`], [`Recording::finish`]) is checked, so an
@@ -72,7 +72,7 @@ pub fn schema_errors(schema: &str, value: &serde_json::Value) -> Vec<String> {
 /// this build's `format_version`; otherwise a file of another version
 /// (a test's hand-written legacy bundle) is skipped.
 pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
-    let with_schema = innoprof::bundle::outputs::OUTPUTS
+    let with_schema = innoprof::model::files::FILES
         .iter()
         .filter_map(|o| Some((o.name, o.schema?)));
     for (file, schema) in with_schema {
@@ -87,8 +87,8 @@ pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
         let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
             continue; // not JSON: a test's own broken file; the test says what it expects
         };
-        let current = value["format_version"].as_u64()
-            == Some(innoprof::bundle::contract::FORMAT_VERSION.into());
+        let current =
+            value["format_version"].as_u64() == Some(innoprof::model::files::FORMAT_VERSION.into());
         if !current && !innoprof_wrote {
             continue;
         }

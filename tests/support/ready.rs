@@ -15,7 +15,7 @@ pub use innoprof::record::ready::{Ready, ReadyTarget};
 /// schema (docs/schema/ready.schema.json, compiled once) and that it
 /// carries this build's `format_version`.
 pub fn parse_line(line: &str) -> Ready {
-    use innoprof::bundle::contract::{FORMAT_VERSION, READY_SCHEMA};
+    use innoprof::model::files::{FORMAT_VERSION, READY_SCHEMA};
     let value: serde_json::Value =
         serde_json::from_str(line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
     let errors = crate::bundle::schema_errors(READY_SCHEMA, &value);

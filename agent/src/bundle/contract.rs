@@ -27,19 +27,13 @@
 //!
 //! The JSON Schemas in `docs/schema/` are generated from the serde types
 //! ([`SCHEMAS`]); a unit test keeps the committed files equal to them. A
-//! bundle file's schema is named by its [`crate::bundle::outputs::OUTPUTS`] entry.
+//! bundle file's schema is named by its [`crate::model::files::FILES`] entry.
 
+use crate::model::files::{
+    FORMAT_VERSION, HISTOGRAMS_SCHEMA, METADATA_SCHEMA, READY_SCHEMA, SUMMARY_SCHEMA,
+    TIMESERIES_SCHEMA,
+};
 use std::path::{Path, PathBuf};
-
-/// The version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 2;
-
-/// Where the committed schemas live, from the repository root.
-pub const SUMMARY_SCHEMA: &str = "docs/schema/summary.schema.json";
-pub const METADATA_SCHEMA: &str = "docs/schema/metadata.schema.json";
-pub const TIMESERIES_SCHEMA: &str = "docs/schema/timeseries.schema.json";
-pub const HISTOGRAMS_SCHEMA: &str = "docs/schema/histograms.schema.json";
-pub const READY_SCHEMA: &str = "docs/schema/ready.schema.json";
 
 /// Generates a schema from its serde type.
 pub type Generate = fn() -> serde_json::Value;
@@ -147,7 +141,7 @@ mod tests {
                 panic!(
                     "{file} differs from the serde types from line {}: {:?} committed, {:?} generated.\n\
                      If the change is meant, rerun with INNOPROF_BLESS=1 and commit the file \
-                     (and bump contract::FORMAT_VERSION if a field was renamed, removed or changed meaning)",
+                     (and bump model::files::FORMAT_VERSION if a field was renamed, removed or changed meaning)",
                     first + 1,
                     have.lines().nth(first).unwrap_or("<end>"),
                     want.lines().nth(first).unwrap_or("<end>"),
@@ -204,7 +198,7 @@ mod tests {
     /// A bundle file's entry names only a schema this module generates.
     #[test]
     fn every_output_schema_is_generated() {
-        let named: Vec<&str> = crate::bundle::outputs::OUTPUTS
+        let named: Vec<&str> = crate::model::files::FILES
             .iter()
             .filter_map(|o| o.schema)
             .collect();
@@ -212,13 +206,13 @@ mod tests {
             assert!(SCHEMAS.iter().any(|(p, _)| p == s), "{s}");
         }
         for file in [
-            crate::bundle::SUMMARY_JSON,
-            crate::bundle::METADATA_JSON,
-            crate::live::timeseries::JSON_FILE,
-            crate::report::histograms::JSON,
+            crate::model::files::SUMMARY_JSON,
+            crate::model::files::METADATA_JSON,
+            crate::model::files::TIMESERIES_JSON,
+            crate::model::files::HISTOGRAMS_JSON,
         ] {
             assert!(
-                crate::bundle::outputs::describe(file).is_some_and(|o| o.schema.is_some()),
+                crate::model::files::describe(file).is_some_and(|o| o.schema.is_some()),
                 "{file} has a schema"
             );
         }

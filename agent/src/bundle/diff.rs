@@ -5,16 +5,17 @@
 //! (red grew, blue shrank), and the functions whose share changed most;
 //! plus the wait probes' rates side by side.
 
+use crate::model::files::{DIFF_JSON, DIFF_SVG_FILES, DIFF_TXT};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::bundle::outputs::instance;
 use crate::bundle::read::{BundleDir, BundleReadError};
 use crate::findings::change::CpuShift;
+use crate::model::files::instance;
+use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::top_symbols::{self, SelfFrame, TopSymbols};
 use crate::report::flamegraph::{self, FlameGraphError};
-use crate::report::folded::FILES as FOLDED;
 use crate::report::{self, units, OutputError};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,15 +37,9 @@ pub enum DiffError {
     Output(#[from] OutputError),
     /// A diff written into a bundle would leave its metadata.json file
     /// list and its .tar.gz stale.
-    #[error("{0} is a recording (it has {file}); write the diff elsewhere with --out DIR", file = crate::bundle::METADATA_JSON)]
+    #[error("{0} is a recording (it has {file}); write the diff elsewhere with --out DIR", file = crate::model::files::METADATA_JSON)]
     IntoBundle(PathBuf),
 }
-
-/// The files `write` puts beside the differential folded files and graphs.
-pub const JSON_FILE: &str = "diff.json";
-pub const TEXT_FILE: &str = "diff.txt";
-/// The differential flame graphs, `diff.KIND.svg`.
-pub const SVG_FILES: &str = "diff.*.svg";
 
 /// Functions listed per profile.
 const SYMBOL_ROWS: usize = 30;
@@ -61,7 +56,7 @@ pub struct DiffReport {
     pub profiles: Vec<ProfileDiff>,
     pub probes: Vec<ProbeDelta>,
     /// The server's own state side by side, when both recordings read it.
-    pub server_state: Option<crate::server_state::StateComparison>,
+    pub server_state: Option<crate::model::server_state::StateComparison>,
     #[serde(skip)]
     files: Vec<(String, String)>,
 }
@@ -175,7 +170,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         };
         let diff_folded = differential(&before, &after);
         let folded_name = instance(FOLDED, &format!("diff.{kind}"));
-        let svg_name = instance(SVG_FILES, kind);
+        let svg_name = instance(DIFF_SVG_FILES, kind);
         let title = format!(
             "{kind} differential: {} -> {} (red grew, blue shrank)",
             baseline.display(),
@@ -241,9 +236,12 @@ impl DiffReport {
     /// Writes the diff's files into `dir` (created if absent), which must
     /// not be a recording: a diff never changes a bundle.
     pub fn write(&self, dir: &Path) -> Result<(), DiffError> {
-        let is_bundle = [crate::bundle::METADATA_JSON, crate::bundle::SUMMARY_JSON]
-            .iter()
-            .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok());
+        let is_bundle = [
+            crate::model::files::METADATA_JSON,
+            crate::model::files::SUMMARY_JSON,
+        ]
+        .iter()
+        .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok());
         if is_bundle {
             return Err(DiffError::IntoBundle(dir.into()));
         }
@@ -252,8 +250,8 @@ impl DiffReport {
             report::write_file(&dir.join(name), text.as_bytes())?;
         }
         let json = serde_json::to_vec_pretty(self).expect("diff serialises");
-        report::write_file(&dir.join(JSON_FILE), &json)?;
-        report::write_file(&dir.join(TEXT_FILE), self.render().as_bytes())?;
+        report::write_file(&dir.join(DIFF_JSON), &json)?;
+        report::write_file(&dir.join(DIFF_TXT), self.render().as_bytes())?;
         Ok(())
     }
 
@@ -379,7 +377,7 @@ impl DiffReport {
 
 /// The server's state of both recordings: settings that differ, history
 /// list length and oldest transaction at the end, status rates.
-fn render_state(st: &crate::server_state::StateComparison) -> String {
+fn render_state(st: &crate::model::server_state::StateComparison) -> String {
     use comfy_table::presets::ASCII_MARKDOWN;
     use comfy_table::{CellAlignment, Table};
     let n = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| units::count(v as f64));
@@ -613,14 +611,14 @@ fn duration_s(summary: &serde_json::Value) -> f64 {
 
 fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
     let text = BundleDir::new(dir)
-        .read_text(crate::bundle::SUMMARY_JSON)?
+        .read_text(crate::model::files::SUMMARY_JSON)?
         .ok_or_else(|| DiffError::NotARecording(dir.to_path_buf()))?;
     crate::bundle::contract::check_version(
-        &dir.join(crate::bundle::SUMMARY_JSON),
+        &dir.join(crate::model::files::SUMMARY_JSON),
         text.as_bytes(),
     )?;
     serde_json::from_str(&text).map_err(|source| DiffError::Summary {
-        path: dir.join(crate::bundle::SUMMARY_JSON),
+        path: dir.join(crate::model::files::SUMMARY_JSON),
         source,
     })
 }

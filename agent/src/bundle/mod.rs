@@ -17,6 +17,7 @@ pub mod outputs;
 pub mod read;
 pub mod replace;
 
+use crate::model::files::{METADATA_JSON, SUMMARY_JSON, SUMMARY_TXT};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -31,13 +32,6 @@ use crate::report::flamegraph::{self, FlameGraphError};
 use crate::report::html::{self, FlameGraph, Page};
 use crate::report::metadata::{HostInfo, Metadata};
 use crate::report::{self, histograms, pprof, table, OutputError};
-
-pub const SUMMARY_JSON: &str = "summary.json";
-pub const SUMMARY_TXT: &str = "summary.txt";
-pub const METADATA_JSON: &str = "metadata.json";
-pub const CPU_PPROF: &str = "cpu.pb.gz";
-pub const OFFCPU_PPROF: &str = "offcpu.pb.gz";
-pub const WAITS_PPROF: &str = "waits.pb.gz";
 
 const DIR_MODE: u32 = 0o750;
 
@@ -110,7 +104,7 @@ pub fn prepare(out: &Path) -> Result<Prepared, OutputError> {
     // first: the hidden directory beside OUT.
     let tmp = temp_dir(&parent, &name);
     make_dir(&tmp).map_err(err)?;
-    report::write_file(&tmp.join(report::WRITE_CHECK), b"").map_err(|e| {
+    report::write_file(&tmp.join(crate::model::files::WRITE_CHECK), b"").map_err(|e| {
         remove_temp_dir(&tmp);
         match e {
             OutputError::Write { source, .. } => err(source),
@@ -129,7 +123,7 @@ pub fn prepare(out: &Path) -> Result<Prepared, OutputError> {
 }
 
 /// Writes the whole bundle of `recording` to the prepared OUT and
-/// `OUT.tar.gz`: every file of [`crate::bundle::outputs::OUTPUTS`], rendered in
+/// `OUT.tar.gz`: every file of [`crate::model::files::FILES`], rendered in
 /// that order. `command_line` is innoprof's argv, kept in metadata.json.
 /// An OUT that was there and was removed during the recording is not
 /// recreated behind the user's back.
@@ -145,8 +139,8 @@ pub fn write(
         report::refuse_symlink(out)?;
     }
     let mut files = BTreeMap::new();
-    for output in crate::bundle::outputs::OUTPUTS {
-        let Some(render) = output.render else {
+    for output in crate::model::files::FILES {
+        let Some(render) = crate::bundle::outputs::renderer(output.name) else {
             continue;
         };
         let rendered = render(
@@ -163,7 +157,7 @@ pub fn write(
     // registry must name it (outputs::tests and this test's bundles).
     debug_assert!(
         recording.folded.iter().all(|(n, _)| files.contains_key(n)),
-        "a recorded file is in no entry of outputs::OUTPUTS"
+        "a recorded file is in no entry of model::files::FILES"
     );
     let summary = &recording.summary;
     let started_ms = u64::try_from(summary.started_unix_ms).unwrap_or(u64::MAX);
@@ -171,10 +165,11 @@ pub fn write(
     install(out, &files, ended_s)
 }
 
-/// The renderers of [`crate::bundle::outputs::OUTPUTS`]' entries.
+/// The renderers of [`crate::model::files::FILES`]' entries.
 pub(crate) mod render {
     use super::*;
-    use crate::bundle::outputs::{Context, FileInfo, Output, OUTPUTS};
+    use crate::bundle::outputs::Context;
+    use crate::model::files::{BundleFile as Output, FileInfo, FILES};
 
     type Rendered = Result<Vec<(String, Vec<u8>)>, BundleError>;
 
@@ -187,7 +182,7 @@ pub(crate) mod render {
         Ok(c.recording
             .folded
             .iter()
-            .filter(|(n, _)| crate::bundle::outputs::describe(n).is_some_and(|d| d.name == o.name))
+            .filter(|(n, _)| crate::model::files::describe(n).is_some_and(|d| d.name == o.name))
             .map(|(n, t)| (n.clone(), t.clone().into_bytes()))
             .collect())
     }
@@ -275,14 +270,14 @@ pub(crate) mod render {
     }
 
     /// Lists the files rendered so far, itself, and the entries after it
-    /// (each writes its one file: see [`OUTPUTS`]).
+    /// (each writes its one file: see [`FILES`]).
     pub fn metadata_json(o: &Output, c: &Context) -> Rendered {
         let summary = &c.recording.summary;
         let mut metadata = Metadata::new(summary, c.command_line, HostInfo::current());
-        let me = OUTPUTS.iter().position(|x| x.name == o.name).unwrap_or(0);
-        let later = OUTPUTS[me + 1..]
+        let me = FILES.iter().position(|x| x.name == o.name).unwrap_or(0);
+        let later = FILES[me + 1..]
             .iter()
-            .filter(|x| x.render.is_some())
+            .filter(|x| crate::bundle::outputs::renderer(x.name).is_some())
             .map(|x| x.name.to_string());
         metadata.files = c
             .files
@@ -350,14 +345,14 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
     };
     let page = render_page(&summary, metadata.as_ref(), read)?;
     report::write_file(&dir.join(SUMMARY_TXT), table::render(&summary).as_bytes())?;
-    report::write_file(&dir.join(html::FILE), page.as_bytes())?;
+    report::write_file(&dir.join(crate::model::files::REPORT_HTML), page.as_bytes())?;
     let tarball = tarball_path(dir).map_err(BundleError::Output)?;
     Ok((
         summary,
         Written {
             dir: dir.into(),
             tarball,
-            report: dir.join(html::FILE),
+            report: dir.join(crate::model::files::REPORT_HTML),
         },
     ))
 }
@@ -371,7 +366,7 @@ fn render_page(
     let text = |name: &str| -> Result<Option<String>, BundleError> {
         Ok(get(name)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
     };
-    let ts_file = crate::live::timeseries::JSON_FILE;
+    let ts_file = crate::model::files::TIMESERIES_JSON;
     let timeseries = match get(ts_file)? {
         Some(b) => {
             crate::bundle::contract::check_version(Path::new(ts_file), &b)?;
@@ -502,7 +497,7 @@ fn install(
     Ok(Written {
         dir: out.into(),
         tarball,
-        report: out.join(html::FILE),
+        report: out.join(crate::model::files::REPORT_HTML),
     })
 }
 
@@ -647,10 +642,11 @@ fn sync_dir(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::files::WAITS_PPROF;
 
     fn recording() -> Recording {
         let mut summary = crate::report::html::tests::summary();
-        summary.format_version = crate::bundle::contract::FORMAT_VERSION;
+        summary.format_version = crate::model::files::FORMAT_VERSION;
         summary.probes[0].stacks.folded_by_count = Some("innodb.mutex.enter.count.folded".into());
         let summary_probe = summary.probes[0].name.clone();
         Recording {
@@ -707,7 +703,7 @@ mod tests {
         let m: Metadata =
             serde_json::from_slice(&std::fs::read(out.join(METADATA_JSON)).unwrap()).unwrap();
         assert_eq!(m.files, files);
-        assert_eq!(m.format_version, crate::bundle::contract::FORMAT_VERSION);
+        assert_eq!(m.format_version, crate::model::files::FORMAT_VERSION);
         assert!(m.file_info.iter().map(|f| &f.name).eq(m.files.iter()));
         assert!(
             m.file_info.iter().all(|f| !f.description.is_empty()),
@@ -715,7 +711,7 @@ mod tests {
             m.file_info
         );
         let s = read_summary(&out).unwrap();
-        assert_eq!(s.format_version, crate::bundle::contract::FORMAT_VERSION);
+        assert_eq!(s.format_version, crate::model::files::FORMAT_VERSION);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&out), 0o750);
         assert_eq!(mode(&w.tarball), 0o640);
@@ -790,9 +786,9 @@ mod tests {
         let out = root.path().join("ts");
         write(&rec, &prepare(&out).unwrap(), &[]).unwrap();
         let files = listing(&out);
-        assert!(files.contains(&crate::live::timeseries::JSON_FILE.to_string()));
-        assert!(files.contains(&crate::live::timeseries::CSV_FILE.to_string()));
-        let page = std::fs::read_to_string(out.join(html::FILE)).unwrap();
+        assert!(files.contains(&crate::model::files::TIMESERIES_JSON.to_string()));
+        assert!(files.contains(&crate::model::files::TIMESERIES_CSV.to_string()));
+        let page = std::fs::read_to_string(out.join(crate::model::files::REPORT_HTML)).unwrap();
         assert!(page.contains("id=\"timeseries\""));
         assert!(
             page.contains("href=\"timeseries.csv\""),

@@ -13,16 +13,16 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use crate::bundle::read::BundleDir;
-use crate::bundle::METADATA_JSON;
+use crate::model::files::METADATA_JSON;
 use crate::report::metadata;
 
 /// A name innoprof could have written into a bundle directory: a file of
-/// [`crate::bundle::outputs::OUTPUTS`] (the bundle, what `innoprof diff` writes
+/// [`crate::model::files::FILES`] (the bundle, what `innoprof diff` writes
 /// into INCIDENT by default, the write check of `prepare_dir`), or such a
 /// file's temporary twin `<name>.tmp~` left by a write cut short
 /// (report::write_file).
 pub fn is_innoprof_file(name: &str) -> bool {
-    let listed = |n: &str| crate::bundle::outputs::describe(n).is_some();
+    let listed = |n: &str| crate::model::files::describe(n).is_some();
     listed(name) || name.strip_suffix(".tmp~").is_some_and(stem_of_ours)
 }
 

@@ -280,7 +280,7 @@ fn ranking_is_severity_then_weight() {
 /// A recording's server state with these variables and a status counter
 /// that grew `commits` over 10 s.
 fn with_settings(vars: &[(&str, &str)], commits: u64) -> Summary {
-    use crate::server_state::{ServerState, Snapshot};
+    use crate::model::server_state::{ServerState, Snapshot};
     let mut s = crate::report::html::tests::summary();
     let snap = |at: u128, c: u64| Snapshot {
         taken_unix_ms: at,

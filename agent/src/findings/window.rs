@@ -23,7 +23,7 @@ pub fn summary(
     probes: &[LiveProbe],
     earlier: &Reading,
     later: &Reading,
-    server_state: Option<crate::server_state::ServerState>,
+    server_state: Option<crate::model::server_state::ServerState>,
 ) -> Summary {
     let window_s = (later.elapsed_s - earlier.elapsed_s).max(0.0);
     let results = probes

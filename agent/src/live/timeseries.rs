@@ -33,6 +33,7 @@
 //! `wait_ns` 0 and `attached_ms` the whole interval (a counter is never
 //! off). Their intervals add up to `summary.json`'s `counters[].count`.
 
+use crate::model::files::{TIMESERIES_CSV, TIMESERIES_JSON};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -47,8 +48,6 @@ use crate::symbolize::callsite::{CallsiteNamer, LabelCache};
 /// Call sites per probe that get their own rows; the rest are "other".
 pub const TOP_CALLSITES: usize = 10;
 pub const OTHER: &str = "other";
-pub const JSON_FILE: &str = "timeseries.json";
-pub const CSV_FILE: &str = "timeseries.csv";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -330,7 +329,7 @@ impl IntervalSeries {
             }
         }
         TimeSeries {
-            format_version: crate::bundle::contract::FORMAT_VERSION,
+            format_version: crate::model::files::FORMAT_VERSION,
             interval_ms: self.interval_ms,
             started_unix_ms: self.started_unix_ms,
             points,
@@ -422,7 +421,7 @@ impl TimeSeries {
         TimeseriesNote {
             interval_ms: self.interval_ms,
             intervals: self.intervals(),
-            files: vec![JSON_FILE.to_string(), CSV_FILE.to_string()],
+            files: vec![TIMESERIES_JSON.to_string(), TIMESERIES_CSV.to_string()],
         }
     }
 }
@@ -620,7 +619,7 @@ mod tests {
     #[test]
     fn csv_matches_the_contract() {
         let series = TimeSeries {
-            format_version: crate::bundle::contract::FORMAT_VERSION,
+            format_version: crate::model::files::FORMAT_VERSION,
             interval_ms: 1000,
             started_unix_ms: 1,
             points: vec![

@@ -1,6 +1,8 @@
 //! The recording as data: what summary.json holds, the named stacks
 //! beside it and the top symbols of a profile.
 
+pub mod files;
 pub mod named_stack;
+pub mod server_state;
 pub mod summary;
 pub mod top_symbols;

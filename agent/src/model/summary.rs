@@ -51,7 +51,7 @@ pub struct Summary {
     /// (`crate::server_state`); absent without a login or with
     /// `--no-server-state`, and in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_state: Option<crate::server_state::ServerState>,
+    pub server_state: Option<crate::model::server_state::ServerState>,
     /// With `record --follow`: one per server process watched, oldest
     /// first; the time between two is a gap nothing watched (the server
     /// restarting). Counts are of the segments' seconds only.
@@ -620,11 +620,11 @@ impl Recording {
     /// Adds what the server said of itself over SQL: kept in the summary,
     /// SHOW ENGINE INNODB STATUS beside it, and the findings evaluated
     /// again with it (they can then name a transaction or a table).
-    pub fn add_server_state(&mut self, state: crate::server_state::ServerState) {
+    pub fn add_server_state(&mut self, state: crate::model::server_state::ServerState) {
         for (when, snap) in [("start", &state.start), ("end", &state.end)] {
             if let Some(text) = snap.as_ref().and_then(|s| s.innodb_status.as_ref()) {
                 self.folded
-                    .push((crate::server_state::innodb_status_file(when), text.clone()));
+                    .push((crate::model::files::innodb_status_file(when), text.clone()));
             }
         }
         self.summary.server_state = Some(state);

@@ -2,6 +2,7 @@
 //! off-CPU by microseconds blocked), flame graphs, the top-symbols tables
 //! and the summary counters.
 
+use crate::model::files::{OFFCPU_FOLDED, OFFCPU_SVG, ONCPU_FOLDED, ONCPU_SVG};
 use crate::model::named_stack::{NamedStack, StackFrame};
 use crate::model::summary::{
     CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary, ProgramCost,
@@ -17,11 +18,6 @@ use crate::report::flamegraph::FlameGraphError;
 
 /// Rows of each top table kept in summary.json.
 pub const TOP_ROWS: usize = 50;
-
-pub const ONCPU_FOLDED: &str = "oncpu.folded";
-pub const ONCPU_SVG: &str = "oncpu.svg";
-pub const OFFCPU_FOLDED: &str = "offcpu.folded";
-pub const OFFCPU_SVG: &str = "offcpu.svg";
 
 #[derive(Debug, Clone)]
 pub struct CpuProfile {

@@ -102,7 +102,7 @@ impl Ready {
 
     fn new(command: &str, targets: Vec<ReadyTarget>) -> Self {
         Self {
-            format_version: crate::bundle::contract::FORMAT_VERSION,
+            format_version: crate::model::files::FORMAT_VERSION,
             event: "attached".into(),
             command: command.into(),
             innoprof_pid: std::process::id(),

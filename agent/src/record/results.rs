@@ -10,12 +10,13 @@ use std::time::Duration;
 use crate::attach::{AttachOutcome, Session, Slot};
 use crate::bpf::abi::{Callsite, SiteVal, SlotId, SlotStats};
 use crate::bpf::histogram::Log2Histogram;
-use crate::bundle::outputs::instance;
 use crate::collect::{Snapshot, StackSample};
 use crate::cost::governor::DutyReport;
 use crate::cost::hit_cost::HitCost;
 use crate::cost::live::LiveCost;
 use crate::cpu::RawCpuProfile;
+use crate::model::files::instance;
+use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::named_stack::ProbeStackSet;
 use crate::model::named_stack::{NamedStack, RecordedStacks};
 use crate::model::summary::{
@@ -28,7 +29,7 @@ use crate::plan::probeset::PlannedProbe;
 use crate::record::Plan;
 use crate::report;
 use crate::report::flamegraph::FlameGraphError;
-use crate::report::folded::{FoldedStacks, FILES as FOLDED};
+use crate::report::folded::FoldedStacks;
 use crate::resolve::{SkipReason, Unresolved};
 use crate::symbolize::callsite::CallsiteNamer;
 use crate::symbolize::{Frame, FrameKind, ProcessMaps, StackSymbolizer};
@@ -351,7 +352,7 @@ pub(crate) fn bare_summary(
     end_reason: EndReason,
 ) -> Summary {
     Summary {
-        format_version: crate::bundle::contract::FORMAT_VERSION,
+        format_version: crate::model::files::FORMAT_VERSION,
         tool: "innoprof".to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         target: plan.target_info(),

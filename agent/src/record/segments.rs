@@ -7,15 +7,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::bpf::histogram::{Bucket, Log2Histogram};
-use crate::bundle::outputs::describe;
+use crate::model::files::describe;
+use crate::model::files::innodb_status_file;
+use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::summary::Recording;
 use crate::model::summary::{
     CallsiteResult, InTargetSummary, LatchResult, ProbeResult, ProbeStatus, ProgramCost,
     RoleResult, SampledCost, Sampling, SamplingState, Segment, Summary, SymbolInfo,
 };
 use crate::model::top_symbols::{SelfFrame, TopBuilder};
-use crate::report::folded::{FoldedStacks, FILES as FOLDED};
-use crate::server_state::innodb_status_file;
+use crate::report::folded::FoldedStacks;
 
 /// The segments (oldest first) as one recording. A single segment comes
 /// back as it is, only listed in `segments`.

@@ -3,11 +3,6 @@
 
 use std::collections::BTreeMap;
 
-/// Every folded file of a bundle (a probe's, the CPU profile's, a
-/// differential one): `STEM.folded`. Name one with
-/// [`crate::bundle::outputs::instance`].
-pub const FILES: &str = "*.folded";
-
 /// Accumulates weighted stacks for one probe.
 #[derive(Debug, Default)]
 pub struct FoldedStacks {

@@ -9,9 +9,6 @@ use crate::bpf::histogram::Bucket;
 use crate::model::summary::{ProbeStatus, Summary};
 use crate::plan::catalog::Measure;
 
-pub const JSON: &str = "histograms.json";
-pub const CSV: &str = "histograms.csv";
-
 /// `histograms.json` (schema: `docs/schema/histograms.schema.json`).
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Histograms {
@@ -34,7 +31,7 @@ pub struct ProbeHistogram {
 
 pub fn of(summary: &Summary) -> Histograms {
     Histograms {
-        format_version: crate::bundle::contract::FORMAT_VERSION,
+        format_version: crate::model::files::FORMAT_VERSION,
         buckets: "log2, [low_ns, high_ns)".to_string(),
         probes: summary
             .probes
@@ -80,7 +77,7 @@ mod tests {
     #[test]
     fn csv_quotes_names_with_commas() {
         let h = Histograms {
-            format_version: crate::bundle::contract::FORMAT_VERSION,
+            format_version: crate::model::files::FORMAT_VERSION,
             buckets: String::new(),
             probes: vec![ProbeHistogram {
                 probe: "f(int, int)".into(),

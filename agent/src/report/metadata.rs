@@ -14,7 +14,7 @@ pub const FORMAT: &str = "innoprof-bundle";
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metadata {
     pub format: String,
-    /// [`crate::bundle::contract::FORMAT_VERSION`] when written; 1 before the names
+    /// [`crate::model::files::FORMAT_VERSION`] when written; 1 before the names
     /// were aligned with summary.json.
     pub format_version: u32,
     pub tool_version: String,
@@ -39,7 +39,7 @@ pub struct Metadata {
     /// What each of `files` is (from `crate::bundle::outputs`); empty in bundles
     /// written before it existed.
     #[serde(default)]
-    pub file_info: Vec<crate::bundle::outputs::FileInfo>,
+    pub file_info: Vec<crate::model::files::FileInfo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -104,7 +104,7 @@ impl Metadata {
         let cpu = summary.cpu.as_ref();
         Self {
             format: FORMAT.to_string(),
-            format_version: crate::bundle::contract::FORMAT_VERSION,
+            format_version: crate::model::files::FORMAT_VERSION,
             tool_version: summary.tool_version.clone(),
             host,
             server: t.server.clone(),

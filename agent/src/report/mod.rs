@@ -14,6 +14,7 @@ pub mod state_text;
 pub mod table;
 pub mod units;
 
+use crate::model::files::WRITE_CHECK;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -42,9 +43,6 @@ pub enum OutputError {
         hint: &'static str,
     },
 }
-
-/// The empty file `prepare_dir` writes to prove the directory writable.
-pub const WRITE_CHECK: &str = ".innoprof-write-check";
 
 /// Creates the directory if needed and proves it writable, before any
 /// probe is attached. A symbolic link is refused, not followed: as root,

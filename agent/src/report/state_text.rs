@@ -3,7 +3,7 @@
 //! all of it.
 
 use crate::findings::thousands;
-use crate::server_state::ServerState;
+use crate::model::server_state::ServerState;
 
 /// Settings shown in summary.txt, in this order, when the server has them.
 pub const SHOWN_VARIABLES: &[&str] = &[
@@ -121,7 +121,7 @@ fn samples_line(st: &ServerState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server_state::{Snapshot, StatePoint};
+    use crate::model::server_state::{Snapshot, StatePoint};
 
     fn point(hll: Option<u64>, running: u64, oldest: Option<(u64, u64)>) -> StatePoint {
         StatePoint {

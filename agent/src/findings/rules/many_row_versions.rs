@@ -7,8 +7,8 @@
 use crate::findings::{
     counter_rate, cpu_share, probe, thousands, watched_rate, Evidence, Finding, Severity,
 };
+use crate::model::server_state::HolderEvidence;
 use crate::model::summary::Summary;
-use crate::server_state::HolderEvidence;
 
 /// This rule's name.
 pub(super) const RULE: &str = "many_row_versions";
@@ -233,7 +233,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
 
 /// `transaction 421…, connection 9 (root@localhost, db sbtest), open 37 s,
 /// REPEATABLE READ, idle (Sleep)` or `…, running: SELECT …`.
-fn describe(t: &crate::server_state::Transaction) -> String {
+fn describe(t: &crate::model::server_state::Transaction) -> String {
     let who = match (&t.user, &t.host) {
         (Some(u), Some(h)) => format!(
             " ({u}@{h}{})",

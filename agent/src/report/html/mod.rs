@@ -20,8 +20,6 @@ use crate::model::top_symbols::TopSymbols;
 use crate::plan::catalog::Measure;
 use timeseries::TimeSeries;
 
-pub const FILE: &str = "report.html";
-
 /// Rows of the tables (summary.json has more).
 const TOP_SYMBOL_ROWS: usize = 30;
 const CALLSITE_ROWS: usize = 20;
@@ -193,7 +191,7 @@ fn files(m: &Metadata) -> Markup {
                 @for f in &m.files {
                     tr {
                         td { a href=(f) { code { (f) } } }
-                        td { (crate::bundle::outputs::describe(f).map_or_else(String::new, crate::bundle::outputs::Output::what)) }
+                        td { (crate::model::files::describe(f).map_or_else(String::new, crate::model::files::BundleFile::what)) }
                     }
                 }
             }
@@ -228,9 +226,9 @@ fn findings(s: &Summary) -> Markup {
 }
 
 /// What the server said of itself over SQL at the start and end.
-fn server_state(st: &crate::server_state::ServerState) -> Markup {
+fn server_state(st: &crate::model::server_state::ServerState) -> Markup {
     use crate::findings::thousands;
-    use crate::server_state::innodb_status_file;
+    use crate::model::files::innodb_status_file;
     let latest = st.latest();
     let (hll_start, hll_end) = st.history_list_lengths();
     let hll = |n: Option<u64>| n.map(|n| thousands(n as f64)).unwrap_or_else(|| "-".into());
@@ -319,7 +317,7 @@ const MAX_SAMPLE_ROWS: usize = 300;
 
 /// The cheap state read at each `--interval`: one row per sample, rates
 /// over the time since the previous one.
-fn state_samples(st: &crate::server_state::ServerState) -> Markup {
+fn state_samples(st: &crate::model::server_state::ServerState) -> Markup {
     use crate::findings::thousands;
     let t0 = st
         .start
@@ -328,15 +326,15 @@ fn state_samples(st: &crate::server_state::ServerState) -> Markup {
         .or_else(|| st.samples.first().map(|p| p.taken_unix_ms))
         .unwrap_or(0);
     let opt = |n: Option<u64>| n.map(|n| thousands(n as f64)).unwrap_or_else(|| "-".into());
-    let rate = |prev: Option<&crate::server_state::StatePoint>,
-                p: &crate::server_state::StatePoint,
+    let rate = |prev: Option<&crate::model::server_state::StatePoint>,
+                p: &crate::model::server_state::StatePoint,
                 k: &str| { p.rate_since(prev?, k).map(thousands) };
     html! {
         h3 { "At each interval" }
         p.note {
             (st.samples.len()) " samples of the cheap state (history list length from InnoDB's "
             code { "trx_rseg_history_len" } " metric, the oldest transaction, global status); rates are per second since the previous sample."
-            @if st.samples.len() > MAX_SAMPLE_ROWS { " The first " (MAX_SAMPLE_ROWS) " are shown; " (crate::bundle::SUMMARY_JSON) " has all." }
+            @if st.samples.len() > MAX_SAMPLE_ROWS { " The first " (MAX_SAMPLE_ROWS) " are shown; " (crate::model::files::SUMMARY_JSON) " has all." }
         }
         table {
             tr { th { "s" } th { "history list length" } th { "threads running" } th { "oldest transaction (connection, open s)" } th { "commits/s" } th { "rows read/s" } th { "rows inserted/s" } th { "rows updated/s" } th { "row lock waits" } }
