@@ -480,7 +480,7 @@ async fn record_segment(
     deadline: &mut Option<tokio::time::Instant>,
     signals: &mut Signals,
     notifier: &mut innoprof::record::ready::Notifier,
-) -> Result<(innoprof::model::summary::Recording, EndReason)> {
+) -> Result<(innoprof::record::recording::Recording, EndReason)> {
     let pid = plan.target.pid;
     warn_unattached(&plan);
     // Before attaching: its queries are not what the probes should see.

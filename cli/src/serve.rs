@@ -134,7 +134,7 @@ struct Watched {
     /// The server's own state, snapshotted once per findings window.
     state: Option<innoprof::server_state::StateWatcher>,
     /// The last window's findings, served whole at /findings.
-    findings: Vec<innoprof::findings::Finding>,
+    findings: Vec<innoprof::model::finding::Finding>,
     /// The process watched (the one that exited, while down).
     target: Target,
     /// Follows it across restarts (None: a `--force` target, or
@@ -376,7 +376,7 @@ impl Watched {
         };
         match view.advance(recorder) {
             Ok((before, now)) => {
-                let window = innoprof::findings::window::summary(
+                let window = innoprof::live::findings_window::summary(
                     recorder.plan(),
                     view.probes(),
                     &before,

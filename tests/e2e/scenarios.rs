@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use innoprof::findings::{Finding, Severity};
+use innoprof::model::finding::{Finding, Severity};
 use innoprof::model::server_state::Snapshot;
 use innoprof::model::summary::CounterStatus;
 use innoprof_e2e::*;

@@ -1,6 +1,6 @@
 //! Real servers under real sysbench load, recorded by the real binary.
 
-use innoprof::findings::Severity;
+use innoprof::model::finding::Severity;
 use innoprof::model::summary::RoleKind;
 use innoprof::plan::server::Family;
 use innoprof::resolve::{EntryInsn, SymbolTable};

@@ -4,7 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use innoprof::findings::Severity;
+use innoprof::model::finding::Severity;
 use innoprof_e2e::*;
 use serde_json::Value;
 

@@ -86,7 +86,7 @@ pub fn metadata_schema() -> serde_json::Value {
 
 /// The JSON Schema of `timeseries.json` (`record --interval`).
 pub fn timeseries_schema() -> serde_json::Value {
-    schema_of::<crate::live::timeseries::TimeSeries>()
+    schema_of::<crate::model::timeseries::TimeSeries>()
 }
 
 /// The JSON Schema of `histograms.json`.

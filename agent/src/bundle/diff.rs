@@ -16,7 +16,8 @@ use crate::model::files::instance;
 use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::top_symbols::{self, SelfFrame, TopSymbols};
 use crate::report::flamegraph::{self, FlameGraphError};
-use crate::report::{self, units, OutputError};
+use crate::report::{self, OutputError};
+use crate::text::units;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
@@ -50,7 +51,7 @@ pub struct DiffReport {
     pub incident: PathBuf,
     /// What the change brought: the incident's findings the baseline had
     /// not at that severity, and where CPU moved; most severe first.
-    pub findings: Vec<crate::findings::Finding>,
+    pub findings: Vec<crate::model::finding::Finding>,
     /// Rules that fired in the baseline too (`latch_hotspot (warning)`).
     pub findings_also_in_baseline: Vec<String>,
     pub profiles: Vec<ProfileDiff>,

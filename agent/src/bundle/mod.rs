@@ -25,9 +25,9 @@ use std::path::{Path, PathBuf};
 
 use crate::bundle::read::{BundleDir, BundleReadError};
 use crate::bundle::replace::{remove_bundle_dir, remove_temp_dir, why_not_replaceable};
-use crate::live::timeseries::TimeSeries;
-use crate::model::summary::Recording;
 use crate::model::summary::{ProbeStatus, Summary};
+use crate::model::timeseries::TimeSeries;
+use crate::record::recording::Recording;
 use crate::report::flamegraph::{self, FlameGraphError};
 use crate::report::html::{self, FlameGraph, Page};
 use crate::report::metadata::{HostInfo, Metadata};

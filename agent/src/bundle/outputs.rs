@@ -11,7 +11,7 @@ use crate::model::files::{
     METADATA_JSON, OFFCPU_PPROF, OFFCPU_SVG, ONCPU_SVG, REPORT_HTML, SUMMARY_JSON, SUMMARY_TXT,
     TIMESERIES_CSV, TIMESERIES_JSON, WAITS_PPROF,
 };
-use crate::model::summary::Recording;
+use crate::record::recording::Recording;
 
 /// The files rendered so far, by name, in list order.
 pub type Files = BTreeMap<String, Vec<u8>>;

@@ -600,6 +600,29 @@ pub fn read(session: &Session) -> Result<Snapshot, CollectError> {
     read_in(session.object(), session.slot_count())
 }
 
+/// Calls and wait time: one probe's or call site's count at a read, or
+/// the difference of two reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+
+impl Counts {
+    pub fn since(self, earlier: Counts) -> Counts {
+        // Per-CPU and atomic counters only grow; saturate all the same.
+        Counts {
+            calls: self.calls.saturating_sub(earlier.calls),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+        }
+    }
+
+    pub fn add(&mut self, other: Counts) {
+        self.calls += other.calls;
+        self.wait_ns += other.wait_ns;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,9 @@
 
 use std::collections::VecDeque;
 
+/// The counter whose count is the server's work for [`crate::cost::in_target`].
+pub const WORK_COUNTER: &str = "innodb.rows_read";
+
 use serde::{Deserialize, Serialize};
 
 /// Fewer looks than this are not fitted.

@@ -388,7 +388,7 @@ impl Exporter {
     }
 
     /// The findings to export until the next window's replace them.
-    pub fn set_findings(&mut self, findings: &[crate::findings::Finding]) {
+    pub fn set_findings(&mut self, findings: &[crate::model::finding::Finding]) {
         self.findings = findings
             .iter()
             .map(|f| (f.rule.clone(), f.severity.to_string()))

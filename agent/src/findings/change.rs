@@ -2,7 +2,8 @@
 //! baseline had not (or had milder), and where the server's CPU moved,
 //! by InnoDB/SQL subsystem (S6).
 
-use super::{rank, Evidence, Finding, Severity};
+use super::rank;
+use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::summary::Summary;
 
 /// One function's share of on-CPU samples before and after (self %).

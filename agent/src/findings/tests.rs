@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::bpf::histogram::Bucket;
+use crate::model::finding::Severity;
 use crate::model::summary::{CallsiteResult, LatchResult, Sampling};
 
 /// The fixture summary (10 s) with its one probe renamed and reshaped.

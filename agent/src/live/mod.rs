@@ -10,6 +10,7 @@
 //! [`Frame::from_summary`] builds the same tables from a saved recording's
 //! `summary.json` (`innoprof top DIR`).
 
+pub mod findings_window;
 pub mod timeseries;
 
 use std::collections::{BTreeMap, HashMap};

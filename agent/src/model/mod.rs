@@ -2,7 +2,9 @@
 //! beside it and the top symbols of a profile.
 
 pub mod files;
+pub mod finding;
 pub mod named_stack;
 pub mod server_state;
 pub mod summary;
+pub mod timeseries;
 pub mod top_symbols;

@@ -46,7 +46,7 @@ pub struct Summary {
     /// What is wrong, most severe first (`crate::findings`); empty when no
     /// rule fired, and in recordings made before findings existed.
     #[serde(default)]
-    pub findings: Vec<crate::findings::Finding>,
+    pub findings: Vec<crate::model::finding::Finding>,
     /// The server's own state at start and end, read over SQL
     /// (`crate::server_state`); absent without a login or with
     /// `--no-server-state`, and in recordings made before it existed.
@@ -601,35 +601,6 @@ pub struct OffCpuLost {
     pub map_full: u64,
     /// Not counted: the per-thread start map was full.
     pub start_map_full: u64,
-}
-
-/// A finished recording: its summary and the files and stacks beside it,
-/// what `bundle::write` writes (and `segments::merge` joins).
-pub struct Recording {
-    pub summary: Summary,
-    /// (file name, contents): the folded stacks and flame graphs the
-    /// recorder rendered, and the server's InnoDB status text.
-    pub folded: Vec<(String, String)>,
-    /// `record --interval`'s series (timeseries.json and .csv).
-    pub timeseries: Option<crate::live::timeseries::TimeSeries>,
-    /// The stacks behind the folded files, as named: pprof's source.
-    pub stacks: super::named_stack::RecordedStacks,
-}
-
-impl Recording {
-    /// Adds what the server said of itself over SQL: kept in the summary,
-    /// SHOW ENGINE INNODB STATUS beside it, and the findings evaluated
-    /// again with it (they can then name a transaction or a table).
-    pub fn add_server_state(&mut self, state: crate::model::server_state::ServerState) {
-        for (when, snap) in [("start", &state.start), ("end", &state.end)] {
-            if let Some(text) = snap.as_ref().and_then(|s| s.innodb_status.as_ref()) {
-                self.folded
-                    .push((crate::model::files::innodb_status_file(when), text.clone()));
-            }
-        }
-        self.summary.server_state = Some(state);
-        self.summary.findings = crate::findings::evaluate(&self.summary);
-    }
 }
 
 #[cfg(test)]

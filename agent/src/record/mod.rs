@@ -4,6 +4,7 @@
 
 pub mod cpu_profile;
 pub mod ready;
+pub mod recording;
 pub mod results;
 pub mod segments;
 
@@ -21,11 +22,12 @@ use crate::cost::governor::{GovernedProbe, Governor, GovernorConfig, SlotCost};
 use crate::cost::hit_cost::HitCost;
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
 use crate::model::named_stack::ProbeStackSet;
-use crate::model::summary::{EndReason, Recording, TargetInfo};
+use crate::model::summary::{EndReason, TargetInfo};
 use crate::plan::catalog::CatalogError;
 use crate::plan::memcounters::{CounterRecorder, PlannedCounter};
 use crate::plan::probeset::{PlannedProbe, ProbeRequest, ProbeSet};
 use crate::plan::server::ServerInfo;
+use crate::record::recording::Recording;
 use crate::record::results::{fold_stacks, probe_slots, Finished, LatchNames};
 use crate::report;
 use crate::resolve::debuginfo::DebugFile;
@@ -391,9 +393,6 @@ fn mark_aux(
     }
 }
 
-/// The counter whose count is the server's work for [`crate::cost::in_target`].
-pub const WORK_COUNTER: &str = "innodb.rows_read";
-
 /// What one call at slot `s` cost the server from `then` (None: the
 /// recording's start) to `now`, in ns: the calibrated trap plus the
 /// programs' measured run time over that span, else the calibration alone.
@@ -425,16 +424,26 @@ fn in_target_looks(
     let work = counters
         .counters()
         .iter()
-        .position(|c| c.spec.name == WORK_COUNTER)
-        .ok_or_else(|| format!("{WORK_COUNTER} is not in this server's catalog or probe set"))?;
-    counters.counters()[work]
-        .layout
-        .as_ref()
-        .map_err(|why| format!("{WORK_COUNTER} cannot be read: {why}"))?;
+        .position(|c| c.spec.name == crate::cost::in_target::WORK_COUNTER)
+        .ok_or_else(|| {
+            format!(
+                "{} is not in this server's catalog or probe set",
+                crate::cost::in_target::WORK_COUNTER
+            )
+        })?;
+    counters.counters()[work].layout.as_ref().map_err(|why| {
+        format!(
+            "{} cannot be read: {why}",
+            crate::cost::in_target::WORK_COUNTER
+        )
+    })?;
     let clock = crate::cost::in_target::ServerCpuClock::of(plan.target.pid)
         .ok_or("the server's CPU clock cannot be read")?;
     Ok(InTargetLooks {
-        cost: crate::cost::in_target::InTargetCost::new(clock, WORK_COUNTER),
+        cost: crate::cost::in_target::InTargetCost::new(
+            clock,
+            crate::cost::in_target::WORK_COUNTER,
+        ),
         work,
         last: HashMap::new(),
         last_runs: None,

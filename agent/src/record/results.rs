@@ -20,12 +20,13 @@ use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::named_stack::ProbeStackSet;
 use crate::model::named_stack::{NamedStack, RecordedStacks};
 use crate::model::summary::{
-    CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, Recording,
-    RoleKind, RoleResult, SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
+    CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, RoleKind,
+    RoleResult, SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
 };
 use crate::plan::catalog::Measure;
 use crate::plan::memcounters::CounterResult;
 use crate::plan::probeset::PlannedProbe;
+use crate::record::recording::Recording;
 use crate::record::Plan;
 use crate::report;
 use crate::report::flamegraph::FlameGraphError;

@@ -10,12 +10,12 @@ use crate::bpf::histogram::{Bucket, Log2Histogram};
 use crate::model::files::describe;
 use crate::model::files::innodb_status_file;
 use crate::model::files::FOLDED_FILES as FOLDED;
-use crate::model::summary::Recording;
 use crate::model::summary::{
     CallsiteResult, InTargetSummary, LatchResult, ProbeResult, ProbeStatus, ProgramCost,
     RoleResult, SampledCost, Sampling, SamplingState, Segment, Summary, SymbolInfo,
 };
 use crate::model::top_symbols::{SelfFrame, TopBuilder};
+use crate::record::recording::Recording;
 use crate::report::folded::FoldedStacks;
 
 /// The segments (oldest first) as one recording. A single segment comes

@@ -4,8 +4,8 @@
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 
-use super::units;
 use crate::model::summary::{CounterResult, CounterStatus};
+use crate::text::units;
 
 pub fn render(counters: &[CounterResult]) -> String {
     let read: Vec<&CounterResult> = counters

@@ -1,9 +1,9 @@
 //! The CPU part of the stdout summary: what was sampled, what was lost,
 //! and the top-symbols tables.
 
-use super::units;
 use crate::model::summary::CpuSummary;
 use crate::model::top_symbols;
+use crate::text::units;
 
 /// Rows of the on-CPU and off-CPU tables on stdout (summary.json has more).
 const ONCPU_ROWS: usize = 25;

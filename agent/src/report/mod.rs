@@ -12,7 +12,6 @@ pub mod overhead;
 pub mod pprof;
 pub mod state_text;
 pub mod table;
-pub mod units;
 
 use crate::model::files::WRITE_CHECK;
 use std::io::Write;

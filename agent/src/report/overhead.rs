@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::units;
 use crate::cost::hit_cost::HitCost;
 use crate::model::summary::{ProbeStatus, Summary};
+use crate::text::units;
 
 pub fn render(summary: &Summary) -> String {
     let o = &summary.overhead;
@@ -111,7 +111,7 @@ pub fn in_target_line(o: &crate::model::summary::OverheadSummary) -> Option<Stri
 /// The unit of work a counter's count is, in words.
 fn work_unit(counter: &str) -> &str {
     match counter {
-        crate::record::WORK_COUNTER => "InnoDB row read",
+        crate::cost::in_target::WORK_COUNTER => "InnoDB row read",
         other => other,
     }
 }
@@ -311,7 +311,7 @@ mod tests {
             factor_high: 1.3,
             cpu_per_work_ns: 700.0,
             looks: 118,
-            work: crate::record::WORK_COUNTER.into(),
+            work: crate::cost::in_target::WORK_COUNTER.into(),
         };
         let measured = OverheadSummary {
             host_cpu_idle_pct: Some(0.3),

@@ -4,8 +4,8 @@
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 
-use super::units;
 use crate::model::summary::{ProbeStatus, Summary};
+use crate::text::units;
 
 /// `record --follow` across restarts: which processes were watched when,
 /// and the gaps nothing watched. None for a single process.

@@ -12,7 +12,7 @@ pub const SITE_ROWS: usize = 10;
 
 /// A rate of calls: `1234.5`, `45.3k`.
 pub fn calls(per_s: f64) -> String {
-    innoprof::report::units::count((per_s * 10.0).round() / 10.0)
+    innoprof::text::units::count((per_s * 10.0).round() / 10.0)
 }
 
 /// Wait per second, as the time spent waiting per second of wall clock.
@@ -28,7 +28,7 @@ pub fn wait(ns_per_s: f64) -> String {
 
 pub fn p99(row: &ProbeRow) -> String {
     match row.p99_ns {
-        Some(ns) => innoprof::report::units::ns(ns),
+        Some(ns) => innoprof::text::units::ns(ns),
         None => "-".into(),
     }
 }

@@ -4,9 +4,8 @@
 //! undo log back to the version its snapshot sees: `trx_undo_prev_version_build`
 //! once per version, from `row_vers_build_for_consistent_read`.
 
-use crate::findings::{
-    counter_rate, cpu_share, probe, thousands, watched_rate, Evidence, Finding, Severity,
-};
+use crate::findings::{counter_rate, cpu_share, probe, thousands, watched_rate};
+use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::server_state::HolderEvidence;
 use crate::model::summary::Summary;
 
@@ -128,7 +127,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
     if let Some(reads) = reader.and_then(|p| watched_rate(s, p)).filter(|r| *r > 0.0) {
         let took = reader
             .and_then(|p| p.wait_ns_avg)
-            .map(|ns| format!(", taking {} on average", crate::report::units::ns(ns)))
+            .map(|ns| format!(", taking {} on average", crate::text::units::ns(ns)))
             .unwrap_or_default();
         // Each read that needs an old version walks the chain back: the
         // walks per read are the chain's length.

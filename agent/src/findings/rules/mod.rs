@@ -8,7 +8,7 @@ mod performance_schema;
 mod redo_flush_latency;
 mod tables_without_primary_key;
 
-use super::Finding;
+use crate::model::finding::Finding;
 use crate::model::summary::Summary;
 
 pub(super) type Rule = fn(&Summary) -> Option<Finding>;

@@ -7,7 +7,7 @@
 //!
 //! Needs the server's state (a login): the instruments are SQL tables.
 
-use crate::findings::{Evidence, Finding, Severity};
+use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::summary::Summary;
 
 /// performance_schema's own functions in the server binary: the PSI

@@ -3,7 +3,8 @@
 //! `log_write_up_to` for the redo log's write and fsync; when the device
 //! under the log is slow, that wait is the commit's latency.
 
-use crate::findings::{probe, waiting_threads, Evidence, Finding, Severity};
+use crate::findings::{probe, waiting_threads};
+use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::summary::{ProbeResult, Summary};
 
 /// The redo log's own fsync where the server has one (MariaDB 10.2:
@@ -46,7 +47,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
     };
     let p99 = flush
         .wait_ns_p99
-        .map_or("-".to_string(), crate::report::units::ns);
+        .map_or("-".to_string(), crate::text::units::ns);
     let mut evidence = vec![Evidence {
         text: format!(
             "{}: {:.0} % of {} redo flushes took 8 ms or more (p99 <= {p99}, mean {})",
@@ -55,7 +56,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             flush.calls,
             flush
                 .wait_ns_avg
-                .map_or("-".to_string(), crate::report::units::ns)
+                .map_or("-".to_string(), crate::text::units::ns)
         ),
         anchor: "histograms".into(),
     }];

@@ -6,7 +6,7 @@ use maud::{html, Markup};
 
 use super::timeseries::Line;
 use crate::bpf::histogram::{Bucket, Log2Histogram};
-use crate::report::units;
+use crate::text::units;
 
 /// Colours of successive lines (Tableau 10).
 const PALETTE: [&str; 10] = [

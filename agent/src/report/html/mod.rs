@@ -14,10 +14,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::metadata::Metadata;
-use super::{table, units};
+use super::table;
 use crate::model::summary::{ProbeStatus, Summary};
 use crate::model::top_symbols::TopSymbols;
 use crate::plan::catalog::Measure;
+use crate::text::units;
 use timeseries::TimeSeries;
 
 /// Rows of the tables (summary.json has more).

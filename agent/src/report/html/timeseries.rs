@@ -1,10 +1,10 @@
 //! The page's line charts, from `timeseries.json` as the recorder wrote
-//! it ([`crate::live::timeseries::TimeSeries`], whose doc states the file's
+//! it ([`crate::model::timeseries::TimeSeries`], whose doc states the file's
 //! contract): `t_ms` is the end of an interval in ms since the start;
 //! `calls`/`wait_ns` are deltas within it; `callsite` null is the probe's
 //! total.
 
-pub use crate::live::timeseries::{Point, TimeSeries};
+pub use crate::model::timeseries::{Point, TimeSeries};
 
 /// One line of a chart: (x = seconds since the start, y) points.
 pub struct Line {

@@ -7,6 +7,8 @@
 //! Statement text served over HTTP goes through [`fingerprint`] instead:
 //! its literals may be data the reader has no right to.
 
+pub mod units;
+
 use std::borrow::Cow;
 use std::fmt::Write as _;
 

@@ -115,6 +115,6 @@ pub fn summary(
         server_state,
         ..crate::record::results::bare_summary(plan, results, window_s, EndReason::Duration)
     };
-    summary.findings = super::evaluate(&summary);
+    summary.findings = crate::findings::evaluate(&summary);
     summary
 }
