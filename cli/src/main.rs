@@ -28,7 +28,7 @@ use innoprof::bundle;
 use innoprof::cost::governor::GovernorConfig;
 use innoprof::live::timeseries::IntervalSeries;
 use innoprof::model::summary::EndReason;
-use innoprof::record::{Plan, RecordOptions, Recorder, StackCapture};
+use innoprof::record::{RecordOptions, Recorder, RecordingPlan, StackCapture};
 use innoprof::report::table;
 
 use crate::clock::{Clock, Event, Signals};
@@ -298,7 +298,7 @@ fn calibrate(args: CalibrateArgs) -> Result<ExitCode> {
 }
 
 /// One stderr line per requested probe that resolved to nothing, and why.
-pub(crate) fn warn_unattached(plan: &Plan) {
+pub(crate) fn warn_unattached(plan: &RecordingPlan) {
     for p in plan
         .probes
         .iter()
@@ -360,7 +360,7 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
 
     let mut notifier = args.ready.notifier()?;
     innoprof::target::own_usage::debug_phase("start");
-    let plan = Plan::build(&opts)?;
+    let plan = RecordingPlan::build(&opts)?;
     innoprof::target::own_usage::debug_phase("after plan");
     // Checked before any probe is attached, so a bad --out costs nothing.
     let prepared = bundle::prepare(&out)?;
@@ -440,7 +440,7 @@ async fn wait_for_instance(
     opts: &mut RecordOptions,
     deadline: tokio::time::Instant,
     signals: &mut Signals,
-) -> Option<Plan> {
+) -> Option<RecordingPlan> {
     #[derive(Clone, Copy)]
     struct Poll;
     let mut clock = Clock::new(signals)
@@ -453,7 +453,7 @@ async fn wait_for_instance(
             continue;
         };
         opts.pid = found.pid;
-        match Plan::build(opts) {
+        match RecordingPlan::build(opts) {
             Ok(plan) => return Some(plan),
             // Still starting (or briefly unreadable): tried again.
             Err(e) => {
@@ -475,7 +475,7 @@ async fn wait_for_instance(
 /// `deadline` (set here, --duration from now, by the first segment), a
 /// signal or the process's exit, and name what was seen.
 async fn record_segment(
-    plan: Plan,
+    plan: RecordingPlan,
     args: &RecordArgs,
     deadline: &mut Option<tokio::time::Instant>,
     signals: &mut Signals,

@@ -24,7 +24,7 @@ use innoprof::export::prometheus::{
     render, Exporter, ExporterOptions, Scrape, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
 use innoprof::live::LiveView;
-use innoprof::record::{Plan, RecordOptions, Recorder};
+use innoprof::record::{RecordOptions, Recorder, RecordingPlan};
 use innoprof::target::discover::{Instance, InstanceKey};
 use innoprof::target::{Liveness, Target};
 
@@ -217,8 +217,8 @@ impl Setup {
 
 /// The probes resolved for `opts.pid`; those that cannot be attached are
 /// said on stderr.
-fn planned(opts: &RecordOptions) -> Result<Plan> {
-    let plan = Plan::build(opts)?;
+fn planned(opts: &RecordOptions) -> Result<RecordingPlan> {
+    let plan = RecordingPlan::build(opts)?;
     crate::warn_unattached(&plan);
     Ok(plan)
 }
@@ -283,7 +283,7 @@ fn release_binary_pages(run: &Run) {
 }
 
 impl Run {
-    fn start(plan: Plan) -> Result<Self> {
+    fn start(plan: RecordingPlan) -> Result<Self> {
         static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
         let view = LiveView::new(&recorder)?;
@@ -938,7 +938,7 @@ struct Follower {
     last_failure: Option<String>,
     /// The plan of the run that ended, reused for the next run of the same
     /// binary ([`Plan::build_again`]).
-    earlier: Option<Plan>,
+    earlier: Option<RecordingPlan>,
 }
 
 impl Follower {
@@ -962,7 +962,7 @@ impl Follower {
         // The same binary's resolution is reused; an upgrade (another
         // file) is resolved anew. A failed attempt resolves anew next time.
         let plan = match self.earlier {
-            Some(_) => Plan::build_again(&opts, &mut self.earlier)
+            Some(_) => RecordingPlan::build_again(&opts, &mut self.earlier)
                 .map_err(anyhow::Error::from)
                 .inspect(crate::warn_unattached),
             None => planned(&opts),

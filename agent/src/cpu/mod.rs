@@ -8,12 +8,14 @@
 //! graphs and the top-symbols table.
 
 pub mod abi;
+mod error;
 mod offcpu;
 mod sampler;
 pub mod unwind;
 pub mod unwind_cache;
 
 use crate::bpf::layout::cpu as bpf;
+pub use error::CpuError;
 use std::time::Instant;
 
 use std::os::fd::{AsFd, AsRawFd};
@@ -28,44 +30,6 @@ use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ, PROG_SAMPL
 use unwind::UnwindTable;
 
 pub use unwind::UnwindInfo;
-
-#[derive(Debug, thiserror::Error)]
-pub enum CpuError {
-    #[error("opening the CPU profiler's BPF object failed")]
-    Open(#[source] libbpf_rs::Error),
-    #[error(
-        "loading the CPU profiler's BPF object failed (verifier, permissions, or the kernel's BTF for off-CPU)"
-    )]
-    Load(#[source] libbpf_rs::Error),
-    #[error("attaching BPF program {name} failed (permissions or kernel support)")]
-    Program {
-        name: &'static str,
-        source: libbpf_rs::Error,
-    },
-    #[error("BPF program `{0}` missing from the object")]
-    MissingProgram(&'static str),
-    #[error("listing online CPUs ({what})")]
-    Cpus {
-        what: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "opening the cpu-clock perf event on CPU {cpu} failed (perf_event_paranoid, CAP_PERFMON?)"
-    )]
-    PerfEvent { cpu: u32, source: std::io::Error },
-    #[error("BPF map `{0}` is missing or of the wrong type")]
-    Map(&'static str),
-    #[error("BPF object global `{0}` is missing")]
-    Global(&'static str),
-    #[error(transparent)]
-    Collect(#[from] crate::collect::CollectError),
-    #[error("reading /proc/{pid}/maps")]
-    Maps { pid: u32, source: std::io::Error },
-    #[error("loading unwind rows into BPF")]
-    Unwind(#[source] libbpf_rs::Error),
-    #[error("sampling frequency {0} Hz is out of range (1..=10000)")]
-    Frequency(u64),
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuOptions {

@@ -8,7 +8,7 @@ use crate::bpf::layout::cpu as bpf;
 use libbpf_rs::{Link, Object};
 
 use super::abi::{CpuStack, OffCpuStart, PROG_SWITCH};
-use super::CpuError;
+use super::error::CpuError;
 
 pub(super) struct Switches {
     link: Option<Link>,

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use libbpf_rs::{Link, Object};
 
 use super::abi::PROG_SAMPLE;
-use super::CpuError;
+use super::error::CpuError;
 
 pub(super) struct Sampler {
     /// Each CPU's link; it owns its perf event (libbpf disables and

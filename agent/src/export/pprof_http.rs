@@ -10,7 +10,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cpu::{CpuError, CpuOptions, CpuProfiler};
-use crate::record::Plan;
+use crate::record::RecordingPlan;
 use crate::report::pprof;
 use crate::symbolize::ProcessMaps;
 
@@ -104,7 +104,7 @@ impl PendingProfile {
     /// Stops sampling and encodes the stacks seen since the start as a
     /// gzipped pprof (`samples/count`, `cpu/nanoseconds`), named as `record`
     /// names them (frames from `plan`'s binary and debug file).
-    pub fn finish(self, plan: &Plan) -> Result<Vec<u8>, ProfileError> {
+    pub fn finish(self, plan: &RecordingPlan) -> Result<Vec<u8>, ProfileError> {
         let freq = self.profiler.options().frequency_hz;
         let raw = self.profiler.stop().map_err(ProfileError::Cpu)?;
         let maps = ProcessMaps::read(self.pid).map_err(ProfileError::Maps)?;

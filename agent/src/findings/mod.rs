@@ -15,10 +15,12 @@
 //! a large ratio of small numbers.
 
 pub mod change;
+pub mod measure;
 mod rules;
 
 use crate::model::finding::Finding;
-use crate::model::summary::{ProbeResult, ProbeStatus, Summary};
+use crate::model::summary::Summary;
+pub use measure::thousands;
 
 /// Every rule's finding on `summary`, most severe and heaviest first.
 pub fn evaluate(summary: &Summary) -> Vec<Finding> {
@@ -73,72 +75,6 @@ pub fn render(findings: &[Finding]) -> String {
         for n in &f.next {
             out.push_str(&format!("   next: {n}\n"));
         }
-    }
-    out
-}
-
-/// An attached probe by name.
-pub(crate) fn probe<'a>(summary: &'a Summary, name: &str) -> Option<&'a ProbeResult> {
-    summary
-        .probes
-        .iter()
-        .find(|p| p.name == name && p.status == ProbeStatus::Attached)
-}
-
-/// Seconds the probe was watched (attached): the recording, times the
-/// fraction the governor kept it on.
-pub(crate) fn watched_s(summary: &Summary, p: &ProbeResult) -> f64 {
-    summary.duration_s * p.attached_fraction()
-}
-
-/// Calls per second while watched; None if it was never on.
-pub(crate) fn watched_rate(summary: &Summary, p: &ProbeResult) -> Option<f64> {
-    let s = watched_s(summary, p);
-    (s > 0.0).then(|| p.calls as f64 / s)
-}
-
-/// Thread-seconds waited per second while watched (1.0: one thread
-/// waiting all the time).
-pub(crate) fn waiting_threads(summary: &Summary, p: &ProbeResult) -> Option<f64> {
-    let s = watched_s(summary, p);
-    (s > 0.0).then(|| p.wait_ns_total as f64 / 1e9 / s)
-}
-
-/// An exact in-memory counter's rate (`innodb.trx_sys.trx_ids`).
-pub(crate) fn counter_rate(summary: &Summary, name: &str) -> Option<f64> {
-    summary
-        .counters
-        .iter()
-        .find(|c| c.name == name)
-        .and_then(|c| c.per_sec)
-}
-
-/// The share (0..1) of on-CPU samples whose stacks pass through a
-/// function whose name starts with one of `prefixes` (total %).
-pub(crate) fn cpu_share(summary: &Summary, prefixes: &[&str]) -> Option<f64> {
-    let on = &summary.cpu.as_ref()?.oncpu;
-    if on.samples == 0 {
-        return None;
-    }
-    let best = on
-        .top
-        .rows
-        .iter()
-        .filter(|r| prefixes.iter().any(|p| r.symbol.starts_with(p)))
-        .map(|r| r.total_pct)
-        .fold(0.0, f64::max);
-    Some(best / 100.0)
-}
-
-/// `12,345`
-pub(crate) fn thousands(n: f64) -> String {
-    let digits = format!("{:.0}", n.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
     }
     out
 }

@@ -13,13 +13,13 @@ use crate::model::summary::{
     CallsiteResult, EndReason, LatchResult, ProbeResult, ProbeStatus, Sampling, SamplingState,
     StackStats, Summary,
 };
-use crate::record::Plan;
+use crate::record::RecordingPlan;
 
 /// The window between `earlier` and `later` (readings of `probes`, in that
 /// order) as a summary the rules can read, with the server's own state
 /// when a [`crate::server_state::StateWatcher`] has it.
 pub fn summary(
-    plan: &Plan,
+    plan: &RecordingPlan,
     probes: &[LiveProbe],
     earlier: &Reading,
     later: &Reading,

@@ -27,7 +27,7 @@ use crate::plan::catalog::Measure;
 use crate::plan::memcounters::CounterResult;
 use crate::plan::probeset::PlannedProbe;
 use crate::record::recording::Recording;
-use crate::record::Plan;
+use crate::record::recording_plan::RecordingPlan;
 use crate::report;
 use crate::report::flamegraph::FlameGraphError;
 use crate::report::folded::FoldedStacks;
@@ -39,7 +39,7 @@ use crate::target::own_usage::{debug_phase, own_cpu_time, own_max_rss_kb};
 /// What the recorder hands over once its probes are detached, its maps
 /// read and its CPU profiler stopped.
 pub(crate) struct Finished<'a> {
-    pub plan: &'a Plan,
+    pub plan: &'a RecordingPlan,
     /// None when nothing resolved (a CPU-only recording).
     pub session: Option<&'a Session>,
     pub snapshot: Snapshot,
@@ -347,7 +347,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
 /// constructor, so the two say what tool, format and target they are of
 /// alike; the caller evaluates the findings once it is filled.
 pub(crate) fn bare_summary(
-    plan: &Plan,
+    plan: &RecordingPlan,
     probes: Vec<ProbeResult>,
     duration_s: f64,
     end_reason: EndReason,

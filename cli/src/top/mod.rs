@@ -19,7 +19,7 @@ use clap::Args;
 use innoprof::live::{Frame, LiveView, SortKey};
 use innoprof::plan::catalog::CatalogError;
 use innoprof::plan::probeset::ProbeRequest;
-use innoprof::record::{Plan, RecordError, RecordOptions, Recorder};
+use innoprof::record::{RecordError, RecordOptions, Recorder, RecordingPlan};
 use innoprof::target::Liveness;
 
 use crate::clock::{Clock, Event, Signals};
@@ -119,7 +119,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         limits: Default::default(),
         trust: args.pid.trust()?,
     };
-    let plan = match Plan::build(&opts) {
+    let plan = match RecordingPlan::build(&opts) {
         // `top --force` on a process no catalog knows (before the wait
         // probes, top was CPU only): the CPU profile alone, said once.
         Err(RecordError::Catalog(e @ CatalogError::NoCatalog { .. }))
@@ -133,7 +133,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                 },
                 ..opts.clone()
             };
-            Plan::build(&cpu_only)?
+            RecordingPlan::build(&cpu_only)?
         }
         plan => plan?,
     };

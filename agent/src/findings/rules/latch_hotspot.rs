@@ -3,7 +3,7 @@
 //! latch of each wait by its creation site or latch id; the one with the
 //! most waiting, its busiest call site, and what it protects.
 
-use crate::findings::{thousands, watched_s};
+use crate::findings::measure::{thousands, watched_s};
 use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::summary::{ProbeStatus, Summary};
 use crate::plan::catalog::CostClass;

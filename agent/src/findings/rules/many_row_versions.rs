@@ -4,7 +4,7 @@
 //! undo log back to the version its snapshot sees: `trx_undo_prev_version_build`
 //! once per version, from `row_vers_build_for_consistent_read`.
 
-use crate::findings::{counter_rate, cpu_share, probe, thousands, watched_rate};
+use crate::findings::measure::{counter_rate, cpu_share, probe, thousands, watched_rate};
 use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::server_state::HolderEvidence;
 use crate::model::summary::Summary;

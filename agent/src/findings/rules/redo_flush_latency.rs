@@ -3,7 +3,7 @@
 //! `log_write_up_to` for the redo log's write and fsync; when the device
 //! under the log is slow, that wait is the commit's latency.
 
-use crate::findings::{probe, waiting_threads};
+use crate::findings::measure::{probe, waiting_threads};
 use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::summary::{ProbeResult, Summary};
 

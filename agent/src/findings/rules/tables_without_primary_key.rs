@@ -4,7 +4,7 @@
 //! MariaDB up to 10.5): concurrent inserts queue on that mutex, and any
 //! DDL or statistics work holding it stalls them all.
 
-use crate::findings::{counter_rate, probe, thousands, waiting_threads, watched_rate};
+use crate::findings::measure::{counter_rate, probe, thousands, waiting_threads, watched_rate};
 use crate::model::finding::{Evidence, Finding, Severity};
 use crate::model::summary::Summary;
 

@@ -1,0 +1,70 @@
+//! What the rules read off a recording: a probe, its watched time and
+//! rates, a counter's rate, a CPU share; and how they print numbers.
+
+use crate::model::summary::{ProbeResult, ProbeStatus, Summary};
+
+/// An attached probe by name.
+pub fn probe<'a>(summary: &'a Summary, name: &str) -> Option<&'a ProbeResult> {
+    summary
+        .probes
+        .iter()
+        .find(|p| p.name == name && p.status == ProbeStatus::Attached)
+}
+
+/// Seconds the probe was watched (attached): the recording, times the
+/// fraction the governor kept it on.
+pub fn watched_s(summary: &Summary, p: &ProbeResult) -> f64 {
+    summary.duration_s * p.attached_fraction()
+}
+
+/// Calls per second while watched; None if it was never on.
+pub fn watched_rate(summary: &Summary, p: &ProbeResult) -> Option<f64> {
+    let s = watched_s(summary, p);
+    (s > 0.0).then(|| p.calls as f64 / s)
+}
+
+/// Thread-seconds waited per second while watched (1.0: one thread
+/// waiting all the time).
+pub fn waiting_threads(summary: &Summary, p: &ProbeResult) -> Option<f64> {
+    let s = watched_s(summary, p);
+    (s > 0.0).then(|| p.wait_ns_total as f64 / 1e9 / s)
+}
+
+/// An exact in-memory counter's rate (`innodb.trx_sys.trx_ids`).
+pub fn counter_rate(summary: &Summary, name: &str) -> Option<f64> {
+    summary
+        .counters
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.per_sec)
+}
+
+/// The share (0..1) of on-CPU samples whose stacks pass through a
+/// function whose name starts with one of `prefixes` (total %).
+pub fn cpu_share(summary: &Summary, prefixes: &[&str]) -> Option<f64> {
+    let on = &summary.cpu.as_ref()?.oncpu;
+    if on.samples == 0 {
+        return None;
+    }
+    let best = on
+        .top
+        .rows
+        .iter()
+        .filter(|r| prefixes.iter().any(|p| r.symbol.starts_with(p)))
+        .map(|r| r.total_pct)
+        .fold(0.0, f64::max);
+    Some(best / 100.0)
+}
+
+/// `12,345`
+pub fn thousands(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

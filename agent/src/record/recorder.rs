@@ -1,0 +1,890 @@
+//! The recorder: attaches the plan's probes, governs them while the
+//! caller waits, reads the maps, and detaches; [`super::results`] builds
+//! the results from what it collected.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::attach::{Session, SessionOptions};
+use crate::bpf::abi::{Callsite, SlotId};
+use crate::collect::SlotCount;
+use crate::collect::{self, CollectError, Counters, LiveProbe};
+use crate::cost::calibrate::CalibrateError;
+use crate::cost::governor::{GovernedProbe, Governor, SlotCost};
+use crate::cost::hit_cost::HitCost;
+use crate::cpu::CpuProfiler;
+use crate::model::named_stack::ProbeStackSet;
+use crate::model::summary::EndReason;
+use crate::plan::memcounters::CounterRecorder;
+use crate::record::options::{RecordError, StackCapture};
+use crate::record::recording::Recording;
+use crate::record::recording_plan::RecordingPlan;
+use crate::record::results;
+use crate::record::results::{fold_stacks, probe_slots, Finished, LatchNames};
+use crate::report;
+use crate::symbolize::callsite::CallsiteNamer;
+use crate::symbolize::ProcessMaps;
+use crate::target::own_usage::{debug_phase, own_cpu_time};
+use crate::target::Target;
+
+/// Stacks being taken for some probes until a deadline
+/// ([`Recorder::open_stack_window`]).
+#[derive(Debug)]
+pub struct StackWindow {
+    probes: Vec<usize>,
+    /// The stacks' counts when it opened: (slot, frames, site, thread) →
+    /// (calls, wait ns).
+    start: HashMap<StackIdentity, (u64, u64)>,
+    started: Instant,
+}
+
+type StackIdentity = (SlotId, Vec<u64>, Callsite, u32);
+
+fn stack_identity(s: &crate::collect::StackSample) -> StackIdentity {
+    (s.slot, s.ips.clone(), s.site, s.role)
+}
+
+/// A stack window left open this long past its deadline is closed by the
+/// next [`Recorder::govern`] (its requester went away).
+const STACK_WINDOW_GRACE: Duration = Duration::from_secs(5);
+
+/// Probes attached and counting.
+pub struct Recorder {
+    plan: RecordingPlan,
+    /// None with no uprobe probes (`--probes none`).
+    session: Option<Session>,
+    cpu: Option<CpuProfiler>,
+    maps: ProcessMaps,
+    started: Instant,
+    /// When detaching began (`detach_probes`, or `finish`): the end of the
+    /// watched window. Rates and the governor's on-time stop here, not
+    /// when the results are built: detaching a loaded server's probes
+    /// took seconds, and counting them made `--interval` recordings'
+    /// calls/s 17-55 % low.
+    detached_at: Option<Instant>,
+    started_unix_ms: u128,
+    hit_cost: HitCost,
+    /// Why the calibrated cost is a fallback, if it is.
+    calibration_note: Option<String>,
+    /// Set when the hit cost is this boot's earlier measurement.
+    calibration_reused: Option<String>,
+    governor: Option<Governor>,
+    /// Per-call cost: calibrated trap + the programs' run time in the target.
+    cost: Option<crate::cost::live::LiveCost>,
+    /// When `cost` last re-read the kernel's run statistics.
+    cost_observed: Instant,
+    /// The stack sampling the governor set per slot (absent: every hit).
+    stack_every: HashMap<SlotId, u32>,
+    /// With [`StackCapture::OnDemand`]: whether each slot takes stacks
+    /// now, and until when the open window lasts.
+    stack_gate: Option<(Vec<bool>, Option<Instant>)>,
+    /// Resumes the kernel refused (the probe then stays off).
+    governor_errors: Vec<String>,
+    /// The governor decision the BPF alarm was last armed after.
+    alarm_armed_for: u64,
+    /// `INNOPROF_BENCH_TOGGLE_MS` without a governor: every probe switched
+    /// off and on again on a period (the benchmark's switching cost).
+    bench_toggle: Option<crate::cost::bench_toggle::Toggle>,
+    agent_cpu_at_start: Duration,
+    /// The host's CPU times when the probes were attached, and when
+    /// detaching began (see `host_idle`).
+    host_cpu_at_start: Option<crate::target::host_idle::CpuTimes>,
+    host_cpu_at_end: Option<crate::target::host_idle::CpuTimes>,
+    /// The in-memory counters, read at start and end (see `memcounters`).
+    counters: CounterRecorder,
+    /// What the probes cost the server measured in it (see `in_target`),
+    /// fed at each governor look; or why it is not measured.
+    in_target: Result<InTargetLooks, String>,
+    /// Per planned probe with an auxiliary counter (see
+    /// [`crate::cost::estimate::AUXILIARY`]): the counter's index and its
+    /// readings at the probe's switches, for the ratio estimate.
+    aux: Vec<Option<(usize, crate::cost::estimate::AuxMarks)>>,
+}
+
+/// The in-target measurement and what it needs at each look.
+#[derive(Debug)]
+struct InTargetLooks {
+    cost: crate::cost::in_target::InTargetCost,
+    /// The work counter's index in `counters`.
+    work: usize,
+    /// The slots' counts at the last look.
+    last: HashMap<SlotId, SlotCount>,
+    /// The programs' run statistics then (None before the first look: the
+    /// recording's start).
+    last_runs: Option<crate::attach::RunStats>,
+}
+
+/// Reads the auxiliary counter of each probe with a slot in `slots` (just
+/// switched), at `t_s` seconds into the recording.
+fn mark_aux(
+    aux: &mut [Option<(usize, crate::cost::estimate::AuxMarks)>],
+    counters: &CounterRecorder,
+    session: &Session,
+    slots: &[SlotId],
+    t_s: f64,
+) {
+    if slots.is_empty() {
+        return;
+    }
+    for (probe, a) in aux.iter_mut().enumerate() {
+        let Some((i, marks)) = a.as_mut() else {
+            continue;
+        };
+        if session.slots_of(probe).any(|(s, _)| slots.contains(&s)) {
+            if let Some(v) = counters.read_one(*i) {
+                marks.marks.push((t_s, v));
+            }
+        }
+    }
+}
+
+/// What one call at slot `s` cost the server from `then` (None: the
+/// recording's start) to `now`, in ns: the calibrated trap plus the
+/// programs' measured run time over that span, else the calibration alone.
+/// The one price of the governor's looks, the series, the live readers and
+/// the summary (see [`crate::cost::price`]).
+fn slot_price_ns(
+    cost: Option<&crate::cost::live::LiveCost>,
+    hit_cost: &HitCost,
+    s: &crate::attach::Slot,
+    then: Option<crate::attach::RunStats>,
+    now: crate::attach::RunStats,
+) -> f64 {
+    match cost {
+        Some(c) => c.per_call_ns_between(s.measure, s.symbol.entry, then.unwrap_or(c.start()), now),
+        None => hit_cost.per_call_ns(s.measure, s.symbol.entry),
+    }
+}
+
+/// The in-target measurement where it can be made: a governor to vary the
+/// probes' cost, the work counter readable, the server's CPU clock.
+fn in_target_looks(
+    plan: &RecordingPlan,
+    counters: &CounterRecorder,
+    governed: bool,
+) -> Result<InTargetLooks, String> {
+    if !governed {
+        return Err("no governor: the probes were on throughout, nothing to compare".into());
+    }
+    let work = counters
+        .counters()
+        .iter()
+        .position(|c| c.spec.name == crate::cost::in_target::WORK_COUNTER)
+        .ok_or_else(|| {
+            format!(
+                "{} is not in this server's catalog or probe set",
+                crate::cost::in_target::WORK_COUNTER
+            )
+        })?;
+    counters.counters()[work].layout.as_ref().map_err(|why| {
+        format!(
+            "{} cannot be read: {why}",
+            crate::cost::in_target::WORK_COUNTER
+        )
+    })?;
+    let clock = crate::cost::in_target::ServerCpuClock::of(plan.target.pid)
+        .ok_or("the server's CPU clock cannot be read")?;
+    Ok(InTargetLooks {
+        cost: crate::cost::in_target::InTargetCost::new(
+            clock,
+            crate::cost::in_target::WORK_COUNTER,
+        ),
+        work,
+        last: HashMap::new(),
+        last_runs: None,
+    })
+}
+
+/// Each planned probe's auxiliary counter where the catalog ties one to it
+/// and it can be read, with its reading at the start.
+fn aux_counters(
+    plan: &RecordingPlan,
+    counters: &CounterRecorder,
+    governed: bool,
+) -> Vec<Option<(usize, crate::cost::estimate::AuxMarks)>> {
+    plan.probes
+        .iter()
+        .map(|p| {
+            let name = crate::cost::estimate::auxiliary_of(&p.spec.name).filter(|_| governed)?;
+            let i = counters
+                .counters()
+                .iter()
+                .position(|c| c.spec.name == name)?;
+            let start = counters.read_one(i)?;
+            Some((
+                i,
+                crate::cost::estimate::AuxMarks {
+                    counter: name.to_string(),
+                    marks: vec![(0.0, start)],
+                },
+            ))
+        })
+        .collect()
+}
+
+impl Recorder {
+    pub fn start(mut plan: RecordingPlan, stacks: StackCapture) -> Result<Self, RecordError> {
+        let agent_cpu_at_start = plan.cpu_at_plan;
+        // Finished before attaching to the target, so its probes are not in the way.
+        let calibrated = plan
+            .calibration
+            .take()
+            .map(|h| h.join().unwrap_or(Err(CalibrateError::Panicked)));
+        debug_phase("after calibration joined");
+        let calibration_reused = match &calibrated {
+            Some(Ok(c)) => c.reused_age.map(reused_note),
+            _ => None,
+        };
+        let (hit_cost, calibration_note) = match calibrated {
+            Some(Ok(c)) => (c.cost, None),
+            Some(Err(e)) => (
+                FALLBACK_HIT_COST,
+                Some(format!(
+                    "calibration failed ({}); using typical costs",
+                    crate::error_chain(&e)
+                )),
+            ),
+            None => (FALLBACK_HIT_COST, Some("not calibrated".to_string())),
+        };
+        let opts = SessionOptions {
+            pid: plan.target.pid,
+            capture_stacks: stacks != StackCapture::Off,
+            stacks_from_start: stacks == StackCapture::Always,
+            stack_interval_ns: plan.stack_interval_ns(),
+            limits: plan.limits,
+            role_ranges: plan.role_ranges(),
+        };
+        // RecordingPlan::build let an all-unresolved set through only for a CPU profile.
+        let any_symbol = plan.probes.iter().any(|p| !p.resolution.symbols.is_empty());
+        let session = if !any_symbol {
+            None
+        } else {
+            Some(Session::attach(&plan.target.binary, &plan.probes, &opts)?)
+        };
+        debug_phase("after probes attached");
+        // On failure the session drops here, detaching its probes.
+        let cpu = plan
+            .cpu
+            .as_ref()
+            .map(|o| CpuProfiler::start(plan.target.pid, o))
+            .transpose()?;
+        let maps = ProcessMaps::read(plan.target.pid).unwrap_or_default();
+        let started_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let counters = CounterRecorder::start(plan.target.pid, &plan.image, &plan.counters);
+        let started = Instant::now();
+        let host_cpu_at_start = crate::target::host_idle::CpuTimes::now();
+        let cost = session
+            .as_ref()
+            .map(|s| crate::cost::live::LiveCost::new(hit_cost, s.run_stats()));
+        let governor = plan.governor.zip(session.as_ref()).map(|(cfg, s)| {
+            let mut probes = vec![GovernedProbe { slots: Vec::new() }; plan.probes.len()];
+            for (probe, governed) in probes.iter_mut().enumerate() {
+                governed.slots = s
+                    .slots_of(probe)
+                    .map(|(i, slot)| (i, hit_cost.slot_cost(slot.measure, slot.symbol.entry)))
+                    .collect();
+            }
+            let so_far = crate::collect::read_slot_counts(s).unwrap_or_default();
+            Governor::new(cfg, probes, &so_far, started)
+        });
+        let in_target = in_target_looks(&plan, &counters, governor.is_some());
+        let aux = aux_counters(&plan, &counters, governor.is_some());
+        let n_slots = session.as_ref().map_or(0, |s| s.slots.len());
+        let bench_toggle = match plan.governor {
+            None => crate::cost::bench_toggle::Toggle::from_env(started),
+            Some(_) => None,
+        };
+        Ok(Self {
+            plan,
+            session,
+            cpu,
+            maps,
+            started,
+            detached_at: None,
+            started_unix_ms,
+            hit_cost,
+            calibration_note,
+            calibration_reused,
+            governor,
+            cost,
+            cost_observed: started,
+            stack_every: HashMap::new(),
+            stack_gate: (stacks == StackCapture::OnDemand).then(|| (vec![false; n_slots], None)),
+            governor_errors: Vec::new(),
+            alarm_armed_for: 0,
+            bench_toggle,
+            agent_cpu_at_start,
+            host_cpu_at_start,
+            host_cpu_at_end: None,
+            counters,
+            in_target,
+            aux,
+        })
+    }
+
+    /// What one probe hit costs here (calibrated at start).
+    pub fn hit_cost(&self) -> &HitCost {
+        &self.hit_cost
+    }
+
+    /// Lets the overhead governor sample stacks and duty-cycle probes;
+    /// call every 10–20 ms.
+    pub fn govern(&mut self) {
+        // A stack window whose requester went away closes by itself.
+        if let Some((_, Some(until))) = &self.stack_gate {
+            if Instant::now() > *until + STACK_WINDOW_GRACE {
+                self.stacks_off();
+            }
+        }
+        // The programs' cost in the target, re-read once a second, and the
+        // governor's per-slot costs with it: the price `hit_price` puts on
+        // the same hits (one price, issue 50). The in-target factor (what
+        // the server was measured to pay per modelled ns) is reported, no
+        // longer multiplied in: scaled up to 3x, the plan's "fully on would
+        // cost" and its cuts were priced otherwise than its own accounting.
+        if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
+            if self.cost_observed.elapsed() >= Duration::from_secs(1) {
+                cost.observe(session.run_stats());
+                cost.observe_slots(&crate::collect::read_slot_counts(session).unwrap_or_default());
+                self.cost_observed = Instant::now();
+                if let Some(g) = self.governor.as_mut() {
+                    let costs: HashMap<SlotId, SlotCost> = session
+                        .attached_slots()
+                        .map(|(i, s)| {
+                            let every = self.stack_every.get(&i).copied().unwrap_or(1);
+                            (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
+                        })
+                        .collect();
+                    g.update_costs(&costs);
+                }
+            }
+        }
+        if let (Some(t), Some(session)) = (self.bench_toggle.as_mut(), self.session.as_mut()) {
+            if let Some(on) = t.due(Instant::now()) {
+                let all: Vec<SlotId> = session.attached_slots().map(|(i, _)| i).collect();
+                if on {
+                    if let Err(e) = session.resume(&all) {
+                        self.governor_errors.push(crate::error_chain(&e));
+                    }
+                } else {
+                    session.suspend(&all);
+                }
+            }
+        }
+        let (Some(g), Some(session)) = (self.governor.as_mut(), self.session.as_mut()) else {
+            return;
+        };
+        if session.take_alarm() {
+            g.wake();
+        }
+        for took in session.detach_times() {
+            g.detach_took(took);
+        }
+        let mut looked = None;
+        let actions = g.tick(Instant::now(), || {
+            let counts = crate::collect::read_slot_counts(session).unwrap_or_default();
+            looked = Some(counts.clone());
+            counts
+        });
+        if let (Some(counts), Ok(it)) = (looked, self.in_target.as_mut()) {
+            // What the model prices the hits since the last look at: each
+            // at its slot's trap plus the programs' run time per hit the
+            // kernel measured over the same span.
+            let runs = session.run_stats();
+            let then = it.last_runs.replace(runs);
+            let model_ns: f64 = counts
+                .iter()
+                .filter_map(|(slot, now)| {
+                    let before = it.last.get(slot).copied().unwrap_or_default();
+                    let hits =
+                        (now.calls + now.off_hits).saturating_sub(before.calls + before.off_hits);
+                    let s = session.slots.get(slot.index())?;
+                    let price = slot_price_ns(self.cost.as_ref(), &self.hit_cost, s, then, runs);
+                    Some(hits as f64 * price)
+                })
+                .sum();
+            let work = self.counters.read_one(it.work);
+            it.cost.look(work, model_ns);
+            it.last = counts;
+        }
+        let (decisions, alarm_hits) = g.alarm();
+        if decisions != self.alarm_armed_for {
+            session.arm_alarm(alarm_hits);
+            self.alarm_armed_for = decisions;
+        }
+        // The BPF-side lever first: no uprobe is touched. On demand, only
+        // the slots of an open window take stacks at all.
+        self.stack_every.extend(actions.stack_every.iter().copied());
+        match &self.stack_gate {
+            None => session.set_stack_every(&actions.stack_every),
+            Some((gate, _)) => {
+                let open: Vec<(SlotId, u32)> = actions
+                    .stack_every
+                    .iter()
+                    .copied()
+                    .filter(|(slot, _)| gate.get(slot.index()).copied().unwrap_or(false))
+                    .collect();
+                session.set_stack_every(&open);
+            }
+        }
+        session.suspend(&actions.suspend);
+        let t_s = self.started.elapsed().as_secs_f64();
+        mark_aux(
+            &mut self.aux,
+            &self.counters,
+            session,
+            &actions.suspend,
+            t_s,
+        );
+        if !actions.resume.is_empty() {
+            // A probe whose last switch-off is still being detached is not
+            // re-attached (both links would run on every hit): it stays off
+            // and the governor asks again at its next tick.
+            let asked = Instant::now();
+            let (later, now): (Vec<SlotId>, Vec<SlotId>) = actions
+                .resume
+                .iter()
+                .partition(|s| session.detaching(std::slice::from_ref(s)));
+            if !later.is_empty() {
+                g.resume_deferred(&later, asked);
+            }
+            if !now.is_empty() {
+                if let Err(e) = session.resume(&now) {
+                    self.governor_errors.push(crate::error_chain(&e));
+                }
+                let resumed = Instant::now();
+                g.resumed(&now, asked, resumed);
+                let t_s = resumed
+                    .saturating_duration_since(self.started)
+                    .as_secs_f64();
+                mark_aux(&mut self.aux, &self.counters, session, &now, t_s);
+            }
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.plan.target
+    }
+
+    /// When [`Self::govern`] must run next: the governor's next decision,
+    /// unless the alarm ([`Self::alarm_fd`]) rings first. None without a
+    /// governor (call it on the governor's `tick` then: other duties,
+    /// such as closing a stack window, ride on it).
+    pub fn next_govern_at(&self) -> Option<Instant> {
+        self.governor.as_ref().map(Governor::next_decision)
+    }
+
+    /// Readable when the governor's alarm has rung: call
+    /// [`Self::govern`] then. None without probes or a governor.
+    pub fn alarm_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        self.governor.as_ref()?;
+        self.session.as_ref()?.alarm_fd()
+    }
+
+    /// Index of the attached probe named `name`.
+    pub fn probe_index(&self, name: &str) -> Option<usize> {
+        self.attached_probe_ids()
+            .into_iter()
+            .find(|&i| self.plan.probes[i].spec.name == name)
+    }
+
+    /// Indexes of the probes with an attached slot, in plan order.
+    pub fn attached_probe_ids(&self) -> Vec<usize> {
+        (0..self.plan.probes.len())
+            .filter(|&i| !probe_slots(self.session.as_ref(), i).is_empty())
+            .collect()
+    }
+
+    /// Names of the probes with an attached slot.
+    pub fn attached_probes(&self) -> Vec<&str> {
+        self.attached_probe_ids()
+            .into_iter()
+            .map(|i| self.plan.probes[i].spec.name.as_str())
+            .collect()
+    }
+
+    /// With [`StackCapture::OnDemand`]: `probes` take stacks from now
+    /// until [`Self::close_stack_window`] (or `until` plus a grace, should
+    /// nobody close it). `None` when stacks are not on demand, or a window
+    /// is open already.
+    pub fn open_stack_window(
+        &mut self,
+        probes: &[usize],
+        until: Instant,
+    ) -> Result<Option<StackWindow>, RecordError> {
+        let Some(session) = self.session.as_mut() else {
+            return Ok(None);
+        };
+        let Some((gate, deadline)) = self.stack_gate.as_mut() else {
+            return Ok(None);
+        };
+        if deadline.is_some() {
+            return Ok(None);
+        }
+        let start = crate::collect::read_stacks(session)?
+            .iter()
+            .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
+            .collect();
+        let on: Vec<(SlotId, u32)> = probes
+            .iter()
+            .flat_map(|&probe| session.slots_of(probe))
+            .map(|(i, _)| (i, self.stack_every.get(&i).copied().unwrap_or(1)))
+            .collect();
+        for &(i, _) in &on {
+            gate[i.index()] = true;
+        }
+        session.set_stack_every(&on);
+        *deadline = Some(until);
+        Ok(Some(StackWindow {
+            probes: probes.to_vec(),
+            start,
+            started: Instant::now(),
+        }))
+    }
+
+    /// Stops taking stacks; what each window probe's stacks carried since
+    /// the window opened, named.
+    pub fn close_stack_window(
+        &mut self,
+        window: StackWindow,
+    ) -> Result<(Vec<ProbeStackSet>, Duration), RecordError> {
+        let elapsed = window.started.elapsed();
+        let Some(session) = self.session.as_ref() else {
+            return Ok((Vec::new(), elapsed));
+        };
+        let end = crate::collect::read_stacks(session)?;
+        self.stacks_off();
+        let moved: Vec<crate::collect::StackSample> = end
+            .into_iter()
+            .filter_map(|mut s| {
+                let (c, w) = window
+                    .start
+                    .get(&stack_identity(&s))
+                    .copied()
+                    .unwrap_or((0, 0));
+                s.count = s.count.saturating_sub(c);
+                s.wait_ns = s.wait_ns.saturating_sub(w);
+                (s.count > 0).then_some(s)
+            })
+            .collect();
+        Ok((self.name_probe_stacks(&window.probes, &moved), elapsed))
+    }
+
+    /// Every slot stops taking stacks; the window closes.
+    fn stacks_off(&mut self) {
+        let (Some(session), Some((gate, deadline))) =
+            (self.session.as_mut(), self.stack_gate.as_mut())
+        else {
+            return;
+        };
+        let off: Vec<(SlotId, u32)> = gate
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| **on)
+            .map(|(i, _)| (SlotId::of_index(i), 0))
+            .collect();
+        session.set_stack_every(&off);
+        gate.iter_mut().for_each(|g| *g = false);
+        *deadline = None;
+    }
+
+    /// `samples` of `probes`, named as `finish` names a recording's.
+    fn name_probe_stacks(
+        &self,
+        probes: &[usize],
+        samples: &[crate::collect::StackSample],
+    ) -> Vec<ProbeStackSet> {
+        let plan = &self.plan;
+        let maps = ProcessMaps::read(plan.target.pid).unwrap_or_else(|_| self.maps.clone());
+        let mut symbolizer = plan.stack_symbolizer(maps);
+        let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
+        let mut out = Vec::new();
+        for &idx in probes {
+            let planned = &plan.probes[idx];
+            let my_slots = probe_slots(self.session.as_ref(), idx);
+            let (_, _, mut set) = fold_stacks(
+                &report::file_stem(&planned.spec.name),
+                planned.spec.measure,
+                &my_slots,
+                samples,
+                &mut symbolizer,
+                &mut namer,
+                &LatchNames::new(planned),
+            );
+            set.probe = planned.spec.name.clone();
+            out.push(set);
+        }
+        out
+    }
+
+    pub fn plan(&self) -> &RecordingPlan {
+        &self.plan
+    }
+
+    pub fn attached_links(&self) -> usize {
+        self.session.as_ref().map_or(0, Session::attached_links)
+    }
+
+    /// How the probes were attached and what it cost (None: no uprobes).
+    pub fn attach_info(&self) -> Option<&crate::attach::AttachInfo> {
+        self.session.as_ref().map(|s| &s.info)
+    }
+
+    /// The CPU profiler's perf events and tracepoint links (0 without one).
+    pub fn cpu_links(&self) -> usize {
+        self.cpu.as_ref().map_or(0, CpuProfiler::attached_links)
+    }
+
+    /// The attached probes and their slots, for live readers.
+    pub fn live_probes(&self) -> Vec<LiveProbe> {
+        self.plan
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(idx, p)| LiveProbe {
+                probe: idx,
+                name: p.spec.name.clone(),
+                measure: p.spec.measure,
+                has_callsites: p.spec.callsite.is_some(),
+                slots: probe_slots(self.session.as_ref(), idx)
+                    .into_iter()
+                    .map(|(i, _)| i)
+                    .collect(),
+            })
+            .filter(|p| !p.slots.is_empty())
+            .collect()
+    }
+
+    /// The CPU profiler's totals so far, still sampling (None: no profiler).
+    pub fn cpu_snapshot(&self) -> Option<Result<crate::cpu::RawCpuProfile, crate::cpu::CpuError>> {
+        self.cpu.as_ref().map(CpuProfiler::snapshot)
+    }
+
+    /// What the probes cost the server measured in it: the fit so far, or
+    /// why there is none.
+    pub fn in_target(&self) -> Result<crate::cost::in_target::InTargetFit, String> {
+        self.in_target.as_ref().map_err(Clone::clone)?.cost.result()
+    }
+
+    /// CPU time innoprof itself has used since it started attaching.
+    pub fn agent_cpu(&self) -> Duration {
+        own_cpu_time().saturating_sub(self.agent_cpu_at_start)
+    }
+
+    /// The counters as they stand, read while the probes stay attached.
+    pub fn read_counters(&self) -> Result<Counters, CollectError> {
+        match &self.session {
+            Some(session) => crate::collect::read_counters(session),
+            None => Ok(Counters::default()),
+        }
+    }
+
+    /// Detaches the uprobes now (`finish` would), so a last read of the
+    /// counters sees the final totals `finish` reports.
+    /// The plan, once the recorder is done with (its probes detach as the
+    /// rest of it drops), for [`RecordingPlan::build_again`].
+    pub fn into_plan(self) -> RecordingPlan {
+        self.plan
+    }
+
+    pub fn detach_probes(&mut self) {
+        self.mark_window_end();
+        self.counters.finish();
+        if let Some(session) = self.session.as_mut() {
+            session.detach();
+        }
+    }
+
+    /// Per-slot costs measured live (e.g. from the kernel's BPF run-time
+    /// stats), replacing the calibrated ones from the governor's next tick.
+    pub fn update_costs(&mut self, costs: &HashMap<SlotId, SlotCost>) {
+        if let Some(g) = self.governor.as_mut() {
+            g.update_costs(costs);
+        }
+    }
+
+    /// Each planned probe's call estimate so far, where the governor cut
+    /// it (None: on the whole time, its counts are exact), for live readers.
+    pub fn live_estimates(&self) -> Vec<Option<crate::cost::estimate::CallEstimate>> {
+        let (Some(g), Some(session)) = (self.governor.as_ref(), self.session.as_ref()) else {
+            return vec![None; self.plan.probes.len()];
+        };
+        let counts = crate::collect::read_slot_counts(session).unwrap_or_default();
+        let now = Instant::now();
+        let (end_s, period_s) = (
+            now.saturating_duration_since(self.started).as_secs_f64(),
+            g.period().as_secs_f64(),
+        );
+        g.windows_now(now, &counts)
+            .into_iter()
+            .map(|w| {
+                (w.len() > 1).then(|| crate::cost::estimate::estimate(&w, end_s, period_s, 0.0))
+            })
+            .collect()
+    }
+
+    /// The in-memory counters: start readings, and the values now (or at
+    /// the end, once the probes are detached).
+    pub fn memory_counters(&self) -> &CounterRecorder {
+        &self.counters
+    }
+
+    /// Seconds each planned probe has been switched on: the governor's
+    /// account, or the time since attaching without one.
+    pub fn attached_seconds(&self) -> Vec<f64> {
+        match &self.governor {
+            Some(g) => g.attached_seconds(self.window_end()),
+            None => vec![self.elapsed().as_secs_f64(); self.plan.probes.len()],
+        }
+    }
+
+    /// Time watched: since the probes were attached, until now or until
+    /// detaching began.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.window_end().saturating_duration_since(self.started)
+    }
+
+    /// The watched window ends now, unless it ended already: when
+    /// detaching begins.
+    fn mark_window_end(&mut self) -> Instant {
+        if self.detached_at.is_none() {
+            self.detached_at = Some(Instant::now());
+            self.host_cpu_at_end = crate::target::host_idle::CpuTimes::now();
+        }
+        self.detached_at.expect("just set")
+    }
+
+    fn window_end(&self) -> Instant {
+        self.detached_at.unwrap_or_else(Instant::now)
+    }
+
+    pub fn started_unix_ms(&self) -> u128 {
+        self.started_unix_ms
+    }
+
+    /// Detaches every probe, reads the maps, and builds the results.
+    pub fn finish(mut self, end_reason: EndReason) -> Result<Recording, RecordError> {
+        let ended = self.mark_window_end();
+        let duration_s = ended.saturating_duration_since(self.started).as_secs_f64();
+        let counters = self.counters.results();
+        for (i, marks) in self.aux.iter_mut().flatten() {
+            if let Some(end) = counters.get(*i).and_then(|c| c.end) {
+                marks.marks.push((duration_s, end));
+            }
+        }
+        // Detach first: maps read while probes still fire would disagree
+        // with each other (per-slot totals vs per-call-site counts).
+        if let Some(session) = self.session.as_mut() {
+            session.detach();
+        }
+        debug_phase("after detach");
+        let snapshot = match &self.session {
+            Some(session) => crate::collect::read(session),
+            None => Ok(collect::Snapshot::default()),
+        };
+        // The last window closes at the end, with every call seen until the
+        // links were gone (returns of calls in flight included).
+        let duties = match (self.governor.as_mut(), &snapshot) {
+            (Some(g), Ok(snap)) => {
+                let counts: HashMap<SlotId, SlotCount> = snap
+                    .slots
+                    .iter()
+                    .map(|(slot, st)| (*slot, SlotCount::from(st)))
+                    .collect();
+                Some(g.finish(ended, &counts))
+            }
+            _ => None,
+        };
+        let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
+        debug_phase("after CPU profiler stop");
+        let snapshot = snapshot?;
+        let cpu_raw = cpu_raw?;
+        if self.plan.target.is_alive() {
+            // Libraries loaded during the run are in the fresher map.
+            if let Ok(m) = ProcessMaps::read(self.plan.target.pid) {
+                self.maps = m;
+            }
+        }
+
+        let agent_cpu_at_start = self.agent_cpu_at_start;
+        Ok(results::build(Finished {
+            plan: &self.plan,
+            session: self.session.as_ref(),
+            snapshot,
+            duties,
+            cpu: cpu_raw,
+            maps: self.maps.clone(),
+            hit_cost: self.hit_cost,
+            live_cost: self.cost.as_ref(),
+            calibration_note: self.calibration_note.clone(),
+            calibration_reused: self.calibration_reused.clone(),
+            governor_errors: self.governor_errors.clone(),
+            agent_cpu_at_start,
+            host_cpu_idle_pct: self
+                .host_cpu_at_start
+                .zip(self.host_cpu_at_end)
+                .and_then(|(start, end)| start.idle_pct_until(&end)),
+            in_target: self.in_target(),
+            counters,
+            aux: self
+                .aux
+                .iter()
+                .map(|a| a.as_ref().map(|(_, m)| m.clone()))
+                .collect(),
+            started_unix_ms: self.started_unix_ms,
+            duration_s,
+            end_reason,
+        })?)
+    }
+}
+
+impl crate::cost::price::SlotPrices for Recorder {
+    /// The programs' run statistics now (zero without probes).
+    fn run_stats(&self) -> crate::attach::RunStats {
+        self.session
+            .as_ref()
+            .map(crate::attach::Session::run_stats)
+            .unwrap_or_default()
+    }
+
+    /// What one call at `slot` cost the server from `then` (None: the
+    /// recording's start) to `now`, in ns ([`slot_price_ns`]).
+    fn per_call_ns_between(
+        &self,
+        slot: SlotId,
+        then: Option<crate::attach::RunStats>,
+        now: crate::attach::RunStats,
+    ) -> Option<f64> {
+        let s = self.session.as_ref()?.slots.get(slot.index())?;
+        Some(slot_price_ns(
+            self.cost.as_ref(),
+            &self.hit_cost,
+            s,
+            then,
+            now,
+        ))
+    }
+}
+
+/// Says that the hit cost is this boot's cached measurement, and how old.
+fn reused_note(age: Duration) -> String {
+    format!(
+        "calibrated {} min ago in this boot, reused from /run/innoprof; `innoprof calibrate` measures again",
+        age.as_secs() / 60
+    )
+}
+
+/// Typical costs (this machine class, idle) when calibration cannot run.
+const FALLBACK_HIT_COST: HitCost = HitCost {
+    latency_emulated_ns: 2_000.0,
+    latency_stepped_ns: 30_000.0,
+    count_emulated_ns: 1_000.0,
+    count_stepped_ns: 15_000.0,
+    with_stacks: true,
+    bpf_latency_ns: 300.0,
+    bpf_count_ns: 150.0,
+    stack_ns: 700.0,
+};
