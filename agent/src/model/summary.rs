@@ -13,7 +13,7 @@ use crate::resolve::{EntryInsn, SkippedSymbol, SymbolTable};
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
-    /// The bundle's output contract version ([`crate::bundle::contract`]); 0 in
+    /// The bundle's output contract version (docs/OUTPUTS.md); 0 in
     /// recordings made before summary.json carried one.
     #[serde(default)]
     pub format_version: u32,
@@ -135,7 +135,7 @@ pub struct OverheadSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_profiler_pct_of_core: Option<f64>,
     /// The host's idle share of all CPUs' time over the recording, in %
-    /// (`/proc/stat`). Below [`crate::target::host_idle::SATURATED_BELOW_PCT`] the
+    /// (`/proc/stat`). Below 5 % (`SATURATED_BELOW_PCT`) the
     /// host was saturated and `probes_pct_of_core` is a lower bound: the
     /// server paid more, in costs no per-hit model sees. None where
     /// `/proc/stat` could not be read.
@@ -655,7 +655,7 @@ mod sampled_cost_tests {
 }
 
 /// The cost the probes had in the server, measured there (see
-/// [`crate::cost::in_target`]): the fitted factor times `probes_pct_of_core`.
+/// docs/OVERHEAD.md): the fitted factor times `probes_pct_of_core`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InTargetSummary {
     pub pct_of_core: f64,

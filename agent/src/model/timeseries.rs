@@ -14,7 +14,7 @@ use crate::model::summary::TimeseriesNote;
 /// `docs/schema/timeseries.schema.json`).
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TimeSeries {
-    /// The bundle's output contract version ([`crate::bundle::contract`]); 0 in
+    /// The bundle's output contract version (docs/OUTPUTS.md); 0 in
     /// files written before timeseries.json carried one.
     #[serde(default)]
     pub format_version: u32,

@@ -24,7 +24,7 @@ use crate::record::Recorder;
 /// The line written to `--ready-fd` (schema: `docs/schema/ready.schema.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ready {
-    /// innoprof's output contract version ([`crate::bundle::contract`]); 0 in
+    /// innoprof's output contract version (docs/OUTPUTS.md); 0 in
     /// lines written before the ready line carried one.
     #[serde(default)]
     pub format_version: u32,

@@ -12,7 +12,7 @@ use crate::plan::catalog::Measure;
 /// `histograms.json` (schema: `docs/schema/histograms.schema.json`).
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Histograms {
-    /// The bundle's output contract version ([`crate::bundle::contract`]); 0 in
+    /// The bundle's output contract version (docs/OUTPUTS.md); 0 in
     /// files written before histograms.json carried one.
     #[serde(default)]
     pub format_version: u32,

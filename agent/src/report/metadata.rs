@@ -14,7 +14,7 @@ pub const FORMAT: &str = "innoprof-bundle";
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Metadata {
     pub format: String,
-    /// [`crate::model::files::FORMAT_VERSION`] when written; 1 before the names
+    /// The output contract version (docs/OUTPUTS.md) when written; 1 before the names
     /// were aligned with summary.json.
     pub format_version: u32,
     pub tool_version: String,
@@ -36,7 +36,7 @@ pub struct Metadata {
     pub overhead: OverheadEstimate,
     /// Every file of the bundle, sorted.
     pub files: Vec<String>,
-    /// What each of `files` is (from `crate::bundle::outputs`); empty in bundles
+    /// What each of `files` is (from innoprof's list of bundle files); empty in bundles
     /// written before it existed.
     #[serde(default)]
     pub file_info: Vec<crate::model::files::FileInfo>,
