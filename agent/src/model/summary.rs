@@ -43,12 +43,12 @@ pub struct Summary {
     /// The interval series written beside, with `--interval`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeseries: Option<TimeseriesNote>,
-    /// What is wrong, most severe first (`crate::findings`); empty when no
+    /// What is wrong, most severe first (docs/FINDINGS.md); empty when no
     /// rule fired, and in recordings made before findings existed.
     #[serde(default)]
     pub findings: Vec<crate::model::finding::Finding>,
     /// The server's own state at start and end, read over SQL
-    /// (`crate::server_state`); absent without a login or with
+    /// (docs/RECORDING.md); absent without a login or with
     /// `--no-server-state`, and in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_state: Option<crate::model::server_state::ServerState>,
