@@ -48,7 +48,7 @@ pub struct Summary {
     #[serde(default)]
     pub findings: Vec<crate::model::finding::Finding>,
     /// The server's own state at start and end, read over SQL
-    /// (docs/RECORDING.md); absent without a login or with
+    /// (docs/FINDINGS.md); absent without a login or with
     /// `--no-server-state`, and in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_state: Option<crate::model::server_state::ServerState>,
