@@ -254,20 +254,11 @@ pub(crate) fn load_bias(pid: u32, image: &ElfImage) -> Result<u64, String> {
         .map_err(|e| format!("cannot read /proc/{pid}/exe: {e}"))?;
     let exe = exe.to_string_lossy();
     let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
-    maps.lines()
-        .find_map(|line| {
-            let mut f = line.split_whitespace();
-            let (range, _perms, offset) = (f.next()?, f.next()?, f.next()?);
-            let path = f.skip(2).collect::<Vec<_>>().join(" ");
-            let path = path.strip_suffix(" (deleted)").unwrap_or(&path);
-            if path != exe || u64::from_str_radix(offset, 16).ok()? != 0 {
-                return None;
-            }
-            let start = u64::from_str_radix(range.split_once('-')?.0, 16).ok()?;
-            start.checked_sub(link_base)
-        })
+    let maps =
+        crate::target::maps::of(pid).map_err(|e| format!("cannot read /proc/{pid}/maps: {e}"))?;
+    maps.iter()
+        .find(|m| m.path == exe && m.offset == 0)
+        .and_then(|m| m.start.checked_sub(link_base))
         .ok_or_else(|| format!("{exe} is not mapped in pid {pid} (load address unknown)"))
 }
 

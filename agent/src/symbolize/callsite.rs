@@ -205,21 +205,11 @@ fn binary_read_only_mappings(pid: u32) -> Vec<(u64, u64)> {
     };
     let exe = exe.to_string_lossy();
     let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe).to_string();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    maps.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let (range, perms) = (f.next()?, f.next()?);
-            let path = f.skip(3).collect::<Vec<_>>().join(" ");
-            if path != exe || perms.as_bytes().get(1) != Some(&b'-') {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            Some((
-                u64::from_str_radix(start, 16).ok()?,
-                u64::from_str_radix(end, 16).ok()?,
-            ))
-        })
+    crate::target::maps::of(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.path == exe && !m.writable)
+        .map(|m| (m.start, m.end))
         .collect()
 }
 

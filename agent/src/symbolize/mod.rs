@@ -56,8 +56,22 @@ impl PartialEq for ProcessMaps {
 
 impl ProcessMaps {
     pub fn read(pid: u32) -> std::io::Result<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        let regions: Vec<Region> = text.lines().filter_map(parse_maps_line).collect();
+        // Executable file mappings only: the stacks' addresses are code.
+        let regions: Vec<Region> = crate::target::maps::of(pid)?
+            .into_iter()
+            .filter(|m| m.executable)
+            .map(|m| Region {
+                start: m.start,
+                end: m.end,
+                file_offset: m.offset,
+                path: if m.deleted {
+                    format!("{} (deleted)", m.path)
+                } else {
+                    m.path
+                },
+                id: Some(m.id),
+            })
+            .collect();
         let mut files = HashMap::new();
         for r in &regions {
             files.entry(r.path.clone()).or_insert_with(|| {
@@ -97,27 +111,6 @@ impl ProcessMaps {
             None => Err("not mapped"),
         }
     }
-}
-
-fn parse_maps_line(line: &str) -> Option<Region> {
-    let mut it = line.split_whitespace();
-    let range = it.next()?;
-    let perms = it.next()?;
-    let offset = it.next()?;
-    let dev = it.next()?;
-    let inode = it.next()?;
-    let path = it.collect::<Vec<_>>().join(" ");
-    if !perms.contains('x') || !path.starts_with('/') {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    Some(Region {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        file_offset: u64::from_str_radix(offset, 16).ok()?,
-        path,
-        id: FileId::parse_maps(dev, inode),
-    })
 }
 
 /// Module name of kernel frames, as perf reports it.
@@ -817,9 +810,8 @@ fn only_root_writes(dir: &std::path::Path) -> bool {
 /// a file only when it is dropped, so an address read from
 /// `/proc/self/maps` still holds that mapping when it is advised.
 struct FileTrimmer {
-    /// `major:minor` as /proc/PID/maps spells the device, and the inode.
-    dev: String,
-    inode: u64,
+    /// The file's device and inode, as /proc/self/maps shows them.
+    id: FileId,
     /// The file's read-only mappings found so far: [start, end).
     ranges: std::sync::Mutex<Vec<(usize, usize)>>,
 }
@@ -847,8 +839,11 @@ impl FileTrimmer {
         }
         let dev = meta.dev();
         Some(Self {
-            dev: format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev)),
-            inode: meta.ino(),
+            id: FileId {
+                major: libc::major(dev),
+                minor: libc::minor(dev),
+                inode: meta.ino(),
+            },
             ranges: Default::default(),
         })
     }
@@ -884,35 +879,22 @@ impl FileTrimmer {
 
     /// Finds this process's read-only mappings of the file.
     fn rescan(&self) {
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        let Ok(maps) = crate::target::maps::of_self() else {
             return;
         };
-        let mut found = Vec::new();
-        for line in maps.lines() {
-            let f: Vec<&str> = line.split_whitespace().take(5).collect();
-            let [range, perms, _offset, dev, inode] = f[..] else {
-                continue;
-            };
-            // Shared read-only only: how blazesym maps (through memmap2),
-            // and nothing else in innoprof does (its own maps are private,
-            // see resolve::mapped), so every range found is a map a live
-            // symbolizer holds, kept by `BLAZESYM_UNMAP`. A private mapping
-            // may also hold pages written before it became read-only
-            // (RELRO relocations of a loaded program), which MADV_DONTNEED
-            // would throw away.
-            if perms != "r--s" || dev != self.dev || inode.parse() != Ok(self.inode) {
-                continue;
-            }
-            let Some((start, end)) = range.split_once('-') else {
-                continue;
-            };
-            if let (Ok(start), Ok(end)) = (
-                usize::from_str_radix(start, 16),
-                usize::from_str_radix(end, 16),
-            ) {
-                found.push((start, end));
-            }
-        }
+        // Shared read-only only: how blazesym maps (through memmap2), and
+        // nothing else in innoprof does (its own maps are private, see
+        // resolve::mapped), so every range found is a map a live
+        // symbolizer holds, kept by `BLAZESYM_UNMAP`. A private mapping may
+        // also hold pages written before it became read-only (RELRO
+        // relocations of a loaded program), which MADV_DONTNEED would
+        // throw away.
+        let found = maps
+            .iter()
+            .filter(|m| m.readable && !m.writable && !m.executable && m.shared)
+            .filter(|m| m.id == self.id)
+            .filter_map(|m| Some((usize::try_from(m.start).ok()?, usize::try_from(m.end).ok()?)))
+            .collect();
         *self.ranges.lock().unwrap_or_else(|e| e.into_inner()) = found;
     }
 
@@ -1188,21 +1170,6 @@ fn read_build_id(file: &TargetFile) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_executable_file_mappings_only() {
-        let r =
-            parse_maps_line("55d0c0a00000-55d0c1200000 r-xp 00200000 fd:01 123 /usr/sbin/mariadbd")
-                .unwrap();
-        assert_eq!(
-            (r.start, r.end, r.file_offset),
-            (0x55d0c0a00000, 0x55d0c1200000, 0x200000)
-        );
-        assert_eq!(r.path, "/usr/sbin/mariadbd");
-        assert!(parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]").is_none());
-        assert!(parse_maps_line("7ffd1000-7ffd2000 r-xp 00000000 00:00 0 [vdso]").is_none());
-        assert!(parse_maps_line("7f00-7f10 r--p 00000000 fd:01 5 /lib/libc.so.6").is_none());
-    }
 
     /// The helper drops a large file's shared read-only pages, and the
     /// bytes read back the same.

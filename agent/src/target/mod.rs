@@ -6,6 +6,7 @@
 pub mod discover;
 pub mod host_idle;
 pub mod kernel;
+pub mod maps;
 pub mod own_usage;
 pub mod privileges;
 pub mod rootfs;

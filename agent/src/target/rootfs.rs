@@ -342,18 +342,16 @@ pub fn in_target_root(pid: u32, path: &Path) -> PathBuf {
 
 /// Device and inode of the first mapping of `path` in /proc/PID/maps.
 fn mapped_id(pid: u32, path: &str) -> Result<Option<FileId>, RootError> {
-    let maps =
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| RootError::Open {
-            pid,
-            path: format!("/proc/{pid}/maps"),
-            source,
-        })?;
-    Ok(maps.lines().find_map(|line| {
-        let mut it = line.splitn(6, ' ');
-        let (_range, _perms, _off) = (it.next()?, it.next()?, it.next()?);
-        let (dev, inode) = (it.next()?, it.next()?);
-        (it.next()?.trim_start() == path).then(|| FileId::parse_maps(dev, inode))?
-    }))
+    let maps = crate::target::maps::of(pid).map_err(|source| RootError::Open {
+        pid,
+        path: format!("/proc/{pid}/maps"),
+        source,
+    })?;
+    // The path as maps spells it: a deleted file's with its suffix.
+    Ok(maps
+        .iter()
+        .find(|m| m.path == path || (m.deleted && format!("{} (deleted)", m.path) == path))
+        .map(|m| m.id))
 }
 
 fn verified(pid: u32, path: &str, file: File, mapped: FileId) -> Result<TargetFile, RootError> {
