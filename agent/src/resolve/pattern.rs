@@ -73,10 +73,10 @@ impl DemangledName {
         let (full, short) = match Symbol::new(raw_base) {
             Ok(sym) => {
                 let full = sym
-                    .demangle(&DemangleOptions::default())
+                    .demangle_with_options(&DemangleOptions::default())
                     .unwrap_or_else(|_| raw_base.to_string());
                 let short = sym
-                    .demangle(&DemangleOptions::new().no_params().no_return_type())
+                    .demangle_with_options(&DemangleOptions::new().no_params().no_return_type())
                     .unwrap_or_else(|_| full.clone());
                 (full, short)
             }

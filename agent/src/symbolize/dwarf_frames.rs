@@ -349,7 +349,7 @@ impl Lang {
                 .map(|d| format!("{d:#}"))
         };
         let cpp = || {
-            cpp_demangle_blazesym::Symbol::new(name)
+            cpp_demangle::Symbol::new(name)
                 .ok()
                 .and_then(|s| s.demangle().ok())
         };
