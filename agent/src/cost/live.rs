@@ -166,7 +166,7 @@ impl LiveCost {
 
     /// Per-call cost over a span of the recording, `then` to `now`: the
     /// calibrated trap plus the programs' average over that span. The one
-    /// price of past hits (`hit_price`, the governor's looks) and of the
+    /// price of past hits (`cost::price`, the governor's looks) and of the
     /// summary (the whole recording as one span), so that the spans' costs
     /// add up to the summary's; it follows the stack rate as the governor
     /// moves it.

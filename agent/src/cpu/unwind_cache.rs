@@ -13,7 +13,7 @@
 //! The rows are kept at the file's link-time addresses, with its
 //! executable segments, so a later process that maps the file elsewhere
 //! (ASLR) gets them shifted by its own load bias. A file that does not
-//! parse, is foreign (see `run_dir`), or says it is another file is
+//! parse, is foreign (see `persist`), or says it is another file is
 //! ignored and built again.
 
 use std::fs::File;

@@ -340,7 +340,7 @@ impl Recorder {
             }
         }
         // The programs' cost in the target, re-read once a second, and the
-        // governor's per-slot costs with it: the price `hit_price` puts on
+        // governor's per-slot costs with it: the price `cost::price` puts on
         // the same hits (one price, issue 50). The in-target factor (what
         // the server was measured to pay per modelled ns) is reported, no
         // longer multiplied in: scaled up to 3x, the plan's "fully on would
