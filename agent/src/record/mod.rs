@@ -3,6 +3,8 @@
 //! builds the results; [`crate::bundle`] writes them.
 
 pub mod cpu_profile;
+mod govern;
+mod looks;
 pub mod options;
 pub mod ready;
 pub mod recorder;
@@ -10,7 +12,9 @@ pub mod recording;
 pub mod recording_plan;
 pub mod results;
 pub mod segments;
+pub mod stack_window;
 
 pub use options::{RecordError, RecordOptions, StackCapture};
-pub use recorder::{Recorder, StackWindow};
+pub use recorder::Recorder;
 pub use recording_plan::RecordingPlan;
+pub use stack_window::StackWindow;

@@ -6,220 +6,76 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::attach::{Session, SessionOptions};
-use crate::bpf::abi::{Callsite, SlotId};
+use crate::bpf::abi::SlotId;
 use crate::collect::SlotCount;
 use crate::collect::{self, CollectError, Counters, LiveProbe};
 use crate::cost::calibrate::CalibrateError;
 use crate::cost::governor::{GovernedProbe, Governor, SlotCost};
 use crate::cost::hit_cost::HitCost;
 use crate::cpu::CpuProfiler;
-use crate::model::named_stack::ProbeStackSet;
 use crate::model::summary::EndReason;
 use crate::plan::memcounters::CounterRecorder;
+use crate::record::looks::{aux_counters, in_target_looks, slot_price_ns, InTargetLooks};
 use crate::record::options::{RecordError, StackCapture};
 use crate::record::recording::Recording;
 use crate::record::recording_plan::RecordingPlan;
 use crate::record::results;
-use crate::record::results::{fold_stacks, probe_slots, Finished, LatchNames};
-use crate::report;
-use crate::symbolize::callsite::CallsiteNamer;
+use crate::record::results::{probe_slots, Finished};
 use crate::symbolize::ProcessMaps;
 use crate::target::own_usage::{debug_phase, own_cpu_time};
 use crate::target::Target;
 
-/// Stacks being taken for some probes until a deadline
-/// ([`Recorder::open_stack_window`]).
-#[derive(Debug)]
-pub struct StackWindow {
-    probes: Vec<usize>,
-    /// The stacks' counts when it opened: (slot, frames, site, thread) →
-    /// (calls, wait ns).
-    start: HashMap<StackIdentity, (u64, u64)>,
-    started: Instant,
-}
-
-type StackIdentity = (SlotId, Vec<u64>, Callsite, u32);
-
-fn stack_identity(s: &crate::collect::StackSample) -> StackIdentity {
-    (s.slot, s.ips.clone(), s.site, s.role)
-}
-
-/// A stack window left open this long past its deadline is closed by the
-/// next [`Recorder::govern`] (its requester went away).
-const STACK_WINDOW_GRACE: Duration = Duration::from_secs(5);
-
 /// Probes attached and counting.
 pub struct Recorder {
-    plan: RecordingPlan,
+    pub(super) plan: RecordingPlan,
     /// None with no uprobe probes (`--probes none`).
-    session: Option<Session>,
-    cpu: Option<CpuProfiler>,
-    maps: ProcessMaps,
-    started: Instant,
+    pub(super) session: Option<Session>,
+    pub(super) cpu: Option<CpuProfiler>,
+    pub(super) maps: ProcessMaps,
+    pub(super) started: Instant,
     /// When detaching began (`detach_probes`, or `finish`): the end of the
     /// watched window. Rates and the governor's on-time stop here, not
     /// when the results are built: detaching a loaded server's probes
     /// took seconds, and counting them made `--interval` recordings'
     /// calls/s 17-55 % low.
-    detached_at: Option<Instant>,
-    started_unix_ms: u128,
-    hit_cost: HitCost,
+    pub(super) detached_at: Option<Instant>,
+    pub(super) started_unix_ms: u128,
+    pub(super) hit_cost: HitCost,
     /// Why the calibrated cost is a fallback, if it is.
-    calibration_note: Option<String>,
+    pub(super) calibration_note: Option<String>,
     /// Set when the hit cost is this boot's earlier measurement.
-    calibration_reused: Option<String>,
-    governor: Option<Governor>,
+    pub(super) calibration_reused: Option<String>,
+    pub(super) governor: Option<Governor>,
     /// Per-call cost: calibrated trap + the programs' run time in the target.
-    cost: Option<crate::cost::live::LiveCost>,
+    pub(super) cost: Option<crate::cost::live::LiveCost>,
     /// When `cost` last re-read the kernel's run statistics.
-    cost_observed: Instant,
+    pub(super) cost_observed: Instant,
     /// The stack sampling the governor set per slot (absent: every hit).
-    stack_every: HashMap<SlotId, u32>,
+    pub(super) stack_every: HashMap<SlotId, u32>,
     /// With [`StackCapture::OnDemand`]: whether each slot takes stacks
     /// now, and until when the open window lasts.
-    stack_gate: Option<(Vec<bool>, Option<Instant>)>,
+    pub(super) stack_gate: Option<(Vec<bool>, Option<Instant>)>,
     /// Resumes the kernel refused (the probe then stays off).
-    governor_errors: Vec<String>,
+    pub(super) governor_errors: Vec<String>,
     /// The governor decision the BPF alarm was last armed after.
-    alarm_armed_for: u64,
+    pub(super) alarm_armed_for: u64,
     /// `INNOPROF_BENCH_TOGGLE_MS` without a governor: every probe switched
     /// off and on again on a period (the benchmark's switching cost).
-    bench_toggle: Option<crate::cost::bench_toggle::Toggle>,
-    agent_cpu_at_start: Duration,
+    pub(super) bench_toggle: Option<crate::cost::bench_toggle::Toggle>,
+    pub(super) agent_cpu_at_start: Duration,
     /// The host's CPU times when the probes were attached, and when
     /// detaching began (see `host_idle`).
-    host_cpu_at_start: Option<crate::target::host_idle::CpuTimes>,
-    host_cpu_at_end: Option<crate::target::host_idle::CpuTimes>,
+    pub(super) host_cpu_at_start: Option<crate::target::host_idle::CpuTimes>,
+    pub(super) host_cpu_at_end: Option<crate::target::host_idle::CpuTimes>,
     /// The in-memory counters, read at start and end (see `memcounters`).
-    counters: CounterRecorder,
+    pub(super) counters: CounterRecorder,
     /// What the probes cost the server measured in it (see `in_target`),
     /// fed at each governor look; or why it is not measured.
-    in_target: Result<InTargetLooks, String>,
+    pub(super) in_target: Result<InTargetLooks, String>,
     /// Per planned probe with an auxiliary counter (see
     /// [`crate::cost::estimate::AUXILIARY`]): the counter's index and its
     /// readings at the probe's switches, for the ratio estimate.
-    aux: Vec<Option<(usize, crate::cost::estimate::AuxMarks)>>,
-}
-
-/// The in-target measurement and what it needs at each look.
-#[derive(Debug)]
-struct InTargetLooks {
-    cost: crate::cost::in_target::InTargetCost,
-    /// The work counter's index in `counters`.
-    work: usize,
-    /// The slots' counts at the last look.
-    last: HashMap<SlotId, SlotCount>,
-    /// The programs' run statistics then (None before the first look: the
-    /// recording's start).
-    last_runs: Option<crate::attach::RunStats>,
-}
-
-/// Reads the auxiliary counter of each probe with a slot in `slots` (just
-/// switched), at `t_s` seconds into the recording.
-fn mark_aux(
-    aux: &mut [Option<(usize, crate::cost::estimate::AuxMarks)>],
-    counters: &CounterRecorder,
-    session: &Session,
-    slots: &[SlotId],
-    t_s: f64,
-) {
-    if slots.is_empty() {
-        return;
-    }
-    for (probe, a) in aux.iter_mut().enumerate() {
-        let Some((i, marks)) = a.as_mut() else {
-            continue;
-        };
-        if session.slots_of(probe).any(|(s, _)| slots.contains(&s)) {
-            if let Some(v) = counters.read_one(*i) {
-                marks.marks.push((t_s, v));
-            }
-        }
-    }
-}
-
-/// What one call at slot `s` cost the server from `then` (None: the
-/// recording's start) to `now`, in ns: the calibrated trap plus the
-/// programs' measured run time over that span, else the calibration alone.
-/// The one price of the governor's looks, the series, the live readers and
-/// the summary (see [`crate::cost::price`]).
-fn slot_price_ns(
-    cost: Option<&crate::cost::live::LiveCost>,
-    hit_cost: &HitCost,
-    s: &crate::attach::Slot,
-    then: Option<crate::attach::RunStats>,
-    now: crate::attach::RunStats,
-) -> f64 {
-    match cost {
-        Some(c) => c.per_call_ns_between(s.measure, s.symbol.entry, then.unwrap_or(c.start()), now),
-        None => hit_cost.per_call_ns(s.measure, s.symbol.entry),
-    }
-}
-
-/// The in-target measurement where it can be made: a governor to vary the
-/// probes' cost, the work counter readable, the server's CPU clock.
-fn in_target_looks(
-    plan: &RecordingPlan,
-    counters: &CounterRecorder,
-    governed: bool,
-) -> Result<InTargetLooks, String> {
-    if !governed {
-        return Err("no governor: the probes were on throughout, nothing to compare".into());
-    }
-    let work = counters
-        .counters()
-        .iter()
-        .position(|c| c.spec.name == crate::cost::in_target::WORK_COUNTER)
-        .ok_or_else(|| {
-            format!(
-                "{} is not in this server's catalog or probe set",
-                crate::cost::in_target::WORK_COUNTER
-            )
-        })?;
-    counters.counters()[work].layout.as_ref().map_err(|why| {
-        format!(
-            "{} cannot be read: {why}",
-            crate::cost::in_target::WORK_COUNTER
-        )
-    })?;
-    let clock = crate::cost::in_target::ServerCpuClock::of(plan.target.pid)
-        .ok_or("the server's CPU clock cannot be read")?;
-    Ok(InTargetLooks {
-        cost: crate::cost::in_target::InTargetCost::new(
-            clock,
-            crate::cost::in_target::WORK_COUNTER,
-        ),
-        work,
-        last: HashMap::new(),
-        last_runs: None,
-    })
-}
-
-/// Each planned probe's auxiliary counter where the catalog ties one to it
-/// and it can be read, with its reading at the start.
-fn aux_counters(
-    plan: &RecordingPlan,
-    counters: &CounterRecorder,
-    governed: bool,
-) -> Vec<Option<(usize, crate::cost::estimate::AuxMarks)>> {
-    plan.probes
-        .iter()
-        .map(|p| {
-            let name = crate::cost::estimate::auxiliary_of(&p.spec.name).filter(|_| governed)?;
-            let i = counters
-                .counters()
-                .iter()
-                .position(|c| c.spec.name == name)?;
-            let start = counters.read_one(i)?;
-            Some((
-                i,
-                crate::cost::estimate::AuxMarks {
-                    counter: name.to_string(),
-                    marks: vec![(0.0, start)],
-                },
-            ))
-        })
-        .collect()
+    pub(super) aux: Vec<Option<(usize, crate::cost::estimate::AuxMarks)>>,
 }
 
 impl Recorder {
@@ -330,141 +186,6 @@ impl Recorder {
         &self.hit_cost
     }
 
-    /// Lets the overhead governor sample stacks and duty-cycle probes;
-    /// call every 10–20 ms.
-    pub fn govern(&mut self) {
-        // A stack window whose requester went away closes by itself.
-        if let Some((_, Some(until))) = &self.stack_gate {
-            if Instant::now() > *until + STACK_WINDOW_GRACE {
-                self.stacks_off();
-            }
-        }
-        // The programs' cost in the target, re-read once a second, and the
-        // governor's per-slot costs with it: the price `cost::price` puts on
-        // the same hits (one price, issue 50). The in-target factor (what
-        // the server was measured to pay per modelled ns) is reported, no
-        // longer multiplied in: scaled up to 3x, the plan's "fully on would
-        // cost" and its cuts were priced otherwise than its own accounting.
-        if let (Some(cost), Some(session)) = (self.cost.as_mut(), self.session.as_ref()) {
-            if self.cost_observed.elapsed() >= Duration::from_secs(1) {
-                cost.observe(session.run_stats());
-                cost.observe_slots(&crate::collect::read_slot_counts(session).unwrap_or_default());
-                self.cost_observed = Instant::now();
-                if let Some(g) = self.governor.as_mut() {
-                    let costs: HashMap<SlotId, SlotCost> = session
-                        .attached_slots()
-                        .map(|(i, s)| {
-                            let every = self.stack_every.get(&i).copied().unwrap_or(1);
-                            (i, cost.slot_cost(s.measure, s.symbol.entry, every, i))
-                        })
-                        .collect();
-                    g.update_costs(&costs);
-                }
-            }
-        }
-        if let (Some(t), Some(session)) = (self.bench_toggle.as_mut(), self.session.as_mut()) {
-            if let Some(on) = t.due(Instant::now()) {
-                let all: Vec<SlotId> = session.attached_slots().map(|(i, _)| i).collect();
-                if on {
-                    if let Err(e) = session.resume(&all) {
-                        self.governor_errors.push(crate::error_chain(&e));
-                    }
-                } else {
-                    session.suspend(&all);
-                }
-            }
-        }
-        let (Some(g), Some(session)) = (self.governor.as_mut(), self.session.as_mut()) else {
-            return;
-        };
-        if session.take_alarm() {
-            g.wake();
-        }
-        for took in session.detach_times() {
-            g.detach_took(took);
-        }
-        let mut looked = None;
-        let actions = g.tick(Instant::now(), || {
-            let counts = crate::collect::read_slot_counts(session).unwrap_or_default();
-            looked = Some(counts.clone());
-            counts
-        });
-        if let (Some(counts), Ok(it)) = (looked, self.in_target.as_mut()) {
-            // What the model prices the hits since the last look at: each
-            // at its slot's trap plus the programs' run time per hit the
-            // kernel measured over the same span.
-            let runs = session.run_stats();
-            let then = it.last_runs.replace(runs);
-            let model_ns: f64 = counts
-                .iter()
-                .filter_map(|(slot, now)| {
-                    let before = it.last.get(slot).copied().unwrap_or_default();
-                    let hits =
-                        (now.calls + now.off_hits).saturating_sub(before.calls + before.off_hits);
-                    let s = session.slots.get(slot.index())?;
-                    let price = slot_price_ns(self.cost.as_ref(), &self.hit_cost, s, then, runs);
-                    Some(hits as f64 * price)
-                })
-                .sum();
-            let work = self.counters.read_one(it.work);
-            it.cost.look(work, model_ns);
-            it.last = counts;
-        }
-        let (decisions, alarm_hits) = g.alarm();
-        if decisions != self.alarm_armed_for {
-            session.arm_alarm(alarm_hits);
-            self.alarm_armed_for = decisions;
-        }
-        // The BPF-side lever first: no uprobe is touched. On demand, only
-        // the slots of an open window take stacks at all.
-        self.stack_every.extend(actions.stack_every.iter().copied());
-        match &self.stack_gate {
-            None => session.set_stack_every(&actions.stack_every),
-            Some((gate, _)) => {
-                let open: Vec<(SlotId, u32)> = actions
-                    .stack_every
-                    .iter()
-                    .copied()
-                    .filter(|(slot, _)| gate.get(slot.index()).copied().unwrap_or(false))
-                    .collect();
-                session.set_stack_every(&open);
-            }
-        }
-        session.suspend(&actions.suspend);
-        let t_s = self.started.elapsed().as_secs_f64();
-        mark_aux(
-            &mut self.aux,
-            &self.counters,
-            session,
-            &actions.suspend,
-            t_s,
-        );
-        if !actions.resume.is_empty() {
-            // A probe whose last switch-off is still being detached is not
-            // re-attached (both links would run on every hit): it stays off
-            // and the governor asks again at its next tick.
-            let asked = Instant::now();
-            let (later, now): (Vec<SlotId>, Vec<SlotId>) = actions
-                .resume
-                .iter()
-                .partition(|s| session.detaching(std::slice::from_ref(s)));
-            if !later.is_empty() {
-                g.resume_deferred(&later, asked);
-            }
-            if !now.is_empty() {
-                if let Err(e) = session.resume(&now) {
-                    self.governor_errors.push(crate::error_chain(&e));
-                }
-                let resumed = Instant::now();
-                g.resumed(&now, asked, resumed);
-                let t_s = resumed
-                    .saturating_duration_since(self.started)
-                    .as_secs_f64();
-                mark_aux(&mut self.aux, &self.counters, session, &now, t_s);
-            }
-        }
-    }
-
     pub fn target(&self) -> &Target {
         &self.plan.target
     }
@@ -504,120 +225,6 @@ impl Recorder {
             .into_iter()
             .map(|i| self.plan.probes[i].spec.name.as_str())
             .collect()
-    }
-
-    /// With [`StackCapture::OnDemand`]: `probes` take stacks from now
-    /// until [`Self::close_stack_window`] (or `until` plus a grace, should
-    /// nobody close it). `None` when stacks are not on demand, or a window
-    /// is open already.
-    pub fn open_stack_window(
-        &mut self,
-        probes: &[usize],
-        until: Instant,
-    ) -> Result<Option<StackWindow>, RecordError> {
-        let Some(session) = self.session.as_mut() else {
-            return Ok(None);
-        };
-        let Some((gate, deadline)) = self.stack_gate.as_mut() else {
-            return Ok(None);
-        };
-        if deadline.is_some() {
-            return Ok(None);
-        }
-        let start = crate::collect::read_stacks(session)?
-            .iter()
-            .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
-            .collect();
-        let on: Vec<(SlotId, u32)> = probes
-            .iter()
-            .flat_map(|&probe| session.slots_of(probe))
-            .map(|(i, _)| (i, self.stack_every.get(&i).copied().unwrap_or(1)))
-            .collect();
-        for &(i, _) in &on {
-            gate[i.index()] = true;
-        }
-        session.set_stack_every(&on);
-        *deadline = Some(until);
-        Ok(Some(StackWindow {
-            probes: probes.to_vec(),
-            start,
-            started: Instant::now(),
-        }))
-    }
-
-    /// Stops taking stacks; what each window probe's stacks carried since
-    /// the window opened, named.
-    pub fn close_stack_window(
-        &mut self,
-        window: StackWindow,
-    ) -> Result<(Vec<ProbeStackSet>, Duration), RecordError> {
-        let elapsed = window.started.elapsed();
-        let Some(session) = self.session.as_ref() else {
-            return Ok((Vec::new(), elapsed));
-        };
-        let end = crate::collect::read_stacks(session)?;
-        self.stacks_off();
-        let moved: Vec<crate::collect::StackSample> = end
-            .into_iter()
-            .filter_map(|mut s| {
-                let (c, w) = window
-                    .start
-                    .get(&stack_identity(&s))
-                    .copied()
-                    .unwrap_or((0, 0));
-                s.count = s.count.saturating_sub(c);
-                s.wait_ns = s.wait_ns.saturating_sub(w);
-                (s.count > 0).then_some(s)
-            })
-            .collect();
-        Ok((self.name_probe_stacks(&window.probes, &moved), elapsed))
-    }
-
-    /// Every slot stops taking stacks; the window closes.
-    fn stacks_off(&mut self) {
-        let (Some(session), Some((gate, deadline))) =
-            (self.session.as_mut(), self.stack_gate.as_mut())
-        else {
-            return;
-        };
-        let off: Vec<(SlotId, u32)> = gate
-            .iter()
-            .enumerate()
-            .filter(|(_, on)| **on)
-            .map(|(i, _)| (SlotId::of_index(i), 0))
-            .collect();
-        session.set_stack_every(&off);
-        gate.iter_mut().for_each(|g| *g = false);
-        *deadline = None;
-    }
-
-    /// `samples` of `probes`, named as `finish` names a recording's.
-    fn name_probe_stacks(
-        &self,
-        probes: &[usize],
-        samples: &[crate::collect::StackSample],
-    ) -> Vec<ProbeStackSet> {
-        let plan = &self.plan;
-        let maps = ProcessMaps::read(plan.target.pid).unwrap_or_else(|_| self.maps.clone());
-        let mut symbolizer = plan.stack_symbolizer(maps);
-        let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
-        let mut out = Vec::new();
-        for &idx in probes {
-            let planned = &plan.probes[idx];
-            let my_slots = probe_slots(self.session.as_ref(), idx);
-            let (_, _, mut set) = fold_stacks(
-                &report::file_stem(&planned.spec.name),
-                planned.spec.measure,
-                &my_slots,
-                samples,
-                &mut symbolizer,
-                &mut namer,
-                &LatchNames::new(planned),
-            );
-            set.probe = planned.spec.name.clone();
-            out.push(set);
-        }
-        out
     }
 
     pub fn plan(&self) -> &RecordingPlan {

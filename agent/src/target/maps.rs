@@ -6,7 +6,7 @@
 use procfs::process::{MMPermissions, MMapPath, MemoryMaps, Process};
 use procfs::FromBufRead;
 
-use crate::target::rootfs::FileId;
+use crate::target::file_id::FileId;
 
 /// One mapping of a file (anonymous, stack, heap and vDSO mappings are
 /// left out: nothing reads them).

@@ -4,6 +4,7 @@
 //! namespace) works too and a symlink planted there is never followed.
 
 pub mod discover;
+pub mod file_id;
 pub mod host_idle;
 pub mod kernel;
 pub mod maps;
