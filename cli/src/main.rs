@@ -501,20 +501,61 @@ async fn record_segment(
         .interval
         .map(|d| IntervalSeries::for_recorder(&recorder, d));
     let target = recorder.target().clone();
-    let cpu = match recorder.plan().cpu.as_ref() {
-        Some(c) if c.offcpu => format!(
-            ", CPU sampling at {} Hz ({} perf events) and off-CPU time",
-            c.frequency_hz,
-            recorder.cpu_links() - 1
-        ),
-        Some(c) => format!(
-            ", CPU sampling at {} Hz ({} perf events)",
-            c.frequency_hz,
-            recorder.cpu_links()
-        ),
-        None => String::new(),
-    };
-    let probes = match recorder.attach_info() {
+    let left = announce_attached(&recorder, &target, deadline_at, notifier);
+    let end = record_until_end(
+        &mut recorder,
+        &target,
+        &mut series,
+        deadline_at,
+        left,
+        args.interval,
+        signals,
+    )
+    .await?;
+    innoprof::target::own_usage::debug_phase("after recording");
+    // When the recording's clock ends, not after detaching and symbolizing.
+    let state = state.finish();
+    say_how_it_ended(end, target.pid, args.follow);
+    finish_segment(recorder, end, state, series)
+}
+
+/// Says what was attached to which server and for how long, and tells
+/// whoever waits for the recording to be under way (--ready). Returns the
+/// time left until the deadline, as said.
+fn announce_attached(
+    recorder: &Recorder,
+    target: &innoprof::target::Target,
+    deadline_at: tokio::time::Instant,
+    notifier: &mut innoprof::record::ready::Notifier,
+) -> Duration {
+    let probes = attached_probes(recorder);
+    let cpu = cpu_sampling(recorder);
+    for note in &recorder.plan().image.notes {
+        eprintln!("innoprof: note: {}", innoprof::text::printable(note));
+    }
+    let left = deadline_at.saturating_duration_since(tokio::time::Instant::now());
+    eprintln!(
+        "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
+        innoprof::text::printable(&target.exe.to_string_lossy()),
+        target.pid,
+        recorder.plan().server,
+        // Whole seconds (the first segment's is --duration itself).
+        humantime::format_duration(if left >= Duration::from_secs(1) {
+            Duration::from_secs(left.as_secs_f64().round() as u64)
+        } else {
+            Duration::from_millis(left.as_millis() as u64)
+        })
+    );
+    let ready = innoprof::record::ready::Ready::record(recorder, left.as_secs_f64());
+    ready_args::announce(notifier, &ready);
+    left
+}
+
+/// The attach line's account of the uprobes: how many points and links,
+/// how long attaching took, and whether the breakpoints reach beyond the
+/// server (and why the attach fell back, where it did).
+fn attached_probes(recorder: &Recorder) -> String {
+    match recorder.attach_info() {
         Some(a) => format!(
             "{} probe points ({} {} links, {:.0} ms{}{})",
             a.points,
@@ -533,36 +574,40 @@ async fn record_segment(
                 .unwrap_or_default()
         ),
         None => "no uprobes".to_string(),
-    };
-    for note in &recorder.plan().image.notes {
-        eprintln!("innoprof: note: {}", innoprof::text::printable(note));
     }
-    let left = deadline_at.saturating_duration_since(tokio::time::Instant::now());
-    eprintln!(
-        "innoprof: attached {probes}{cpu} to {} (pid {}, {}); recording for {}",
-        innoprof::text::printable(&target.exe.to_string_lossy()),
-        target.pid,
-        recorder.plan().server,
-        // Whole seconds (the first segment's is --duration itself).
-        humantime::format_duration(if left >= Duration::from_secs(1) {
-            Duration::from_secs(left.as_secs_f64().round() as u64)
-        } else {
-            Duration::from_millis(left.as_millis() as u64)
-        })
-    );
-    let ready = innoprof::record::ready::Ready::record(&recorder, left.as_secs_f64());
-    ready_args::announce(notifier, &ready);
+}
 
-    // Only where someone watches: indicatif draws nothing to a pipe or a
-    // file, but still keeps its state at every governor tick.
-    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
-        let bar = ProgressBar::new(left.as_millis() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
-                .expect("template"),
-        );
-        bar
-    });
+/// The attach line's account of the CPU profiler, if any (off-CPU time
+/// takes one of its perf events, not counted with the sampling ones).
+fn cpu_sampling(recorder: &Recorder) -> String {
+    match recorder.plan().cpu.as_ref() {
+        Some(c) if c.offcpu => format!(
+            ", CPU sampling at {} Hz ({} perf events) and off-CPU time",
+            c.frequency_hz,
+            recorder.cpu_links() - 1
+        ),
+        Some(c) => format!(
+            ", CPU sampling at {} Hz ({} perf events)",
+            c.frequency_hz,
+            recorder.cpu_links()
+        ),
+        None => String::new(),
+    }
+}
+
+/// Records until `deadline_at`, a signal or the server's exit: the
+/// governor's duty when it asks (or on its tick), the --interval samples,
+/// and the progress bar over the `left` time.
+async fn record_until_end(
+    recorder: &mut Recorder,
+    target: &innoprof::target::Target,
+    series: &mut Option<IntervalSeries>,
+    deadline_at: tokio::time::Instant,
+    left: Duration,
+    interval: Option<Duration>,
+    signals: &mut Signals,
+) -> Result<EndReason> {
+    let bar = progress_bar(left);
     #[derive(Clone, Copy)]
     enum Duty {
         Govern,
@@ -576,7 +621,7 @@ async fn record_segment(
         Some(_) => clock.on_demand(Duty::Govern, recorder.alarm_fd()),
         None => clock.governor(Duty::Govern),
     };
-    if let Some(period) = args.interval {
+    if let Some(period) = interval {
         clock = clock.every(Duty::Sample, period);
     }
     let started = std::time::Instant::now();
@@ -603,31 +648,55 @@ async fn record_segment(
                 }
             }
             Event::Due(Duty::Sample) => {
-                series.as_mut().expect("--interval").sample(&recorder)?;
+                series.as_mut().expect("--interval").sample(recorder)?;
             }
         }
     };
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    innoprof::target::own_usage::debug_phase("after recording");
-    // When the recording's clock ends, not after detaching and symbolizing.
-    let state = state.finish();
+    Ok(end)
+}
+
+/// A progress bar over `left`, only where someone watches: indicatif draws
+/// nothing to a pipe or a file, but still keeps its state at every
+/// governor tick.
+fn progress_bar(left: Duration) -> Option<ProgressBar> {
+    std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let bar = ProgressBar::new(left.as_millis() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} recording [{bar:30}] {elapsed}/{duration}")
+                .expect("template"),
+        );
+        bar
+    })
+}
+
+/// One line on stderr where the recording ended early, saying what
+/// happens next (with --follow, a server that exited is waited for).
+fn say_how_it_ended(end: EndReason, pid: u32, follow: bool) {
     match end {
         EndReason::Interrupted => {
             eprintln!("innoprof: interrupted; detaching and writing what was collected")
         }
-        EndReason::TargetExited if args.follow => eprintln!(
-            "innoprof: pid {} exited during the recording; naming what it showed",
-            target.pid
-        ),
-        EndReason::TargetExited => eprintln!(
-            "innoprof: pid {} exited during the recording; writing what was collected",
-            target.pid
-        ),
+        EndReason::TargetExited if follow => {
+            eprintln!("innoprof: pid {pid} exited during the recording; naming what it showed")
+        }
+        EndReason::TargetExited => {
+            eprintln!("innoprof: pid {pid} exited during the recording; writing what was collected")
+        }
         EndReason::Duration => {}
     }
+}
 
+/// Detaches and names what the segment saw, with the server's state and
+/// the --interval series added.
+fn finish_segment(
+    mut recorder: Recorder,
+    end: EndReason,
+    state: Option<innoprof::model::server_state::ServerState>,
+    series: Option<IntervalSeries>,
+) -> Result<(innoprof::record::recording::Recording, EndReason)> {
     let series = series.map(|s| s.finish(&mut recorder)).transpose()?;
     innoprof::target::own_usage::debug_phase("after end snapshot");
     let mut recording = recorder.finish(end)?;

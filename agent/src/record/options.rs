@@ -64,6 +64,82 @@ pub struct RecordOptions {
     pub trust: crate::target::trust::Trust,
 }
 
+impl RecordOptions {
+    /// What every command starts from (`top` and `serve` as they are):
+    /// `probes` on `pid`, attached to as `trust` allows, without stacks
+    /// or CPU profiling, under `governor`, with default map sizes, the
+    /// hit cost of this boot reused where there is one. `record` adds
+    /// stacks and the CPU profile with the setters below.
+    pub fn new(
+        pid: u32,
+        probes: ProbeRequest,
+        governor: Option<GovernorConfig>,
+        calibrator: Calibrator,
+        trust: crate::target::trust::Trust,
+    ) -> Self {
+        Self {
+            pid,
+            force: false,
+            probes,
+            debuginfo: DebugSearch::default(),
+            capture_stacks: false,
+            stack_interval: crate::attach::DEFAULT_STACK_INTERVAL,
+            cpu: None,
+            governor,
+            limits: MapLimits::default(),
+            recalibrate: false,
+            calibrator,
+            trust,
+        }
+    }
+
+    /// Profile a process that is not mysqld/mariadbd (`--force`).
+    pub fn force(self, force: bool) -> Self {
+        Self { force, ..self }
+    }
+
+    /// Where separate debug info of a stripped binary is looked for.
+    pub fn debuginfo(self, debuginfo: DebugSearch) -> Self {
+        Self { debuginfo, ..self }
+    }
+
+    /// Probes' stacks, at most once per `interval` on each CPU.
+    pub fn stacks(self, capture: bool, interval: std::time::Duration) -> Self {
+        Self {
+            capture_stacks: capture,
+            stack_interval: interval,
+            ..self
+        }
+    }
+
+    /// CPU profiling alongside the probes (`None`: none).
+    pub fn cpu(self, cpu: Option<CpuOptions>) -> Self {
+        Self { cpu, ..self }
+    }
+
+    /// BPF map capacities.
+    pub fn limits(self, limits: MapLimits) -> Self {
+        Self { limits, ..self }
+    }
+
+    /// Measure the hit cost even when this boot has one.
+    pub fn recalibrate(self, recalibrate: bool) -> Self {
+        Self {
+            recalibrate,
+            ..self
+        }
+    }
+
+    /// The same options for another process of the server (`serve --all`,
+    /// a restart followed).
+    pub fn for_pid(&self, pid: u32) -> Self {
+        Self {
+            pid,
+            ..self.clone()
+        }
+    }
+}
+
 /// When a recording takes its probes' stacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StackCapture {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::attach::{AttachOutcome, Session, Slot};
+use crate::attach::{AttachOutcome, RunStats, Session, Slot};
 use crate::bpf::abi::{Callsite, SiteVal, SlotId, SlotStats};
 use crate::bpf::histogram::Log2Histogram;
 use crate::collect::{Snapshot, StackSample};
@@ -26,6 +26,7 @@ use crate::model::summary::{
 use crate::plan::catalog::Measure;
 use crate::plan::memcounters::CounterResult;
 use crate::plan::probeset::PlannedProbe;
+use crate::record::cpu_profile::CpuProfile;
 use crate::record::recording::Recording;
 use crate::record::recording_plan::RecordingPlan;
 use crate::report;
@@ -69,7 +70,10 @@ pub(crate) struct Finished<'a> {
     pub end_reason: EndReason,
 }
 
-/// Builds the recording from what the recorder collected.
+/// Builds the recording from what the recorder collected, in the order
+/// its parts depend on each other: the user stacks named, the probes'
+/// results, the CPU profile named, the overhead (after the naming, which
+/// is most of what the end costs), then the summary.
 pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
     let Finished {
         plan,
@@ -92,17 +96,112 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         duration_s,
         end_reason,
     } = finished;
-    let run_stats = session.map(Session::run_stats).unwrap_or_default();
-    let cost_of = |slot: &Slot| match live_cost {
-        Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, run_stats),
-        None => hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
+    let pricing = Pricing {
+        hit_cost,
+        live_cost,
+        run_stats: session.map(Session::run_stats).unwrap_or_default(),
     };
-    let mut trap_ns = 0.0;
-    let mut switched_off_hits = 0;
-    let mut switched_off_ns = 0.0;
     let mut symbolizer = plan.stack_symbolizer(maps);
-    // Every user stack of the recording named up front, file by file (the
-    // peak RSS of the end is one file's debug info, not all of them).
+    name_user_stacks(plan, session, &snapshot, cpu_raw.as_ref(), &mut symbolizer);
+    let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
+    let mut collected = Collected::default();
+    let results = ProbeInputs {
+        plan,
+        session,
+        snapshot: &snapshot,
+        duties: duties.as_deref(),
+        aux: &aux,
+        counters: &counters,
+        pricing,
+        duration_s,
+    }
+    .results(&mut symbolizer, &mut namer, &mut collected);
+    let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
+    debug_phase("after probe results");
+    let cpu = name_cpu_profile(cpu_raw, &mut symbolizer, &mut collected)?;
+    let overhead = OverheadInputs {
+        plan,
+        session,
+        pricing,
+        calibration_note,
+        calibration_reused,
+        governor_errors,
+        agent_cpu_at_start,
+        host_cpu_idle_pct,
+        in_target,
+        duration_s,
+    }
+    .summary(cpu.as_ref(), &collected.hits, probes_cost_pct);
+
+    let mut summary = Summary {
+        started_unix_ms,
+        counters,
+        drops: snapshot.drops,
+        cpu: cpu.map(|c| c.summary),
+        overhead,
+        ..bare_summary(plan, results, duration_s, end_reason)
+    };
+    summary.findings = crate::findings::evaluate(&summary);
+    Ok(Recording {
+        summary,
+        folded: collected.folded,
+        timeseries: None,
+        stacks: collected.stacks,
+    })
+}
+
+/// What one call of a slot's function costs innoprof, by the best measure
+/// there is: the cost measured in the target (its programs' run time over
+/// the recording) where there is a session, else the calibrated price.
+#[derive(Clone, Copy)]
+struct Pricing<'a> {
+    hit_cost: HitCost,
+    live_cost: Option<&'a LiveCost>,
+    /// The programs' run statistics at the end (default without a session).
+    run_stats: RunStats,
+}
+
+impl Pricing<'_> {
+    fn per_call_ns(&self, slot: &Slot) -> f64 {
+        match self.live_cost {
+            Some(c) => c.per_call_ns_overall(slot.measure, slot.symbol.entry, self.run_stats),
+            None => self.hit_cost.per_call_ns(slot.measure, slot.symbol.entry),
+        }
+    }
+}
+
+/// What the probes' hits cost over every probe, for the overhead: the
+/// traps, and the hits while a probe was switched off (paid in full for
+/// nothing seen).
+#[derive(Default)]
+struct HitTotals {
+    trap_ns: f64,
+    switched_off_hits: u64,
+    switched_off_ns: f64,
+}
+
+/// What the recording gathers besides the probes' rows, added to probe by
+/// probe and then by the CPU profile: the folded files, the named stacks
+/// and the hits' costs.
+#[derive(Default)]
+struct Collected {
+    folded: Vec<(String, String)>,
+    stacks: RecordedStacks,
+    hits: HitTotals,
+}
+
+/// Names every user stack of the recording up front (the probes' and the
+/// CPU profile's), file by file: the peak RSS of the end is then one
+/// file's debug info, not all of them.
+fn name_user_stacks(
+    plan: &RecordingPlan,
+    session: Option<&Session>,
+    snapshot: &Snapshot,
+    cpu_raw: Option<&RawCpuProfile>,
+    symbolizer: &mut StackSymbolizer,
+) {
+    // Count stacks are taken at the probed instruction itself, whose
+    // address is exact (latency stacks at a return address).
     let exact_first: HashMap<SlotId, bool> = (0..plan.probes.len())
         .flat_map(|idx| {
             let count = plan.probes[idx].spec.measure == Measure::Count;
@@ -111,7 +210,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
                 .map(move |(id, _)| (id, count))
         })
         .collect();
-    let cpu_user: Vec<Vec<u64>> = cpu_raw.as_ref().map_or_else(Vec::new, |c| c.user_stacks());
+    let cpu_user: Vec<Vec<u64>> = cpu_raw.map_or_else(Vec::new, |c| c.user_stacks());
     symbolizer.name_user_stacks(
         snapshot
             .stacks
@@ -121,101 +220,78 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
     );
     drop(cpu_user);
     crate::target::own_usage::debug_phase("after user stacks named");
-    let mut namer = CallsiteNamer::new(plan.target.pid, &plan.image);
-    let mut results = Vec::new();
-    let mut folded = Vec::new();
-    let mut named_stacks = RecordedStacks::default();
-    for (idx, planned) in plan.probes.iter().enumerate() {
+}
+
+/// What every probe's result is read from: the plan, the attached slots,
+/// the maps as read at the end, and the governor's account.
+struct ProbeInputs<'a> {
+    plan: &'a RecordingPlan,
+    /// None when nothing resolved (a CPU-only recording).
+    session: Option<&'a Session>,
+    snapshot: &'a Snapshot,
+    duties: Option<&'a [DutyReport]>,
+    aux: &'a [Option<crate::cost::estimate::AuxMarks>],
+    counters: &'a [CounterResult],
+    pricing: Pricing<'a>,
+    duration_s: f64,
+}
+
+impl ProbeInputs<'_> {
+    /// Every planned probe's result, in the plan's order; their stacks and
+    /// costs go to `collected`.
+    fn results(
+        &self,
+        symbolizer: &mut StackSymbolizer,
+        namer: &mut CallsiteNamer,
+        collected: &mut Collected,
+    ) -> Vec<ProbeResult> {
+        self.plan
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(idx, planned)| self.result(idx, planned, symbolizer, namer, collected))
+            .collect()
+    }
+
+    /// Probe `idx`'s row in summary.json: its counts and latency over its
+    /// symbols, whether it attached, its call sites, latches, roles and
+    /// stacks, its cost, and the governor's estimate where it was cut.
+    fn result(
+        &self,
+        idx: usize,
+        planned: &PlannedProbe,
+        symbolizer: &mut StackSymbolizer,
+        namer: &mut CallsiteNamer,
+        collected: &mut Collected,
+    ) -> ProbeResult {
         // No session when nothing resolved (CPU-only recording).
         let no_failures = AttachOutcome::default();
-        let outcome = session.map_or(&no_failures, |s| &s.outcomes[idx]);
+        let outcome = self.session.map_or(&no_failures, |s| &s.outcomes[idx]);
         let spec = &planned.spec;
-        let my_slots = probe_slots(session, idx);
-
-        let mut total = SlotStats::default();
-        let mut symbols = Vec::new();
-        let mut spent_ns = 0.0;
-        for (slot_id, slot) in &my_slots {
-            let st = snapshot.slots.get(slot_id).copied().unwrap_or_default();
-            // A hit while switched off ran the programs only to return,
-            // but paid the whole trap; the programs' average run time per
-            // hit is over all their runs, those included, so hits × average
-            // is the kernel's measured total.
-            let hits = st.hits() as f64;
-            spent_ns += hits * cost_of(slot);
-            trap_ns += hits * hit_cost.trap_ns(slot.measure, slot.symbol.entry);
-            switched_off_hits += st.off_hits;
-            switched_off_ns += st.off_hits as f64 * cost_of(slot);
-            total += &st;
-            let s = &slot.symbol;
-            symbols.push(SymbolInfo {
-                name: s.name.clone(),
-                raw: s.raw.clone(),
-                address: format!("{:#x}", s.address),
-                file_offset: format!("{:#x}", s.file_offset),
-                table: s.table,
-                clone: s.clone.clone(),
-                entry: s.entry,
-                moved: s.moved.as_ref().map(|m| m.to_string()),
-                calls: st.calls,
-            });
-        }
+        let my_slots = probe_slots(self.session, idx);
+        let (total, symbols, spent_ns) = self.slot_totals(&my_slots, &mut collected.hits);
         let (calls, wait_total, wait_max) = (total.calls, total.wait_ns_total, total.wait_ns_max);
         let hist = Log2Histogram::new(&total.hist);
-
-        // First instructions the kernel refuses were never tried.
-        let unprobeable = planned
-            .resolution
-            .skipped
-            .iter()
-            .filter(|s| s.reason == SkipReason::Unprobeable)
-            .map(|s| format!("{}: {s}", s.name));
-        let (status, reason) = if !my_slots.is_empty() {
-            let refused = unprobeable
-                .chain(outcome.failures.iter().map(crate::attach::Refusal::said))
-                .collect::<Vec<_>>();
-            (
-                ProbeStatus::Attached,
-                (!refused.is_empty())
-                    .then(|| format!("some symbols refused: {}", refused.join("; "))),
-            )
-        } else if let Some(u @ Unresolved::Unprobeable(_)) = &planned.resolution.unresolved {
-            (ProbeStatus::AttachFailed, Some(u.to_string()))
-        } else if let Some(u) = &planned.resolution.unresolved {
-            (ProbeStatus::Unresolved, Some(u.to_string()))
-        } else {
-            let refused = outcome
-                .failures
-                .iter()
-                .map(crate::attach::Refusal::said)
-                .collect::<Vec<_>>();
-            (ProbeStatus::AttachFailed, Some(refused.join("; ")))
-        };
+        let (status, reason) = probe_status(planned, outcome, !my_slots.is_empty());
 
         let latch_names = LatchNames::new(planned);
         let stacks = if status == ProbeStatus::Attached {
-            let stem = report::file_stem(&spec.name);
-            let (stats, files, mut set) = fold_stacks(
-                &stem,
-                spec.measure,
+            self.probe_stacks(
+                planned,
                 &my_slots,
-                &snapshot.stacks,
-                &mut symbolizer,
-                &mut namer,
                 &latch_names,
-            );
-            set.probe = spec.name.clone();
-            folded.extend(files);
-            if !set.stacks.is_empty() {
-                named_stacks.probes.push(set);
-            }
-            stats
+                symbolizer,
+                namer,
+                collected,
+            )
         } else {
             StackStats::default()
         };
 
         let timed = spec.measure == Measure::Latency && calls > 0;
-        results.push(ProbeResult {
+        let duration_s = self.duration_s;
+        let sites = &self.snapshot.site_roles;
+        let mut result = ProbeResult {
             name: spec.name.clone(),
             description: spec.description.clone(),
             measure: spec.measure,
@@ -249,96 +325,240 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
             } else {
                 Vec::new()
             },
-            callsites: callsite_results(&my_slots, &snapshot.site_roles, &mut namer, &latch_names),
-            latches: latch_results(&my_slots, &snapshot.site_roles, &mut namer, &latch_names),
-            roles: role_results(&my_slots, &snapshot, calls, wait_total),
+            callsites: callsite_results(&my_slots, sites, namer, &latch_names),
+            latches: latch_results(&my_slots, sites, namer, &latch_names),
+            roles: role_results(&my_slots, self.snapshot, calls, wait_total),
             latch_note: planned.latch.as_ref().and_then(|l| l.unavailable.clone()),
             stacks: StackStats {
-                sampled_every_max: duties.as_ref().map_or(1, |d| d[idx].stack_every_max),
-                interval_ns: plan.stack_interval_ns(),
+                sampled_every_max: self.duties.map_or(1, |d| d[idx].stack_every_max),
+                interval_ns: self.plan.stack_interval_ns(),
                 ..stacks
             },
             sampling: None,
             overhead_pct_of_core: spent_ns / 1e9 / duration_s.max(1e-9) * 100.0,
-        });
-        if let Some(duty) = duties.as_ref().map(|d| &d[idx]) {
-            if duty.cut && !my_slots.is_empty() {
-                let ratio = aux.get(idx).and_then(Option::as_ref).and_then(|m| {
-                    let total = counters.iter().find(|c| c.name == m.counter)?.count?;
-                    Some((m, total))
-                });
-                describe_sampling(
-                    results.last_mut().expect("just pushed"),
-                    duty,
-                    duration_s,
-                    ratio,
-                );
-            }
-        }
+        };
+        self.describe_cut(idx, !my_slots.is_empty(), &mut result);
+        result
     }
-    let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
-    debug_phase("after probe results");
-    let cpu = cpu_raw.map(|raw| raw.symbolize(&mut symbolizer));
+
+    /// A probe's counts summed over its slots, its symbols with each one's
+    /// calls, and what its hits cost; the traps and the hits while
+    /// switched off are added to `totals` too.
+    fn slot_totals(
+        &self,
+        slots: &[(SlotId, &Slot)],
+        totals: &mut HitTotals,
+    ) -> (SlotStats, Vec<SymbolInfo>, f64) {
+        let mut total = SlotStats::default();
+        let mut symbols = Vec::new();
+        let mut spent_ns = 0.0;
+        for (slot_id, slot) in slots {
+            let st = self
+                .snapshot
+                .slots
+                .get(slot_id)
+                .copied()
+                .unwrap_or_default();
+            // A hit while switched off ran the programs only to return,
+            // but paid the whole trap; the programs' average run time per
+            // hit is over all their runs, those included, so hits × average
+            // is the kernel's measured total.
+            let hits = st.hits() as f64;
+            let per_call_ns = self.pricing.per_call_ns(slot);
+            let trap_ns = self
+                .pricing
+                .hit_cost
+                .trap_ns(slot.measure, slot.symbol.entry);
+            spent_ns += hits * per_call_ns;
+            totals.trap_ns += hits * trap_ns;
+            totals.switched_off_hits += st.off_hits;
+            totals.switched_off_ns += st.off_hits as f64 * per_call_ns;
+            total += &st;
+            let s = &slot.symbol;
+            symbols.push(SymbolInfo {
+                name: s.name.clone(),
+                raw: s.raw.clone(),
+                address: format!("{:#x}", s.address),
+                file_offset: format!("{:#x}", s.file_offset),
+                table: s.table,
+                clone: s.clone.clone(),
+                entry: s.entry,
+                moved: s.moved.as_ref().map(|m| m.to_string()),
+                calls: st.calls,
+            });
+        }
+        (total, symbols, spent_ns)
+    }
+
+    /// An attached probe's stacks folded into its files and named for the
+    /// recording's stacks (both added to `collected`); their statistics
+    /// for its row.
+    fn probe_stacks(
+        &self,
+        planned: &PlannedProbe,
+        slots: &[(SlotId, &Slot)],
+        latches: &LatchNames,
+        symbolizer: &mut StackSymbolizer,
+        namer: &mut CallsiteNamer,
+        collected: &mut Collected,
+    ) -> StackStats {
+        let spec = &planned.spec;
+        let stem = report::file_stem(&spec.name);
+        let (stats, files, mut set) = fold_stacks(
+            &stem,
+            spec.measure,
+            slots,
+            &self.snapshot.stacks,
+            symbolizer,
+            namer,
+            latches,
+        );
+        set.probe = spec.name.clone();
+        collected.folded.extend(files);
+        if !set.stacks.is_empty() {
+            collected.stacks.probes.push(set);
+        }
+        stats
+    }
+
+    /// A probe the governor cut (and that attached) saw only part of its
+    /// calls: its row says so, with the estimate (see
+    /// [`describe_sampling`]); from its auxiliary counter's ratio where
+    /// it has one and the counter was read.
+    fn describe_cut(&self, idx: usize, attached: bool, result: &mut ProbeResult) {
+        let Some(duty) = self.duties.map(|d| &d[idx]) else {
+            return;
+        };
+        if !duty.cut || !attached {
+            return;
+        }
+        let ratio = self.aux.get(idx).and_then(Option::as_ref).and_then(|m| {
+            let total = self.counters.iter().find(|c| c.name == m.counter)?.count?;
+            Some((m, total))
+        });
+        describe_sampling(result, duty, self.duration_s, ratio);
+    }
+}
+
+/// Whether a probe attached, and why not (or which of its symbols were
+/// refused) where that is worth saying.
+fn probe_status(
+    planned: &PlannedProbe,
+    outcome: &AttachOutcome,
+    attached: bool,
+) -> (ProbeStatus, Option<String>) {
+    // First instructions the kernel refuses were never tried.
+    let unprobeable = planned
+        .resolution
+        .skipped
+        .iter()
+        .filter(|s| s.reason == SkipReason::Unprobeable)
+        .map(|s| format!("{}: {s}", s.name));
+    if attached {
+        let refused = unprobeable
+            .chain(outcome.failures.iter().map(crate::attach::Refusal::said))
+            .collect::<Vec<_>>();
+        (
+            ProbeStatus::Attached,
+            (!refused.is_empty()).then(|| format!("some symbols refused: {}", refused.join("; "))),
+        )
+    } else if let Some(u @ Unresolved::Unprobeable(_)) = &planned.resolution.unresolved {
+        (ProbeStatus::AttachFailed, Some(u.to_string()))
+    } else if let Some(u) = &planned.resolution.unresolved {
+        (ProbeStatus::Unresolved, Some(u.to_string()))
+    } else {
+        let refused = outcome
+            .failures
+            .iter()
+            .map(crate::attach::Refusal::said)
+            .collect::<Vec<_>>();
+        (ProbeStatus::AttachFailed, Some(refused.join("; ")))
+    }
+}
+
+/// The CPU profile with its stacks named; its folded files and named
+/// stacks join the probes' in `collected`.
+fn name_cpu_profile(
+    raw: Option<RawCpuProfile>,
+    symbolizer: &mut StackSymbolizer,
+    collected: &mut Collected,
+) -> Result<Option<CpuProfile>, FlameGraphError> {
+    let cpu = raw.map(|raw| raw.symbolize(symbolizer));
     debug_phase("after CPU stacks named");
-    let cpu = match cpu {
+    Ok(match cpu {
         Some(mut c) => {
-            folded.extend(c.files()?);
-            named_stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
-            named_stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
+            collected.folded.extend(c.files()?);
+            collected.stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
+            collected.stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
             Some(c)
         }
         None => None,
-    };
-    // After the stacks are named: the end's symbolization is most of what
-    // a recording costs innoprof, and its peak RSS.
-    let agent_cpu = own_cpu_time().saturating_sub(agent_cpu_at_start);
-    // Only where probes were attached: without them a sample in uprobe
-    // handling is somebody else's probe.
-    let probes_seen_in_samples = cpu.as_ref().filter(|_| session.is_some()).and_then(|c| {
-        let on = &c.summary.oncpu;
-        SampledCost::new(on.probe_handling_samples, on.frequency_hz, duration_s)
-    });
-    let overhead = OverheadSummary {
-        probes_seen_in_samples,
-        hit_cost,
-        calibration_note,
-        calibration_reused,
-        budget_pct_of_core: plan.governor.map(|g| g.budget_pct),
-        probes_pct_of_core: probes_cost_pct,
-        cpu_profiler_pct_of_core: cpu.as_ref().and_then(|c| c.summary.program_pct_of_core()),
-        host_cpu_idle_pct,
-        in_target: in_target
-            .as_ref()
-            .ok()
-            .map(|f| crate::model::summary::InTargetSummary::new(f.clone(), probes_cost_pct)),
-        in_target_note: in_target.err(),
-        agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
-        agent_max_rss_kb: own_max_rss_kb(),
-        governor_errors,
-        attach: session.map(|s| s.info.clone()),
-        bpf_pct_of_core: live_cost.map(|c| {
-            c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
-        }),
-        trap_pct_of_core: trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
-        switched_off_hits,
-        switched_off_pct_of_core: switched_off_ns / 1e9 / duration_s.max(1e-9) * 100.0,
-    };
-
-    let mut summary = Summary {
-        started_unix_ms,
-        counters,
-        drops: snapshot.drops,
-        cpu: cpu.map(|c| c.summary),
-        overhead,
-        ..bare_summary(plan, results, duration_s, end_reason)
-    };
-    summary.findings = crate::findings::evaluate(&summary);
-    Ok(Recording {
-        summary,
-        folded,
-        timeseries: None,
-        stacks: named_stacks,
     })
+}
+
+/// What the overhead is read from besides the probes' costs: the plan and
+/// session, the prices, and what the recorder measured of itself and of
+/// the host.
+struct OverheadInputs<'a> {
+    plan: &'a RecordingPlan,
+    session: Option<&'a Session>,
+    pricing: Pricing<'a>,
+    calibration_note: Option<String>,
+    calibration_reused: Option<String>,
+    governor_errors: Vec<String>,
+    agent_cpu_at_start: Duration,
+    host_cpu_idle_pct: Option<f64>,
+    in_target: Result<crate::cost::in_target::InTargetFit, String>,
+    duration_s: f64,
+}
+
+impl OverheadInputs<'_> {
+    /// The recording's overhead: the probes' (priced, seen in the CPU
+    /// samples, fitted in the target), the CPU profiler's and innoprof's
+    /// own. Taken once the stacks are named: the end's symbolization is
+    /// most of what a recording costs innoprof, and its peak RSS.
+    fn summary(
+        self,
+        cpu: Option<&CpuProfile>,
+        hits: &HitTotals,
+        probes_cost_pct: f64,
+    ) -> OverheadSummary {
+        let duration_s = self.duration_s;
+        let agent_cpu = own_cpu_time().saturating_sub(self.agent_cpu_at_start);
+        // Only where probes were attached: without them a sample in uprobe
+        // handling is somebody else's probe.
+        let probes_seen_in_samples = cpu.filter(|_| self.session.is_some()).and_then(|c| {
+            let on = &c.summary.oncpu;
+            SampledCost::new(on.probe_handling_samples, on.frequency_hz, duration_s)
+        });
+        let run_stats = self.pricing.run_stats;
+        OverheadSummary {
+            probes_seen_in_samples,
+            hit_cost: self.pricing.hit_cost,
+            calibration_note: self.calibration_note,
+            calibration_reused: self.calibration_reused,
+            budget_pct_of_core: self.plan.governor.map(|g| g.budget_pct),
+            probes_pct_of_core: probes_cost_pct,
+            cpu_profiler_pct_of_core: cpu.and_then(|c| c.summary.program_pct_of_core()),
+            host_cpu_idle_pct: self.host_cpu_idle_pct,
+            in_target: self
+                .in_target
+                .as_ref()
+                .ok()
+                .map(|f| crate::model::summary::InTargetSummary::new(f.clone(), probes_cost_pct)),
+            in_target_note: self.in_target.err(),
+            agent_cpu_pct_of_core: agent_cpu.as_secs_f64() / duration_s.max(1e-9) * 100.0,
+            agent_max_rss_kb: own_max_rss_kb(),
+            governor_errors: self.governor_errors,
+            attach: self.session.map(|s| s.info.clone()),
+            bpf_pct_of_core: self.pricing.live_cost.map(|c| {
+                c.bpf_run_ns_since_start(run_stats) as f64 / 1e9 / duration_s.max(1e-9) * 100.0
+            }),
+            trap_pct_of_core: hits.trap_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+            switched_off_hits: hits.switched_off_hits,
+            switched_off_pct_of_core: hits.switched_off_ns / 1e9 / duration_s.max(1e-9) * 100.0,
+        }
+    }
 }
 
 /// A summary of `plan`'s `probes` over `duration_s` with nothing else

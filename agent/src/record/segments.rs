@@ -10,11 +10,15 @@ use crate::bpf::histogram::{Bucket, Log2Histogram};
 use crate::model::files::describe;
 use crate::model::files::innodb_status_file;
 use crate::model::files::FOLDED_FILES as FOLDED;
+use crate::model::named_stack::{NamedStack, RecordedStacks};
+use crate::model::server_state::ServerState;
 use crate::model::summary::{
-    CallsiteResult, InTargetSummary, LatchResult, ProbeResult, ProbeStatus, ProgramCost,
-    RoleResult, SampledCost, Sampling, SamplingState, Segment, Summary, SymbolInfo,
+    CallsiteResult, CpuSummary, InTargetSummary, LatchResult, OffCpuSummary, OnCpuSummary,
+    OverheadSummary, ProbeResult, ProbeStatus, ProgramCost, RoleResult, SampledCost, Sampling,
+    SamplingState, Segment, Summary, SymbolInfo,
 };
 use crate::model::top_symbols::{SelfFrame, TopBuilder};
+use crate::plan::memcounters::CounterResult;
 use crate::record::recording::Recording;
 use crate::report::folded::FoldedStacks;
 
@@ -41,14 +45,72 @@ pub fn merge(mut segments: Vec<Recording>) -> Recording {
     merged
 }
 
+/// Segment `b` appended to `a` (the segments so far): counts add, rates
+/// and shares are over the seconds watched, and what describes the
+/// server (its target, settings, end) is the later process's.
 fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     let (sa, sb) = (&a.summary, &b.summary);
     let watched_a = sa.watched_s();
     let watched = watched_a + sb.duration_s;
     // Offset of b's clock from the recording's start (its windows).
     let b_offset = sb.started_unix_ms.saturating_sub(first_start) as f64 / 1e3;
-    let weight = |x: f64, y: f64| (x * watched_a + y * sb.duration_s) / watched.max(1e-9);
 
+    let probes = merge_probes(sa, sb, watched_a, watched, b_offset);
+    let counters = merge_counters(sa, sb, watched);
+    let mut drops = sa.drops.clone();
+    drops.add(&sb.drops);
+    let mut overhead = merge_overhead(sa, sb, watched_a, watched);
+    let stacks = merge_stacks(a.stacks, b.stacks);
+    let mut folded = merge_files(a.folded, b.folded);
+    let cpu = merge_cpu(sa, sb, &folded, &stacks, watched);
+    // From the merged programs, as a single recording derives it.
+    overhead.cpu_profiler_pct_of_core = cpu.as_ref().and_then(|c| c.program_pct_of_core());
+    let server_state = merge_server_state(sa, sb);
+
+    let summary = Summary {
+        format_version: sb.format_version,
+        tool: sb.tool.clone(),
+        tool_version: sb.tool_version.clone(),
+        target: sb.target.clone(),
+        catalog: sb.catalog.clone(),
+        started_unix_ms: sa.started_unix_ms,
+        // Wall time from the first start to the last end, gaps included.
+        duration_s: (sb.started_unix_ms.saturating_sub(sa.started_unix_ms)) as f64 / 1e3
+            + sb.duration_s,
+        end_reason: sb.end_reason,
+        complete: sb.complete,
+        probes,
+        counters,
+        drops,
+        cpu,
+        overhead,
+        timeseries: None,
+        findings: Vec::new(),
+        server_state,
+        segments: Vec::new(),
+    };
+    if let Some(c) = &summary.cpu {
+        regraph_cpu(&mut folded, c);
+    }
+    Recording {
+        summary,
+        folded,
+        // The series spans the whole recording: added after the merge.
+        timeseries: None,
+        stacks,
+    }
+}
+
+/// The probes of both segments, by name (a probe only one segment
+/// planned is kept as it is); each one's rate over all the seconds
+/// watched, since no probe watched the gaps.
+fn merge_probes(
+    sa: &Summary,
+    sb: &Summary,
+    watched_a: f64,
+    watched: f64,
+    b_offset: f64,
+) -> Vec<ProbeResult> {
     let mut probes: Vec<ProbeResult> = sa.probes.clone();
     for p in &sb.probes {
         match probes.iter_mut().find(|q| q.name == p.name) {
@@ -59,7 +121,11 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     for p in &mut probes {
         p.calls_per_sec = p.calls as f64 / watched.max(1e-9);
     }
+    probes
+}
 
+/// The memory counters of both segments, by name.
+fn merge_counters(sa: &Summary, sb: &Summary, watched: f64) -> Vec<CounterResult> {
     let mut counters = sa.counters.clone();
     for c in &sb.counters {
         match counters.iter_mut().find(|x| x.name == c.name) {
@@ -68,7 +134,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
                 // the raw values are the first start's and the last end's.
                 // A segment whose count could not be read (its server
                 // exited before the end read) is left out, and said.
-                let missed = |r: &crate::plan::memcounters::CounterResult, pid: u32| {
+                let missed = |r: &CounterResult, pid: u32| {
                     r.count.is_none().then(|| {
                         format!(
                             "pid {pid}'s segment not counted ({})",
@@ -96,10 +162,14 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
             None => counters.push(c.clone()),
         }
     }
+    counters
+}
 
-    let mut drops = sa.drops.clone();
-    drops.add(&sb.drops);
-
+/// The overhead of both segments: the later one's, with its shares of a
+/// core weighted by the seconds each segment watched (the CPU profiler's
+/// is set from the merged programs by the caller).
+fn merge_overhead(sa: &Summary, sb: &Summary, watched_a: f64, watched: f64) -> OverheadSummary {
+    let weight = |x: f64, y: f64| (x * watched_a + y * sb.duration_s) / watched.max(1e-9);
     let mut overhead = sb.overhead.clone();
     overhead.probes_pct_of_core = weight(
         sa.overhead.probes_pct_of_core,
@@ -148,11 +218,16 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         &sb.overhead.governor_errors[..],
     ]
     .concat();
+    overhead
+}
 
-    let mut stacks = a.stacks;
-    stacks.oncpu.extend(b.stacks.oncpu);
-    stacks.offcpu.extend(b.stacks.offcpu);
-    for set in b.stacks.probes {
+/// The named stacks of both segments: the CPU profile's appended, the
+/// probes' appended per probe (a probe only one segment has is added).
+fn merge_stacks(a: RecordedStacks, b: RecordedStacks) -> RecordedStacks {
+    let mut stacks = a;
+    stacks.oncpu.extend(b.oncpu);
+    stacks.offcpu.extend(b.offcpu);
+    for set in b.probes {
         match stacks.probes.iter_mut().find(|s| s.probe == set.probe) {
             Some(s) => {
                 s.stacks.extend(set.stacks);
@@ -161,67 +236,106 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
             None => stacks.probes.push(set),
         }
     }
+    stacks
+}
 
-    let folded = merge_files(a.folded, b.folded);
-    let cpu = match (&sa.cpu, &sb.cpu) {
+/// The CPU profiles of both segments: the later one's settings, with the
+/// counts added and what is derived from them (shares, distinct stacks,
+/// top tables) derived again from the merged `folded` files and `stacks`.
+/// Where only one segment was profiled, its profile.
+fn merge_cpu(
+    sa: &Summary,
+    sb: &Summary,
+    folded: &[(String, String)],
+    stacks: &RecordedStacks,
+    watched: f64,
+) -> Option<CpuSummary> {
+    match (&sa.cpu, &sb.cpu) {
         (Some(x), Some(y)) => {
             let mut c = y.clone();
-            let on = &mut c.oncpu;
-            on.samples += x.oncpu.samples;
-            on.ticks_seen += x.oncpu.ticks_seen;
-            on.ticks_expected += x.oncpu.ticks_expected;
-            on.target_cpu_pct = if on.ticks_expected > 0 {
-                on.samples as f64 * 100.0 / on.ticks_expected as f64
-            } else {
-                0.0
-            };
-            on.lost.unwind_stopped += x.oncpu.lost.unwind_stopped;
-            on.lost.kernel_stack += x.oncpu.lost.kernel_stack;
-            on.lost.truncated += x.oncpu.lost.truncated;
-            on.lost.map_full += x.oncpu.lost.map_full;
-            on.probe_handling_samples += x.oncpu.probe_handling_samples;
-            on.program = ProgramCost::merged(x.oncpu.program, on.program, watched);
-            on.folded = on.folded.clone().or(x.oncpu.folded.clone());
-            on.flamegraph = on.flamegraph.clone().or(x.oncpu.flamegraph.clone());
-            on.distinct_stacks = folded_lines(&folded, on.folded.as_deref());
-            let mut top = TopBuilder::new(SelfFrame::Leaf);
-            for (s, n) in &stacks.oncpu {
-                top.add(&s.flat(), *n);
-            }
-            on.top = top.build("samples", crate::record::cpu_profile::TOP_ROWS);
+            add_oncpu(&mut c.oncpu, &x.oncpu, folded, &stacks.oncpu, watched);
             if let (Some(o), Some(xo)) = (c.offcpu.as_mut(), x.offcpu.as_ref()) {
-                o.blocks += xo.blocks;
-                o.blocked_ns_total += xo.blocked_ns_total;
-                o.below_min_blocks += xo.below_min_blocks;
-                o.below_min_ns += xo.below_min_ns;
-                o.preempted_switches += xo.preempted_switches;
-                o.program = ProgramCost::merged(xo.program, o.program, watched);
-                o.lost.unwind_stopped += xo.lost.unwind_stopped;
-                o.lost.map_full += xo.lost.map_full;
-                o.lost.start_map_full += xo.lost.start_map_full;
-                o.folded = o.folded.clone().or(xo.folded.clone());
-                o.flamegraph = o.flamegraph.clone().or(xo.flamegraph.clone());
-                o.distinct_stacks = folded_lines(&folded, o.folded.as_deref());
-                let exe = std::path::Path::new(&sb.target.binary)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned());
-                let mut top = TopBuilder::new(match exe {
-                    Some(m) => SelfFrame::InnermostIn(m),
-                    None => SelfFrame::UserLeaf,
-                });
-                for (s, us) in &stacks.offcpu {
-                    top.add(&s.flat(), *us);
-                }
-                o.top = top.build("us", crate::record::cpu_profile::TOP_ROWS);
+                add_offcpu(o, xo, folded, &stacks.offcpu, &sb.target.binary, watched);
             }
             Some(c)
         }
         (x, y) => y.clone().or(x.clone()),
-    };
-    // From the merged programs, as a single recording derives it.
-    overhead.cpu_profiler_pct_of_core = cpu.as_ref().and_then(|c| c.program_pct_of_core());
+    }
+}
 
-    let server_state = match (sa.server_state.clone(), sb.server_state.clone()) {
+/// The earlier segment's on-CPU samples `x` added to `on`; the target's
+/// share of a CPU, the distinct stacks and the top table derived again.
+fn add_oncpu(
+    on: &mut OnCpuSummary,
+    x: &OnCpuSummary,
+    folded: &[(String, String)],
+    stacks: &[(NamedStack, u64)],
+    watched: f64,
+) {
+    on.samples += x.samples;
+    on.ticks_seen += x.ticks_seen;
+    on.ticks_expected += x.ticks_expected;
+    on.target_cpu_pct = if on.ticks_expected > 0 {
+        on.samples as f64 * 100.0 / on.ticks_expected as f64
+    } else {
+        0.0
+    };
+    on.lost.unwind_stopped += x.lost.unwind_stopped;
+    on.lost.kernel_stack += x.lost.kernel_stack;
+    on.lost.truncated += x.lost.truncated;
+    on.lost.map_full += x.lost.map_full;
+    on.probe_handling_samples += x.probe_handling_samples;
+    on.program = ProgramCost::merged(x.program, on.program, watched);
+    on.folded = on.folded.clone().or(x.folded.clone());
+    on.flamegraph = on.flamegraph.clone().or(x.flamegraph.clone());
+    on.distinct_stacks = folded_lines(folded, on.folded.as_deref());
+    let mut top = TopBuilder::new(SelfFrame::Leaf);
+    for (s, n) in stacks {
+        top.add(&s.flat(), *n);
+    }
+    on.top = top.build("samples", crate::record::cpu_profile::TOP_ROWS);
+}
+
+/// The earlier segment's off-CPU time `xo` added to `o`; the distinct
+/// stacks and the top table derived again, each stack's self time in the
+/// server's own code (`binary`) where it is named.
+fn add_offcpu(
+    o: &mut OffCpuSummary,
+    xo: &OffCpuSummary,
+    folded: &[(String, String)],
+    stacks: &[(NamedStack, u64)],
+    binary: &str,
+    watched: f64,
+) {
+    o.blocks += xo.blocks;
+    o.blocked_ns_total += xo.blocked_ns_total;
+    o.below_min_blocks += xo.below_min_blocks;
+    o.below_min_ns += xo.below_min_ns;
+    o.preempted_switches += xo.preempted_switches;
+    o.program = ProgramCost::merged(xo.program, o.program, watched);
+    o.lost.unwind_stopped += xo.lost.unwind_stopped;
+    o.lost.map_full += xo.lost.map_full;
+    o.lost.start_map_full += xo.lost.start_map_full;
+    o.folded = o.folded.clone().or(xo.folded.clone());
+    o.flamegraph = o.flamegraph.clone().or(xo.flamegraph.clone());
+    o.distinct_stacks = folded_lines(folded, o.folded.as_deref());
+    let exe = std::path::Path::new(binary)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    let mut top = TopBuilder::new(match exe {
+        Some(m) => SelfFrame::InnermostIn(m),
+        None => SelfFrame::UserLeaf,
+    });
+    for (s, us) in stacks {
+        top.add(&s.flat(), *us);
+    }
+    o.top = top.build("us", crate::record::cpu_profile::TOP_ROWS);
+}
+
+/// The server's state at the recording's start (the first segment's) and
+/// at its end (the last one's), with the samples of both.
+fn merge_server_state(sa: &Summary, sb: &Summary) -> Option<ServerState> {
+    match (sa.server_state.clone(), sb.server_state.clone()) {
         (Some(mut x), Some(y)) => {
             // The state at the recording's start, and at its end.
             x.end = y.end;
@@ -230,64 +344,36 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
             Some(x)
         }
         (x, y) => y.or(x),
-    };
+    }
+}
 
-    let summary = Summary {
-        format_version: sb.format_version,
-        tool: sb.tool.clone(),
-        tool_version: sb.tool_version.clone(),
-        target: sb.target.clone(),
-        catalog: sb.catalog.clone(),
-        started_unix_ms: sa.started_unix_ms,
-        // Wall time from the first start to the last end, gaps included.
-        duration_s: (sb.started_unix_ms.saturating_sub(sa.started_unix_ms)) as f64 / 1e3
-            + sb.duration_s,
-        end_reason: sb.end_reason,
-        complete: sb.complete,
-        probes,
-        counters,
-        drops,
-        cpu,
-        overhead,
-        timeseries: None,
-        findings: Vec::new(),
-        server_state,
-        segments: Vec::new(),
-    };
-    let mut folded = folded;
-    // The flame graphs of the merged CPU stacks.
-    if let Some(c) = &summary.cpu {
-        let title_on = format!(
-            "on-CPU: {} samples at {} Hz on {} CPUs",
-            c.oncpu.samples, c.oncpu.frequency_hz, c.oncpu.cpus
+/// The flame graphs of the merged CPU stacks, rendered again from the
+/// merged folded files (the merged files keep the last segment's graphs,
+/// of its stacks only).
+fn regraph_cpu(folded: &mut Vec<(String, String)>, c: &CpuSummary) {
+    let title_on = format!(
+        "on-CPU: {} samples at {} Hz on {} CPUs",
+        c.oncpu.samples, c.oncpu.frequency_hz, c.oncpu.cpus
+    );
+    regraph(
+        folded,
+        c.oncpu.folded.as_deref(),
+        c.oncpu.flamegraph.as_deref(),
+        &title_on,
+        "samples",
+    );
+    if let Some(o) = &c.offcpu {
+        let title = format!(
+            "off-CPU: time blocked >= {} us, by stack",
+            o.min_block_ns / 1000
         );
         regraph(
-            &mut folded,
-            c.oncpu.folded.as_deref(),
-            c.oncpu.flamegraph.as_deref(),
-            &title_on,
-            "samples",
+            folded,
+            o.folded.as_deref(),
+            o.flamegraph.as_deref(),
+            &title,
+            "us",
         );
-        if let Some(o) = &c.offcpu {
-            let title = format!(
-                "off-CPU: time blocked >= {} us, by stack",
-                o.min_block_ns / 1000
-            );
-            regraph(
-                &mut folded,
-                o.folded.as_deref(),
-                o.flamegraph.as_deref(),
-                &title,
-                "us",
-            );
-        }
-    }
-    Recording {
-        summary,
-        folded,
-        // The series spans the whole recording: added after the merge.
-        timeseries: None,
-        stacks,
     }
 }
 

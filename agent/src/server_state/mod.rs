@@ -14,6 +14,7 @@
 pub mod connect;
 pub mod innodb_status;
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
@@ -275,32 +276,61 @@ impl StateCapture {
         point
     }
 
+    /// The full state, one query group after another, each query bounded
+    /// by [`QUERY_TIMEOUT`] and the whole by [`SNAPSHOT_BUDGET`]; a
+    /// failing or skipped query is listed in the snapshot's `errors`.
     fn snapshot(&mut self) -> Snapshot {
         let began = Instant::now();
         let mut snap = Snapshot {
             taken_unix_ms: unix_ms(),
             ..Default::default()
         };
-        let conn = &mut self.session.conn;
-        let mut run = |what: &str, q: &str, snap: &mut Snapshot| -> Option<Vec<mysql::Row>> {
-            if began.elapsed() > SNAPSHOT_BUDGET {
-                snap.errors.push(QueryError {
-                    what: what.into(),
-                    error: format!(
-                        "skipped: the snapshot had taken {:.1} s already",
-                        began.elapsed().as_secs_f64()
-                    ),
-                });
-                return None;
-            }
-            query_noting(conn, what, q, &mut snap.errors)
+        let mut sql = Budgeted {
+            conn: &mut self.session.conn,
+            began,
         };
+        sql.variables(&mut snap);
+        sql.status(&mut snap);
+        let read_views = sql.innodb_status(&mut snap);
+        sql.transactions(&mut snap, self.own_id, &read_views);
+        sql.no_pk_tables(&mut snap);
+        sql.performance_schema(&mut snap);
+        snap.took_ms = began.elapsed().as_secs_f64() * 1e3;
+        snap
+    }
+}
 
+/// A snapshot's connection: its queries share [`SNAPSHOT_BUDGET`] from
+/// `began`, so that a slow server costs the recording a bounded wait.
+struct Budgeted<'c> {
+    conn: &'c mut mysql::Conn,
+    began: Instant,
+}
+
+impl Budgeted<'_> {
+    /// Runs `q` unless the budget is spent (then it is skipped, and said);
+    /// a failure is noted in the snapshot's errors as `what`.
+    fn run(&mut self, what: &str, q: &str, snap: &mut Snapshot) -> Option<Vec<mysql::Row>> {
+        if self.began.elapsed() > SNAPSHOT_BUDGET {
+            snap.errors.push(QueryError {
+                what: what.into(),
+                error: format!(
+                    "skipped: the snapshot had taken {:.1} s already",
+                    self.began.elapsed().as_secs_f64()
+                ),
+            });
+            return None;
+        }
+        query_noting(self.conn, what, q, &mut snap.errors)
+    }
+
+    /// The [`VARIABLES`] the server has, by lowercase name.
+    fn variables(&mut self, snap: &mut Snapshot) {
         let names = quoted(VARIABLES);
-        if let Some(rows) = run(
+        if let Some(rows) = self.run(
             "variables",
             &format!("SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})"),
-            &mut snap,
+            snap,
         ) {
             for r in rows {
                 if let (Some(k), Some(v)) = (cell(&r, 0), cell(&r, 1)) {
@@ -308,7 +338,11 @@ impl StateCapture {
                 }
             }
         }
-        if let Some(rows) = run("status", "SHOW GLOBAL STATUS", &mut snap) {
+    }
+
+    /// The global status counters [`keep_status`] keeps.
+    fn status(&mut self, snap: &mut Snapshot) {
+        if let Some(rows) = self.run("status", "SHOW GLOBAL STATUS", snap) {
             for r in rows {
                 if let (Some(k), Some(v)) = (cell(&r, 0), cell(&r, 1)) {
                     if let (true, Ok(v)) = (keep_status(&k), v.parse::<u64>()) {
@@ -317,8 +351,15 @@ impl StateCapture {
                 }
             }
         }
-        let mut read_views = std::collections::HashSet::new();
-        if let Some(rows) = run("innodb status", "SHOW ENGINE INNODB STATUS", &mut snap) {
+    }
+
+    /// SHOW ENGINE INNODB STATUS, kept up to [`MAX_STATUS_BYTES`], and the
+    /// history list length it gives. Returns the connections whose
+    /// transaction holds a read view, which only this text says (for
+    /// [`Self::transactions`]).
+    fn innodb_status(&mut self, snap: &mut Snapshot) -> HashSet<u64> {
+        let mut read_views = HashSet::new();
+        if let Some(rows) = self.run("innodb status", "SHOW ENGINE INNODB STATUS", snap) {
             if let Some(mut text) = rows.first().and_then(|r| cell(r, 2)) {
                 snap.history_list_length = innodb_status::history_list_length(&text);
                 for t in innodb_status::transactions(&text) {
@@ -336,11 +377,22 @@ impl StateCapture {
                 snap.innodb_status = Some(text);
             }
         }
-        let own = self
-            .own_id
+        read_views
+    }
+
+    /// The oldest [`MAX_TRANSACTIONS`] open transactions but our own
+    /// (`own_id`), with their connection's user, host, database, command
+    /// and statement, and whether they hold a read view (`read_views`).
+    fn transactions(
+        &mut self,
+        snap: &mut Snapshot,
+        own_id: Option<u64>,
+        read_views: &HashSet<u64>,
+    ) {
+        let own = own_id
             .map(|id| format!("AND t.trx_mysql_thread_id <> {id}"))
             .unwrap_or_default();
-        if let Some(rows) = run(
+        if let Some(rows) = self.run(
             "transactions",
             &format!(
                 "SELECT t.trx_id, t.trx_state, t.trx_started, \
@@ -351,7 +403,7 @@ impl StateCapture {
                  LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
                  WHERE 1=1 {own} ORDER BY t.trx_started LIMIT {MAX_TRANSACTIONS}"
             ),
-            &mut snap,
+            snap,
         ) {
             snap.transactions = rows
                 .iter()
@@ -376,6 +428,13 @@ impl StateCapture {
                 })
                 .collect();
         }
+    }
+
+    /// The InnoDB tables without a primary key (their clustered index is
+    /// InnoDB's own), most modified first, up to [`MAX_NO_PK_TABLES`]. The
+    /// views are named by the server's version, read by
+    /// [`Self::variables`] before.
+    fn no_pk_tables(&mut self, snap: &mut Snapshot) {
         // InnoDB's dictionary: MySQL 5.6 and MariaDB name these views
         // INNODB_SYS_*, MySQL 8.0 INNODB_*. Only tables InnoDB has open
         // have statistics, which the tables being written to are.
@@ -393,7 +452,7 @@ impl StateCapture {
             .get("version")
             .is_some_and(|v| v.starts_with("8.") || v.starts_with("9."));
         let query = no_pk(if eight { "" } else { "SYS_" });
-        if let Some(rows) = run("tables without a primary key", &query, &mut snap) {
+        if let Some(rows) = self.run("tables without a primary key", &query, snap) {
             snap.no_pk_tables = rows
                 .iter()
                 .filter_map(|r| {
@@ -405,39 +464,44 @@ impl StateCapture {
                 })
                 .collect();
         }
-        if snap
+    }
+
+    /// Where performance_schema is on (per [`Self::variables`]): how many
+    /// instruments it has, enabled and timed (the synch waits' among
+    /// them), and its enabled consumers.
+    fn performance_schema(&mut self, snap: &mut Snapshot) {
+        if !snap
             .variables
             .get("performance_schema")
             .is_some_and(|v| v.eq_ignore_ascii_case("ON"))
         {
-            let counts = run(
-                "performance_schema instruments",
-                "SELECT COUNT(*), SUM(ENABLED='YES'), SUM(ENABLED='YES' AND TIMED='YES'), \
-                 SUM(ENABLED='YES' AND TIMED='YES' AND NAME LIKE 'wait/synch/%') \
-                 FROM performance_schema.setup_instruments",
-                &mut snap,
-            );
-            let consumers = run(
-                "performance_schema consumers",
-                "SELECT NAME FROM performance_schema.setup_consumers WHERE ENABLED='YES'",
-                &mut snap,
-            );
-            if let Some(r) = counts.as_ref().and_then(|rows| rows.first()) {
-                snap.performance_schema = Some(PerfSchemaState {
-                    instruments: num(r, 0).unwrap_or(0),
-                    enabled: num(r, 1).unwrap_or(0),
-                    timed: num(r, 2).unwrap_or(0),
-                    synch_timed: num(r, 3).unwrap_or(0),
-                    consumers: consumers
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|r| cell(r, 0))
-                        .collect(),
-                });
-            }
+            return;
         }
-        snap.took_ms = began.elapsed().as_secs_f64() * 1e3;
-        snap
+        let counts = self.run(
+            "performance_schema instruments",
+            "SELECT COUNT(*), SUM(ENABLED='YES'), SUM(ENABLED='YES' AND TIMED='YES'), \
+             SUM(ENABLED='YES' AND TIMED='YES' AND NAME LIKE 'wait/synch/%') \
+             FROM performance_schema.setup_instruments",
+            snap,
+        );
+        let consumers = self.run(
+            "performance_schema consumers",
+            "SELECT NAME FROM performance_schema.setup_consumers WHERE ENABLED='YES'",
+            snap,
+        );
+        if let Some(r) = counts.as_ref().and_then(|rows| rows.first()) {
+            snap.performance_schema = Some(PerfSchemaState {
+                instruments: num(r, 0).unwrap_or(0),
+                enabled: num(r, 1).unwrap_or(0),
+                timed: num(r, 2).unwrap_or(0),
+                synch_timed: num(r, 3).unwrap_or(0),
+                consumers: consumers
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|r| cell(r, 0))
+                    .collect(),
+            });
+        }
     }
 }
 
