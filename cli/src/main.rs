@@ -278,6 +278,21 @@ pub(crate) fn parse_budget(s: &str) -> Result<Budget, String> {
     Ok(Budget(Some(v)))
 }
 
+/// The options record, serve and top all start from: the probes asked
+/// for on `pid`, attached as `--trust-user` allows, under `governor`, the
+/// hit cost measured in a child innoprof; each command adds its own.
+pub(crate) fn record_options(
+    pid: u32,
+    force: bool,
+    probe: &probe_args::ProbeArgs,
+    governor: Option<GovernorConfig>,
+    trust: innoprof::target::trust::Trust,
+) -> RecordOptions {
+    RecordOptions::new(pid, probe.request(), governor, own_calibrator(), trust)
+        .force(force)
+        .debuginfo(probe.debug_search())
+}
+
 /// Record, serve and top measure the hit cost in a child innoprof (its own
 /// `calibrate --json`), so that their own process never holds a uprobe:
 /// see [`innoprof::cost::calibrate::Calibrator`].
@@ -328,23 +343,19 @@ fn default_out(pid: u32) -> PathBuf {
 async fn record(args: RecordArgs) -> Result<ExitCode> {
     let pid = args.pid.resolve()?;
     let out = args.out.clone().unwrap_or_else(|| default_out(pid));
-    let mut opts = RecordOptions {
+    let mut opts = record_options(
         pid,
-        force: args.force,
-        probes: args.probe.request(),
-        debuginfo: args.probe.debug_search(),
-        capture_stacks: !args.no_stacks,
-        stack_interval: args.stack_interval,
-        cpu: (!args.no_cpu).then(|| args.cpu.options()),
-        governor: args
-            .max_overhead
+        args.force,
+        &args.probe,
+        args.max_overhead
             .governor()
             .map(|g| g.with_interval(args.interval)),
-        limits: args.limits.limits(),
-        recalibrate: args.recalibrate,
-        calibrator: crate::own_calibrator(),
-        trust: args.pid.trust()?,
-    };
+        args.pid.trust()?,
+    )
+    .stacks(!args.no_stacks, args.stack_interval)
+    .cpu((!args.no_cpu).then(|| args.cpu.options()))
+    .limits(args.limits.limits())
+    .recalibrate(args.recalibrate);
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut signals = Signals::install()?;
     // --follow knows the server again by its datadir (its working directory).

@@ -166,10 +166,7 @@ struct Setup {
 impl Setup {
     /// Attaches to `pid` and starts watching it; `follow`: across restarts.
     fn watch(&self, pid: u32, follow: bool) -> Result<Watched> {
-        let opts = RecordOptions {
-            pid,
-            ..self.opts.clone()
-        };
+        let opts = self.opts.for_pid(pid);
         let plan = planned(&opts)?;
         // A server is followed by its datadir; a process of another name
         // (--force) is no server instance, and its exit ends serve.
@@ -660,22 +657,15 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut notifier = args.ready.notifier()?;
     let commit = env!("INNOPROF_GIT_COMMIT").to_string();
     let setup = Setup {
-        opts: RecordOptions {
-            pid: 0, // each server's own, in Setup::watch
-            force: args.force,
-            probes: args.probe.request(),
-            debuginfo: args.probe.debug_search(),
-            capture_stacks: false,
-            recalibrate: false,
-            calibrator: crate::own_calibrator(),
-            stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
-            cpu: None,
-            // Counters stay raw (observed calls only go up); a duty-cycled
-            // probe's rate is recovered from its attached-seconds counter.
-            governor: args.max_overhead.governor(),
-            limits: Default::default(),
-            trust: args.pid.trust()?,
-        },
+        // Counters stay raw (observed calls only go up); a duty-cycled
+        // probe's rate is recovered from its attached-seconds counter.
+        opts: crate::record_options(
+            0, // each server's own, in Setup::watch
+            args.force,
+            &args.probe,
+            args.max_overhead.governor(),
+            args.pid.trust()?,
+        ),
         export: ExporterOptions {
             callsite_limit: args.callsite_limit,
             commit: commit.clone(),
@@ -955,10 +945,7 @@ impl Follower {
                 return None;
             }
         };
-        let opts = RecordOptions {
-            pid: started.pid,
-            ..opts.clone()
-        };
+        let opts = opts.for_pid(started.pid);
         // The same binary's resolution is reused; an upgrade (another
         // file) is resolved anew. A failed attempt resolves anew next time.
         let plan = match self.earlier {

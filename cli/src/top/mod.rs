@@ -105,20 +105,14 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     // Signal handlers first: a Ctrl-C during attach must still detach.
     // SIGHUP: the ssh session or terminal went away; detach as on q.
     let mut signals = Signals::install()?.with_hangup()?;
-    let opts = RecordOptions {
+    let opts = crate::record_options(
         pid,
-        force: args.force,
-        probes: args.probe.request(),
-        debuginfo: args.probe.debug_search(),
-        capture_stacks: false,
-        recalibrate: false,
-        calibrator: crate::own_calibrator(),
-        stack_interval: innoprof::attach::DEFAULT_STACK_INTERVAL,
-        cpu: Some(args.cpu.options()),
-        governor: args.max_overhead.governor(),
-        limits: Default::default(),
-        trust: args.pid.trust()?,
-    };
+        args.force,
+        &args.probe,
+        args.max_overhead.governor(),
+        args.pid.trust()?,
+    )
+    .cpu(Some(args.cpu.options()));
     let plan = match RecordingPlan::build(&opts) {
         // `top --force` on a process no catalog knows (before the wait
         // probes, top was CPU only): the CPU profile alone, said once.
