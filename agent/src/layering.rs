@@ -80,13 +80,11 @@ fn without_tests_and_comments(text: &str) -> String {
         }
         if t.starts_with("#[cfg(test)]") {
             let next = lines.peek().map(|l| l.trim_start()).unwrap_or("");
-            if next.starts_with("mod ")
-                || next.starts_with("pub mod ")
-                || next.starts_with("pub(crate) mod ")
-            {
-                if next.ends_with('{') {
-                    break; // the test module, to the end of the file
-                }
+            let is_mod = ["mod ", "pub mod ", "pub(crate) mod "]
+                .iter()
+                .any(|m| next.starts_with(m));
+            if is_mod && next.ends_with('{') {
+                break; // the test module, to the end of the file
             }
             lines.next();
             continue;

@@ -687,20 +687,34 @@ impl Governor {
         t.saturating_duration_since(self.started).as_secs_f64()
     }
 
+    /// One decision: charge the hits since the last look, make the plans
+    /// for the budget left, and carry them out probe by probe. The plans
+    /// are made from every probe's charge before any is switched, so each
+    /// probe is planned against the same window.
     fn decide(&mut self, now: Instant, counts: &HashMap<SlotId, SlotCount>, actions: &mut Actions) {
         for p in &mut self.probes {
             self.spent += p.charge(now, counts);
         }
+        let plans = self.make_plans(now);
+        if self.debug {
+            self.print_plans(now, &plans);
+        }
+        self.replanned = self.follow_plans(now, plans, actions);
+    }
+
+    /// The steady plan and the plan of the moment, and the room they leave.
+    /// The steady plan (each probe's share of the budget, at its steady
+    /// rate) says who is cut and how long its windows are; the plan of
+    /// the moment (what the window still allows over the horizon, at
+    /// the rate since the last look) only thins stacks, shortens
+    /// windows, and lets a probe in full stay on on the window's savings.
+    /// Records the allowance and the unreserved room for [`Self::look_again`].
+    fn make_plans(&mut self, now: Instant) -> Plans {
         let room = self.window_room(now);
         let budget = self.cfg.budget_pct / 100.0;
         let ahead = self.cfg.horizon.as_secs_f64();
         let min_duty = self.cfg.min_duty();
         let lag = self.detach_lag.as_secs_f64();
-        // The steady plan (each probe's share of the budget, at its steady
-        // rate) says who is cut and how long its windows are; the plan of
-        // the moment (what the window still allows over the horizon, at
-        // the rate since the last look) only thins stacks, shortens
-        // windows, and lets a probe in full stay on on the window's savings.
         let steady_demand: Vec<(f64, SlotCost)> = self
             .probes
             .iter()
@@ -708,16 +722,27 @@ impl Governor {
             .collect();
         let demand: Vec<(f64, SlotCost)> = self.probes.iter().map(|p| (p.rate, p.cost())).collect();
         let steady = plan(&steady_demand, budget, budget, min_duty);
-        // The smallest windows of the probes that cannot stay on in full
-        // are held back for a whole budget window: what a probe in full
-        // spends of the window's savings, and what cut probes' windows
-        // take beyond their smallest, is the rest. Unheld, a probe spent
-        // the savings in full and then its share of the budget on top
-        // (0.1265 s of CPU in some 10 s allowing 0.1 s, unit test).
-        let held: f64 = self
-            .probes
+        let free = room - self.held_for_windows(&steady, lag);
+        let allowance = ((free + budget * ahead) / ahead).max(0.0);
+        self.allowance = allowance;
+        self.unreserved = free;
+        Plans {
+            now: plan(&demand, allowance, budget, min_duty),
+            steady,
+            free,
+        }
+    }
+
+    /// What the cut probes' smallest windows take of a whole budget window,
+    /// by the `steady` plan: held back, so that what a probe in full spends
+    /// of the window's savings, and what cut probes' windows take beyond
+    /// their smallest, is the rest. Unheld, a probe spent the savings in
+    /// full and then its share of the budget on top (0.1265 s of CPU in
+    /// some 10 s allowing 0.1 s, unit test).
+    fn held_for_windows(&self, steady: &[Plan], lag: f64) -> f64 {
+        self.probes
             .iter()
-            .zip(&steady)
+            .zip(steady)
             .filter(|(_, share)| share.duty < 1.0)
             .map(|(p, _)| {
                 // Each window and the detach after it, every `stride` periods.
@@ -729,106 +754,68 @@ impl Governor {
                 per_window * self.cfg.window.as_secs_f64()
                     / (self.cfg.period.as_secs_f64() * f64::from(p.stride))
             })
-            .sum();
-        let free = room - held;
-        let allowance = ((free + budget * ahead) / ahead).max(0.0);
-        self.allowance = allowance;
-        self.unreserved = free;
-        let plans = plan(&demand, allowance, budget, min_duty);
-        if self.debug {
-            eprintln!(
-                "governor: t={:.2}s spent={:.4} allowance={allowance:.4} plans={:?} steady={:?}",
-                self.since_start(now),
-                self.spent,
-                plans
-                    .iter()
-                    .map(|p| (p.stack_every, (p.duty * 1e3).round() / 1e3))
-                    .collect::<Vec<_>>(),
-                self.probes
-                    .iter()
-                    .zip(&steady)
-                    .map(|(p, s)| format!(
-                        "{:.0}/s x {:.0}ns = {:.2}% (share {:.3})",
-                        p.steady_rate(lag),
-                        p.per_call_ns(1),
-                        p.steady_rate(lag) * p.per_call_ns(1) / 1e7,
-                        s.duty
-                    ))
-                    .collect::<Vec<_>>()
-            );
-        }
+            .sum()
+    }
+
+    /// The decision's plans on stderr (`INNOPROF_DEBUG_GOVERNOR`), with
+    /// what each probe would cost fully on: what a cut is read against.
+    fn print_plans(&self, now: Instant, plans: &Plans) {
+        let lag = self.detach_lag.as_secs_f64();
+        eprintln!(
+            "governor: t={:.2}s spent={:.4} allowance={:.4} plans={:?} steady={:?}",
+            self.since_start(now),
+            self.spent,
+            self.allowance,
+            plans
+                .now
+                .iter()
+                .map(|p| (p.stack_every, (p.duty * 1e3).round() / 1e3))
+                .collect::<Vec<_>>(),
+            self.probes
+                .iter()
+                .zip(&plans.steady)
+                .map(|(p, s)| format!(
+                    "{:.0}/s x {:.0}ns = {:.2}% (share {:.3})",
+                    p.steady_rate(lag),
+                    p.per_call_ns(1),
+                    p.steady_rate(lag) * p.per_call_ns(1) / 1e7,
+                    s.duty
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// Carries out `plans` probe by probe: each takes its stack rate, then
+    /// stays (or goes back) fully on, or is watched in windows sized to
+    /// its share. Returns whether a probe's plan changed (not only a cut
+    /// probe's own windows): the next look then comes a `tick` later.
+    fn follow_plans(&mut self, now: Instant, plans: Plans, actions: &mut Actions) -> bool {
         let cfg = self.cfg;
+        let lag = self.detach_lag.as_secs_f64();
         // The probes that share the window's free room for their windows.
-        let cut = steady.iter().filter(|s| s.duty < 1.0).count().max(1);
-        let (first, period) = (self.started + self.phase, self.cfg.period);
+        let cut = plans.steady.iter().filter(|s| s.duty < 1.0).count().max(1);
+        let windows = Windows {
+            now,
+            first: self.started + self.phase,
+            started: self.started,
+            free_each: plans.free.max(0.0) / cut as f64,
+            lag,
+        };
         let mut replanned = false;
-        for ((p, pl), share) in self.probes.iter_mut().zip(plans).zip(steady) {
-            if pl.stack_every != p.stack_every {
-                replanned |= p.mode == Mode::Full;
-                p.stack_every = pl.stack_every;
-                p.stack_every_max = p.stack_every_max.max(pl.stack_every);
-                actions
-                    .stack_every
-                    .extend(p.slot_ids().map(|s| (s, pl.stack_every)));
-            }
+        for ((p, pl), share) in self.probes.iter_mut().zip(plans.now).zip(plans.steady) {
+            replanned |= p.take_stack_every(pl.stack_every, actions);
             // A probe that fits its share of the steady budget is never cut
             // (a burst elsewhere, or a neighbour's switching, does not make
             // it dearer); one already in full stays on while the window's
             // savings pay for it.
             if share.duty >= 1.0 || (pl.duty >= 1.0 && p.mode == Mode::Full) {
-                if p.on_since.is_none() {
-                    // Measured again from its next window, not switched on
-                    // early on a rate from the last one.
-                    if p.next_on.is_some_and(|t| now < t) {
-                        continue;
-                    }
-                    switch_on(p, now, actions);
-                }
-                replanned |= p.mode != Mode::Full;
-                p.mode = Mode::Full;
-                p.on_until = None;
-                p.next_on = None;
-                continue;
-            }
-            // Its share of each period, no more than the window's room
-            // beyond what is held pays for.
-            let full = p.steady_rate(lag) * p.per_call_ns(p.stack_every) / 1e9;
-            let affordable = if full > 0.0 {
-                (free.max(0.0) / cut as f64 / full + cfg.min_window.as_secs_f64())
-                    / cfg.period.as_secs_f64()
+                replanned |= p.stay_in_full(now, actions);
             } else {
-                1.0
-            };
-            p.window = window_len(share.duty.min(affordable).max(min_duty), lag, &cfg);
-            p.stride = stride(p, share, lag, &cfg);
-            p.stride_max = p.stride_max.max(p.stride);
-            let skip = period * (p.stride - 1);
-            match (p.mode, p.on_since.is_some()) {
-                // Newly too dear: off now, on at the next period's phase.
-                (Mode::Full, on) => {
-                    replanned = true;
-                    p.mode = Mode::Cut;
-                    p.ever_cut = true;
-                    if on {
-                        switch_off(p, now, self.started, actions);
-                    }
-                    p.next_on = Some(phase_point(first, period, now + skip));
-                }
-                (Mode::Cut, true) => {
-                    if p.on_until.is_none_or(|t| now >= t) {
-                        switch_off(p, now, self.started, actions);
-                        p.next_on = Some(phase_point(first, period, now + skip));
-                    }
-                }
-                (Mode::Cut, false) => {
-                    if p.next_on.is_none_or(|t| now >= t) {
-                        switch_on(p, now, actions);
-                        p.on_until = Some(now + p.window);
-                    }
-                }
+                p.size_windows(share, &windows, &cfg);
+                replanned |= p.follow_windows(&windows, &cfg, actions);
             }
         }
-        self.replanned = replanned;
+        replanned
     }
 
     /// What the window can still pay for at once: the budget over the
@@ -979,6 +966,117 @@ impl Governor {
                 }
             })
             .collect()
+    }
+}
+
+/// One decision's plans, per probe in the governor's order.
+struct Plans {
+    /// The plan of the moment: each probe's stack rate, and whether one in
+    /// full may stay on on the window's savings.
+    now: Vec<Plan>,
+    /// The steady plan: who is cut, and each cut probe's share.
+    steady: Vec<Plan>,
+    /// The window's room less what is held for the cut probes' smallest
+    /// windows.
+    free: f64,
+}
+
+/// What every cut probe's windows are sized and placed by at one decision.
+struct Windows {
+    now: Instant,
+    /// Where the windows' grid starts: `started + phase`.
+    first: Instant,
+    /// The governor's start, which windows' times are counted from.
+    started: Instant,
+    /// Each cut probe's part of the window's free room (none if spent).
+    free_each: f64,
+    /// The detach lag, seconds.
+    lag: f64,
+}
+
+/// A probe's part of a decision ([`Governor::follow_plans`]); each returns
+/// whether the probe's plan changed, where it can.
+impl ProbeState {
+    /// Takes the stack rate of the plan of the moment (a BPF flag: no
+    /// attach or detach). A probe in full whose stacks are thinned counts
+    /// as re-planned.
+    fn take_stack_every(&mut self, every: u32, actions: &mut Actions) -> bool {
+        if every == self.stack_every {
+            return false;
+        }
+        let replanned = self.mode == Mode::Full;
+        self.stack_every = every;
+        self.stack_every_max = self.stack_every_max.max(every);
+        actions
+            .stack_every
+            .extend(self.slot_ids().map(|s| (s, every)));
+        replanned
+    }
+
+    /// Keeps the probe fully on, switching it back on if it was cut.
+    fn stay_in_full(&mut self, now: Instant, actions: &mut Actions) -> bool {
+        if self.on_since.is_none() {
+            // Measured again from its next window, not switched on
+            // early on a rate from the last one.
+            if self.next_on.is_some_and(|t| now < t) {
+                return false;
+            }
+            switch_on(self, now, actions);
+        }
+        let replanned = self.mode != Mode::Full;
+        self.mode = Mode::Full;
+        self.on_until = None;
+        self.next_on = None;
+        replanned
+    }
+
+    /// A cut probe's window and stride for its `share` of each period, no
+    /// more than its part of the window's room beyond what is held pays for.
+    fn size_windows(&mut self, share: Plan, w: &Windows, cfg: &GovernorConfig) {
+        let full = self.steady_rate(w.lag) * self.per_call_ns(self.stack_every) / 1e9;
+        let affordable = if full > 0.0 {
+            (w.free_each / full + cfg.min_window.as_secs_f64()) / cfg.period.as_secs_f64()
+        } else {
+            1.0
+        };
+        self.window = window_len(share.duty.min(affordable).max(cfg.min_duty()), w.lag, cfg);
+        self.stride = stride(self, share, w.lag, cfg);
+        self.stride_max = self.stride_max.max(self.stride);
+    }
+
+    /// Switches a probe watched in windows: one newly too dear goes off
+    /// now and is on again at the grid's next phase; a cut one closes its
+    /// window when it is over and opens the next when it is due, `stride`
+    /// periods on. Only the first changes its plan.
+    fn follow_windows(&mut self, w: &Windows, cfg: &GovernorConfig, actions: &mut Actions) -> bool {
+        let (now, period) = (w.now, cfg.period);
+        let skip = period * (self.stride - 1);
+        match (self.mode, self.on_since.is_some()) {
+            // Newly too dear: off now, on at the next period's phase.
+            (Mode::Full, on) => {
+                self.mode = Mode::Cut;
+                self.ever_cut = true;
+                if on {
+                    switch_off(self, now, w.started, actions);
+                }
+                self.next_on = Some(phase_point(w.first, period, now + skip));
+                true
+            }
+            (Mode::Cut, true) => {
+                if self.on_until.is_none_or(|t| now >= t) {
+                    switch_off(self, now, w.started, actions);
+                    self.next_on = Some(phase_point(w.first, period, now + skip));
+                }
+                false
+            }
+            (Mode::Cut, false) => {
+                if self.next_on.is_none_or(|t| now >= t) {
+                    switch_on(self, now, actions);
+                    self.on_until = Some(now + self.window);
+                }
+                false
+            }
+        }
     }
 }
 

@@ -57,7 +57,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::bpf::abi::{Callsite, SiteVal, HIST_SLOTS};
-use crate::collect::{CollectError, Counters, Drops, LiveProbe};
+use crate::collect::{CollectError, Counters, Counts, Drops, LiveProbe};
 use crate::cost::price::HitPricer;
 use crate::plan::catalog::Measure;
 use crate::record::results::LatchNames;
@@ -113,18 +113,11 @@ pub struct TargetLabels {
     pub binary: String,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Counts {
-    calls: u64,
-    wait_ns: u64,
-}
-
-impl Counts {
-    fn of(v: &SiteVal) -> Self {
-        Self {
-            calls: v.calls,
-            wait_ns: v.wait_ns_total,
-        }
+/// A call site's calls and wait, as the crate counts them everywhere.
+fn site_counts(v: &SiteVal) -> Counts {
+    Counts {
+        calls: v.calls,
+        wait_ns: v.wait_ns_total,
     }
 }
 
@@ -179,20 +172,12 @@ impl CallsiteLabels {
         let mut out = Vec::with_capacity(self.own.len() + 1);
         for (label, offset) in &self.own {
             let c = now.get(label).copied().unwrap_or_default();
-            out.push((
-                label.clone(),
-                Counts {
-                    calls: c.calls.saturating_sub(offset.calls),
-                    wait_ns: c.wait_ns.saturating_sub(offset.wait_ns),
-                },
-            ));
-            other.calls += offset.calls;
-            other.wait_ns += offset.wait_ns;
+            out.push((label.clone(), c.since(*offset)));
+            other.add(*offset);
         }
         self.in_other.clear();
         for (label, c) in now.iter().filter(|(l, _)| !self.own.contains_key(*l)) {
-            other.calls += c.calls;
-            other.wait_ns += c.wait_ns;
+            other.add(*c);
             self.in_other.insert(label.clone(), *c);
         }
         out.push((OTHER.to_string(), other));
@@ -492,7 +477,7 @@ impl Exporter {
                     .labels
                     .by_label(counters.probe_sites(&p.slots), &mut namer)
                     .iter()
-                    .map(|(label, v)| (label.clone(), Counts::of(v)))
+                    .map(|(label, v)| (label.clone(), site_counts(v)))
                     .collect();
             }
             if let Some(planned) = plan.probes.get(p.probe) {
@@ -503,9 +488,11 @@ impl Exporter {
                         .entry((i, site))
                         .or_insert_with(|| names.of(&site, &mut namer));
                     if let Some(name) = name {
-                        let c = labels.latches.entry(name.clone()).or_default();
-                        c.calls += v.calls;
-                        c.wait_ns += v.wait_ns_total;
+                        labels
+                            .latches
+                            .entry(name.clone())
+                            .or_default()
+                            .add(site_counts(&v));
                     }
                 }
             }
@@ -623,10 +610,7 @@ impl ProbeMetrics {
 fn add_labelled(now: &mut Vec<(String, Counts)>, old: &[(String, Counts)]) {
     for (label, c) in old {
         match now.iter_mut().find(|(l, _)| l == label) {
-            Some((_, n)) => {
-                n.calls += c.calls;
-                n.wait_ns += c.wait_ns;
-            }
+            Some((_, n)) => n.add(*c),
             None => now.push((label.clone(), *c)),
         }
     }
@@ -969,6 +953,52 @@ impl Exposition {
         Ok(())
     }
 
+    /// Calls and wait per call site: where the calls come from.
+    fn encode_callsites(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        self.encode_labelled(
+            enc,
+            "callsite",
+            "callsite",
+            [
+                "Calls per caller file:line (busiest sites; the rest is callsite=\"other\")",
+                "Time spent inside the probed functions per caller file:line",
+            ],
+            |p| &p.callsites,
+        )
+    }
+
+    /// Calls and wait per latch, for probes that name the latch waited on:
+    /// where threads queue.
+    fn encode_latches(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        self.encode_labelled(
+            enc,
+            "latch",
+            "latch",
+            [
+                "Calls per InnoDB latch (its id or creation site), for probes that name the \
+                 latch; the latches waited on most have a label, the rest is latch=\"other\"",
+                "Time spent waiting per InnoDB latch (thread-seconds per second under rate())",
+            ],
+            |p| &p.latches,
+        )
+    }
+
+    /// Calls and wait per thread role: the server's background work apart
+    /// from the workload's contention.
+    fn encode_roles(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        self.encode_labelled(
+            enc,
+            "role",
+            "role",
+            [
+                "Calls per thread role (connection, purge worker, page cleaner, ..., unknown): \
+                 background roles are the server's own work, not the workload's contention",
+                "Time spent inside the probed functions per thread role",
+            ],
+            |p| &p.roles,
+        )
+    }
+
     fn encode_latency(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
         let mut m = enc.encode_descriptor(
             "innoprof_probe_latency",
@@ -1183,41 +1213,14 @@ impl Exposition {
 }
 
 impl Collector for Exposition {
+    /// One step per group of families; the order of the steps is the
+    /// order of the families in the text.
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_findings(&mut enc)?;
         self.encode_probe_counts(&mut enc)?;
-        self.encode_labelled(
-            &mut enc,
-            "callsite",
-            "callsite",
-            [
-                "Calls per caller file:line (busiest sites; the rest is callsite=\"other\")",
-                "Time spent inside the probed functions per caller file:line",
-            ],
-            |p| &p.callsites,
-        )?;
-        self.encode_labelled(
-            &mut enc,
-            "latch",
-            "latch",
-            [
-                "Calls per InnoDB latch (its id or creation site), for probes that name the \
-                 latch; the latches waited on most have a label, the rest is latch=\"other\"",
-                "Time spent waiting per InnoDB latch (thread-seconds per second under rate())",
-            ],
-            |p| &p.latches,
-        )?;
-        self.encode_labelled(
-            &mut enc,
-            "role",
-            "role",
-            [
-                "Calls per thread role (connection, purge worker, page cleaner, ..., unknown): \
-                 background roles are the server's own work, not the workload's contention",
-                "Time spent inside the probed functions per thread role",
-            ],
-            |p| &p.roles,
-        )?;
+        self.encode_callsites(&mut enc)?;
+        self.encode_latches(&mut enc)?;
+        self.encode_roles(&mut enc)?;
         self.encode_latency(&mut enc)?;
         self.encode_innodb_counters(&mut enc)?;
         self.encode_drops(&mut enc)?;
