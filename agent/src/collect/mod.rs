@@ -600,26 +600,43 @@ pub fn read(session: &Session) -> Result<Snapshot, CollectError> {
     read_in(session.object(), session.slot_count())
 }
 
-/// Calls and wait time: one probe's or call site's count at a read, or
-/// the difference of two reads.
+/// Calls and wait time: one probe's, call site's or latch's count at a
+/// read, or the difference of two reads. The one reading type of the
+/// interval series, `top` and the Prometheus exporter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub calls: u64,
     pub wait_ns: u64,
+    /// Of `wait_ns`, background threads' (kept for latches; 0 elsewhere).
+    pub background_wait_ns: u64,
 }
 
 impl Counts {
+    /// `calls` and `wait_ns`, none of it known to be background threads'.
+    pub fn of(calls: u64, wait_ns: u64) -> Self {
+        Self {
+            calls,
+            wait_ns,
+            background_wait_ns: 0,
+        }
+    }
+
+    /// Counters only grow; a smaller later value (a map entry evicted and
+    /// recreated) counts as zero rather than wrapping.
     pub fn since(self, earlier: Counts) -> Counts {
-        // Per-CPU and atomic counters only grow; saturate all the same.
         Counts {
             calls: self.calls.saturating_sub(earlier.calls),
             wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+            background_wait_ns: self
+                .background_wait_ns
+                .saturating_sub(earlier.background_wait_ns),
         }
     }
 
     pub fn add(&mut self, other: Counts) {
         self.calls += other.calls;
         self.wait_ns += other.wait_ns;
+        self.background_wait_ns += other.background_wait_ns;
     }
 }
 

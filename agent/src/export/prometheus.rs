@@ -115,10 +115,7 @@ pub struct TargetLabels {
 
 /// A call site's calls and wait, as the crate counts them everywhere.
 fn site_counts(v: &SiteVal) -> Counts {
-    Counts {
-        calls: v.calls,
-        wait_ns: v.wait_ns_total,
-    }
+    Counts::of(v.calls, v.wait_ns_total)
 }
 
 /// What decides which unlabelled keys get a label of their own.
@@ -544,10 +541,7 @@ impl Exporter {
                     .probe_roles(&p.slots)
                     .into_iter()
                     .map(|(role, v)| {
-                        let c = Counts {
-                            calls: v.calls,
-                            wait_ns: v.wait_ns,
-                        };
+                        let c = Counts::of(v.calls, v.wait_ns);
                         (crate::plan::thread_role::role(role).0.to_string(), c)
                     })
                     .collect(),
@@ -1236,7 +1230,7 @@ mod tests {
     use crate::bpf::abi::SlotStats;
 
     fn counts(calls: u64, wait_ns: u64) -> Counts {
-        Counts { calls, wait_ns }
+        Counts::of(calls, wait_ns)
     }
 
     fn sites(v: &[(&str, u64)]) -> BTreeMap<String, Counts> {

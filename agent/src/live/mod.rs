@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::bpf::abi::{Callsite, HIST_SLOTS};
 use crate::bpf::histogram::Log2Histogram;
+pub use crate::collect::Counts;
 use crate::collect::{CollectError, LiveProbe};
 use crate::cost::price::HitPricer;
 use crate::cpu::{CpuError, RawCpuProfile};
@@ -33,34 +34,6 @@ pub enum LiveError {
     Collect(#[from] CollectError),
     #[error("reading the CPU profile")]
     Cpu(#[from] CpuError),
-}
-
-/// Cumulative calls and wait.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub calls: u64,
-    pub wait_ns: u64,
-    /// Of `wait_ns`, background threads' (kept for latches).
-    pub background_wait_ns: u64,
-}
-
-impl Counts {
-    fn add(&mut self, calls: u64, wait_ns: u64) {
-        self.calls += calls;
-        self.wait_ns += wait_ns;
-    }
-
-    /// Counters only grow; a smaller later value (a map entry evicted and
-    /// recreated) counts as zero rather than wrapping.
-    pub fn since(self, earlier: Counts) -> Counts {
-        Counts {
-            calls: self.calls.saturating_sub(earlier.calls),
-            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
-            background_wait_ns: self
-                .background_wait_ns
-                .saturating_sub(earlier.background_wait_ns),
-        }
-    }
 }
 
 /// One probe's cumulative counters at a reading.
@@ -553,7 +526,7 @@ impl LiveView {
                             name: label,
                         })
                         .or_default()
-                        .add(v.calls, v.wait_ns_total);
+                        .add(Counts::of(v.calls, v.wait_ns_total));
                 }
             }
             let Some(planned) = plan.probes.get(p.probe) else {
@@ -575,7 +548,7 @@ impl LiveView {
                         .latches
                         .entry(SiteKey { probe: i, name })
                         .or_default();
-                    c.add(v.calls, v.wait_ns_total);
+                    c.add(Counts::of(v.calls, v.wait_ns_total));
                     if crate::plan::thread_role::role(*role).1
                         == crate::plan::thread_role::RoleKind::Background
                     {

@@ -140,7 +140,7 @@ impl IntervalSeries {
                     _ => last.total.calls,
                 };
                 ProbeCounts {
-                    total: Counts { calls, wait_ns: 0 },
+                    total: Counts::of(calls, 0),
                     sites: BTreeMap::new(),
                     attached_ms: t_ms,
                     off_hits: 0,
@@ -203,10 +203,7 @@ impl IntervalSeries {
                         .by_label(counters.probe_sites(&p.slots), namer)
                         .into_iter()
                         .map(|(label, v)| {
-                            let counts = Counts {
-                                calls: v.calls,
-                                wait_ns: v.wait_ns_total,
-                            };
+                            let counts = Counts::of(v.calls, v.wait_ns_total);
                             (label, counts)
                         })
                         .collect()
@@ -214,10 +211,7 @@ impl IntervalSeries {
                     BTreeMap::new()
                 };
                 ProbeCounts {
-                    total: Counts {
-                        calls: total.calls,
-                        wait_ns: total.wait_ns_total,
-                    },
+                    total: Counts::of(total.calls, total.wait_ns_total),
                     sites,
                     attached_ms: 0,
                     off_hits: total.off_hits,
@@ -339,7 +333,7 @@ mod tests {
     }
 
     fn counts(calls: u64, wait_ns: u64) -> Counts {
-        Counts { calls, wait_ns }
+        Counts::of(calls, wait_ns)
     }
 
     fn cumulative(total: Counts, sites: &[(&str, Counts)]) -> Vec<ProbeCounts> {

@@ -95,10 +95,9 @@ impl TimeSeries {
 pub fn totals_by_probe(series: &TimeSeries) -> HashMap<&str, Counts> {
     let mut out: HashMap<&str, Counts> = HashMap::new();
     for p in series.points.iter().filter(|p| p.callsite.is_none()) {
-        out.entry(p.probe.as_str()).or_default().add(Counts {
-            calls: p.calls,
-            wait_ns: p.wait_ns,
-        });
+        out.entry(p.probe.as_str())
+            .or_default()
+            .add(Counts::of(p.calls, p.wait_ns));
     }
     out
 }
