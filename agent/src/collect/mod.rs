@@ -76,7 +76,7 @@ pub struct StackSample {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub struct MapsSnapshot {
     pub slots: HashMap<SlotId, SlotStats>,
     pub stacks: Vec<StackSample>,
     /// Per (slot, call site): calls, total and max wait.
@@ -289,7 +289,7 @@ pub struct LiveProbe {
 }
 
 /// Everything, stacks included: read once, after the probes are detached.
-fn read_in(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
+fn read_in(obj: &Object, n_slots: usize) -> Result<MapsSnapshot, CollectError> {
     let Counters {
         slots,
         sites,
@@ -298,7 +298,7 @@ fn read_in(obj: &Object, n_slots: usize) -> Result<Snapshot, CollectError> {
         ..
     } = read_counters_in(obj, n_slots)?;
     let (threads, thread_roles) = read_threads(obj)?;
-    Ok(Snapshot {
+    Ok(MapsSnapshot {
         slots,
         stacks: read_stacks_in(obj, n_slots)?,
         sites,
@@ -596,7 +596,7 @@ pub fn read_stacks(session: &Session) -> Result<Vec<StackSample>, CollectError> 
 }
 
 /// Everything, stacks included.
-pub fn read(session: &Session) -> Result<Snapshot, CollectError> {
+pub fn read(session: &Session) -> Result<MapsSnapshot, CollectError> {
     read_in(session.object(), session.slot_count())
 }
 

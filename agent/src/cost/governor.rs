@@ -443,7 +443,7 @@ pub struct Governor {
 
 /// One probe's plan for the next stretch: stack rate and share of time on.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Plan {
+pub struct Allotment {
     pub stack_every: u32,
     pub duty: f64,
 }
@@ -739,7 +739,7 @@ impl Governor {
     /// their smallest, is the rest. Unheld, a probe spent the savings in
     /// full and then its share of the budget on top (0.1265 s of CPU in
     /// some 10 s allowing 0.1 s, unit test).
-    fn held_for_windows(&self, steady: &[Plan], lag: f64) -> f64 {
+    fn held_for_windows(&self, steady: &[Allotment], lag: f64) -> f64 {
         self.probes
             .iter()
             .zip(steady)
@@ -973,9 +973,9 @@ impl Governor {
 struct Plans {
     /// The plan of the moment: each probe's stack rate, and whether one in
     /// full may stay on on the window's savings.
-    now: Vec<Plan>,
+    now: Vec<Allotment>,
     /// The steady plan: who is cut, and each cut probe's share.
-    steady: Vec<Plan>,
+    steady: Vec<Allotment>,
     /// The window's room less what is held for the cut probes' smallest
     /// windows.
     free: f64,
@@ -1032,7 +1032,7 @@ impl ProbeState {
 
     /// A cut probe's window and stride for its `share` of each period, no
     /// more than its part of the window's room beyond what is held pays for.
-    fn size_windows(&mut self, share: Plan, w: &Windows, cfg: &GovernorConfig) {
+    fn size_windows(&mut self, share: Allotment, w: &Windows, cfg: &GovernorConfig) {
         let full = self.steady_rate(w.lag) * self.per_call_ns(self.stack_every) / 1e9;
         let affordable = if full > 0.0 {
             (w.free_each / full + cfg.min_window.as_secs_f64()) / cfg.period.as_secs_f64()
@@ -1119,7 +1119,7 @@ pub const MAX_STRIDE: u32 = 5;
 /// steady budget, when each window is followed by `lag` s of hits until
 /// the kernel's detach: 1 but where the lag alone overspends (a detach of
 /// 1 s under load, a period of 1 s: the trap is paid the whole time).
-fn stride(p: &ProbeState, share: Plan, lag: f64, cfg: &GovernorConfig) -> u32 {
+fn stride(p: &ProbeState, share: Allotment, lag: f64, cfg: &GovernorConfig) -> u32 {
     let rate = p.steady_rate(lag);
     // At the stack rate the steady plan priced its share at: its share of
     // the budget, whatever the stacks are thinned to at the moment.
@@ -1193,12 +1193,17 @@ fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut 
 /// 10 % of a core is paid for by 19 s off at 0.5 %. A window already
 /// spent beyond its steady share (`allowance` under `budget`) gives them
 /// only what it allows.
-pub fn plan(demand: &[(f64, SlotCost)], allowance: f64, budget: f64, min_duty: f64) -> Vec<Plan> {
+pub fn plan(
+    demand: &[(f64, SlotCost)],
+    allowance: f64,
+    budget: f64,
+    min_duty: f64,
+) -> Vec<Allotment> {
     let cost_at = |i: usize, every: u32| demand[i].0 * demand[i].1.per_call_ns(every) / 1e9;
     let mut order: Vec<usize> = (0..demand.len()).collect();
     order.sort_by(|a, b| cost_at(*a, 1).total_cmp(&cost_at(*b, 1)));
     let mut plans = vec![
-        Plan {
+        Allotment {
             stack_every: 1,
             duty: 1.0
         };
@@ -1413,7 +1418,7 @@ mod tests {
         assert_eq!(
             plan(&d, 0.01, 0.01, 0.05),
             vec![
-                Plan {
+                Allotment {
                     stack_every: 1,
                     duty: 1.0
                 };
@@ -1433,7 +1438,7 @@ mod tests {
         let p = plan(&d, 0.01, 0.01, 0.05);
         assert_eq!(
             p[0],
-            Plan {
+            Allotment {
                 stack_every: 1,
                 duty: 1.0
             },

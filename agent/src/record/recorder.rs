@@ -390,7 +390,7 @@ impl Recorder {
         debug_phase("after detach");
         let snapshot = match &self.session {
             Some(session) => crate::collect::read(session),
-            None => Ok(collect::Snapshot::default()),
+            None => Ok(collect::MapsSnapshot::default()),
         };
         // The last window closes at the end, with every call seen until the
         // links were gone (returns of calls in flight included).

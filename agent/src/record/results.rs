@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::attach::{AttachOutcome, RunStats, Session, Slot};
 use crate::bpf::abi::{Callsite, SiteVal, SlotId, SlotStats};
 use crate::bpf::histogram::Log2Histogram;
-use crate::collect::{Snapshot, StackSample};
+use crate::collect::{MapsSnapshot, StackSample};
 use crate::cost::governor::DutyReport;
 use crate::cost::hit_cost::HitCost;
 use crate::cost::live::LiveCost;
@@ -43,7 +43,7 @@ pub(crate) struct Finished<'a> {
     pub plan: &'a RecordingPlan,
     /// None when nothing resolved (a CPU-only recording).
     pub session: Option<&'a Session>,
-    pub snapshot: Snapshot,
+    pub snapshot: MapsSnapshot,
     /// The governor's account per planned probe (None: no governor).
     pub duties: Option<Vec<DutyReport>>,
     pub cpu: Option<RawCpuProfile>,
@@ -196,7 +196,7 @@ struct Collected {
 fn name_user_stacks(
     plan: &RecordingPlan,
     session: Option<&Session>,
-    snapshot: &Snapshot,
+    snapshot: &MapsSnapshot,
     cpu_raw: Option<&RawCpuProfile>,
     symbolizer: &mut StackSymbolizer,
 ) {
@@ -228,7 +228,7 @@ struct ProbeInputs<'a> {
     plan: &'a RecordingPlan,
     /// None when nothing resolved (a CPU-only recording).
     session: Option<&'a Session>,
-    snapshot: &'a Snapshot,
+    snapshot: &'a MapsSnapshot,
     duties: Option<&'a [DutyReport]>,
     aux: &'a [Option<crate::cost::estimate::AuxMarks>],
     counters: &'a [CounterResult],
@@ -782,7 +782,7 @@ fn sum_sites<K: Ord + std::hash::Hash>(
 /// roles always add up to `calls` and `wait`.
 fn role_results(
     slots: &[(SlotId, &Slot)],
-    snapshot: &crate::collect::Snapshot,
+    snapshot: &crate::collect::MapsSnapshot,
     calls: u64,
     wait: u64,
 ) -> Vec<RoleResult> {

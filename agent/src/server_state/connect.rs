@@ -347,7 +347,7 @@ fn peer_cred(stream: &std::os::unix::net::UnixStream) -> std::io::Result<(i32, u
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A read-only session on the target, and which socket and user it used.
-pub struct Session {
+pub struct SqlSession {
     pub conn: mysql::Conn,
     pub socket: String,
     pub user: String,
@@ -363,7 +363,7 @@ pub struct Session {
 /// password. As root, a login without a password is tried first (MariaDB's
 /// `unix_socket` and MySQL's `auth_socket` let root in by its uid), so the
 /// password is sent only where it is needed.
-pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> {
+pub fn connect(pid: u32, source: &StateSource) -> Result<SqlSession, ConnectError> {
     let trusted = source.trust.check_login(pid)?;
     let opts = ClientOptions::read(source.defaults_file.as_deref())?;
     let listening = listening_sockets(pid);
@@ -436,7 +436,7 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<Session, ConnectError> 
             _ => ConnectError::Unanswered { user, path, source },
         }
     })?;
-    Ok(Session { conn, socket, user })
+    Ok(SqlSession { conn, socket, user })
 }
 
 #[cfg(test)]

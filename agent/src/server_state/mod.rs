@@ -23,7 +23,7 @@ use crate::model::server_state::{
     NoPkTable, PerfSchemaState, QueryError, ServerState, Snapshot, StatePoint, Transaction,
     SAMPLED_STATUS,
 };
-pub use connect::{connect, ConnectError, Session, StateSource, QUERY_TIMEOUT};
+pub use connect::{connect, ConnectError, SqlSession, StateSource, QUERY_TIMEOUT};
 
 pub const SNAPSHOT_BUDGET: Duration = Duration::from_secs(6);
 /// The oldest transactions kept per snapshot.
@@ -94,7 +94,7 @@ fn keep_status(name: &str) -> bool {
 
 /// An open session and what it has captured so far.
 pub struct StateCapture {
-    session: Session,
+    session: SqlSession,
     /// Our own connection, left out of the transaction list.
     own_id: Option<u64>,
     start: Option<Snapshot>,
