@@ -72,10 +72,13 @@ pub fn servers() -> Result<Vec<ServerProcess>, DiscoverError> {
     servers_in(Path::new("/proc"))
 }
 
+/// Servers found but not trusted, each with why not.
+pub type UntrustedServers = Vec<(ServerProcess, Untrusted)>;
+
 /// The servers `trust` covers, and the others with why each is not.
 pub fn trusted_servers(
     trust: &Trust,
-) -> Result<(Vec<ServerProcess>, Vec<(ServerProcess, Untrusted)>), DiscoverError> {
+) -> Result<(Vec<ServerProcess>, UntrustedServers), DiscoverError> {
     let mut trusted = Vec::new();
     let mut untrusted = Vec::new();
     for s in servers()? {

@@ -62,7 +62,7 @@ pub async fn run(args: TopArgs) -> Result<ExitCode> {
     match (args.pid.pid, &args.dir) {
         (None, Some(dir)) => saved(dir, &args),
         (Some(_), Some(_)) => {
-            return Err(crate::UsageError(
+            Err(crate::UsageError(
                 "give -p PID (a running server) or DIR (a recording), not both",
             )
             .into())
