@@ -24,13 +24,14 @@ use innoprof::export::prometheus::{
     render, Exporter, ExporterOptions, Scrape, CONTENT_TYPE, DEFAULT_CALLSITE_LIMIT,
 };
 use innoprof::live::LiveView;
+use innoprof::record::ready::Notifier;
 use innoprof::record::{RecordOptions, Recorder, RecordingPlan};
 use innoprof::target::discover::{Instance, InstanceKey};
 use innoprof::target::{Liveness, Target};
 
 use crate::clock::{Clock, Event, Signals};
 use crate::http_guard::{ConnectionGuard, Limits, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_PEER};
-use crate::listen::{AuthToken, ListenAddr, Listener};
+use crate::listen::{Accepted, AuthToken, ListenAddr, Listener};
 use crate::pid_arg::PidArg;
 use crate::probe_args::ProbeArgs;
 use crate::EXIT_TARGET_EXITED;
@@ -656,25 +657,65 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut signals = Signals::install()?;
     let mut notifier = args.ready.notifier()?;
     let commit = env!("INNOPROF_GIT_COMMIT").to_string();
-    let setup = Setup {
-        // Counters stay raw (observed calls only go up); a duty-cycled
-        // probe's rate is recovered from its attached-seconds counter.
-        opts: crate::record_options(
-            0, // each server's own, in Setup::watch
-            args.force,
-            &args.probe,
-            args.max_overhead.governor(),
-            args.pid.trust()?,
-        ),
-        export: ExporterOptions {
-            callsite_limit: args.callsite_limit,
-            commit: commit.clone(),
-            server: None,
-        },
-        state: args.state.clone(),
-        findings_window: args.findings_window,
-        all: args.all,
+    let setup = Setup::of(&args, &commit)?;
+    let (listener, live, unattachable) = bind_and_attach(&args, &setup, commit).await?;
+    announce_serving(&args, &listener, &live.borrow(), &mut notifier);
+    // The governors decide when one asks or its alarm rings, as in record.
+    let mut duties = Duties {
+        setup: &setup,
+        live: &live,
+        runs: live.borrow().run_serials(),
+        unattachable,
+        raw_statements: args.raw_statements,
     };
+    let mut clock = duty_clock(&mut signals, &live.borrow(), &args);
+    let limits = Limits {
+        max: args.max_connections as usize,
+        per_peer: args.max_connections_per_peer as usize,
+    };
+    let code = serve_until_done(&listener, &live, auth, limits, &mut clock, &mut duties).await;
+    // Connection tasks may still hold the state: detach explicitly.
+    detach_all(&live);
+    Ok(code)
+}
+
+impl Setup {
+    /// What every server is watched with, from the command line.
+    fn of(args: &ServeArgs, commit: &str) -> Result<Self> {
+        Ok(Setup {
+            // Counters stay raw (observed calls only go up); a duty-cycled
+            // probe's rate is recovered from its attached-seconds counter.
+            opts: crate::record_options(
+                0, // each server's own, in Setup::watch
+                args.force,
+                &args.probe,
+                args.max_overhead.governor(),
+                args.pid.trust()?,
+            ),
+            export: ExporterOptions {
+                callsite_limit: args.callsite_limit,
+                commit: commit.to_string(),
+                server: None,
+            },
+            state: args.state.clone(),
+            findings_window: args.findings_window,
+            all: args.all,
+        })
+    }
+}
+
+/// Datadirs whose server could not be attached (`--all`), with why (said
+/// once).
+type Unattachable = HashMap<InstanceKey, String>;
+
+/// Binds the address, then attaches to the server (`--pid`) or to every
+/// one on the host (`--all`): the listener, the servers watched and those
+/// that could not be attached yet.
+async fn bind_and_attach(
+    args: &ServeArgs,
+    setup: &Setup,
+    commit: String,
+) -> Result<(Listener, Shared, Unattachable)> {
     // Without --pid: no server, or several, fails before anything is bound.
     let first = if args.all {
         None
@@ -695,10 +736,16 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
         waiting: false,
     }));
     // --all: datadirs whose server could not be attached, with why (said once).
-    let mut unattachable: HashMap<InstanceKey, String> = HashMap::new();
+    let mut unattachable: Unattachable = HashMap::new();
     if args.all {
-        discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
+        discover_new(setup, &mut live.borrow_mut().servers, &mut unattachable);
     }
+    Ok((listener, live, unattachable))
+}
+
+/// Says where /metrics is served, and that serve is ready (`--ready-fd`,
+/// systemd) with the probes attached so far.
+fn announce_serving(args: &ServeArgs, listener: &Listener, live: &Live, notifier: &mut Notifier) {
     let listening = listener.local(&args.listen);
     match &args.listen {
         ListenAddr::Tcp(_) => eprintln!("innoprof: serving http://{listening}/metrics"),
@@ -706,100 +753,183 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     let ready = innoprof::record::ready::Ready::serve(
         listening,
-        live.borrow()
-            .servers
+        live.servers
             .iter()
             .filter_map(|w| w.run.as_ref())
             .map(|r| &r.recorder),
     );
-    crate::ready_args::announce(&mut notifier, &ready);
-    #[derive(Clone, Copy)]
-    enum Duty {
-        Govern,
-        Findings,
-        Discover,
-        AliveCheck,
-    }
-    // The governors decide when one asks or its alarm rings, as in record.
-    let mut runs = live.borrow().run_serials();
-    let mut clock = Clock::new(&mut signals)
-        .on_demand(Duty::Govern, live.borrow().alarms())
+    crate::ready_args::announce(notifier, &ready);
+}
+
+/// What the watch loop does besides serving connections.
+#[derive(Clone, Copy)]
+enum Duty {
+    Govern,
+    Findings,
+    Discover,
+    AliveCheck,
+}
+
+/// The clock of the duties: the governors on demand (their alarms), the
+/// findings windows, `--all`'s search for new servers and the liveness
+/// check.
+fn duty_clock<'s>(signals: &'s mut Signals, live: &Live, args: &ServeArgs) -> Clock<'s, Duty> {
+    let mut clock = Clock::new(signals)
+        .on_demand(Duty::Govern, live.alarms())
         .every(Duty::Findings, args.findings_window);
     if args.all {
         clock = clock.every(Duty::Discover, DISCOVER_EVERY);
     }
-    let mut clock = clock.alive_check(Duty::AliveCheck);
-    let guard = ConnectionGuard::new(Limits {
-        max: args.max_connections as usize,
-        per_peer: args.max_connections_per_peer as usize,
-    });
-    // Set while accepting is paused after an error.
-    let mut accept_again: Option<tokio::time::Instant> = None;
-    // Local failures are said once per streak, not every 100 ms.
-    let mut accept_failing = false;
-    let code = loop {
-        let resume = accept_again.unwrap_or_else(tokio::time::Instant::now);
+    clock.alive_check(Duty::AliveCheck)
+}
+
+/// The watch loop: serves connections and does the duties as they come
+/// due, until a signal (success) or a server's exit ends serve (its exit
+/// code).
+async fn serve_until_done(
+    listener: &Listener,
+    live: &Shared,
+    auth: Option<Rc<AuthToken>>,
+    limits: Limits,
+    clock: &mut Clock<'_, Duty>,
+    duties: &mut Duties<'_>,
+) -> ExitCode {
+    let mut accepting = Accepting {
+        guard: ConnectionGuard::new(limits),
+        accept_again: None,
+        accept_failing: false,
+    };
+    loop {
+        let resume = accepting
+            .accept_again
+            .unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
-            accepted = listener.accept(), if accept_again.is_none() => match accepted {
-                Ok(accepted) => {
-                    accept_failing = false;
-                    let (live, auth) = (live.clone(), auth.clone());
-                    guard.handle(
-                        accepted.stream,
-                        accepted.peer,
-                        service_fn(move |req| respond(live.clone(), auth.clone(), req)),
-                    );
-                    // Let the connection read its request before the next
-                    // accept: a flood of new ones must not close it (see
-                    // http_guard) before it had its turn.
-                    tokio::task::yield_now().await;
-                }
-                // EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED: all pass;
-                // none is a reason to stop serving.
-                Err(e) => {
-                    if !accept_failing {
-                        eprintln!("innoprof: cannot accept connections ({e}); retrying");
-                        accept_failing = true;
-                    }
-                    accept_again = Some(tokio::time::Instant::now() + ACCEPT_BACKOFF);
-                }
-            },
-            _ = tokio::time::sleep_until(resume), if accept_again.is_some() => accept_again = None,
+            accepted = listener.accept(), if accepting.accept_again.is_none() => {
+                accepting.took(accepted, live, &auth).await;
+            }
+            _ = tokio::time::sleep_until(resume), if accepting.accept_again.is_some() => {
+                accepting.accept_again = None;
+            }
             event = clock.next() => match event {
                 // No deadline is set: serve runs until a signal.
                 Event::Signal | Event::Deadline => break ExitCode::SUCCESS,
-                Event::Due(Duty::Govern) => {
-                    for run in live.borrow_mut().servers.iter_mut().filter_map(|w| w.run.as_mut()) {
-                        run.recorder.govern();
-                    }
-                    clock.due_again_at(live.borrow().next_govern_at());
-                }
-                Event::Due(Duty::Findings) => {
-                    for w in &mut live.borrow_mut().servers {
-                        w.findings_window(args.raw_statements);
-                    }
-                    release_freed_memory();
-                }
-                Event::Due(Duty::Discover) => {
-                    discover_new(&setup, &mut live.borrow_mut().servers, &mut unattachable);
-                    watch_alarms(&live.borrow(), &mut runs, &mut clock);
-                }
-                Event::Due(Duty::AliveCheck) => {
-                    let exit = live
-                        .borrow_mut()
-                        .servers
-                        .iter_mut()
-                        .map(|w| w.check(&setup))
-                        .find_map(Result::err);
-                    if let Some(code) = exit {
+                Event::Due(duty) => {
+                    if let Some(code) = duties.perform(duty, clock) {
                         break code;
                     }
-                    watch_alarms(&live.borrow(), &mut runs, &mut clock);
                 }
             },
         }
-    };
-    // Connection tasks may still hold the state: detach explicitly.
+    }
+}
+
+/// Takes connections in, each to a task of its own; pauses a moment after
+/// accept(2) fails.
+struct Accepting {
+    guard: ConnectionGuard,
+    /// Set while accepting is paused after an error.
+    accept_again: Option<tokio::time::Instant>,
+    /// Local failures are said once per streak, not every 100 ms.
+    accept_failing: bool,
+}
+
+impl Accepting {
+    /// Hands an accepted connection to the guard, or pauses accepting
+    /// after a failure.
+    async fn took(
+        &mut self,
+        accepted: std::io::Result<Accepted>,
+        live: &Shared,
+        auth: &Option<Rc<AuthToken>>,
+    ) {
+        match accepted {
+            Ok(accepted) => {
+                self.accept_failing = false;
+                let (live, auth) = (live.clone(), auth.clone());
+                self.guard.handle(
+                    accepted.stream,
+                    accepted.peer,
+                    service_fn(move |req| respond(live.clone(), auth.clone(), req)),
+                );
+                // Let the connection read its request before the next
+                // accept: a flood of new ones must not close it (see
+                // http_guard) before it had its turn.
+                tokio::task::yield_now().await;
+            }
+            // EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED: all pass;
+            // none is a reason to stop serving.
+            Err(e) => {
+                if !self.accept_failing {
+                    eprintln!("innoprof: cannot accept connections ({e}); retrying");
+                    self.accept_failing = true;
+                }
+                self.accept_again = Some(tokio::time::Instant::now() + ACCEPT_BACKOFF);
+            }
+        }
+    }
+}
+
+/// What the duties work on besides the clock.
+struct Duties<'a> {
+    setup: &'a Setup,
+    live: &'a Shared,
+    /// The runs whose governor alarms the clock holds (see `watch_alarms`).
+    runs: Vec<u64>,
+    unattachable: Unattachable,
+    raw_statements: bool,
+}
+
+impl Duties<'_> {
+    /// Does a duty come due; Some(exit code) when a server's exit ends
+    /// serve.
+    fn perform(&mut self, duty: Duty, clock: &mut Clock<'_, Duty>) -> Option<ExitCode> {
+        match duty {
+            Duty::Govern => {
+                for run in self
+                    .live
+                    .borrow_mut()
+                    .servers
+                    .iter_mut()
+                    .filter_map(|w| w.run.as_mut())
+                {
+                    run.recorder.govern();
+                }
+                clock.due_again_at(self.live.borrow().next_govern_at());
+            }
+            Duty::Findings => {
+                for w in &mut self.live.borrow_mut().servers {
+                    w.findings_window(self.raw_statements);
+                }
+                release_freed_memory();
+            }
+            Duty::Discover => {
+                discover_new(
+                    self.setup,
+                    &mut self.live.borrow_mut().servers,
+                    &mut self.unattachable,
+                );
+                watch_alarms(&self.live.borrow(), &mut self.runs, clock);
+            }
+            Duty::AliveCheck => {
+                let exit = self
+                    .live
+                    .borrow_mut()
+                    .servers
+                    .iter_mut()
+                    .map(|w| w.check(self.setup))
+                    .find_map(Result::err);
+                if exit.is_some() {
+                    return exit;
+                }
+                watch_alarms(&self.live.borrow(), &mut self.runs, clock);
+            }
+        }
+        None
+    }
+}
+
+/// Detaches every run's probes as serve ends.
+fn detach_all(live: &Shared) {
     for run in live
         .borrow_mut()
         .servers
@@ -812,7 +942,6 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode> {
             run.recorder.target().pid
         );
     }
-    Ok(code)
 }
 
 impl Live {

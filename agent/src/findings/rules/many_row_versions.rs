@@ -6,8 +6,8 @@
 
 use crate::findings::measure::{counter_rate, cpu_share, probe, thousands, watched_rate};
 use crate::model::finding::{Evidence, Finding, Severity};
-use crate::model::server_state::HolderEvidence;
-use crate::model::summary::Summary;
+use crate::model::server_state::{HolderEvidence, ServerState, Transaction};
+use crate::model::summary::{ProbeResult, Summary};
 
 /// This rule's name.
 pub(super) const RULE: &str = "many_row_versions";
@@ -49,10 +49,7 @@ const WALK_COST_S: f64 = 2e-6;
 /// of the holder at the end. None where that cannot be told apart (the
 /// probe never cut: one window for the whole recording; or the snapshot
 /// older than the recording).
-fn rate_since_opened(
-    s: &Summary,
-    undo: &crate::model::summary::ProbeResult,
-) -> Option<(f64, f64, f64)> {
+fn rate_since_opened(s: &Summary, undo: &ProbeResult) -> Option<(f64, f64, f64)> {
     let (holder, _) = s.server_state.as_ref()?.snapshot_holder()?;
     let opened = s.duration_s - holder.age_s as f64;
     let smp = undo.sampling.as_ref()?;
@@ -70,7 +67,49 @@ fn rate_since_opened(
     (watched > 0.0).then(|| (calls as f64 / watched, opened, watched))
 }
 
+/// What the rule judges by, measured once for every step below.
+struct Measures<'s> {
+    undo: &'s ProbeResult,
+    /// The walk's rate since the snapshot opened, where that can be told
+    /// apart (see [`rate_since_opened`]): rate, opened at, seconds watched.
+    since: Option<(f64, f64, f64)>,
+    /// The readers' walks a second (purge's own left out).
+    rate: f64,
+    /// The background threads' share of the walks.
+    background: f64,
+    /// The walk's share of the server's CPU samples, where sampled.
+    cpu: Option<f64>,
+    /// The consistent-read probe, where resolved.
+    reader: Option<&'s ProbeResult>,
+    /// Its reads a second while watched, where any.
+    reads: Option<f64>,
+}
+
 pub(super) fn check(s: &Summary) -> Option<Finding> {
+    let m = measure(s)?;
+    let severity = severity(&m)?;
+    let holder = s
+        .server_state
+        .as_ref()
+        .and_then(|st| st.snapshot_holder())
+        .map(|(t, _)| t);
+    Some(Finding {
+        rule: RULE.into(),
+        severity,
+        title: title(holder),
+        evidence: evidence(s, &m),
+        cause: "A transaction that opened its read view long ago (REPEATABLE READ, START TRANSACTION WITH CONSISTENT SNAPSHOT, a long SELECT or an idle open transaction) keeps purge from removing old versions; every read of a row updated since walks the undo log back to the version that snapshot sees, once per version, and the chains grow with every update.".into(),
+        next: next_steps(holder),
+        weight: m.cpu.unwrap_or(m.rate * WALK_COST_S),
+        explained_by: None,
+    })
+}
+
+/// The readers' walk rate (since the snapshot opened where that can be
+/// told apart, else over the watched time), the walk's CPU share and the
+/// reads that needed an old version; None without the walk probe or any
+/// time watched.
+fn measure(s: &Summary) -> Option<Measures<'_>> {
     let undo = probe(s, UNDO)?;
     let since = rate_since_opened(s, undo);
     let rate = match since {
@@ -83,32 +122,66 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
     // readers' share of the calls.
     let background = undo.background_calls() as f64 / undo.calls.max(1) as f64;
     let rate = rate * (1.0 - background);
-    let cpu = cpu_share(s, WALK_FUNCTIONS);
-    let cpu_v = cpu.unwrap_or(0.0);
-    let reads = probe(s, CONSISTENT_READ)
-        .and_then(|p| watched_rate(s, p))
-        .filter(|r| *r > 0.0);
+    let reader = probe(s, CONSISTENT_READ);
+    Some(Measures {
+        undo,
+        since,
+        rate,
+        background,
+        cpu: cpu_share(s, WALK_FUNCTIONS),
+        reader,
+        reads: reader.and_then(|p| watched_rate(s, p)).filter(|r| *r > 0.0),
+    })
+}
+
+/// Critical or warning by the chain's length where the reads are watched
+/// (a healthy load walks fast over short chains), else by the raw rate,
+/// or by the walk's CPU share; None below every threshold.
+fn severity(m: &Measures) -> Option<Severity> {
+    let rate = m.rate;
+    let cpu_v = m.cpu.unwrap_or(0.0);
     // The chain length where the reads are watched, else the raw rate.
-    let (critical, warn) = match reads {
+    let (critical, warn) = match m.reads {
         Some(r) => (
             rate >= MIN_WALKS_PER_S && rate / r >= CRITICAL_VERSIONS_PER_READ,
             rate >= MIN_WALKS_PER_S && rate / r >= WARN_VERSIONS_PER_READ,
         ),
         None => (rate >= CRITICAL_WALKS_PER_S, rate >= WARN_WALKS_PER_S),
     };
-    let severity = if critical || cpu_v >= CRITICAL_CPU_SHARE {
-        Severity::Critical
+    if critical || cpu_v >= CRITICAL_CPU_SHARE {
+        Some(Severity::Critical)
     } else if warn || cpu_v >= WARN_CPU_SHARE {
-        Severity::Warning
+        Some(Severity::Warning)
     } else {
-        return None;
-    };
-    let watched = undo.attached_fraction();
-    let mut evidence = vec![Evidence {
+        None
+    }
+}
+
+/// The evidence, in the order it is read: the walk's rate, the chain's
+/// length, the writes that lengthen it, its CPU, the snapshot's holder and
+/// the history list; last, the side note on purge's own walks.
+fn evidence(s: &Summary, m: &Measures) -> Vec<Evidence> {
+    let state = s.server_state.as_ref();
+    let mut evidence = vec![rate_line(m)];
+    evidence.extend(chain_line(m));
+    evidence.extend(writes_line(s));
+    evidence.extend(cpu_line(m));
+    evidence.extend(state.and_then(|st| st.snapshot_holder()).map(holder_line));
+    evidence.extend(state.and_then(history_line));
+    // Last: a side note to the first line's rate.
+    evidence.extend(background_line(m));
+    evidence
+}
+
+/// The walk's rate, and over which time it was watched: since the snapshot
+/// opened, or the governor's share of the recording.
+fn rate_line(m: &Measures) -> Evidence {
+    let watched = m.undo.attached_fraction();
+    Evidence {
         text: format!(
             "{UNDO}: {} old row versions rebuilt per second{}",
-            thousands(rate),
-            if let Some((_, opened, secs)) = since {
+            thousands(m.rate),
+            if let Some((_, opened, secs)) = m.since {
                 format!(
                     " while watched since the snapshot opened (~{opened:.0} s in; {secs:.1} s watched in windows spread over the rest)"
                 )
@@ -122,77 +195,115 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             }
         ),
         anchor: "summary".into(),
-    }];
-    let reader = probe(s, CONSISTENT_READ);
-    if let Some(reads) = reader.and_then(|p| watched_rate(s, p)).filter(|r| *r > 0.0) {
-        let took = reader
-            .and_then(|p| p.wait_ns_avg)
-            .map(|ns| format!(", taking {} on average", crate::text::units::ns(ns)))
-            .unwrap_or_default();
-        // Each read that needs an old version walks the chain back: the
-        // walks per read are the chain's length.
-        evidence.push(Evidence {
-            text: format!(
-                "{CONSISTENT_READ}: {} reads a second needed an old version, each walking ~{} versions back{took}",
-                thousands(reads),
-                thousands(rate / reads)
+    }
+}
+
+/// The chain's length, where the reads that needed an old version are
+/// watched.
+fn chain_line(m: &Measures) -> Option<Evidence> {
+    let reads = m.reads?;
+    let took = m
+        .reader
+        .and_then(|p| p.wait_ns_avg)
+        .map(|ns| format!(", taking {} on average", crate::text::units::ns(ns)))
+        .unwrap_or_default();
+    // Each read that needs an old version walks the chain back: the
+    // walks per read are the chain's length.
+    Some(Evidence {
+        text: format!(
+            "{CONSISTENT_READ}: {} reads a second needed an old version, each walking ~{} versions back{took}",
+            thousands(reads),
+            thousands(m.rate / reads)
+        ),
+        anchor: "summary".into(),
+    })
+}
+
+/// The transactions a second, where InnoDB's counter was read: the writes
+/// that make the chains.
+fn writes_line(s: &Summary) -> Option<Evidence> {
+    let trx = counter_rate(s, "innodb.trx_sys.trx_ids").filter(|t| *t > 0.0)?;
+    Some(Evidence {
+        text: format!(
+            "{} transaction ids a second (InnoDB's counter, exact): the writes that lengthen the chains",
+            thousands(trx)
+        ),
+        anchor: "counters".into(),
+    })
+}
+
+/// The walk's share of the CPU samples, where it has any.
+fn cpu_line(m: &Measures) -> Option<Evidence> {
+    let c = m.cpu.filter(|c| *c > 0.0)?;
+    Some(Evidence {
+        text: format!(
+            "{:.1} % of the server's CPU samples are in the undo walk ({})",
+            c * 100.0,
+            WALK_FUNCTIONS.join(", ")
+        ),
+        anchor: "cpu".into(),
+    })
+}
+
+/// The transaction holding the snapshot, and how it is known to: InnoDB's
+/// status shows its read view, or its isolation level implies one.
+fn holder_line((t, how): (&Transaction, HolderEvidence)) -> Evidence {
+    Evidence {
+        text: match how {
+            HolderEvidence::ReadView => format!("the oldest read view (InnoDB's status): {}", describe(t)),
+            HolderEvidence::Isolation => format!(
+                "the oldest {} transaction, which keeps the read view of its first read until it ends: {}",
+                t.isolation.as_deref().unwrap_or(""),
+                describe(t)
             ),
-            anchor: "summary".into(),
-        });
+        },
+        anchor: "server-state".into(),
     }
-    if let Some(trx) = counter_rate(s, "innodb.trx_sys.trx_ids").filter(|t| *t > 0.0) {
-        evidence.push(Evidence {
-            text: format!(
-                "{} transaction ids a second (InnoDB's counter, exact): the writes that lengthen the chains",
-                thousands(trx)
-            ),
-            anchor: "counters".into(),
-        });
-    }
-    if let Some(c) = cpu.filter(|c| *c > 0.0) {
-        evidence.push(Evidence {
-            text: format!(
-                "{:.1} % of the server's CPU samples are in the undo walk ({})",
-                c * 100.0,
-                WALK_FUNCTIONS.join(", ")
-            ),
-            anchor: "cpu".into(),
-        });
-    }
-    let state = s.server_state.as_ref();
-    let held = state.and_then(|st| st.snapshot_holder());
-    let holder = held.map(|(t, _)| t);
-    if let Some((t, how)) = held {
-        evidence.push(Evidence {
-            text: match how {
-                HolderEvidence::ReadView => format!("the oldest read view (InnoDB's status): {}", describe(t)),
-                HolderEvidence::Isolation => format!(
-                    "the oldest {} transaction, which keeps the read view of its first read until it ends: {}",
-                    t.isolation.as_deref().unwrap_or(""),
-                    describe(t)
-                ),
-            },
-            anchor: "server-state".into(),
-        });
-    }
-    if let Some((Some(a), Some(b))) = state.map(|st| st.history_list_lengths()) {
-        evidence.push(Evidence {
-            text: format!(
-                "History list length {} at the start, {} at the end: undo that purge could not remove yet",
-                thousands(a as f64),
-                thousands(b as f64)
-            ),
-            anchor: "server-state".into(),
-        });
-    }
-    let title = match holder.and_then(|t| t.connection.map(|c| (c, t))) {
+}
+
+/// The history list at both ends, where read at both: the undo purge is
+/// kept from removing.
+fn history_line(state: &ServerState) -> Option<Evidence> {
+    let (Some(a), Some(b)) = state.history_list_lengths() else {
+        return None;
+    };
+    Some(Evidence {
+        text: format!(
+            "History list length {} at the start, {} at the end: undo that purge could not remove yet",
+            thousands(a as f64),
+            thousands(b as f64)
+        ),
+        anchor: "server-state".into(),
+    })
+}
+
+/// Purge's own version builds, left out of the rate, where they are a
+/// noticeable share.
+fn background_line(m: &Measures) -> Option<Evidence> {
+    (m.background >= 0.05).then(|| Evidence {
+        text: format!(
+            "not counted in the rate above: {:.0} % of the version builds were background threads' (purge, its own work)",
+            m.background * 100.0
+        ),
+        anchor: "who".into(),
+    })
+}
+
+/// The title names the connection holding the snapshot, where known.
+fn title(holder: Option<&Transaction>) -> String {
+    match holder.and_then(|t| t.connection.map(|c| (c, t))) {
         Some((c, t)) => format!(
             "Reads rebuild old row versions from the undo log: connection {c} has kept a {} transaction open for {} s, holding back purge",
             t.isolation.as_deref().unwrap_or("snapshot"),
             t.age_s
         ),
         None => "Reads rebuild old row versions from the undo log: a long-open read view is holding back purge".into(),
-    };
+    }
+}
+
+/// What to do: end the holder's transaction first where its connection is
+/// known, then the steps that find and end it by hand.
+fn next_steps(holder: Option<&Transaction>) -> Vec<String> {
     let mut next: Vec<String> = Vec::new();
     if let Some((c, t)) = holder.and_then(|t| t.connection.map(|c| (c, t))) {
         next.push(format!(
@@ -204,35 +315,16 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
                 .unwrap_or_default()
         ));
     }
-    // Last: a side note to the first line's rate.
-    if background >= 0.05 {
-        evidence.push(Evidence {
-            text: format!(
-                "not counted in the rate above: {:.0} % of the version builds were background threads' (purge, its own work)",
-                background * 100.0
-            ),
-            anchor: "who".into(),
-        });
-    }
-    Some(Finding {
-        rule: RULE.into(),
-        severity,
-        title,
-        evidence,
-        cause: "A transaction that opened its read view long ago (REPEATABLE READ, START TRANSACTION WITH CONSISTENT SNAPSHOT, a long SELECT or an idle open transaction) keeps purge from removing old versions; every read of a row updated since walks the undo log back to the version that snapshot sees, once per version, and the chains grow with every update.".into(),
-        next: next.into_iter().chain([
-            "Find the oldest transactions: SELECT trx_id, trx_started, trx_state, trx_isolation_level, trx_mysql_thread_id, trx_query FROM information_schema.innodb_trx ORDER BY trx_started LIMIT 5;".into(),
-            "Check `History list length` in SHOW ENGINE INNODB STATUS: it grows while purge is held back.".into(),
-            "Commit or end that transaction (or KILL its thread id); keep snapshots short, or read at READ COMMITTED where the application allows.".into(),
-        ]).collect(),
-        weight: cpu.unwrap_or(rate * WALK_COST_S),
-        explained_by: None,
-    })
+    next.into_iter().chain([
+        "Find the oldest transactions: SELECT trx_id, trx_started, trx_state, trx_isolation_level, trx_mysql_thread_id, trx_query FROM information_schema.innodb_trx ORDER BY trx_started LIMIT 5;".into(),
+        "Check `History list length` in SHOW ENGINE INNODB STATUS: it grows while purge is held back.".into(),
+        "Commit or end that transaction (or KILL its thread id); keep snapshots short, or read at READ COMMITTED where the application allows.".into(),
+    ]).collect()
 }
 
 /// `transaction 421…, connection 9 (root@localhost, db sbtest), open 37 s,
 /// REPEATABLE READ, idle (Sleep)` or `…, running: SELECT …`.
-fn describe(t: &crate::model::server_state::Transaction) -> String {
+fn describe(t: &Transaction) -> String {
     let who = match (&t.user, &t.host) {
         (Some(u), Some(h)) => format!(
             " ({u}@{h}{})",
