@@ -61,12 +61,10 @@ pub struct TopArgs {
 pub async fn run(args: TopArgs) -> Result<ExitCode> {
     match (args.pid.pid, &args.dir) {
         (None, Some(dir)) => saved(dir, &args),
-        (Some(_), Some(_)) => {
-            Err(crate::UsageError(
-                "give -p PID (a running server) or DIR (a recording), not both",
-            )
-            .into())
-        }
+        (Some(_), Some(_)) => Err(crate::UsageError(
+            "give -p PID (a running server) or DIR (a recording), not both",
+        )
+        .into()),
         // Without either: the only server on the host, if there is one.
         (_, None) => live(args.pid.resolve()?, &args).await,
     }
