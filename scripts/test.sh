@@ -5,6 +5,8 @@
 # sysbench. Needs root (BPF, uprobes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A test run builds once: incremental state (~2 GB in target/) buys nothing.
+export CARGO_INCREMENTAL=0
 scripts/setup.sh --tests
 for server in mysql-5.6.24 mariadb-10.2.11 mysql-8.0.15 mariadb-11.4.5 debian-mariadb; do
     scripts/servers.sh fetch "$server" >/dev/null
