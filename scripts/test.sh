@@ -7,6 +7,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # A test run builds once: incremental state (~2 GB in target/) buys nothing.
 export CARGO_INCREMENTAL=0
+# A full disk fails in a second here, not an hour in: mysqld waits for space
+# (InnoDB retries a failed write) and the tests behind it wait with it. From
+# a clean clone a run writes ~3.5 GB to target/ (the release tarball's build
+# included) and some hundreds of MB to $TMPDIR (datadirs, debug-file copies).
+need_mb=${INNOPROF_TEST_DISK_MB:-4096}
+for dir in . "${TMPDIR:-/tmp}"; do
+    free_mb=$(df -Pm "$dir" | awk 'NR == 2 { print $4 }')
+    if [ "$free_mb" -lt "$need_mb" ]; then
+        echo "test.sh: $free_mb MB free on $(df -P "$dir" | awk 'NR == 2 { print $6 }') ($dir); the tests need about $need_mb MB (INNOPROF_TEST_DISK_MB)" >&2
+        exit 1
+    fi
+done
 scripts/setup.sh --tests
 for server in mysql-5.6.24 mariadb-10.2.11 mysql-8.0.15 mariadb-11.4.5 debian-mariadb; do
     scripts/servers.sh fetch "$server" >/dev/null
