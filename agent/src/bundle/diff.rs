@@ -2,8 +2,11 @@
 //! now that was not before. Per profile (on-CPU, off-CPU) a differential
 //! folded file (`stack baseline incident`, inferno's difffolded format, the
 //! baseline scaled to the incident's total), a differential flame graph
-//! (red grew, blue shrank), and the functions whose share changed most;
-//! plus the wait probes' rates side by side.
+//! (red grew, blue shrank), and the functions whose share changed most.
+//! The wait probes' stacks the same way, as one profile rooted at each
+//! probe's name and weighed in wait time per second the probe was watched
+//! (not scaled: a wait that grew is wider). And the wait probes' rates side
+//! by side, with the share of each recording the probe was watched.
 
 use crate::model::files::{DIFF_JSON, DIFF_SVG_FILES, DIFF_TXT};
 use std::path::{Path, PathBuf};
@@ -64,14 +67,15 @@ pub struct DiffReport {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ProfileDiff {
-    /// `oncpu` or `offcpu`.
+    /// `oncpu`, `offcpu` or `waits`.
     pub kind: String,
-    /// `samples` or `us`.
+    /// `samples`, `us` or `ns/s` (waits: ns of wait per second watched).
     pub unit: String,
     pub baseline_total: u64,
     pub incident_total: u64,
-    /// The differential folded file; the baseline column is scaled to the
-    /// incident's total, so widths compare shapes, not load.
+    /// The differential folded file. On- and off-CPU, the baseline column
+    /// is scaled to the incident's total, so widths compare shapes, not
+    /// load; waits are rates (per second watched) and compared as they are.
     pub folded: String,
     pub flamegraph: Option<String>,
     /// Largest changes first: of self share on-CPU, of total share
@@ -106,6 +110,20 @@ pub struct ProbeDelta {
     /// bound is too wide to quote, the rate over the seconds watched.
     pub baseline_estimated: bool,
     pub incident_estimated: bool,
+    /// Of each recording, the share the probe was attached (1 when the
+    /// governor never cut it).
+    pub baseline_watched_share: f64,
+    pub incident_watched_share: f64,
+}
+
+impl ProbeDelta {
+    /// The two recordings watched this probe very differently (one 3x or
+    /// more the other's share): its rates are each over their own watched
+    /// time, so they compare, but their bounds differ as much.
+    pub fn watched_differently(&self) -> bool {
+        let (b, i) = (self.baseline_watched_share, self.incident_watched_share);
+        b > 0.0 && i > 0.0 && (b / i >= 3.0 || i / b >= 3.0)
+    }
 }
 
 /// (kind, unit, self frame, rank by total share)
@@ -215,6 +233,10 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
                 String::from_utf8(svg).expect("inferno writes UTF-8"),
             ));
         }
+    }
+    if let Some(waits) = wait_profile(baseline, incident, &base_summary, &inc_summary)? {
+        report.files.extend(waits.1);
+        report.profiles.push(waits.0);
     }
     // Findings need the typed summaries; a bundle too old to parse has
     // its numbers compared above, without findings.
@@ -332,6 +354,15 @@ impl DiffReport {
                 ""
             };
             out.push_str(&format!("\nwait probes (per second{note}):\n{t}\n"));
+            for p in self.probes.iter().filter(|p| p.watched_differently()) {
+                out.push_str(&format!(
+                    "  {} was watched {:.0} % of the baseline and {:.0} % of the incident: \
+                     each rate is over its own watched time, with bounds as different\n",
+                    p.name,
+                    p.baseline_watched_share * 100.0,
+                    p.incident_watched_share * 100.0
+                ));
+            }
         }
         for p in &self.profiles {
             let mut t = Table::new();
@@ -363,10 +394,10 @@ impl DiffReport {
                 p.baseline_total,
                 p.unit,
                 p.incident_total,
-                if p.kind == "offcpu" { "total" } else { "self" }
+                if p.kind == "oncpu" { "self" } else { "total" }
             ));
         }
-        if self.profiles.is_empty() {
+        if !self.profiles.iter().any(|p| p.kind != "waits") {
             out.push_str("\nno CPU profile in both recordings (record without --no-cpu)\n");
         }
         if let Some(st) = &self.server_state {
@@ -422,11 +453,117 @@ fn render_state(st: &crate::model::server_state::StateComparison) -> String {
     out
 }
 
+/// The wait probes' stacks of both recordings as one differential: each
+/// probe's wait-time stacks (`PROBE.folded`) under a root frame of its
+/// name, weighed in ns of wait per second the probe was watched, so probes
+/// the governor watched for different shares of each recording compare.
+/// `None` when either recording has no wait stacks.
+fn wait_profile(
+    baseline: &Path,
+    incident: &Path,
+    base_summary: &serde_json::Value,
+    inc_summary: &serde_json::Value,
+) -> Result<Option<(ProfileDiff, Vec<(String, String)>)>, DiffError> {
+    let (Some(before), Some(after)) = (
+        wait_stacks(baseline, base_summary)?,
+        wait_stacks(incident, inc_summary)?,
+    ) else {
+        return Ok(None);
+    };
+    let kind = "waits";
+    let unit = "ns/s";
+    let diff_folded = differential_as_is(&before, &after);
+    let folded_name = instance(FOLDED, &format!("diff.{kind}"));
+    let svg_name = instance(DIFF_SVG_FILES, kind);
+    let title = format!(
+        "wait time per second watched, by probe and stack: {} -> {} (red grew, blue shrank)",
+        baseline.display(),
+        incident.display()
+    );
+    let svg = flamegraph::render(&diff_folded, &title, unit)?;
+    let before_top = top_symbols::from_folded(&before, SelfFrame::Leaf, unit);
+    let after_top = top_symbols::from_folded(&after, SelfFrame::Leaf, unit);
+    let mut symbols = symbol_deltas(&before_top, &after_top, true);
+    symbols.truncate(SYMBOL_ROWS);
+    let mut files = vec![(folded_name.clone(), diff_folded)];
+    if let Some(svg) = &svg {
+        files.push((
+            svg_name.clone(),
+            String::from_utf8(svg.clone()).expect("inferno writes UTF-8"),
+        ));
+    }
+    let profile = ProfileDiff {
+        kind: kind.to_string(),
+        unit: unit.to_string(),
+        baseline_total: before_top.total,
+        incident_total: after_top.total,
+        folded: folded_name,
+        flamegraph: svg.map(|_| svg_name),
+        symbols,
+    };
+    Ok(Some((profile, files)))
+}
+
+/// One recording's wait stacks, rooted at the probe, per second watched.
+fn wait_stacks(dir: &Path, summary: &serde_json::Value) -> Result<Option<String>, DiffError> {
+    let secs = duration_s(summary);
+    let mut out = String::new();
+    for p in summary["probes"].as_array().into_iter().flatten() {
+        let (Some(name), Some(file)) = (p["name"].as_str(), p["stacks"]["folded_by_wait"].as_str())
+        else {
+            continue;
+        };
+        // The name becomes a frame: a catalog name, nothing that would
+        // split or end a folded line.
+        let catalog_name = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if p["status"] != "attached" || name.is_empty() || !catalog_name {
+            continue;
+        }
+        // Only a file the bundle names as folded stacks (`*.folded`), read
+        // through the bundle's own checks.
+        if crate::model::files::describe(file).map(|f| f.name) != Some(FOLDED) {
+            continue;
+        }
+        let Some(text) = BundleDir::new(dir).read_text(file)? else {
+            continue;
+        };
+        let share = p["sampling"]["attached_fraction"]
+            .as_f64()
+            .filter(|f| *f > 0.0 && *f <= 1.0)
+            .unwrap_or(1.0);
+        let watched = secs * share;
+        for line in text.lines() {
+            let Some((stack, weight)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(ns) = weight.parse::<u64>() else {
+                continue;
+            };
+            let per_s = (ns as f64 / watched).round() as u64;
+            if per_s > 0 {
+                out.push_str(&format!("{name};{stack} {per_s}\n"));
+            }
+        }
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
 /// inferno's difffolded, baseline scaled to the incident, lines sorted so
 /// the file is deterministic (inferno emits hash-map order).
 fn differential(before: &str, after: &str) -> String {
+    differential_with(before, after, true)
+}
+
+/// inferno's difffolded of two rates, compared as they are.
+fn differential_as_is(before: &str, after: &str) -> String {
+    differential_with(before, after, false)
+}
+
+fn differential_with(before: &str, after: &str, normalize: bool) -> String {
     let opts = inferno::differential::Options {
-        normalize: true,
+        normalize,
         strip_hex: false,
     };
     let mut out = Vec::new();
@@ -533,6 +670,8 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
                 incident_wait_ns_per_sec: af.wait_ns,
                 baseline_estimated: bf.estimated,
                 incident_estimated: af.estimated,
+                baseline_watched_share: bf.watched_share,
+                incident_watched_share: af.watched_share,
             }
         })
         .collect();
@@ -559,6 +698,7 @@ struct Rate {
     calls: f64,
     wait_ns: f64,
     estimated: bool,
+    watched_share: f64,
 }
 
 /// Per second of the recording where the probe was on throughout (its
@@ -572,6 +712,7 @@ fn probe_rate(p: &serde_json::Value, secs: f64) -> Rate {
         calls: p["calls"].as_u64().unwrap_or(0) as f64 / secs,
         wait_ns: p["wait_ns_total"].as_u64().unwrap_or(0) as f64 / secs,
         estimated: false,
+        watched_share: 1.0,
     };
     let Some(smp) =
         serde_json::from_value::<crate::model::summary::Sampling>(p["sampling"].clone()).ok()
@@ -594,12 +735,14 @@ fn probe_rate(p: &serde_json::Value, secs: f64) -> Rate {
             calls: seen as f64 / watched,
             wait_ns: wait as f64 / watched,
             estimated: true,
+            watched_share: smp.attached_fraction,
         };
     }
     Rate {
         calls: e.calls / e.covered_s,
         wait_ns: e.wait_ns / e.covered_s,
         estimated: true,
+        watched_share: smp.attached_fraction,
     }
 }
 
@@ -732,6 +875,67 @@ mod tests {
             f.title.contains("undo and MVCC") && f.title.contains("+30"),
             "{f:?}"
         );
+    }
+
+    /// The wait stacks of two recordings, one watching the probe a fifth
+    /// of the time: rooted at the probe, per second watched, not scaled.
+    #[test]
+    fn wait_stacks_compare_per_second_watched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (base, inc, out) = (
+            tmp.path().join("b"),
+            tmp.path().join("i"),
+            tmp.path().join("o"),
+        );
+        let write = |dir: &Path, share: Option<f64>, folded: &str| {
+            std::fs::create_dir_all(dir).unwrap();
+            let mut probe = serde_json::json!({
+                "name": "innodb.rwlock.s_wait", "status": "attached", "calls": 10,
+                "wait_ns_total": 1000, "stacks": {"folded_by_wait": "innodb.rwlock.s_wait.folded"},
+            });
+            if let Some(f) = share {
+                probe["sampling"] = serde_json::json!({"attached_fraction": f});
+            }
+            let hostile = serde_json::json!({
+                "name": "a;b c", "status": "attached", "calls": 1, "wait_ns_total": 1,
+                "stacks": {"folded_by_wait": "innodb.rwlock.s_wait.folded"},
+            });
+            let summary = serde_json::json!({"duration_s": 10.0, "probes": [probe, hostile]});
+            std::fs::write(dir.join("summary.json"), summary.to_string()).unwrap();
+            std::fs::write(dir.join("innodb.rwlock.s_wait.folded"), folded).unwrap();
+        };
+        // Baseline: 10 s watched, 1 ms of wait a second under row_search.
+        write(&base, None, "main;row_search;wait 10000000\n");
+        // Incident: 2 s watched (a fifth), 10 ms a second, plus a new site.
+        write(
+            &inc,
+            Some(0.2),
+            "main;row_search;wait 20000000\nmain;purge;wait 2000000\n",
+        );
+        let r = diff_dirs(&base, &inc).unwrap();
+        let waits = r.profiles.iter().find(|p| p.kind == "waits").unwrap();
+        assert_eq!(
+            (waits.baseline_total, waits.incident_total),
+            (1_000_000, 11_000_000)
+        );
+        r.write(&out).unwrap();
+        let folded = std::fs::read_to_string(out.join("diff.waits.folded")).unwrap();
+        assert_eq!(
+            folded,
+            "innodb.rwlock.s_wait;main;purge;wait 0 1000000\n\
+             innodb.rwlock.s_wait;main;row_search;wait 1000000 10000000\n"
+        );
+        assert!(out.join("diff.waits.svg").exists());
+        let p = &r.probes[0];
+        assert_eq!(
+            (p.baseline_watched_share, p.incident_watched_share),
+            (1.0, 1.0)
+        );
+        let mut d = p.clone();
+        d.incident_watched_share = 0.2;
+        assert!(d.watched_differently());
+        d.incident_watched_share = 0.5;
+        assert!(!d.watched_differently());
     }
 
     #[test]
