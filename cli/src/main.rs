@@ -172,9 +172,10 @@ struct RecordArgs {
     max_overhead: Budget,
     #[command(flatten)]
     cpu: cpu_args::CpuArgs,
-    /// Also write calls and wait time per interval of this length (e.g. 1s) to timeseries.json/.csv,
-    /// and read the server's cheap state (history list length, oldest transaction, status
-    /// counters) at each interval when logged in (summary.json `server_state.samples`).
+    /// Calls and wait time per interval of this length go to timeseries.json/.csv (every 1s
+    /// when not given, except with --follow); given, the server's cheap state (history list
+    /// length, oldest transaction, status counters) is also read at each interval when logged
+    /// in (summary.json `server_state.samples`).
     #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
     interval: Option<Duration>,
     /// When the server exits during the recording (a restart, a crash), wait for the same
@@ -190,6 +191,9 @@ struct RecordArgs {
     #[command(flatten)]
     ready: ready_args::ReadyArgs,
 }
+
+/// The time series' interval when `--interval` is not given.
+const DEFAULT_SERIES_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Intervals shorter than 100 ms would be mostly read jitter.
 pub(crate) fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -508,9 +512,13 @@ async fn record_segment(
     let mut recorder = Recorder::start(plan, stacks)?;
     innoprof::target::own_usage::debug_phase("after attach");
     let deadline_at = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + args.duration);
-    let mut series = args
+    // Waits over time by default: a look at the maps a second costs the
+    // agent ~nothing and the server nothing. The server's state is read
+    // per interval only when asked (--interval): that is SQL on the target.
+    let series_every = args
         .interval
-        .map(|d| IntervalSeries::for_recorder(&recorder, d));
+        .or((!args.follow).then_some(DEFAULT_SERIES_INTERVAL));
+    let mut series = series_every.map(|d| IntervalSeries::for_recorder(&recorder, d));
     let target = recorder.target().clone();
     let left = announce_attached(&recorder, &target, deadline_at, notifier);
     let end = record_until_end(
@@ -519,7 +527,7 @@ async fn record_segment(
         &mut series,
         deadline_at,
         left,
-        args.interval,
+        series_every,
         signals,
     )
     .await?;
@@ -659,7 +667,10 @@ async fn record_until_end(
                 }
             }
             Event::Due(Duty::Sample) => {
-                series.as_mut().expect("--interval").sample(recorder)?;
+                series
+                    .as_mut()
+                    .expect("a series where sampled")
+                    .sample(recorder)?;
             }
         }
     };

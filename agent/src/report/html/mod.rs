@@ -62,7 +62,7 @@ pub fn render(page: &Page) -> String {
                 (histograms(s))
                 @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
-                (latches(s))
+                (latches(s, page.timeseries, !page.probe_flamegraphs.is_empty()))
                 (callsites(s))
                 (who(s))
                 // Long (settings, transactions, status): below the graphs.
@@ -600,8 +600,80 @@ fn who(s: &Summary) -> Markup {
     }
 }
 
-/// Per named latch (`dict_sys_mutex`), for probes that name the latch.
-fn latches(s: &Summary) -> Markup {
+/// Latches given a view of their own: the busiest by wait time.
+const LATCH_VIEWS: usize = 5;
+
+/// One latch of the busiest: its waits over time (its call sites' rows of
+/// the series), its call sites, and where its stacks are.
+fn latch_view(
+    probe: &crate::model::summary::ProbeResult,
+    latch: &crate::model::summary::LatchResult,
+    ts: Option<&TimeSeries>,
+    stacks_shown: bool,
+) -> Markup {
+    let timed = probe.wait_ns_avg.is_some();
+    let t = |v: u64| if timed { units::ns(v) } else { "-".to_string() };
+    let sites: Vec<_> = probe
+        .callsites
+        .iter()
+        .filter(|c| c.latch.as_deref() == Some(latch.latch.as_str()))
+        .collect();
+    let names: Vec<&str> = sites.iter().map(|c| c.site.as_str()).collect();
+    let line = ts.and_then(|ts| ts.sites_line(&probe.name, &names, &latch.latch));
+    let in_series = |c: &str| {
+        ts.is_some_and(|ts| {
+            ts.points
+                .iter()
+                .any(|p| p.probe == probe.name && p.callsite.as_deref() == Some(c))
+        })
+    };
+    let left_out = names.iter().filter(|c| !in_series(c)).count();
+    html! {
+        h3 id={"latch-" (latch.latch)} { "Latch " code { (latch.latch) } " (" (probe.name) "): " (latch.calls) " waits, " (t(latch.wait_ns_total)) }
+        @if let Some(line) = &line {
+            @if timed { (charts::lines(std::slice::from_ref(line), "wait time", |v| units::ns(v as u64))) }
+            @if left_out > 0 {
+                p.note { (left_out) " of its " (names.len()) " call sites are not among the probe's busiest, whose rows the series keeps: they are in its " code { "other" } " row, not in this line." }
+            }
+        }
+        @if !sites.is_empty() {
+            table.data {
+                thead { tr { th { "call site" } th.n { "calls" } th.n { "total wait" } th.n { "of it background" } th.n { "avg" } th.n { "max" } } }
+                tbody {
+                    @for c in sites.iter().take(CALLSITE_ROWS) {
+                        tr {
+                            td title=(c.file.as_deref().unwrap_or("")) { code { (c.site) } }
+                            td.n { (c.calls) }
+                            td.n { (t(c.wait_ns_total)) }
+                            td.n { (t(c.background_wait_ns)) }
+                            td.n { (t(c.wait_ns_total / c.calls.max(1))) }
+                            td.n { (t(c.wait_ns_max)) }
+                        }
+                    }
+                }
+            }
+        }
+        @if stacks_shown && (probe.stacks.folded_by_wait.is_some() || probe.stacks.folded_by_count.is_some()) {
+            p.note { "Stacks: " (probe.name) "'s flame graph under " a href="#waitstacks" { "Wait stacks" } " (every latch of the probe)." }
+        }
+    }
+}
+
+/// Per named latch (`dict_sys_mutex`), for probes that name the latch,
+/// then a view of each of the busiest.
+fn latches(s: &Summary, ts: Option<&TimeSeries>, stacks_shown: bool) -> Markup {
+    let mut busiest: Vec<_> = s
+        .probes
+        .iter()
+        .flat_map(|p| p.latches.iter().map(move |l| (p, l)))
+        .filter(|(_, l)| l.calls > 0)
+        .collect();
+    busiest.sort_by(|a, b| {
+        (b.1.wait_ns_total, b.1.calls)
+            .cmp(&(a.1.wait_ns_total, a.1.calls))
+            .then_with(|| a.1.latch.cmp(&b.1.latch))
+    });
+    busiest.truncate(LATCH_VIEWS);
     let t = |timed: bool, v: u64| if timed { units::ns(v) } else { "-".to_string() };
     html! {
         @if s.probes.iter().any(|p| !p.latches.is_empty()) {
@@ -624,6 +696,7 @@ fn latches(s: &Summary) -> Markup {
                     }
                 }
             }
+            @for (p, l) in &busiest { (latch_view(p, l, ts, stacks_shown)) }
         }
     }
 }

@@ -125,3 +125,62 @@ fn counters_section_shows_exact_counts_and_why_not() {
     assert!(page.contains("dict_sys -&gt; +0x30"));
     assert!(page.contains("1 counters not read") && page.contains("no &lt;DWARF&gt;"));
 }
+
+/// The busiest latch gets a view: its line over time (its call sites'
+/// rows summed, the other latch's left out), its call sites and a pointer
+/// to the stacks; a site outside the series is said to be missing from it.
+#[test]
+fn latch_view_has_its_line_sites_and_stacks() {
+    let mut s = summary();
+    let p = &mut s.probes[0];
+    p.callsites = serde_json::from_str(
+        r#"[{"site": "btr0cur.cc:304", "file": null, "line": 304, "latch": "index_lock", "calls": 3, "wait_ns_total": 3000, "wait_ns_max": 1500},
+            {"site": "row0ins.cc:9", "file": null, "line": 9, "latch": "index_lock", "calls": 1, "wait_ns_total": 500, "wait_ns_max": 500},
+            {"site": "dict0dict.cc:7", "file": null, "line": 7, "latch": "dict_sys_mutex", "calls": 5, "wait_ns_total": 100, "wait_ns_max": 50}]"#,
+    )
+    .unwrap();
+    p.latches = serde_json::from_str(
+        r#"[{"latch": "dict_sys_mutex", "calls": 5, "wait_ns_total": 100, "wait_ns_max": 50},
+            {"latch": "index_lock", "calls": 4, "wait_ns_total": 3500, "wait_ns_max": 1500}]"#,
+    )
+    .unwrap();
+    p.stacks.folded_by_wait = Some("innodb.mutex.enter.folded".into());
+    let ts = TimeSeries::parse(TIMESERIES.as_bytes()).unwrap();
+    let line = ts
+        .sites_line(
+            "innodb.mutex.enter",
+            &["btr0cur.cc:304", "row0ins.cc:9"],
+            "index_lock",
+        )
+        .unwrap();
+    assert_eq!(line.points, [(1.0, 2000.0), (2.0, 1000.0)]);
+    assert!(ts
+        .sites_line("innodb.mutex.enter", &["dict0dict.cc:7"], "d")
+        .is_none());
+    let flames = [FlameGraph {
+        title: "w".into(),
+        svg: "<svg height=\"10\"></svg>".into(),
+    }];
+    let html = render(&Page {
+        summary: &s,
+        metadata: None,
+        timeseries: Some(&ts),
+        cpu_flamegraphs: &[],
+        probe_flamegraphs: &flames,
+    });
+    let view = html
+        .find("id=\"latch-index_lock\"")
+        .expect("index_lock's view");
+    let dict = html
+        .find("id=\"latch-dict_sys_mutex\"")
+        .expect("dict_sys_mutex's view");
+    assert!(view < dict, "busiest (by wait) first");
+    let index_view = &html[view..dict];
+    assert!(index_view.contains("chart timeseries"), "{index_view}");
+    assert!(index_view.contains("row0ins.cc:9") && !index_view.contains("dict0dict.cc:7"));
+    assert!(
+        index_view.contains("1 of its 2 call sites are not among"),
+        "{index_view}"
+    );
+    assert!(index_view.contains("href=\"#waitstacks\""));
+}

@@ -65,6 +65,34 @@ impl TimeSeries {
             .collect()
     }
 
+    /// The wait per interval of `probe`'s call sites named in `sites`,
+    /// summed: one latch's line. `None` when the series has none of them
+    /// (they were not among the probe's busiest, whose rows it keeps).
+    pub fn sites_line(&self, probe: &str, sites: &[&str], name: &str) -> Option<Line> {
+        let mut sums: Vec<(u64, u64)> = Vec::new();
+        let mut seen = false;
+        for p in self.points.iter().filter(|p| p.probe == probe) {
+            let at = match sums.binary_search_by_key(&p.t_ms, |(t, _)| *t) {
+                Ok(i) => i,
+                Err(i) => {
+                    sums.insert(i, (p.t_ms, 0));
+                    i
+                }
+            };
+            if p.callsite.as_deref().is_some_and(|c| sites.contains(&c)) {
+                sums[at].1 += p.wait_ns;
+                seen = true;
+            }
+        }
+        seen.then(|| Line {
+            name: name.to_string(),
+            points: sums
+                .into_iter()
+                .map(|(t, w)| (t as f64 / 1000.0, w as f64))
+                .collect(),
+        })
+    }
+
     pub fn interval_s(&self) -> f64 {
         self.interval_ms.max(1) as f64 / 1000.0
     }
