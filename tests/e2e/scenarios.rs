@@ -549,6 +549,100 @@ fn s1_s6_many_row_versions_mysql_8_0_15() {
     many_row_versions("mysql-8.0.15");
 }
 
+/// Issue 52: a transaction holding purge back is a finding before any read
+/// walks its versions. One sysbench thread updates a 1-row table while
+/// another connection keeps a consistent snapshot open and idle; nothing
+/// reads the row. The finding names that connection (as the server lists
+/// it) and the history list's growth, which the server's own counter shows.
+fn purge_held_back(server_name: &str) {
+    let _k = kernel_lock();
+    let server = Server::start(
+        server_name,
+        &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
+    );
+    server.sysbench_ok(&[
+        "prepare",
+        "oltp_update_non_index",
+        "--tables=1",
+        "--table-size=1",
+    ]);
+    let (_holder, _open) = server.sql_session(
+        "USE sbtest;\nSTART TRANSACTION WITH CONSISTENT SNAPSHOT;\nSELECT CONNECTION_ID();\n",
+    );
+    // The holder is the oldest transaction once its snapshot is open.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let holder: u64 = loop {
+        let id = server.sql(
+            "SELECT trx_mysql_thread_id FROM information_schema.innodb_trx ORDER BY trx_started LIMIT 1",
+        );
+        if let Ok(id) = id.trim().parse() {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "the snapshot never opened");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut sysbench = server.sysbench(&[
+        "run",
+        "oltp_update_non_index",
+        "--tables=1",
+        "--table-size=1",
+        "--threads=1",
+        "--time=300",
+    ]);
+    sysbench.stdout(Stdio::null()).stderr(Stdio::null());
+    let load = Background::spawn(sysbench);
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = server.pid.to_string();
+    let (code, stdout, rec) = Recording::start(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "10s",
+        "--probes",
+        "default",
+        "--no-cpu",
+    ])
+    .finish();
+    drop(load);
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    let s = rec.summary();
+    let state = s
+        .server_state
+        .as_ref()
+        .expect("the server's state was read");
+    let (start, end) = state.history_list_lengths();
+    println!("purge held back {server_name}: history list {start:?} -> {end:?}\n{stdout}");
+    let f = s
+        .findings
+        .iter()
+        .find(|f| f.rule == "purge_held_back")
+        .unwrap_or_else(|| panic!("no purge_held_back finding: {:?}\n{stdout}", s.findings));
+    assert!(
+        f.title.contains(&format!("connection {holder} ")),
+        "holder {holder}: {}",
+        f.title
+    );
+    assert!(
+        end.unwrap() >= start.unwrap() + 10_000,
+        "{start:?} -> {end:?}"
+    );
+    assert!(
+        !s.findings.iter().any(|f| f.rule == "many_row_versions"),
+        "nothing read the row: {:?}",
+        s.findings
+    );
+}
+
+#[test]
+fn purge_held_back_mariadb_11_4_5() {
+    purge_held_back("mariadb-11.4.5");
+}
+
+#[test]
+fn purge_held_back_mysql_5_6_24() {
+    purge_held_back("mysql-5.6.24");
+}
+
 // ---------------------------------------------------------------------------
 // S2: INSERTs into a table without a primary key (seed 000)
 // ---------------------------------------------------------------------------

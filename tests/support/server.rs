@@ -135,6 +135,23 @@ impl Server {
         });
         bg
     }
+
+    /// One connection that runs `script` and then stays open, idle between
+    /// statements (an application holding a transaction), until the
+    /// returned stdin or the `Background` is dropped.
+    pub fn sql_session(&self, script: &str) -> (Background, std::process::ChildStdin) {
+        let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
+        cmd.args(["client"])
+            .arg(self.dir.path())
+            .args(["-N", "--silent"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null());
+        let mut bg = Background::spawn(cmd);
+        let mut stdin = bg.child.stdin.take().unwrap();
+        stdin.write_all(script.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        (bg, stdin)
+    }
 }
 
 /// A load generator (sysbench, a SQL session) running in its own process

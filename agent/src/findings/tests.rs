@@ -354,3 +354,85 @@ fn a_changed_setting_is_a_finding_of_the_change() {
         .unwrap();
     assert_eq!(f.severity, Severity::Info);
 }
+
+/// A snapshot open 9 s while the history list grew 3,224 -> 58,522 and no
+/// read walked yet (the MariaDB 11.4.5 shape): a warning naming the
+/// connection and the growth; silent for a young holder, a small growth,
+/// a shrinking list, or when the walk's own finding names it already.
+#[test]
+fn a_transaction_holding_purge_back_is_named_before_anyone_walks() {
+    use crate::model::server_state::{ServerState, Snapshot, Transaction};
+    let recording = |age_s: u64, start: u64, end: u64, walks: u64| {
+        let mut s = with_probe("innodb.undo.prev_version", walks, walks * 2_000);
+        let holder = Transaction {
+            trx_id: "421".into(),
+            state: "RUNNING".into(),
+            started: "2026-11-29 10:00:00".into(),
+            age_s,
+            isolation: Some("REPEATABLE READ".into()),
+            rows_locked: None,
+            rows_modified: Some(0),
+            connection: Some(32),
+            user: Some("app_ro".into()),
+            host: Some("localhost".into()),
+            db: Some("sbtest".into()),
+            command: Some("Sleep".into()),
+            query: None,
+            read_view: true,
+        };
+        let snap = |at: u128, hll: u64, txs: Vec<Transaction>| Snapshot {
+            taken_unix_ms: at,
+            history_list_length: Some(hll),
+            transactions: txs,
+            ..Default::default()
+        };
+        s.server_state = Some(ServerState {
+            start: Some(snap(1_000, start, vec![])),
+            end: Some(snap(11_000, end, vec![holder])),
+            ..Default::default()
+        });
+        s
+    };
+    let f = evaluate(&recording(9, 3_224, 58_522, 0));
+    let f = f
+        .iter()
+        .find(|f| f.rule == "purge_held_back")
+        .expect("fires");
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.title.contains("connection 32") && f.title.contains("9 s"),
+        "{}",
+        f.title
+    );
+    assert!(
+        f.title.contains("3,224") && f.title.contains("58,522"),
+        "{}",
+        f.title
+    );
+    let text: Vec<&str> = f.evidence.iter().map(|e| e.text.as_str()).collect();
+    assert!(text[0].contains("+5,530 a second"), "{text:?}");
+    assert!(
+        text[1].contains("app_ro@localhost") && text[1].contains("Sleep"),
+        "{text:?}"
+    );
+    assert!(f.next[0].contains("KILL 32"), "{:?}", f.next);
+    let fired = |s: &Summary| evaluate(s).iter().any(|f| f.rule == "purge_held_back");
+    assert!(!fired(&recording(2, 3_224, 58_522, 0)), "young holder");
+    assert!(!fired(&recording(9, 3_224, 9_000, 0)), "small growth");
+    assert!(!fired(&recording(9, 58_522, 3_224, 0)), "list shrank");
+    assert!(
+        fired(&recording(60, 150_000, 150_500, 0)),
+        "long and growing"
+    );
+    assert_eq!(
+        evaluate(&recording(60, 1_000_000, 1_200_000, 0))
+            .iter()
+            .find(|f| f.rule == "purge_held_back")
+            .map(|f| f.severity),
+        Some(Severity::Critical)
+    );
+    // 300,000 walks a second: the walk's finding names the holder itself.
+    let walking = evaluate(&recording(9, 3_224, 58_522, 3_000_000));
+    assert!(walking.iter().any(|f| f.rule == "many_row_versions"));
+    assert!(!walking.iter().any(|f| f.rule == "purge_held_back"));
+}

@@ -247,7 +247,7 @@ fn cpu_line(m: &Measures) -> Option<Evidence> {
 
 /// The transaction holding the snapshot, and how it is known to: InnoDB's
 /// status shows its read view, or its isolation level implies one.
-fn holder_line((t, how): (&Transaction, HolderEvidence)) -> Evidence {
+pub(super) fn holder_line((t, how): (&Transaction, HolderEvidence)) -> Evidence {
     Evidence {
         text: match how {
             HolderEvidence::ReadView => format!("the oldest read view (InnoDB's status): {}", describe(t)),
@@ -303,7 +303,7 @@ fn title(holder: Option<&Transaction>) -> String {
 
 /// What to do: end the holder's transaction first where its connection is
 /// known, then the steps that find and end it by hand.
-fn next_steps(holder: Option<&Transaction>) -> Vec<String> {
+pub(super) fn next_steps(holder: Option<&Transaction>) -> Vec<String> {
     let mut next: Vec<String> = Vec::new();
     if let Some((c, t)) = holder.and_then(|t| t.connection.map(|c| (c, t))) {
         next.push(format!(

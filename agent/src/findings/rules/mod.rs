@@ -5,6 +5,7 @@
 mod latch_hotspot;
 mod many_row_versions;
 mod performance_schema;
+mod purge_held_back;
 mod redo_flush_latency;
 mod tables_without_primary_key;
 
@@ -16,6 +17,7 @@ pub(super) type Rule = fn(&Summary) -> Option<Finding>;
 /// Every rule, evaluated in this order (ranking sorts the results).
 pub(super) const ALL: &[Rule] = &[
     many_row_versions::check,
+    purge_held_back::check,
     tables_without_primary_key::check,
     latch_hotspot::check,
     redo_flush_latency::check,
