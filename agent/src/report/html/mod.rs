@@ -60,8 +60,10 @@ pub fn render(page: &Page) -> String {
                 (probe_table(s))
                 (counters(s))
                 (histograms(s))
-                @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (cpu(s, page.cpu_flamegraphs))
+                // Every recording has a series now: below the CPU flame
+                // graph, which the first screen shows.
+                @if let Some(ts) = page.timeseries { (time_series(ts, &s.counters)) }
                 (latches(s, page.timeseries, !page.probe_flamegraphs.is_empty()))
                 (callsites(s))
                 (who(s))
@@ -525,7 +527,7 @@ fn time_series(ts: &TimeSeries, counters: &[crate::model::summary::CounterResult
             h3 { "Calls per second, by probe" }
             (charts::lines(&rate, "calls/s", units::count))
         }
-        @for line in &counter_rate {
+        @for line in counter_rate.iter().filter(|l| l.points.iter().any(|p| p.1 > 0.0)) {
             h3 { "Per second: " (line.name) " (counter, exact)" }
             (charts::lines(std::slice::from_ref(line), "per s", units::count))
         }
