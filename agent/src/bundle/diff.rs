@@ -388,12 +388,16 @@ impl DiffReport {
                 ]);
             }
             right(&mut t, 0..5);
+            // Waits are rates: 420.27 ms of wait a second, not raw ns.
+            let total = |v: u64| match p.unit.as_str() {
+                "ns/s" => format!("{} of wait a second watched", units::ns(v)),
+                unit => format!("{v} {unit}"),
+            };
             out.push_str(&format!(
-                "\n{}: {} {} before, {} now; largest changes of {} share:\n{t}\n",
+                "\n{}: {} before, {} now; largest changes of {} share:\n{t}\n",
                 p.kind,
-                p.baseline_total,
-                p.unit,
-                p.incident_total,
+                total(p.baseline_total),
+                total(p.incident_total),
                 if p.kind == "oncpu" { "self" } else { "total" }
             ));
         }
