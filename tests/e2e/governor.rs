@@ -734,16 +734,7 @@ fn undo_walk_through_a_snapshot_opened_mid_recording(server_name: &str) {
     let _k = kernel_lock();
     // The governor's trace on innoprof's stderr, for the failure messages.
     std::env::set_var("INNOPROF_DEBUG_GOVERNOR", "1");
-    let server = Server::start(
-        server_name,
-        &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
-    );
-    server.sysbench_ok(&[
-        "prepare",
-        "oltp_update_non_index",
-        "--tables=1",
-        "--table-size=1",
-    ]);
+    let server = Server::with_hot_row(server_name);
     let mut sysbench = server.sysbench(&[
         "run",
         "oltp_update_non_index",

@@ -310,18 +310,8 @@ fn row_versions_phase(
 fn many_row_versions(server_name: &str) {
     let _k = kernel_lock();
     let dir = ScenarioDir::new("s1", server_name);
-    // Redo and binlog flushes at every commit (MySQL 8.0 logs binlog by
-    // default) would make this a benchmark of the VM's disk.
-    let server = Server::start(
-        server_name,
-        &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
-    );
-    server.sysbench_ok(&[
-        "prepare",
-        "oltp_update_non_index",
-        "--tables=1",
-        "--table-size=1",
-    ]);
+    // MySQL 8.0 logs binlog by default: with_hot_row turns its flushes off.
+    let server = Server::with_hot_row(server_name);
 
     let base = row_versions_phase(&server, &dir, "baseline", false);
     let inc = row_versions_phase(&server, &dir, "incident", true);
@@ -556,16 +546,7 @@ fn s1_s6_many_row_versions_mysql_8_0_15() {
 /// it) and the history list's growth, which the server's own counter shows.
 fn purge_held_back(server_name: &str) {
     let _k = kernel_lock();
-    let server = Server::start(
-        server_name,
-        &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
-    );
-    server.sysbench_ok(&[
-        "prepare",
-        "oltp_update_non_index",
-        "--tables=1",
-        "--table-size=1",
-    ]);
+    let server = Server::with_hot_row(server_name);
     let (_holder, _open) = server.sql_session(
         "USE sbtest;\nSTART TRANSACTION WITH CONSISTENT SNAPSHOT;\nSELECT CONNECTION_ID();\n",
     );

@@ -120,13 +120,7 @@ impl Server {
     /// The SQL client reading `script` on its stdin, in the background, in
     /// its own process group: `Background` kills client and all on drop.
     pub fn sql_background(&self, script: &str) -> Background {
-        let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
-        cmd.args(["client"])
-            .arg(self.dir.path())
-            .args(["-N", "--silent"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null());
-        let mut bg = Background::spawn(cmd);
+        let mut bg = Background::spawn(self.client_reading_stdin());
         let mut stdin = bg.child.stdin.take().unwrap();
         let script = script.to_string();
         // A writer thread: the client may stop reading (killed) at any time.
@@ -140,17 +134,39 @@ impl Server {
     /// statements (an application holding a transaction), until the
     /// returned stdin or the `Background` is dropped.
     pub fn sql_session(&self, script: &str) -> (Background, std::process::ChildStdin) {
+        let mut bg = Background::spawn(self.client_reading_stdin());
+        let mut stdin = bg.child.stdin.take().unwrap();
+        stdin.write_all(script.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        (bg, stdin)
+    }
+
+    /// The SQL client, its statements from a pipe, its output discarded.
+    fn client_reading_stdin(&self) -> Command {
         let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
         cmd.args(["client"])
             .arg(self.dir.path())
             .args(["-N", "--silent"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null());
-        let mut bg = Background::spawn(cmd);
-        let mut stdin = bg.child.stdin.take().unwrap();
-        stdin.write_all(script.as_bytes()).unwrap();
-        stdin.flush().unwrap();
-        (bg, stdin)
+        cmd
+    }
+
+    /// A server with one hot row (sysbench's sbtest1 of 1 row), redo and
+    /// binlog not flushed at each commit: the undo and purge scenarios
+    /// would otherwise be benchmarks of the VM's disk.
+    pub fn with_hot_row(name: &str) -> Self {
+        let server = Self::start(
+            name,
+            &["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"],
+        );
+        server.sysbench_ok(&[
+            "prepare",
+            "oltp_update_non_index",
+            "--tables=1",
+            "--table-size=1",
+        ]);
+        server
     }
 }
 

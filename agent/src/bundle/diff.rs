@@ -188,14 +188,11 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             continue;
         };
         let diff_folded = differential(&before, &after);
-        let folded_name = instance(FOLDED, &format!("diff.{kind}"));
-        let svg_name = instance(DIFF_SVG_FILES, kind);
         let title = format!(
             "{kind} differential: {} -> {} (red grew, blue shrank)",
             baseline.display(),
             incident.display()
         );
-        let svg = flamegraph::render(&diff_folded, &title, unit)?;
         let mut before_top = top_symbols::from_folded(&before, mode.clone(), unit);
         let mut after_top = top_symbols::from_folded(&after, mode, unit);
         // Folded stacks carry no module: take it from the recordings' own
@@ -217,22 +214,16 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             shifts = symbols.iter().map(CpuShift::from).collect();
         }
         symbols.truncate(SYMBOL_ROWS);
-        report.profiles.push(ProfileDiff {
-            kind: kind.to_string(),
-            unit: unit.to_string(),
-            baseline_total: before_top.total,
-            incident_total: after_top.total,
-            folded: folded_name.clone(),
-            flamegraph: svg.as_ref().map(|_| svg_name.clone()),
+        let (profile, files) = drawn(
+            kind,
+            unit,
+            &title,
+            diff_folded,
+            (before_top.total, after_top.total),
             symbols,
-        });
-        report.files.push((folded_name, diff_folded));
-        if let Some(svg) = svg {
-            report.files.push((
-                svg_name,
-                String::from_utf8(svg).expect("inferno writes UTF-8"),
-            ));
-        }
+        )?;
+        report.profiles.push(profile);
+        report.files.extend(files);
     }
     if let Some(waits) = wait_profile(baseline, incident, &base_summary, &inc_summary)? {
         report.files.extend(waits.1);
@@ -474,38 +465,58 @@ fn wait_profile(
     ) else {
         return Ok(None);
     };
-    let kind = "waits";
     let unit = "ns/s";
     let diff_folded = differential_as_is(&before, &after);
-    let folded_name = instance(FOLDED, &format!("diff.{kind}"));
-    let svg_name = instance(DIFF_SVG_FILES, kind);
     let title = format!(
         "wait time per second watched, by probe and stack: {} -> {} (red grew, blue shrank)",
         baseline.display(),
         incident.display()
     );
-    let svg = flamegraph::render(&diff_folded, &title, unit)?;
     let before_top = top_symbols::from_folded(&before, SelfFrame::Leaf, unit);
     let after_top = top_symbols::from_folded(&after, SelfFrame::Leaf, unit);
     let mut symbols = symbol_deltas(&before_top, &after_top, true);
     symbols.truncate(SYMBOL_ROWS);
-    let mut files = vec![(folded_name.clone(), diff_folded)];
-    if let Some(svg) = &svg {
-        files.push((
-            svg_name.clone(),
-            String::from_utf8(svg.clone()).expect("inferno writes UTF-8"),
-        ));
-    }
+    drawn(
+        "waits",
+        unit,
+        &title,
+        diff_folded,
+        (before_top.total, after_top.total),
+        symbols,
+    )
+    .map(Some)
+}
+
+/// A compared profile and its files: the differential folded stacks and
+/// their flame graph, named for `kind` (`diff.KIND.folded`, `.svg`).
+fn drawn(
+    kind: &str,
+    unit: &str,
+    title: &str,
+    diff_folded: String,
+    (baseline_total, incident_total): (u64, u64),
+    symbols: Vec<SymbolDelta>,
+) -> Result<(ProfileDiff, Vec<(String, String)>), DiffError> {
+    let folded_name = instance(FOLDED, &format!("diff.{kind}"));
+    let svg_name = instance(DIFF_SVG_FILES, kind);
+    let svg = flamegraph::render(&diff_folded, title, unit)?;
     let profile = ProfileDiff {
         kind: kind.to_string(),
         unit: unit.to_string(),
-        baseline_total: before_top.total,
-        incident_total: after_top.total,
-        folded: folded_name,
-        flamegraph: svg.map(|_| svg_name),
+        baseline_total,
+        incident_total,
+        folded: folded_name.clone(),
+        flamegraph: svg.as_ref().map(|_| svg_name.clone()),
         symbols,
     };
-    Ok(Some((profile, files)))
+    let mut files = vec![(folded_name, diff_folded)];
+    if let Some(svg) = svg {
+        files.push((
+            svg_name,
+            String::from_utf8(svg).expect("inferno writes UTF-8"),
+        ));
+    }
+    Ok((profile, files))
 }
 
 /// One recording's wait stacks, rooted at the probe, per second watched.
