@@ -184,7 +184,10 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
 #[test]
 fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
     let _k = kernel_lock();
-    let paced = Paced::start(20000, 30);
+    // Alive past the last read: 11 s, then up to 25 s more waiting for an
+    // on-window (CI once read past a 30 s fixture's last log line); stopped
+    // by the test, so the longer life costs no time.
+    let paced = Paced::start(20000, 60);
     let pid = paced.pid.to_string();
     let mut serve = Serve::start(&[
         "--pid",
