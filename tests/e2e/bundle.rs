@@ -550,6 +550,56 @@ fn pixels(png_path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
     (info.width, info.height, px)
 }
 
+/// metadata.json's `host` says what /proc and /sys say of this machine and
+/// of the server's datadir (its working directory), read here independently.
+fn assert_host_described(h: &serde_json::Value, pid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert_eq!(
+        h["memory"]["total_bytes"].as_u64(),
+        Some(total_kib * 1024),
+        "{h}"
+    );
+    let cpus = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count() as u64;
+    assert_eq!(h["cpu"]["logical"].as_u64(), Some(cpus), "{h}");
+    let clock =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap();
+    assert_eq!(h["clock_source"].as_str(), Some(clock.trim()), "{h}");
+    for when in ["load_at_start", "load_at_end"] {
+        assert!(h[when]["threads"].as_u64().unwrap() > 0, "{when}: {h}");
+    }
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    let dev = std::fs::metadata(&cwd).unwrap().dev();
+    let d = &h["datadir"];
+    assert_eq!(d["path"].as_str(), Some(cwd.to_str().unwrap()), "{h}");
+    assert_eq!(
+        d["device"].as_str(),
+        Some(format!("{}:{}", libc::major(dev), libc::minor(dev)).as_str()),
+        "{h}"
+    );
+    let mount_point = d["mount_point"].as_str().expect("the datadir's mount");
+    assert!(cwd.starts_with(mount_point), "{h}");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let fs_type = d["fs_type"].as_str().unwrap();
+    assert!(
+        mounts.lines().any(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            f.get(1) == Some(&mount_point) && f.get(2) == Some(&fs_type)
+        }),
+        "{mount_point} {fs_type} not in /proc/self/mounts"
+    );
+}
+
 #[test]
 fn mariadb_bundle_pprof_report_and_browser() {
     let _k = kernel_lock();
@@ -573,6 +623,7 @@ fn mariadb_bundle_pprof_report_and_browser() {
     assert_eq!(m["server"]["family"], "mariadb");
     assert_eq!(m["server_version"], "10.2.11");
     assert!(m["overhead"]["total_ns"].as_u64().unwrap() > 0);
+    assert_host_described(&m["host"], server.pid);
 
     // The Summary model round-trips a real recording.
     assert_report_rerenders(&rec.out);
@@ -597,6 +648,10 @@ fn mariadb_bundle_pprof_report_and_browser() {
     // report.html: self-contained, charts and flame graphs, rendered.
     let html = String::from_utf8(files["report.html"].clone()).unwrap();
     assert_no_external_urls(&html);
+    assert!(
+        html.contains("<h2 id=\"host\">Host</h2>"),
+        "no Host section"
+    );
     let timed = s
         .probes
         .iter()

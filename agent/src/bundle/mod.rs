@@ -396,6 +396,7 @@ mod tests {
                 "main;PolicyMutex<T>::enter 3\n".into(),
             )],
             timeseries: None,
+            host: None,
             stacks: crate::model::named_stack::RecordedStacks {
                 probes: vec![crate::model::named_stack::ProbeStackSet {
                     probe: summary_probe.clone(),

@@ -163,7 +163,11 @@ pub fn waits_pprof(o: &BundleFile, c: &Context) -> Rendered {
 /// (each writes its one file: see [`FILES`]).
 pub fn metadata_json(o: &BundleFile, c: &Context) -> Rendered {
     let summary = &c.recording.summary;
-    let mut metadata = Metadata::new(summary, c.command_line, HostInfo::current());
+    let mut metadata = Metadata::new(
+        summary,
+        c.command_line,
+        c.recording.host.clone().unwrap_or_else(HostInfo::names),
+    );
     let me = FILES.iter().position(|x| x.name == o.name).unwrap_or(0);
     let later = FILES[me + 1..]
         .iter()

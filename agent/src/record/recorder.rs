@@ -76,6 +76,8 @@ pub struct Recorder {
     /// [`crate::cost::estimate::AUXILIARY`]): the counter's index and its
     /// readings at the probe's switches, for the ratio estimate.
     pub(super) aux: Vec<Option<(usize, crate::cost::estimate::AuxMarks)>>,
+    /// The machine as the recording started (metadata.json's `host`).
+    pub(super) host: crate::target::host::HostInfo,
 }
 
 impl Recorder {
@@ -132,6 +134,7 @@ impl Recorder {
         let counters = CounterRecorder::start(plan.target.pid, &plan.image, &plan.counters);
         let started = Instant::now();
         let host_cpu_at_start = crate::target::host_idle::CpuTimes::now();
+        let host = crate::target::host::HostInfo::at_start(plan.target.pid);
         let cost = session
             .as_ref()
             .map(|s| crate::cost::live::LiveCost::new(hit_cost, s.run_stats()));
@@ -178,6 +181,7 @@ impl Recorder {
             counters,
             in_target,
             aux,
+            host,
         })
     }
 
@@ -417,7 +421,7 @@ impl Recorder {
         }
 
         let agent_cpu_at_start = self.agent_cpu_at_start;
-        Ok(results::build(Finished {
+        let mut recording = results::build(Finished {
             plan: &self.plan,
             session: self.session.as_ref(),
             snapshot,
@@ -444,7 +448,9 @@ impl Recorder {
             started_unix_ms: self.started_unix_ms,
             duration_s,
             end_reason,
-        })?)
+        })?;
+        recording.host = Some(self.host.clone().ended());
+        Ok(recording)
     }
 }
 

@@ -13,6 +13,9 @@ pub struct Recording {
     pub timeseries: Option<crate::model::timeseries::TimeSeries>,
     /// The stacks behind the folded files, as named: pprof's source.
     pub stacks: crate::model::named_stack::RecordedStacks,
+    /// The machine, read at the start (load at the end too); None where a
+    /// recording was not made here (a test's, a bundle's).
+    pub host: Option<crate::target::host::HostInfo>,
 }
 
 impl Recording {

@@ -147,6 +147,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         folded: collected.folded,
         timeseries: None,
         stacks: collected.stacks,
+        host: None,
     })
 }
 

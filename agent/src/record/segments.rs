@@ -55,6 +55,14 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     // Offset of b's clock from the recording's start (its windows).
     let b_offset = sb.started_unix_ms.saturating_sub(first_start) as f64 / 1e3;
 
+    // The machine as the first segment found it; the load as the last left it.
+    let host = match (a.host.clone(), &b.host) {
+        (Some(first), Some(last)) => Some(crate::target::host::HostInfo {
+            load_at_end: last.load_at_end.clone(),
+            ..first
+        }),
+        (first, last) => first.or_else(|| last.clone()),
+    };
     let probes = merge_probes(sa, sb, watched_a, watched, b_offset);
     let counters = merge_counters(sa, sb, watched);
     let mut drops = sa.drops.clone();
@@ -98,6 +106,7 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         // The series spans the whole recording: added after the merge.
         timeseries: None,
         stacks,
+        host,
     }
 }
 
@@ -676,6 +685,7 @@ mod tests {
             folded: vec![("p.count.folded".into(), folded.into())],
             timeseries: None,
             stacks: Default::default(),
+            host: None,
         }
     }
 

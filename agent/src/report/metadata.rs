@@ -8,6 +8,7 @@ use super::overhead::{self, OverheadEstimate};
 use crate::collect::Drops;
 use crate::model::summary::{EndReason, ProbeStatus, Summary};
 use crate::plan::server::ServerInfo;
+pub use crate::target::host::HostInfo;
 
 pub const FORMAT: &str = "innoprof-bundle";
 
@@ -40,13 +41,6 @@ pub struct Metadata {
     /// written before it existed.
     #[serde(default)]
     pub file_info: Vec<crate::model::files::FileInfo>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct HostInfo {
-    pub hostname: String,
-    /// `uname -r`.
-    pub kernel: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -148,21 +142,6 @@ impl Metadata {
             overhead: overhead::estimate(summary),
             files: Vec::new(),
             file_info: Vec::new(),
-        }
-    }
-}
-
-impl HostInfo {
-    /// This machine, from /proc (what `hostname` and `uname -r` print).
-    pub fn current() -> Self {
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_else(|_| "unknown".to_string())
-        };
-        Self {
-            hostname: read("/proc/sys/kernel/hostname"),
-            kernel: read("/proc/sys/kernel/osrelease"),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod flamegraph;
 pub mod folded;
 pub mod frame_label;
 pub mod histograms;
+pub mod host_text;
 pub mod html;
 pub mod metadata;
 pub mod overhead;

@@ -5,6 +5,7 @@
 
 pub mod discover;
 pub mod file_id;
+pub mod host;
 pub mod host_idle;
 pub mod kernel;
 pub mod maps;

@@ -69,6 +69,7 @@ pub fn render(page: &Page) -> String {
                 (who(s))
                 // Long (settings, transactions, status): below the graphs.
                 @if let Some(st) = &s.server_state { (server_state(st)) }
+                @if let Some(m) = page.metadata { (host(&m.host)) }
                 h2 #overhead { "Overhead" }
                 (cost(page))
                 pre { (super::overhead::render(s)) }
@@ -140,6 +141,18 @@ fn about(page: &Page) -> Markup {
             }
             @if let Some(m) = m {
                 tr { th { "command" } td { code { (m.command_line.join(" ")) } } }
+            }
+        }
+    }
+}
+
+/// The machine, as a ticket needs it (metadata.json's `host`).
+fn host(h: &crate::target::host::HostInfo) -> Markup {
+    html! {
+        h2 #host { "Host" }
+        table.about {
+            @for (label, value) in super::host_text::rows(h) {
+                tr { th { (label) } td { (value) } }
             }
         }
     }
