@@ -283,7 +283,9 @@ fn release_binary_pages(run: &Run) {
 impl Run {
     fn start(plan: RecordingPlan) -> Result<Self> {
         static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
+        let mut recorder = Recorder::start(plan, innoprof::record::StackCapture::OnDemand)?;
+        // Days of connections coming and going: exited threads' rows leave the map.
+        recorder.fold_exited_threads();
         let view = LiveView::new(&recorder)?;
         Ok(Self {
             serial: STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),

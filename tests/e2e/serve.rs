@@ -181,6 +181,78 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
 /// attached seconds is the rate while on, checked against the paced
 /// fixture's own count), and the governor's estimate (interpolated between
 /// on-windows) comes with its 95 % bound.
+/// Threads that come and go (a server's connections without a thread
+/// cache) leave serve's per-thread map once exited, so it never fills over
+/// days, and the per-role totals keep every call they made.
+#[test]
+fn serve_folds_exited_threads_out_of_its_thread_map() {
+    const THREADS: u64 = 150;
+    const CALLS: u64 = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE, FIXTURE_SLEEP_PROBE]);
+    let args: Vec<String> = ["threads", &THREADS.to_string(), &CALLS.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
+    let pid = fx.pid.to_string();
+    let mut serve = Serve::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "all",
+    ]);
+    let serve_pid = serve.child.id();
+    let done: u64 = fx.run_calls().parse().unwrap();
+    assert_eq!(done, THREADS * CALLS);
+    // Every thread has exited: within a fold period (10 s) and a tick,
+    // their rows leave the maps (2 slots a thread while they lived).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = |name| bpf_map_entries_held_by(serve_pid, name);
+    while rows("thread_stats") + rows("thread_role") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "exited threads still in the maps after 30 s: {} thread_stats rows, {} thread_role",
+            rows("thread_stats"),
+            rows("thread_role")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // And every call is still told by role (the fixture's threads run no
+    // server's marker function: `unknown`), as the probe's total.
+    let after = metric_samples(&serve.scrape());
+    for probe in ["fixture.mutex.enter", "fixture.sleep"] {
+        let total = value(&after, "innoprof_probe_calls_total", &[("probe", probe)]);
+        assert_eq!(total, Some(done as f64), "{probe}");
+        let by_role: Vec<(String, f64)> = after
+            .iter()
+            .filter(|s| s.name == "innoprof_role_calls_total" && s.label("probe") == Some(probe))
+            .map(|s| (s.label("role").unwrap_or("").to_string(), s.value))
+            .collect();
+        assert_eq!(
+            by_role,
+            vec![("unknown".to_string(), done as f64)],
+            "{probe}"
+        );
+    }
+    let wait = value(
+        &after,
+        "innoprof_probe_wait_seconds_total",
+        &[("probe", "fixture.sleep")],
+    );
+    let role_wait = value(
+        &after,
+        "innoprof_role_wait_seconds_total",
+        &[("probe", "fixture.sleep"), ("role", "unknown")],
+    );
+    assert_eq!(wait, role_wait);
+    fx.exit();
+    assert_eq!(serve.wait_exit(), Some(3), "{}", serve.stderr());
+}
+
 #[test]
 fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
     let _k = kernel_lock();

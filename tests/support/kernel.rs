@@ -49,10 +49,8 @@ fn bpftool_json(args: &[&str]) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
-/// The values (as u64, little-endian) of the BPF array map named `name`
-/// that process `pid` holds, by bpftool: e.g. `stack_every`, which says per
-/// probe slot whether hits take stacks.
-pub fn bpf_array_values_held_by(pid: u32, name: &str) -> Vec<u64> {
+/// The ids of the BPF maps named `name` that process `pid` holds.
+fn maps_held_by(pid: u32, name: &str) -> Vec<String> {
     let mut ids = HashSet::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .unwrap()
@@ -65,17 +63,25 @@ pub fn bpf_array_values_held_by(pid: u32, name: &str) -> Vec<u64> {
                 .filter_map(|v| v.trim().parse::<u64>().ok()),
         );
     }
+    ids.into_iter()
+        .map(|id| id.to_string())
+        .filter(|id| {
+            let show = Command::new("bpftool")
+                .args(["-j", "map", "show", "id", id])
+                .output()
+                .unwrap();
+            let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
+            show["name"] == name
+        })
+        .collect()
+}
+
+/// The values (as u64, little-endian) of the BPF array map named `name`
+/// that process `pid` holds, by bpftool: e.g. `stack_every`, which says per
+/// probe slot whether hits take stacks.
+pub fn bpf_array_values_held_by(pid: u32, name: &str) -> Vec<u64> {
     let mut out = Vec::new();
-    for id in ids {
-        let id = id.to_string();
-        let show = Command::new("bpftool")
-            .args(["-j", "map", "show", "id", &id])
-            .output()
-            .unwrap();
-        let show: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
-        if show["name"] != name {
-            continue;
-        }
+    for id in maps_held_by(pid, name) {
         for e in bpftool_json(&["map", "dump", "id", &id]) {
             let v = &e["formatted"]["value"];
             out.push(
@@ -85,6 +91,16 @@ pub fn bpf_array_values_held_by(pid: u32, name: &str) -> Vec<u64> {
         }
     }
     out
+}
+
+/// How many entries the BPF maps named `name` that process `pid` holds
+/// have now (bpftool's dump).
+pub fn bpf_map_entries_held_by(pid: u32, name: &str) -> usize {
+    let ids = maps_held_by(pid, name);
+    assert!(!ids.is_empty(), "process {pid} holds no map {name}");
+    ids.iter()
+        .map(|id| bpftool_json(&["map", "dump", "id", id]).len())
+        .sum()
 }
 
 const UPROBE_PROGRAMS: [&str; 3] = ["lat_enter", "lat_return", "count_hit"];

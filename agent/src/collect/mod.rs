@@ -465,6 +465,49 @@ fn read_threads(
     Ok((threads, roles))
 }
 
+/// Takes the rows of threads that have exited out of the per-thread maps
+/// (`thread_stats`, `thread_role`), each with the role it had, so that a
+/// long live run (`serve`, `top`) keeps room for the threads to come: a
+/// server whose connections come and go (no thread cache, or a pooler
+/// reconnecting) makes a new thread for each, and `thread_stats` (65,536
+/// (slot, thread) rows) would fill in minutes, after which no new
+/// thread's hits would be told by role. `alive` says whether a thread id
+/// is still one of the target's threads.
+///
+/// A thread that has exited adds nothing more, so reading a row and
+/// deleting it loses no hit; only a new thread given the same id between
+/// the check and the delete could lose the hits it made in that instant.
+pub fn take_exited_threads(
+    session: &Session,
+    alive: impl Fn(u32) -> bool,
+) -> Result<Vec<(SlotId, u32, ThreadVal)>, CollectError> {
+    let obj = session.object();
+    let rows = read_hash::<ThreadKey, ThreadVal>(obj, bpf::maps::THREAD_STATS)?;
+    let roles: HashMap<u32, u32> = read_hash::<u32, u32>(obj, bpf::maps::THREAD_ROLE)?
+        .into_iter()
+        .collect();
+    let mut exited: HashMap<u32, bool> = HashMap::new();
+    let stats = map(obj, bpf::maps::THREAD_STATS)?;
+    let mut taken = Vec::new();
+    for (key, v) in rows {
+        let tid = key.tid;
+        if !*exited.entry(tid).or_insert_with(|| !alive(tid)) {
+            continue;
+        }
+        // Gone already (a concurrent reader): nothing to take.
+        if stats.delete(bytemuck::bytes_of(&key)).is_ok() {
+            let slot = SlotId::from_kernel(u64::from(key.slot));
+            taken.push((slot, roles.get(&tid).copied().unwrap_or(0), v));
+        }
+    }
+    let role_map = map(obj, bpf::maps::THREAD_ROLE)?;
+    for tid in exited.into_iter().filter(|(_, dead)| *dead).map(|(t, _)| t) {
+        // A tid the kernel gives a new thread must be walked for its own role.
+        let _ = role_map.delete(&tid.to_ne_bytes());
+    }
+    Ok(taken)
+}
+
 /// Per-slot stats, call sites and drop counts; no stacks.
 fn read_counters_in(obj: &Object, n_slots: usize) -> Result<Counters, CollectError> {
     let slots = read_slot_stats(obj, n_slots)?;

@@ -25,6 +25,11 @@ use crate::symbolize::ProcessMaps;
 use crate::target::own_usage::{debug_phase, own_cpu_time};
 use crate::target::Target;
 
+/// How often a live run folds the rows of exited threads
+/// ([`Recorder::fold_exited_threads`]): a read of the thread map and a
+/// look in /proc per thread, cheap at this pace.
+pub const FOLD_EXITED_EVERY: Duration = Duration::from_secs(10);
+
 /// Probes attached and counting.
 pub struct Recorder {
     pub(super) plan: RecordingPlan,
@@ -78,6 +83,11 @@ pub struct Recorder {
     pub(super) aux: Vec<Option<(usize, crate::cost::estimate::AuxMarks)>>,
     /// The machine as the recording started (metadata.json's `host`).
     pub(super) host: crate::target::host::HostInfo,
+    /// Live runs only ([`Recorder::fold_exited_threads`]): per (slot,
+    /// role), the calls and wait of threads that exited, taken out of the
+    /// per-thread map; and when that was last done.
+    pub(super) exited_threads:
+        Option<(HashMap<(SlotId, u32), crate::bpf::abi::ThreadVal>, Instant)>,
 }
 
 impl Recorder {
@@ -182,6 +192,7 @@ impl Recorder {
             in_target,
             aux,
             host,
+            exited_threads: None,
         })
     }
 
@@ -285,11 +296,65 @@ impl Recorder {
         own_cpu_time().saturating_sub(self.agent_cpu_at_start)
     }
 
-    /// The counters as they stand, read while the probes stay attached.
+    /// The counters as they stand, read while the probes stay attached
+    /// (with the roles of threads since exited, where they are folded).
     pub fn read_counters(&self) -> Result<Counters, CollectError> {
-        match &self.session {
-            Some(session) => crate::collect::read_counters(session),
-            None => Ok(Counters::default()),
+        let mut counters = match &self.session {
+            Some(session) => crate::collect::read_counters(session)?,
+            None => return Ok(Counters::default()),
+        };
+        if let Some((exited, _)) = &self.exited_threads {
+            for (&(slot, role), v) in exited {
+                match counters
+                    .roles
+                    .iter_mut()
+                    .find(|(s, r, _)| *s == slot && *r == role)
+                {
+                    Some((_, _, sum)) => {
+                        sum.calls += v.calls;
+                        sum.wait_ns += v.wait_ns;
+                    }
+                    None => counters.roles.push((slot, role, *v)),
+                }
+            }
+        }
+        Ok(counters)
+    }
+
+    /// For live runs (`serve`, `top`) that last for days: from now on,
+    /// every [`FOLD_EXITED_EVERY`] of [`Recorder::govern`], the rows of
+    /// threads that have exited leave the per-thread BPF map and are kept
+    /// here per (slot, role), so the map keeps room for new threads and
+    /// the per-role totals stay whole. Not for `record`: its results
+    /// count threads one by one, which these sums no longer can.
+    pub fn fold_exited_threads(&mut self) {
+        self.exited_threads
+            .get_or_insert_with(|| (HashMap::new(), Instant::now()));
+    }
+
+    /// The folding itself, when due.
+    pub(super) fn fold_exited_threads_now(&mut self) {
+        let (Some((exited, last)), Some(session)) =
+            (self.exited_threads.as_mut(), self.session.as_ref())
+        else {
+            return;
+        };
+        if last.elapsed() < FOLD_EXITED_EVERY {
+            return;
+        }
+        *last = Instant::now();
+        let task = std::path::PathBuf::from(format!("/proc/{}/task", self.plan.target.pid));
+        // The target itself gone: `serve` follows it, nothing to keep room for.
+        if !task.is_dir() {
+            return;
+        }
+        let alive = |tid: u32| task.join(tid.to_string()).exists();
+        if let Ok(rows) = crate::collect::take_exited_threads(session, alive) {
+            for (slot, role, v) in rows {
+                let e = exited.entry((slot, role)).or_default();
+                e.calls += v.calls;
+                e.wait_ns += v.wait_ns;
+            }
         }
     }
 

@@ -131,6 +131,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
     };
     crate::warn_unattached(&plan);
     let mut recorder = Recorder::start(plan, innoprof::record::StackCapture::Off)?;
+    recorder.fold_exited_threads();
     let target = recorder.target().clone();
     eprintln!(
         "innoprof: attached {} uprobes and the CPU profiler to {} (pid {}, {})",
