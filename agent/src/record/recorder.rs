@@ -30,6 +30,9 @@ use crate::target::Target;
 /// look in /proc per thread, cheap at this pace.
 pub const FOLD_EXITED_EVERY: Duration = Duration::from_secs(10);
 
+/// Per (slot, role id): the calls and wait of threads that have exited.
+type ExitedThreads = HashMap<(SlotId, u32), crate::bpf::abi::ThreadVal>;
+
 /// Probes attached and counting.
 pub struct Recorder {
     pub(super) plan: RecordingPlan,
@@ -86,8 +89,7 @@ pub struct Recorder {
     /// Live runs only ([`Recorder::fold_exited_threads`]): per (slot,
     /// role), the calls and wait of threads that exited, taken out of the
     /// per-thread map; and when that was last done.
-    pub(super) exited_threads:
-        Option<(HashMap<(SlotId, u32), crate::bpf::abi::ThreadVal>, Instant)>,
+    pub(super) exited_threads: Option<(ExitedThreads, Instant)>,
 }
 
 impl Recorder {

@@ -175,7 +175,7 @@ fn written_labels(frames: &str) -> String {
         };
         out.push_str(&rest[..content]);
         let old = unescape(&rest[content..close]);
-        out.push_str(&escape(&refit(&old, &without_counts(&title))));
+        out.push_str(&escape(&refit(&old, without_counts(&title))));
         rest = &rest[close..];
     }
     out.push_str(rest);
