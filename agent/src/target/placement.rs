@@ -149,8 +149,7 @@ fn cgroup_label(text: &str) -> (Option<String>, Option<String>) {
 /// `/docker/<id>`, `/kubepods/.../<id>`).
 fn container_id(path: &str) -> Option<String> {
     path.split(|c: char| !c.is_ascii_hexdigit())
-        .filter(|run| run.len() == CONTAINER_ID_LEN)
-        .last()
+        .rfind(|run| run.len() == CONTAINER_ID_LEN)
         .map(|id| id.to_ascii_lowercase())
 }
 
