@@ -166,7 +166,9 @@ struct Setup {
 
 impl Setup {
     /// Attaches to `pid` and starts watching it; `follow`: across restarts.
-    fn watch(&self, pid: u32, follow: bool) -> Result<Watched> {
+    /// `watched`: the servers watched already, whose series must stay
+    /// apart from this one's.
+    fn watch(&self, pid: u32, follow: bool, watched: &[Watched]) -> Result<Watched> {
         let opts = self.opts.for_pid(pid);
         let plan = planned(&opts)?;
         // A server is followed by its datadir; a process of another name
@@ -178,21 +180,22 @@ impl Setup {
         };
         let run = Run::start(plan)?;
         let export = ExporterOptions {
-            server: self
-                .all
-                .then(|| instance.as_ref().map(|i| i.datadir.display().to_string()))
-                .flatten(),
+            instance: match (&instance, self.all) {
+                (Some(i), true) => instance_labels(i, &run.recorder.target().placement, watched),
+                _ => Vec::new(),
+            },
             ..self.export.clone()
         };
         let exporter = Exporter::for_recorder(&run.recorder, export);
         let target = run.recorder.target().clone();
         release_freed_memory();
         eprintln!(
-            "innoprof: attached {} uprobes to {} (pid {}, {})",
+            "innoprof: attached {} uprobes to {} (pid {}, {}){}",
             run.recorder.attached_links(),
             shown(&target.exe),
             target.pid,
             run.recorder.plan().server,
+            where_runs(&target),
         );
         Ok(Watched {
             state: self
@@ -211,6 +214,38 @@ impl Setup {
             check_failing: false,
         })
     }
+}
+
+/// The labels of an instance's series under `--all`: `server` (its datadir
+/// as it sees it), and where it runs, `cgroup` and `container` (each left
+/// out when unknown; already bounded and plain, see
+/// `innoprof::target::placement`). Two servers alike in all three (the
+/// same datadir path in two mount namespaces of one cgroup) are told apart
+/// by the datadir's inode in `server`, which is what the instance is.
+fn instance_labels(
+    instance: &Instance,
+    placement: &innoprof::target::placement::Placement,
+    watched: &[Watched],
+) -> Vec<(&'static str, String)> {
+    let mut labels = vec![("server", instance.datadir.display().to_string())];
+    labels.extend(placement.cgroup.clone().map(|c| ("cgroup", c)));
+    labels.extend(placement.container_id.clone().map(|c| ("container", c)));
+    if watched
+        .iter()
+        .any(|w| w.exporter.options().instance == labels)
+    {
+        labels[0].1 = format!("{} (inode {})", labels[0].1, instance.key.ino);
+    }
+    labels
+}
+
+/// `, in container ID (cgroup PATH)` for a log line, or nothing.
+fn where_runs(target: &Target) -> String {
+    target
+        .placement
+        .label()
+        .map(|l| format!(", in {l}"))
+        .unwrap_or_default()
 }
 
 /// The probes resolved for `opts.pid`; those that cannot be attached are
@@ -697,7 +732,7 @@ impl Setup {
             export: ExporterOptions {
                 callsite_limit: args.callsite_limit,
                 commit: commit.to_string(),
-                server: None,
+                instance: Vec::new(),
             },
             state: args.state.clone(),
             findings_window: args.findings_window,
@@ -728,7 +763,7 @@ async fn bind_and_attach(
     let listener = Listener::bind(&args.listen).await?;
     let mut servers = Vec::new();
     if let Some(pid) = first {
-        servers.push(setup.watch(pid, !args.exit_with_target)?);
+        servers.push(setup.watch(pid, !args.exit_with_target, &[])?);
     }
     let live: Shared = Rc::new(RefCell::new(Live {
         servers,
@@ -1024,15 +1059,16 @@ fn discover_new(
         // Another user's process under a server's name: passed over, said
         // once (Setup::watch would refuse it too, after planning).
         let attached = match setup.opts.trust.check_pid(process.pid) {
-            Ok(_) => setup.watch(process.pid, true),
+            Ok(_) => setup.watch(process.pid, true, servers),
             Err(untrusted) => Err(anyhow::Error::from(untrusted)),
         };
         match attached {
             Ok(w) => {
                 unattachable.remove(&instance.key);
                 eprintln!(
-                    "innoprof: watching the server in {}",
-                    shown(&instance.datadir)
+                    "innoprof: watching the server in {}{}",
+                    shown(&instance.datadir),
+                    where_runs(&w.target),
                 );
                 servers.push(w);
             }
@@ -1097,13 +1133,14 @@ impl Follower {
                 let target = run.recorder.target();
                 eprintln!(
                     "innoprof: the server in {} is back as pid {} after {:.1} s down; attached {} \
-                     uprobes to {} ({})",
+                     uprobes to {} ({}){}",
                     shown(&self.instance.datadir),
                     target.pid,
                     down.as_secs_f64(),
                     run.recorder.attached_links(),
                     shown(&target.exe),
                     run.recorder.plan().server,
+                    where_runs(target),
                 );
                 Some(run)
             }
@@ -1168,6 +1205,8 @@ async fn respond(
                     .map(|w| {
                         serde_json::json!({
                             "server": w.datadir(),
+                            "cgroup": w.target.placement.cgroup,
+                            "container": w.target.placement.container_id,
                             "pid": w.target.pid,
                             "up": w.run.is_some(),
                             "findings": &w.findings,

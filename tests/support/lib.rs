@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod bundle;
+mod container;
 mod fixture;
 mod kernel;
 mod load;
@@ -14,6 +15,7 @@ mod serve;
 mod server;
 
 pub use bundle::*;
+pub use container::*;
 pub use fixture::*;
 pub use kernel::*;
 pub use load::*;

@@ -89,9 +89,10 @@ pub struct ExporterOptions {
     pub callsite_limit: usize,
     /// innoprof's commit, for `innoprof_build_info` (the CLI knows it).
     pub commit: String,
-    /// A `server` label on every series of this server (serve --all: its
-    /// datadir), so several servers' series stay apart.
-    pub server: Option<String>,
+    /// Labels on every series of this server (serve --all: `server`, its
+    /// datadir, and where it runs, `cgroup` and `container`), so several
+    /// servers' series stay apart; none for a lone server.
+    pub instance: Vec<(&'static str, String)>,
 }
 
 impl Default for ExporterOptions {
@@ -99,7 +100,7 @@ impl Default for ExporterOptions {
         Self {
             commit: String::new(),
             callsite_limit: DEFAULT_CALLSITE_LIMIT,
-            server: None,
+            instance: Vec::new(),
         }
     }
 }
@@ -111,6 +112,10 @@ pub struct TargetLabels {
     pub version: String,
     pub pid: u32,
     pub binary: String,
+    /// Where this run runs ([`crate::target::placement`]): its cgroup and
+    /// container id, empty when none (then left out of the info).
+    pub cgroup: String,
+    pub container: String,
 }
 
 /// A call site's calls and wait, as the crate counts them everywhere.
@@ -207,7 +212,7 @@ pub struct Exporter {
     /// The findings of the last evaluated window: (rule, severity).
     findings: Vec<(String, String)>,
     commit: String,
-    server: Option<String>,
+    instance: Vec<(&'static str, String)>,
     /// Server CPU time probe hits cost, summed per scrape as each slot's
     /// new hits (calls and switched-off traps) at the price over the
     /// scrape's span (see [`HitPricer`]): it only grows, and it is the
@@ -310,7 +315,7 @@ impl Exporter {
             counters: Vec::new(),
             findings: Vec::new(),
             commit: opts.commit,
-            server: opts.server,
+            instance: opts.instance,
             probe_cost_s: 0.0,
             pricer: HitPricer::default(),
             carried: Totals::default(),
@@ -355,7 +360,7 @@ impl Exporter {
                 attached_uprobes: 0,
                 findings: Vec::new(),
                 me: SelfStats::default(),
-                server: self.server.clone(),
+                instance: self.instance.clone(),
                 up: false,
                 restarts: self.restarts,
             },
@@ -411,6 +416,13 @@ impl Exporter {
                 .unwrap_or_default(),
             pid: plan.target.pid,
             binary: plan.target.exe.display().to_string(),
+            cgroup: plan.target.placement.cgroup.clone().unwrap_or_default(),
+            container: plan
+                .target
+                .placement
+                .container_id
+                .clone()
+                .unwrap_or_default(),
         };
         let mem = recorder.memory_counters();
         let counters = mem
@@ -559,7 +571,7 @@ impl Exporter {
             attached_uprobes: self.attached_uprobes,
             findings: self.findings.clone(),
             me,
-            server: self.server.clone(),
+            instance: self.instance.clone(),
             up: true,
             restarts: self.restarts,
         };
@@ -574,7 +586,7 @@ impl Exporter {
         ExporterOptions {
             callsite_limit: self.limit,
             commit: self.commit.clone(),
-            server: self.server.clone(),
+            instance: self.instance.clone(),
         }
     }
 }
@@ -644,8 +656,8 @@ pub struct Scrape {
     attached_uprobes: usize,
     findings: Vec<(String, String)>,
     me: SelfStats,
-    /// The `server` label of every series (serve --all).
-    server: Option<String>,
+    /// The labels of every series of this server (serve --all).
+    instance: Vec<(&'static str, String)>,
     /// The server is running and watched (serve waits for it otherwise).
     up: bool,
     restarts: u64,
@@ -703,9 +715,9 @@ pub fn render(scrapes: Vec<Scrape>, commit: &str) -> Result<String, ExportError>
 impl Scrape {
     /// `labels`, after this server's own where it has one.
     fn labels<'a>(&'a self, labels: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-        self.server
+        self.instance
             .iter()
-            .map(|s| ("server", s.as_str()))
+            .map(|(k, v)| (*k, v.as_str()))
             .chain(labels.iter().copied())
             .collect()
     }
@@ -719,13 +731,12 @@ fn per_server(
     mut f: impl FnMut(&Scrape, MetricEncoder) -> Result<(), std::fmt::Error>,
 ) -> Result<(), std::fmt::Error> {
     if let [only] = scrapes {
-        if only.server.is_none() {
+        if only.instance.is_empty() {
             return f(only, m);
         }
     }
     for sc in scrapes {
-        let server = sc.server.as_deref().unwrap_or_default();
-        f(sc, m.encode_family(&[("server", server)])?)?;
+        f(sc, m.encode_family(&sc.labels(&[]))?)?;
     }
     Ok(())
 }
@@ -1195,13 +1206,20 @@ impl Exposition {
         )?;
         per_server(m, all, |sc, m| {
             let t = &sc.target;
-            Info::new(vec![
+            let mut info = vec![
                 ("family", t.family.clone()),
                 ("version", t.version.clone()),
                 ("pid", t.pid.to_string()),
                 ("binary", t.binary.clone()),
-            ])
-            .encode(m)
+            ];
+            // Where a lone server runs (serve --all has it in every
+            // series' own labels, from when the instance was first seen).
+            for (name, value) in [("cgroup", &t.cgroup), ("container", &t.container)] {
+                if !value.is_empty() && sc.instance.is_empty() {
+                    info.push((name, value.clone()));
+                }
+            }
+            Info::new(info).encode(m)
         })
     }
 }
@@ -1350,6 +1368,8 @@ mod tests {
             version: "10.2.11".into(),
             pid: 42,
             binary: "/usr/sbin/mysqld".into(),
+            cgroup: String::new(),
+            container: String::new(),
         };
         let mut e = Exporter::new(probes, target, 5, ExporterOptions::default())
             .with_counters(vec![(1, "innodb.redo.lsn".into(), 1000)]);
@@ -1425,9 +1445,10 @@ mod tests {
         // Two servers (serve --all): each family once, every sample
         // labelled by its server, the process's own numbers once.
         let mut other = scrape.clone();
+        let in_containers = scrape.clone();
         let mut labelled = scrape;
-        labelled.server = Some("/var/lib/mysql".into());
-        other.server = Some("/srv/b".into());
+        labelled.instance = vec![("server", "/var/lib/mysql".into())];
+        other.instance = vec![("server", "/srv/b".into())];
         other.target.pid = 43;
         let two = render(vec![labelled, other], "abc").unwrap();
         for line in [
@@ -1450,6 +1471,38 @@ mod tests {
         assert!(two
             .lines()
             .any(|l| l == "innoprof_innodb_redo_bytes_total{server=\"/srv/b\"} 4096"));
+
+        // Two containers, each calling its datadir /var/lib/mysql: apart by
+        // where they run; the info names this run's cgroup and container.
+        let [mut a, mut b] = [in_containers.clone(), in_containers];
+        let id = "ab".repeat(32);
+        a.instance = vec![("server", "/var/lib/mysql".into()), ("cgroup", "/a".into())];
+        b.instance = vec![
+            ("server", "/var/lib/mysql".into()),
+            ("cgroup", format!("/docker/{id}")),
+            ("container", id.clone()),
+        ];
+        b.target.cgroup = format!("/docker/{id}");
+        b.target.container = id.clone();
+        let mut b_alone = b.clone();
+        b_alone.instance.clear();
+        let two = render(vec![a, b], "abc").unwrap();
+        for line in [
+            "innoprof_target_up{server=\"/var/lib/mysql\",cgroup=\"/a\"} 1".to_string(),
+            format!("innoprof_target_up{{server=\"/var/lib/mysql\",cgroup=\"/docker/{id}\",container=\"{id}\"}} 1"),
+            format!("innoprof_target_info{{family=\"mariadb\",version=\"10.2.11\",pid=\"42\",binary=\"/usr/sbin/mysqld\",server=\"/var/lib/mysql\",cgroup=\"/docker/{id}\",container=\"{id}\"}} 1"),
+        ] {
+            assert!(two.lines().any(|l| l == line), "no `{line}` in:\n{two}");
+        }
+        // A lone server: its info says where it runs.
+        let mut lone = render(vec![b_alone], "").unwrap();
+        lone.retain(|c| c != '\n');
+        assert!(
+            lone.contains(&format!(
+                "binary=\"/usr/sbin/mysqld\",cgroup=\"/docker/{id}\",container=\"{id}\"}} 1"
+            )),
+            "{lone}"
+        );
 
         // The factor measured in the server: absent until measured, then
         // one gauge per bound.

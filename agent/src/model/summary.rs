@@ -10,6 +10,7 @@ use crate::plan::catalog::{CostClass, Measure};
 pub use crate::plan::memcounters::{CounterResult, CounterStatus};
 use crate::plan::server::ServerInfo;
 use crate::resolve::{EntryInsn, SkippedSymbol, SymbolTable};
+use crate::target::placement::Placement;
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
@@ -305,6 +306,10 @@ pub struct TargetInfo {
     pub has_debug_info: bool,
     /// Separate debug info used for symbols and DWARF, if any.
     pub debug_file: Option<String>,
+    /// The cgroup and container it ran in, and its namespaces (absent in
+    /// bundles written before it was recorded).
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

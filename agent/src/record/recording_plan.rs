@@ -62,6 +62,7 @@ impl RecordingPlan {
                 .debug_file
                 .as_ref()
                 .map(|p| p.display().to_string()),
+            placement: t.placement.clone(),
         }
     }
 

@@ -9,6 +9,7 @@ use crate::collect::Drops;
 use crate::model::summary::{EndReason, ProbeStatus, Summary};
 use crate::plan::server::ServerInfo;
 pub use crate::target::host::HostInfo;
+use crate::target::placement::Placement;
 
 pub const FORMAT: &str = "innoprof-bundle";
 
@@ -25,6 +26,10 @@ pub struct Metadata {
     pub server_version: Option<String>,
     pub binary: BinaryInfo,
     pub pid: u32,
+    /// The cgroup and container the server ran in, and its namespaces
+    /// (summary.json's `target.placement`; absent in older bundles).
+    #[serde(default)]
+    pub placement: Placement,
     pub started_unix_ms: u64,
     pub ended_unix_ms: u64,
     /// How innoprof was called (argv).
@@ -108,6 +113,7 @@ impl Metadata {
                 build_id: t.build_id.clone(),
             },
             pid: t.pid,
+            placement: t.placement.clone(),
             started_unix_ms: started,
             ended_unix_ms: started + (summary.duration_s * 1000.0).round() as u64,
             command_line: command_line.to_vec(),

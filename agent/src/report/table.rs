@@ -57,6 +57,10 @@ fn render_raw(summary: &Summary) -> String {
         summary.duration_s,
         end_text(summary.end_reason)
     );
+    // A target-chosen label, already cut to a plain charset.
+    if let Some(place) = summary.target.placement.describe() {
+        out.push_str(&format!("in {place}\n"));
+    }
     if let Some(line) = segments_line(summary) {
         out.push_str(&line);
         out.push('\n');

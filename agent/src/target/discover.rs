@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use crate::target::placement::Placement;
 use crate::target::trust::{Trust, Untrusted};
 use crate::target::SERVER_NAMES;
 
@@ -18,6 +19,9 @@ pub struct ServerProcess {
     pub exe: String,
     /// `--port=` and `--socket=` from its command line, where given there.
     pub listens: Vec<String>,
+    /// Its container or cgroup ([`Placement::label`]), to tell apart
+    /// servers that look alike from inside their containers.
+    pub runs_in: Option<String>,
 }
 
 impl std::fmt::Display for ServerProcess {
@@ -33,6 +37,9 @@ impl std::fmt::Display for ServerProcess {
         )?;
         if !self.listens.is_empty() {
             write!(f, " {}", shown(&self.listens.join(" ")))?;
+        }
+        if let Some(place) = &self.runs_in {
+            write!(f, " in {}", shown(place))?;
         }
         Ok(())
     }
@@ -137,6 +144,7 @@ fn servers_in(proc_root: &Path) -> Result<Vec<ServerProcess>, DiscoverError> {
             comm,
             exe,
             listens,
+            runs_in: Placement::of_in(proc_root, pid).label(),
         });
     }
     found.sort_by_key(|s| s.pid);
@@ -151,7 +159,9 @@ fn servers_in(proc_root: &Path) -> Result<Vec<ServerProcess>, DiscoverError> {
 /// The directory is known by its device and inode, as the kernel has it,
 /// never by its path: another user can mount her own directory over the
 /// path in a namespace of her own, and two containers may both call
-/// theirs /var/lib/mysql.
+/// theirs /var/lib/mysql. Not by mount namespace either: a restarted
+/// container has a new one, while its datadir (a volume, a bind mount) is
+/// the same directory, so the key follows the server across the restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
     /// As the server sees it (inside its mount namespace), for messages.

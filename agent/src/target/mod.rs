@@ -10,6 +10,7 @@ pub mod host_idle;
 pub mod kernel;
 pub mod maps;
 pub mod own_usage;
+pub mod placement;
 pub mod privileges;
 pub mod rootfs;
 pub mod trust;
@@ -96,6 +97,9 @@ pub struct Target {
     /// executable opened and checked at [`Target::open`], valid while this
     /// `Target` (or a clone) lives.
     pub binary: PathBuf,
+    /// Its cgroup, container and namespaces, read when opened (a label for
+    /// headers, series and logs; see [`placement`]).
+    pub placement: placement::Placement,
     /// Keeps `binary` open.
     file: Arc<TargetFile>,
     /// The target's root, where files beside its binary are looked up.
@@ -169,6 +173,7 @@ impl Target {
         Ok(Self {
             pid,
             pidfd,
+            placement: placement::Placement::of(pid),
             comm,
             binary: file.fd_path(),
             file: Arc::new(file),

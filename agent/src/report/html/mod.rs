@@ -131,6 +131,9 @@ fn about(page: &Page) -> Markup {
                 tr { th { "host" } td { (m.host.hostname) " (kernel " (m.host.kernel) ")" } }
             }
             tr { th { "server" } td { (t.server) " — " (t.comm) " pid " (t.pid) } }
+            @if let Some(place) = t.placement.describe() {
+                tr { th { "runs in" } td { (place) } }
+            }
             tr { th { "binary" } td { code { (t.binary) } @if let Some(id) = &t.build_id { " build-id " code { (id) } } } }
             tr { th { "recorded" } td {
                 (time(u64::try_from(s.started_unix_ms).unwrap_or(0))) " for " (format!("{:.1}", s.duration_s)) " s"
