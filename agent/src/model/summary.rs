@@ -305,6 +305,11 @@ pub struct TargetInfo {
     pub has_debug_info: bool,
     /// Separate debug info used for symbols and DWARF, if any.
     pub debug_file: Option<String>,
+    /// Where that debug file came from (a path, innoprof's kept copies,
+    /// elfutils' cache, a debuginfod server), or why there is none;
+    /// empty in bundles written before it existed.
+    #[serde(default)]
+    pub debug_origin: crate::resolve::debuginfo::DebugOrigin,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
