@@ -121,40 +121,24 @@ pub fn find_debug_info(
         });
     };
     let note = match debuginfod.find(&id) {
-        Ok(found) => {
-            match image.use_debug_open(&found.file, &found.path) {
-                Ok(()) => {
-                    let path = found.path.display().to_string();
-                    let found_by = match found.found_by {
-                        Source::Kept => FoundBy::Kept,
-                        Source::ElfutilsCache => FoundBy::ElfutilsCache,
-                        Source::Server => FoundBy::Debuginfod,
-                    };
-                    image.notes.push(match (&found.url, found_by) {
-                    (Some(url), _) => format!(
-                        "debug file of build id {id} fetched from {url}{}",
-                        match &found.note {
-                            Some(n) => format!(" ({n})"),
-                            None => format!(", kept as {path}"),
-                        }
-                    ),
-                    (None, FoundBy::ElfutilsCache) => {
-                        format!("debug file of build id {id} from elfutils' debuginfod cache: {path}")
-                    }
-                    (None, _) => format!(
-                        "debug file of build id {id} from innoprof's kept debuginfod files: {path}"
-                    ),
+        Ok(found) => match image.use_debug_open(&found.file, &found.path) {
+            Ok(()) => {
+                let found_by = match found.found_by {
+                    Source::Kept => FoundBy::Kept,
+                    Source::ElfutilsCache => FoundBy::ElfutilsCache,
+                    Source::Server => FoundBy::Debuginfod,
+                };
+                let path = found.path.display().to_string();
+                image.notes.push(found_note(&id, &path, &found));
+                return Ok(DebugOrigin {
+                    found_by: Some(found_by),
+                    path: Some(path),
+                    url: found.url,
+                    note: found.note,
                 });
-                    return Ok(DebugOrigin {
-                        found_by: Some(found_by),
-                        path: Some(path),
-                        url: found.url,
-                        note: found.note,
-                    });
-                }
-                Err(e) => crate::error_chain(&e),
             }
-        }
+            Err(e) => crate::error_chain(&e),
+        },
         Err(failures) if failures.is_empty() => return Ok(DebugOrigin::default()),
         Err(failures) => super::debuginfod::failures_line(&failures),
     };
@@ -164,6 +148,23 @@ pub fn find_debug_info(
         note: Some(note),
         ..Default::default()
     })
+}
+
+/// The line said when the recording starts: where the debug file of
+/// build id `id`, shown as `path`, came from.
+fn found_note(id: &str, path: &str, found: &super::debuginfod::Found) -> String {
+    match (&found.url, found.found_by) {
+        (Some(url), _) => match &found.note {
+            Some(n) => format!("debug file of build id {id} fetched from {url} ({n})"),
+            None => format!("debug file of build id {id} fetched from {url}, kept as {path}"),
+        },
+        (None, Source::ElfutilsCache) => {
+            format!("debug file of build id {id} from elfutils' debuginfod cache: {path}")
+        }
+        (None, _) => {
+            format!("debug file of build id {id} from innoprof's kept debuginfod files: {path}")
+        }
+    }
 }
 
 /// Attaches separate debug info to `image` when it lacks `.symtab` or
