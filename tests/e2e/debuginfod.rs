@@ -180,7 +180,7 @@ fn a_stripped_servers_debug_file_comes_from_debuginfod_then_from_the_kept_copy()
         let t = Instant::now();
         // CPU stacks only: the debug file names them all the same, and a
         // cold plan of 11.4.5's probes (its kept directory is the test's
-        // own, empty) would read its 206 MiB of DWARF for a minute.
+        // own, empty) would read its 206 MiB of DWARF (~45 s here).
         let mut rec = Recording::start_env(
             &["--pid", &pid, "--duration", "3s", "--probes", "none"],
             &env,
