@@ -37,6 +37,7 @@ test_only=(
     g++                                     # the C++ test fixture
     mariadb-server-core                     # Debian's stripped mariadbd: the no-symbols test case
     binutils                                # objcopy/strip: split debug-info tests
+    debuginfod                              # elfutils' debuginfod daemon: debug files fetched by build id (tests/e2e/debuginfod.rs)
     libc6-dbg                               # libc's separate, compressed DWARF: libc's static functions named from its symbol table (library_debug.rs tests)
     util-linux                              # setpriv (unprivileged test); losetup, mount (S5 scenario)
     e2fsprogs                               # mkfs.ext4: the S5 scenario's RAM-backed disks

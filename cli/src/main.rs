@@ -65,7 +65,13 @@ Exit status:
 
 Privileges: root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN) to load BPF and attach
 uprobes and perf events, and CAP_SYS_PTRACE to read the server's /proc/PID/maps and
-map_files. `innoprof probes --binary` and `report`, `diff`, `top DIR` need none."
+map_files. `innoprof probes --binary` and `report`, `diff`, `top DIR` need none.
+
+Environment: DEBUGINFOD_URLS (space-separated servers a stripped server's missing debug
+file is fetched from by build id, then kept in /var/cache/innoprof; --debuginfod URL
+replaces it, --no-debuginfod fetches nothing), DEBUGINFOD_TIMEOUT (seconds per connect
+and read, default 5), DEBUGINFOD_MAXTIME (seconds per fetch, default 60),
+DEBUGINFOD_MAXSIZE (bytes, default 2 GiB)."
     };
 }
 pub(crate) const AFTER_HELP: &str = after_help!();

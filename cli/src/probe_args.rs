@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use innoprof::plan::probeset::ProbeRequest;
 use innoprof::resolve::debuginfo::DebugSearch;
+use innoprof::resolve::debuginfod::Debuginfod;
 
 #[derive(Args, Clone)]
 pub struct ProbeArgs {
@@ -23,6 +24,14 @@ pub struct ProbeArgs {
     /// Where to look for debug files by build-id and .gnu_debuglink (repeatable).
     #[arg(long, value_name = "DIR", default_value = "/usr/lib/debug")]
     pub debug_dir: Vec<PathBuf>,
+    /// A debuginfod server to fetch a missing debug file from by build id (repeatable;
+    /// instead of DEBUGINFOD_URLS). Fetched files are checked and kept in /var/cache/innoprof.
+    #[arg(long, value_name = "URL", value_parser = parse_debuginfod_url, conflicts_with = "no_debuginfod")]
+    pub debuginfod: Vec<String>,
+    /// Fetch nothing from debuginfod (DEBUGINFOD_URLS ignored); files fetched earlier and
+    /// kept in /var/cache/innoprof are still used.
+    #[arg(long)]
+    pub no_debuginfod: bool,
     /// Most probe points (attached symbols) the set may have; a broader set is refused with
     /// its estimated attach and detach time. At most 4096.
     #[arg(long, value_name = "N", default_value_t = innoprof::plan::probeset::DEFAULT_MAX_POINTS as u32,
@@ -41,9 +50,28 @@ impl ProbeArgs {
     }
 
     pub fn debug_search(&self) -> DebugSearch {
+        let mut debuginfod = Debuginfod::from_env();
+        if self.no_debuginfod {
+            debuginfod.urls.clear();
+            debuginfod.ignored.clear();
+            debuginfod.elfutils_cache = None;
+        } else if !self.debuginfod.is_empty() {
+            debuginfod.urls = self.debuginfod.clone();
+            debuginfod.ignored.clear();
+        }
         DebugSearch {
             explicit: self.debuginfo.clone(),
             dirs: self.debug_dir.clone(),
+            debuginfod: Some(debuginfod),
         }
+    }
+}
+
+/// `--debuginfod URL`: an http:// or https:// URL.
+fn parse_debuginfod_url(s: &str) -> Result<String, String> {
+    if innoprof::resolve::debuginfod::is_http_url(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not an http:// or https:// URL"))
     }
 }

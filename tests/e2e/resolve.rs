@@ -437,6 +437,7 @@ fn stripped_plus_debug_file_resolves_like_original(
     let search = DebugSearch {
         explicit: Some(debug.clone()),
         dirs: vec![],
+        debuginfod: None,
     };
     assert_eq!(
         attach_debug_info(&mut image, &search).unwrap(),
@@ -456,6 +457,7 @@ fn stripped_plus_debug_file_resolves_like_original(
         let search = DebugSearch {
             explicit: None,
             dirs: vec![root],
+            debuginfod: None,
         };
         assert_eq!(
             attach_debug_info(&mut image, &search).unwrap(),
@@ -475,6 +477,7 @@ fn stripped_plus_debug_file_resolves_like_original(
     let search = DebugSearch {
         explicit: None,
         dirs: vec![],
+        debuginfod: None,
     };
     assert_eq!(
         attach_debug_info(&mut image, &search).unwrap(),
@@ -617,6 +620,7 @@ fn debug_file_of_another_binary_is_refused() {
         &DebugSearch {
             explicit: Some(other),
             dirs: vec![],
+            debuginfod: None,
         },
     )
     .unwrap_err();

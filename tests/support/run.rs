@@ -54,7 +54,11 @@ pub(crate) fn wait_for_stderr(child: &mut Child, stderr_path: &Path, needle: &st
 }
 
 pub fn run_innoprof(args: &[&str]) -> Output {
-    let out = Command::new(innoprof()).args(args).output().unwrap();
+    let out = Command::new(innoprof())
+        .args(args)
+        .env_remove("DEBUGINFOD_URLS")
+        .output()
+        .unwrap();
     // `record --out DIR` and `report DIR`: the bundle they leave is checked
     // against the output contract, whatever the test then looks at.
     match args.first() {
@@ -117,6 +121,9 @@ impl Recording {
         let mut cmd = Command::new(innoprof());
         let ready = ReadyPipe::attach_to(&mut cmd);
         let child = cmd
+            // No debuginfod server from the machine's environment: a test
+            // that wants one names it (tests/e2e/debuginfod.rs).
+            .env_remove("DEBUGINFOD_URLS")
             .envs(env.iter().copied())
             .arg("record")
             .args(args)

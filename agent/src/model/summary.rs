@@ -310,6 +310,11 @@ pub struct TargetInfo {
     /// bundles written before it was recorded).
     #[serde(default)]
     pub placement: Placement,
+    /// Where that debug file came from (a path, innoprof's kept copies,
+    /// elfutils' cache, a debuginfod server), or why there is none;
+    /// empty in bundles written before it existed.
+    #[serde(default)]
+    pub debug_origin: crate::resolve::debuginfo::DebugOrigin,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -354,17 +354,33 @@ pub fn count_kept(dir: &Path, prefix: &str, ext: &str) -> usize {
 /// [`FileKey::file_name`] names them, `{prefix}-MAJOR-MINOR-INODE.{ext}`
 /// in hex, with their modification times.
 fn kept_files(dir: &Path, prefix: &str, ext: &str) -> Vec<(PathBuf, SystemTime)> {
+    let file_id = |id: &str| {
+        let parts: Vec<&str> = id.split('-').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    kept_files_named(dir, prefix, ext, file_id)
+        .into_iter()
+        .map(|(path, modified, _)| (path, modified))
+        .collect()
+}
+
+/// `dir`'s root-owned regular files (not symlinks) named
+/// `{prefix}-{ID}.{ext}` where `id_ok(ID)`, with their modification times
+/// and lengths.
+fn kept_files_named(
+    dir: &Path,
+    prefix: &str,
+    ext: &str,
+    id_ok: impl Fn(&str) -> bool,
+) -> Vec<(PathBuf, SystemTime, u64)> {
     let (prefix, ext) = (format!("{prefix}-"), format!(".{ext}"));
     let ours = |name: &str| {
         name.strip_prefix(&prefix)
             .and_then(|rest| rest.strip_suffix(&ext))
-            .is_some_and(|id| {
-                let parts: Vec<&str> = id.split('-').collect();
-                parts.len() == 3
-                    && parts
-                        .iter()
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
-            })
+            .is_some_and(&id_ok)
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -375,9 +391,137 @@ fn kept_files(dir: &Path, prefix: &str, ext: &str) -> Vec<(PathBuf, SystemTime)>
         .filter_map(|e| {
             let meta = std::fs::symlink_metadata(e.path()).ok()?;
             let modified = meta.modified().ok()?;
-            (meta.is_file() && meta.uid() == 0).then(|| (e.path(), modified))
+            (meta.is_file() && meta.uid() == 0).then(|| (e.path(), modified, meta.len()))
         })
         .collect()
+}
+
+/// A build id as the kept files of [`KeptById`] are named by it: lower-case
+/// hex, 2 to 128 digits (GNU ld writes 20 bytes, lld and gold 8 to 20).
+pub fn is_build_id(id: &str) -> bool {
+    (2..=128).contains(&id.len()) && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// One kind of kept file named by what it holds rather than by the file it
+/// was derived from: `{prefix}-BUILDID.{ext}`, e.g. a debug file fetched
+/// from debuginfod (`resolve::debuginfod`), whose bytes its build id names
+/// (and which is checked against it before it is kept and when it is
+/// used). Capped by count and by total bytes, the least recently used file
+/// making room; written under an exclusively created temporary name of
+/// this process's and renamed.
+pub struct KeptById {
+    dir: PathBuf,
+    prefix: &'static str,
+    ext: &'static str,
+    max_files: usize,
+    max_bytes: u64,
+}
+
+impl KeptById {
+    pub fn in_dir(
+        dir: impl Into<PathBuf>,
+        prefix: &'static str,
+        ext: &'static str,
+        max_files: usize,
+        max_bytes: u64,
+    ) -> Self {
+        Self {
+            dir: dir.into(),
+            prefix,
+            ext,
+            max_files,
+            max_bytes,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where `id`'s file is kept; None for anything but a build id (a
+    /// name is never made of other text).
+    pub fn path(&self, id: &str) -> Option<PathBuf> {
+        is_build_id(id).then(|| self.dir.join(format!("{}-{id}.{}", self.prefix, self.ext)))
+    }
+
+    /// `id`'s kept file, open, with its length, if the directory is
+    /// trusted and the file is root's regular file nobody else can write,
+    /// of at most `max_len` bytes (see [`open_root_file`]); marked used.
+    pub fn open(&self, id: &str, max_len: u64) -> Option<(std::fs::File, u64, PathBuf)> {
+        let path = self.path(id)?;
+        trusted_dir(&self.dir).ok()?;
+        let (f, len) = open_root_file(&path, max_len)?;
+        mark_used(&f);
+        Some((f, len, path))
+    }
+
+    /// A new, empty temporary file for `id` in the directory (created 0700
+    /// if missing, then checked), created exclusively (0600, no symlink
+    /// followed), with its name: the caller writes it, then [`Self::keep`]s
+    /// or [`Self::discard`]s it.
+    pub fn create_temp(&self, id: &str) -> std::io::Result<(std::fs::File, PathBuf)> {
+        let final_path = self.path(id).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a build id")
+        })?;
+        ensure_dir(&self.dir)?;
+        let tmp = final_path.with_extension(format!("{}.tmp.{}", self.ext, std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        Ok((f, tmp))
+    }
+
+    /// Renames the temporary file `tmp` of [`Self::create_temp`] (of
+    /// `len` bytes) to `id`'s name, the least recently used files of the
+    /// kind removed first until the count and byte caps hold with it.
+    /// On failure the temporary file is removed (it is this call's own).
+    pub fn keep(&self, id: &str, tmp: &Path, len: u64) -> std::io::Result<PathBuf> {
+        let kept = self
+            .path(id)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a build id"))
+            .and_then(|path| {
+                self.make_room(&path, len)?;
+                std::fs::rename(tmp, &path)?;
+                Ok(path)
+            });
+        if kept.is_err() {
+            self.discard(tmp);
+        }
+        kept
+    }
+
+    /// Removes a temporary file [`Self::create_temp`] made.
+    pub fn discard(&self, tmp: &Path) {
+        let _ = std::fs::remove_file(tmp);
+    }
+
+    /// Before `path` (of `len` bytes) is kept: removes the least recently
+    /// used files of this kind (other than `path`) until one more file of
+    /// `len` bytes fits both caps. Only in a trusted directory, only root's
+    /// regular files of this kind's name.
+    fn make_room(&self, path: &Path, len: u64) -> std::io::Result<()> {
+        trusted_dir(&self.dir)?;
+        let mut kept: Vec<_> = kept_files_named(&self.dir, self.prefix, self.ext, is_build_id)
+            .into_iter()
+            .filter(|(p, _, _)| p != path)
+            .collect();
+        kept.sort_by_key(|&(_, modified, _)| modified);
+        let mut count = kept.len();
+        let mut bytes: u64 = kept.iter().map(|k| k.2).sum();
+        for (old, _, old_len) in kept {
+            if count < self.max_files.max(1) && bytes.saturating_add(len) <= self.max_bytes {
+                break;
+            }
+            std::fs::remove_file(old)?;
+            count -= 1;
+            bytes -= old_len;
+        }
+        Ok(())
+    }
 }
 
 /// Before `path` is written in `dir`: when it is not there and `dir`
@@ -539,6 +683,50 @@ mod tests {
         std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(make_room(&kept, &kept.join("rows-0-1-e.rows"), "rows", "rows", 2).is_err());
         assert_eq!(count_kept(&kept, "rows", "rows"), 2);
+    }
+
+    /// A kind kept by build id: only build ids make names, a file comes
+    /// back only from a trusted directory, and keeping one more makes room
+    /// by count and by bytes, least recently used first, never touching
+    /// another kind or a name innoprof never gave.
+    #[test]
+    fn kept_by_id_caps_count_and_bytes_least_recently_used_first() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("kept");
+        let kind = KeptById::in_dir(&dir, "dbg", "debug", 3, 100);
+        assert!(kind.path("../etc").is_none() && kind.path("ABCD").is_none());
+        let put = |id: &str, len: usize, age_h: u64| {
+            let (mut f, tmp) = kind.create_temp(id).unwrap();
+            f.write_all(&vec![b'x'; len]).unwrap();
+            let path = kind.keep(id, &tmp, len as u64).unwrap();
+            f.set_modified(SystemTime::now() - std::time::Duration::from_secs(age_h * 3600))
+                .unwrap();
+            path
+        };
+        put("aa01", 30, 5);
+        put("aa02", 30, 4);
+        put("aa03", 30, 3);
+        std::fs::write(dir.join("dbg-notes.debug"), b"not ours").unwrap();
+        std::fs::write(dir.join("rows-0-1-a.debug"), b"another kind").unwrap();
+        // The oldest is used: now the newest.
+        assert_eq!(kind.open("aa01", 100).unwrap().1, 30);
+        // A fourth file: the count cap removes the least recently used (02).
+        put("aa04", 10, 0);
+        let exists = |id: &str| dir.join(format!("dbg-{id}.debug")).exists();
+        assert!(!exists("aa02") && exists("aa01") && exists("aa03") && exists("aa04"));
+        // 70 bytes kept, 70 more: 03 (count and bytes), then 01 (bytes).
+        put("aa05", 70, 0);
+        assert!(!exists("aa03") && !exists("aa01") && exists("aa04") && exists("aa05"));
+        assert!(dir.join("dbg-notes.debug").exists() && dir.join("rows-0-1-a.debug").exists());
+        // No temporary file is left behind.
+        assert!(!std::fs::read_dir(&dir).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp.")));
+        // A directory open to others: nothing comes back from it.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(kind.open("aa04", 100).is_none());
     }
 
     /// A file's key holds across boots (no boot id in it) and tells a file

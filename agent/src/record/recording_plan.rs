@@ -12,8 +12,7 @@ use crate::model::summary::TargetInfo;
 use crate::plan::memcounters::PlannedCounter;
 use crate::plan::probeset::{PlannedProbe, ProbeSet};
 use crate::plan::server::ServerInfo;
-use crate::resolve::debuginfo::attach_debug_info;
-use crate::resolve::debuginfo::DebugFile;
+use crate::resolve::debuginfo::{find_debug_info, DebugFile, DebugOrigin};
 use crate::resolve::ElfImage;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
 use crate::target::own_usage::own_cpu_time;
@@ -27,6 +26,8 @@ use crate::record::options::{RecordError, RecordOptions};
 pub struct RecordingPlan {
     pub target: Target,
     pub image: ElfImage,
+    /// Where the binary's debug file came from, or why there is none.
+    pub debug_origin: DebugOrigin,
     pub server: ServerInfo,
     pub catalog_file: Option<String>,
     pub probes: Vec<PlannedProbe>,
@@ -63,6 +64,7 @@ impl RecordingPlan {
                 .as_ref()
                 .map(|p| p.display().to_string()),
             placement: t.placement.clone(),
+            debug_origin: self.debug_origin.clone(),
         }
     }
 
@@ -111,7 +113,7 @@ impl RecordingPlan {
         let cpu_at_plan = own_cpu_time();
         let calibration = Some(spawn_calibration(opts));
         let mut image = ElfImage::open_target(&target)?;
-        attach_debug_info(&mut image, &opts.debuginfo)?;
+        let debug_origin = find_debug_info(&mut image, &opts.debuginfo)?;
         let server = ServerInfo::detect(&image);
         let set = crate::plan::kept_plan::resolve(&image, &server, &opts.probes)?;
         set.check_breadth(opts.probes.max_points)?;
@@ -139,6 +141,7 @@ impl RecordingPlan {
         Ok(Self {
             target,
             image,
+            debug_origin,
             server,
             catalog_file,
             probes,

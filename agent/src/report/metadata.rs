@@ -52,6 +52,11 @@ pub struct Metadata {
 pub struct BinaryInfo {
     pub path: String,
     pub build_id: Option<String>,
+    /// Where its separate debug file came from (a path, innoprof's kept
+    /// copies, elfutils' cache, a debuginfod server), or why there is
+    /// none; empty in bundles written before it existed.
+    #[serde(default)]
+    pub debug: crate::resolve::debuginfo::DebugOrigin,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -111,6 +116,7 @@ impl Metadata {
             binary: BinaryInfo {
                 path: t.binary.clone(),
                 build_id: t.build_id.clone(),
+                debug: t.debug_origin.clone(),
             },
             pid: t.pid,
             placement: t.placement.clone(),

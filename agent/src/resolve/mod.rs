@@ -1,6 +1,7 @@
 //! Turning demangled patterns into attachable addresses in one binary.
 
 pub mod debuginfo;
+pub mod debuginfod;
 pub mod dwarf;
 pub mod elf;
 pub mod entry;
