@@ -14,6 +14,7 @@
 pub mod contract;
 pub mod diff;
 pub mod error;
+pub mod name_raw;
 pub mod outputs;
 pub mod read;
 pub mod replace;
@@ -396,6 +397,7 @@ mod tests {
                 "main;PolicyMutex<T>::enter 3\n".into(),
             )],
             timeseries: None,
+            raw: None,
             stacks: crate::model::named_stack::RecordedStacks {
                 probes: vec![crate::model::named_stack::ProbeStackSet {
                     probe: summary_probe.clone(),

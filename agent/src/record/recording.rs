@@ -13,6 +13,10 @@ pub struct Recording {
     pub timeseries: Option<crate::model::timeseries::TimeSeries>,
     /// The stacks behind the folded files, as named: pprof's source.
     pub stacks: crate::model::named_stack::RecordedStacks,
+    /// The stacks as addresses, with what naming them later needs
+    /// (`stacks.raw.json`); none for a recording of several server
+    /// processes (`record --follow`), whose addresses are each process's.
+    pub raw: Option<crate::model::raw_stacks::RawStacks>,
 }
 
 impl Recording {

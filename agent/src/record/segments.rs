@@ -98,6 +98,8 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         // The series spans the whole recording: added after the merge.
         timeseries: None,
         stacks,
+        // Two processes' addresses, each against its own mappings.
+        raw: None,
     }
 }
 
@@ -676,6 +678,7 @@ mod tests {
             folded: vec![("p.count.folded".into(), folded.into())],
             timeseries: None,
             stacks: Default::default(),
+            raw: None,
         }
     }
 
