@@ -85,7 +85,13 @@ pub struct NamedBundle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileOutcome {
     /// Named from this file (the binary itself, or a debug file).
-    Named { mapped: String, from: PathBuf },
+    Named {
+        mapped: String,
+        from: PathBuf,
+        /// How it was checked: its build id, or (none recorded) that it
+        /// is the very same file.
+        by: &'static str,
+    },
     /// Not found or not verified: its frames stay `module+0x…`.
     Missing { mapped: String, why: String },
 }
@@ -93,15 +99,11 @@ pub enum FileOutcome {
 impl std::fmt::Display for FileOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Named { mapped, from } if Path::new(mapped) == from => {
-                write!(f, "{mapped}: named (build id checked)")
+            Self::Named { mapped, from, by } if Path::new(mapped) == from => {
+                write!(f, "{mapped}: named ({by})")
             }
-            Self::Named { mapped, from } => {
-                write!(
-                    f,
-                    "{mapped}: named from {} (build id checked)",
-                    from.display()
-                )
+            Self::Named { mapped, from, by } => {
+                write!(f, "{mapped}: named from {} ({by})", from.display())
             }
             Self::Missing { mapped, why } => {
                 write!(f, "{mapped}: {why}; its frames stay module+0x…")
@@ -300,6 +302,7 @@ fn find_files(
                 FileOutcome::Named {
                     mapped: m.path.clone(),
                     from,
+                    by: checked_by(m),
                 },
             ),
             Ok(Found::Debug(f, from)) => {
@@ -319,6 +322,7 @@ fn find_files(
                     FileOutcome::Named {
                         mapped: m.path.clone(),
                         from,
+                        by: checked_by(m),
                     },
                 )
             }
@@ -343,6 +347,15 @@ fn find_files(
         }
     }
     (ProcessMaps::recorded(regions, files), known, outcomes)
+}
+
+/// How a file found for `m` was checked.
+fn checked_by(m: &RawMapping) -> &'static str {
+    if m.build_id.is_some() {
+        "build id checked"
+    } else {
+        "the very same file: device, inode, size and times checked"
+    }
 }
 
 enum Found {
@@ -522,4 +535,71 @@ fn touched_paths(raw: &RawStacks) -> HashSet<&str> {
         }
     }
     touched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file is taken only with the build id recorded: at its path, as a
+    /// `--debuginfo` file wherever it is; never by path alone, never a FIFO.
+    #[test]
+    fn a_file_is_taken_only_with_its_build_id() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let f = std::fs::File::open(&exe).unwrap();
+        let (id, _) = crate::symbolize::build_id_and_segments(&f).unwrap();
+        assert!(id.is_some(), "the test binary has a build id");
+        let m = RawMapping {
+            start: 0x1000,
+            end: 0x2000,
+            file_offset: 0,
+            path: exe.display().to_string(),
+            build_id: id.clone(),
+            segments: Vec::new(),
+            file: None,
+        };
+        assert!(matches!(
+            find_one(&m, false, &[], &[]),
+            Ok(Found::Binary(..))
+        ));
+        let wrong = RawMapping {
+            build_id: Some("00".repeat(20)),
+            ..m.clone()
+        };
+        let why = find_one(&wrong, false, &[], &[]).err().unwrap();
+        assert!(
+            why.contains(&format!("not the recorded {}", "00".repeat(20))),
+            "{why}"
+        );
+        // No build id and no stamp recorded: not by its path alone.
+        let unstamped = RawMapping {
+            build_id: None,
+            ..m.clone()
+        };
+        assert!(find_one(&unstamped, false, &[], &[]).is_err());
+        // Gone from its path: a --debuginfo file with its build id.
+        let moved = RawMapping {
+            path: "/nonexistent/innoprof-test".into(),
+            ..m.clone()
+        };
+        let explicit = vec![(exe.clone(), f.try_clone().unwrap(), id.clone())];
+        assert!(matches!(
+            find_one(&moved, false, &explicit, &[]),
+            Ok(Found::Debug(..))
+        ));
+        let why = find_one(&moved, false, &[], &[]).err().unwrap();
+        assert!(why.contains("not found here (needs build id"), "{why}");
+        // A FIFO at the path is neither opened (it would block) nor read.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("mysqld");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a path in a fresh temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let at_fifo = RawMapping {
+            path: fifo.display().to_string(),
+            ..m.clone()
+        };
+        let why = find_one(&at_fifo, false, &[], &[]).err().unwrap();
+        assert!(why.contains("not a regular file"), "{why}");
+    }
 }
