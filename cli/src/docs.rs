@@ -142,10 +142,16 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "report",
-        &[(
-            "innoprof report /tmp/incident",
-            "rebuild report.html and summary.txt",
-        )],
+        &[
+            (
+                "innoprof report /tmp/incident",
+                "rebuild report.html and summary.txt",
+            ),
+            (
+                "innoprof report /tmp/incident --debug-dir /srv/debug",
+                "name a `record --no-symbolize` recording's stacks from debug files by build id",
+            ),
+        ],
     ),
     (
         "serve",

@@ -115,7 +115,7 @@ enum Command {
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),
-    /// Rebuild report.html and summary.txt from a saved recording directory.
+    /// Rebuild report.html and summary.txt from a saved recording, or name its raw stacks here (--symbolize).
     Report(report::ReportArgs),
     /// Keep the probes attached and serve their live counters as Prometheus metrics at /metrics.
     #[command(after_help = SERVE_AFTER_HELP)]
@@ -190,6 +190,12 @@ struct RecordArgs {
     /// the gaps marked (summary.json `segments`).
     #[arg(long, conflicts_with_all = ["interval", "force"])]
     follow: bool,
+    /// Leave user frames unnamed (`mysqld+0x…`): the stacks' addresses, mappings and build
+    /// ids go to stacks.raw.json (every recording writes it), and `innoprof report DIR
+    /// --symbolize` names them later, on any host with the binaries or their debug files.
+    /// Saves most of innoprof's CPU at the end. Kernel frames are still named here.
+    #[arg(long, conflicts_with = "follow")]
+    no_symbolize: bool,
     #[command(flatten)]
     limits: limit_args::LimitArgs,
     #[command(flatten)]
@@ -365,7 +371,8 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     .stacks(!args.no_stacks, args.stack_interval)
     .cpu((!args.no_cpu).then(|| args.cpu.options()))
     .limits(args.limits.limits())
-    .recalibrate(args.recalibrate);
+    .recalibrate(args.recalibrate)
+    .symbolize(!args.no_symbolize);
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut signals = Signals::install()?;
     // --follow knows the server again by its datadir (its working directory).

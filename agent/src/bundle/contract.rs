@@ -30,8 +30,8 @@
 //! bundle file's schema is named by its [`crate::model::files::FILES`] entry.
 
 use crate::model::files::{
-    FORMAT_VERSION, HISTOGRAMS_SCHEMA, METADATA_SCHEMA, READY_SCHEMA, SUMMARY_SCHEMA,
-    TIMESERIES_SCHEMA,
+    FORMAT_VERSION, HISTOGRAMS_SCHEMA, METADATA_SCHEMA, RAW_STACKS_SCHEMA, READY_SCHEMA,
+    SUMMARY_SCHEMA, TIMESERIES_SCHEMA,
 };
 use std::path::{Path, PathBuf};
 
@@ -45,6 +45,7 @@ pub const SCHEMAS: &[(&str, Generate)] = &[
     (TIMESERIES_SCHEMA, timeseries_schema),
     (HISTOGRAMS_SCHEMA, histograms_schema),
     (READY_SCHEMA, ready_schema),
+    (RAW_STACKS_SCHEMA, raw_stacks_schema),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +98,11 @@ pub fn histograms_schema() -> serde_json::Value {
 /// The JSON Schema of the `--ready-fd` line.
 pub fn ready_schema() -> serde_json::Value {
     schema_of::<crate::record::ready::Ready>()
+}
+
+/// The JSON Schema of `stacks.raw.json`.
+pub fn raw_stacks_schema() -> serde_json::Value {
+    schema_of::<crate::model::raw_stacks::RawStacks>()
 }
 
 fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {

@@ -14,6 +14,7 @@
 pub mod contract;
 pub mod diff;
 pub mod error;
+pub mod name_raw;
 pub mod outputs;
 pub mod read;
 pub mod replace;
@@ -397,6 +398,7 @@ mod tests {
             )],
             timeseries: None,
             host: None,
+            raw: None,
             stacks: crate::model::named_stack::RecordedStacks {
                 probes: vec![crate::model::named_stack::ProbeStackSet {
                     probe: summary_probe.clone(),

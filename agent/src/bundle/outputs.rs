@@ -9,8 +9,8 @@ use std::path::Path;
 use crate::bundle::error::BundleError;
 use crate::model::files::{
     BundleFile, FileInfo, CPU_PPROF, FILES, FOLDED_FILES, HISTOGRAMS_CSV, HISTOGRAMS_JSON,
-    INNODB_STATUS_FILES, METADATA_JSON, OFFCPU_PPROF, OFFCPU_SVG, ONCPU_SVG, REPORT_HTML,
-    SUMMARY_JSON, SUMMARY_TXT, TIMESERIES_CSV, TIMESERIES_JSON, WAITS_PPROF,
+    INNODB_STATUS_FILES, METADATA_JSON, OFFCPU_PPROF, OFFCPU_SVG, ONCPU_SVG, RAW_STACKS_JSON,
+    REPORT_HTML, SUMMARY_JSON, SUMMARY_TXT, TIMESERIES_CSV, TIMESERIES_JSON, WAITS_PPROF,
 };
 use crate::model::summary::{ProbeStatus, Summary};
 use crate::model::timeseries::TimeSeries;
@@ -50,6 +50,7 @@ pub const RENDERERS: &[(&str, Render)] = &[
     (CPU_PPROF, cpu_pprof),
     (OFFCPU_PPROF, offcpu_pprof),
     (WAITS_PPROF, waits_pprof),
+    (RAW_STACKS_JSON, raw_stacks_json),
     (METADATA_JSON, metadata_json),
     (REPORT_HTML, report_html),
 ];
@@ -157,6 +158,19 @@ pub fn waits_pprof(o: &BundleFile, c: &Context) -> Rendered {
     let (start_ms, duration_ns) = pprof_span(summary);
     let p = pprof::waits_profile(&probes, start_ms, duration_ns);
     one(o.name, pprof::encode_gz(&p))
+}
+
+/// The stacks as addresses: compact JSON (it is the largest JSON file of
+/// a bundle, read by programs).
+pub fn raw_stacks_json(o: &BundleFile, c: &Context) -> Rendered {
+    Ok(c.recording
+        .raw
+        .iter()
+        .map(|r| {
+            let json = serde_json::to_vec(r).expect("raw stacks serialise");
+            (o.name.to_string(), json)
+        })
+        .collect())
 }
 
 /// Lists the files rendered so far, itself, and the entries after it

@@ -18,6 +18,7 @@ pub const METADATA_SCHEMA: &str = "docs/schema/metadata.schema.json";
 pub const TIMESERIES_SCHEMA: &str = "docs/schema/timeseries.schema.json";
 pub const HISTOGRAMS_SCHEMA: &str = "docs/schema/histograms.schema.json";
 pub const READY_SCHEMA: &str = "docs/schema/ready.schema.json";
+pub const RAW_STACKS_SCHEMA: &str = "docs/schema/stacks.raw.schema.json";
 
 pub const SUMMARY_JSON: &str = "summary.json";
 pub const SUMMARY_TXT: &str = "summary.txt";
@@ -36,6 +37,9 @@ pub const HISTOGRAMS_JSON: &str = "histograms.json";
 pub const HISTOGRAMS_CSV: &str = "histograms.csv";
 pub const TIMESERIES_JSON: &str = "timeseries.json";
 pub const TIMESERIES_CSV: &str = "timeseries.csv";
+/// The stacks as addresses, named later by `innoprof report`
+/// (`model::raw_stacks`).
+pub const RAW_STACKS_JSON: &str = "stacks.raw.json";
 /// SHOW ENGINE INNODB STATUS's text beside the summary:
 /// `innodb_status.start.txt` and `innodb_status.end.txt` (see
 /// [`innodb_status_file`]).
@@ -258,6 +262,13 @@ pub const FILES: &[BundleFile] = &[
         media_type: "application/vnd.google.protobuf+gzip",
         written_by: "record",
         schema: None,
+    },
+    BundleFile {
+        name: RAW_STACKS_JSON,
+        description: "the stacks as addresses, with the mappings, build ids and file stamps that `innoprof report` names them from later (on any host with the binaries or their debug files)",
+        media_type: "application/json",
+        written_by: "record",
+        schema: Some(RAW_STACKS_SCHEMA),
     },
     BundleFile {
         name: METADATA_JSON,

@@ -4,6 +4,7 @@
 pub mod files;
 pub mod finding;
 pub mod named_stack;
+pub mod raw_stacks;
 pub mod server_state;
 pub mod summary;
 pub mod timeseries;

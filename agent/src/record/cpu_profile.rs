@@ -4,10 +4,11 @@
 
 use crate::model::files::{OFFCPU_FOLDED, OFFCPU_SVG, ONCPU_FOLDED, ONCPU_SVG};
 use crate::model::named_stack::{NamedStack, StackFrame};
+use crate::model::raw_stacks::{RawCpuSample, RawCpuStacks};
 use crate::model::summary::{
     CpuSummary, OffCpuLost, OffCpuSummary, OnCpuLost, OnCpuSummary, ProgramCost,
 };
-use crate::model::top_symbols::{SelfFrame, TopBuilder};
+use crate::model::top_symbols::{SelfFrame, TopBuilder, TopSymbols};
 use crate::report::flamegraph;
 use crate::report::folded::FoldedStacks;
 use crate::symbolize::{Frame, FrameKind, StackSymbolizer, KERNEL_MODULE};
@@ -30,37 +31,36 @@ pub struct CpuProfile {
 }
 
 impl RawCpuProfile {
-    pub fn symbolize(&self, symbolizer: &mut StackSymbolizer) -> CpuProfile {
-        let mut on_folded = FoldedStacks::default();
-        let mut on_top = TopBuilder::new(SelfFrame::Leaf);
-        let mut oncpu_stacks = Vec::with_capacity(self.oncpu.len());
-        let mut probe_handling_samples = 0;
-        // Every kernel address at once, with whether its stack's first
-        // address is exact (as `named_stack` is called below): the
-        // kernel's lookup runs per batch.
-        let oncpu = self.oncpu.iter().map(|(s, _)| (s, true));
-        let blocked = self.offcpu.iter().map(|(s, _)| (s, false));
-        let still = self.still_blocked.iter().map(|(s, _)| (s, false));
-        let offcpu = blocked.chain(still).filter(|_| self.opts.offcpu);
-        symbolizer.name_kernel_stacks(
-            oncpu
-                .chain(offcpu)
-                .filter(|(s, _)| s.flags & STACK_KERN_LOST == 0)
-                .map(|(s, exact_first)| (s.kernel_ips(), exact_first)),
-        );
-        for (stack, n) in &self.oncpu {
-            // A perf-event sample interrupts the thread: the first kernel
-            // address is the interrupted instruction, not a return address.
-            let named = named_stack(stack, symbolizer, true);
-            let frames = named.flat();
-            if in_uprobe_handling(&frames) {
-                probe_handling_samples += n;
-            }
-            on_folded.add_frames(&frames, *n);
-            on_top.add(&frames, *n);
-            oncpu_stacks.push((named, *n));
+    /// The profile's stacks as a raw bundle keeps them (and as they are
+    /// named, on the host as later: [`NamedCpu::of`]).
+    pub fn raw_stacks(&self) -> RawCpuStacks {
+        let sample = |s: &CpuStack, value: u64| RawCpuSample {
+            flags: s.flags,
+            thread: s.thread(),
+            user: s.user_ips(),
+            kernel: s.kernel_ips(),
+            value,
+        };
+        RawCpuStacks {
+            exe_module: self.exe_module.clone(),
+            oncpu: self.oncpu.iter().map(|(s, n)| sample(s, *n)).collect(),
+            offcpu: self.opts.offcpu.then(|| {
+                let blocked = self.offcpu.iter().map(|(s, v)| sample(s, v.total_ns));
+                let still = self.still_blocked.iter().map(|(s, ns)| sample(s, *ns));
+                blocked.chain(still).collect()
+            }),
         }
-        let mut offcpu_stacks = Vec::new();
+    }
+
+    /// The profile named: its stacks by `symbolizer`
+    /// ([`NamedCpu::of`], from [`Self::raw_stacks`]), its counters as the
+    /// BPF side kept them.
+    pub fn symbolize(&self, symbolizer: &mut StackSymbolizer) -> CpuProfile {
+        self.named(NamedCpu::of(&self.raw_stacks(), symbolizer))
+    }
+
+    /// The profile with its stacks named as `named`.
+    pub fn named(&self, named: NamedCpu) -> CpuProfile {
         let samples = self.counter(Counter::Samples);
         let ticks_expected =
             (self.cpus as f64 * self.opts.frequency_hz as f64 * self.duration_s).round() as u64;
@@ -83,74 +83,145 @@ impl RawCpuProfile {
                 map_full: self.counter(Counter::OnCpuFull),
             },
             distinct_stacks: self.oncpu.len(),
-            probe_handling_samples,
+            probe_handling_samples: 0,
             program: self
                 .programs
                 .sample
                 .map(|r| ProgramCost::new(r, self.duration_s)),
-            folded: (!on_folded.is_empty()).then(|| ONCPU_FOLDED.to_string()),
-            flamegraph: (!on_folded.is_empty()).then(|| ONCPU_SVG.to_string()),
-            top: on_top.build("samples", TOP_ROWS),
+            folded: None,
+            flamegraph: None,
+            // Set by the naming (`NamedCpu::into_profile`).
+            top: TopBuilder::new(SelfFrame::Leaf).build("samples", 0),
         };
+        let offcpu = self.opts.offcpu.then(|| OffCpuSummary {
+            min_block_ns: self.opts.offcpu_min_ns,
+            weight_unit: "us".to_string(),
+            blocks: self.counter(Counter::OffBlocks),
+            blocked_ns_total: self.offcpu.iter().map(|(_, v)| v.total_ns).sum(),
+            still_blocked_threads: self.still_blocked.len() as u64,
+            still_blocked_ns: self.still_blocked.iter().map(|(_, ns)| ns).sum(),
+            below_min_blocks: self.counter(Counter::OffShort),
+            below_min_ns: self.counter(Counter::OffShortNs),
+            preempted_switches: self.counter(Counter::OffPreempted),
+            program: self
+                .programs
+                .switch
+                .map(|r| ProgramCost::new(r, self.duration_s)),
+            lost: OffCpuLost {
+                unwind_stopped: self.counter(Counter::OffUnwindStop),
+                map_full: self.counter(Counter::OffFull),
+                start_map_full: self.counter(Counter::OffStartFull),
+            },
+            distinct_stacks: self.offcpu.len(),
+            folded: None,
+            flamegraph: None,
+            top: TopBuilder::new(SelfFrame::Leaf).build("us", 0),
+        });
+        named.into_profile(CpuSummary {
+            oncpu,
+            offcpu,
+            unwind: self.unwind.clone(),
+        })
+    }
+}
 
-        let offcpu = self.opts.offcpu.then(|| {
+/// What naming a profile's stacks gives: the folded stacks, the top
+/// tables, the stacks as named (for pprof), and the samples taken in the
+/// kernel's uprobe handling. The one naming of CPU stacks: a recording's
+/// on the host, and a raw bundle's later (`innoprof report`), which is
+/// why both name a stack alike.
+pub struct NamedCpu {
+    oncpu_folded: FoldedStacks,
+    oncpu_top: TopSymbols,
+    oncpu_stacks: Vec<(NamedStack, u64)>,
+    probe_handling_samples: u64,
+    /// Folded, top table, stacks (microseconds blocked).
+    offcpu: Option<(FoldedStacks, TopSymbols, Vec<(NamedStack, u64)>)>,
+}
+
+impl NamedCpu {
+    /// Names `raw`'s stacks with `symbolizer`.
+    pub fn of(raw: &RawCpuStacks, symbolizer: &mut StackSymbolizer) -> Self {
+        let mut on_folded = FoldedStacks::default();
+        let mut on_top = TopBuilder::new(SelfFrame::Leaf);
+        let mut oncpu_stacks = Vec::with_capacity(raw.oncpu.len());
+        let mut probe_handling_samples = 0;
+        // Every kernel address at once, with whether its stack's first
+        // address is exact (as `named_stack` is called below): the
+        // kernel's lookup runs per batch.
+        let oncpu = raw.oncpu.iter().map(|s| (s, true));
+        let offcpu = raw.offcpu.iter().flatten().map(|s| (s, false));
+        symbolizer.name_kernel_stacks(
+            oncpu
+                .chain(offcpu)
+                .filter(|(s, _)| s.flags & STACK_KERN_LOST == 0)
+                .map(|(s, exact_first)| (s.kernel.clone(), exact_first)),
+        );
+        for s in &raw.oncpu {
+            // A perf-event sample interrupts the thread: the first kernel
+            // address is the interrupted instruction, not a return address.
+            let named = named_stack(s, symbolizer, true);
+            let frames = named.flat();
+            if in_uprobe_handling(&frames) {
+                probe_handling_samples += s.value;
+            }
+            on_folded.add_frames(&frames, s.value);
+            on_top.add(&frames, s.value);
+            oncpu_stacks.push((named, s.value));
+        }
+        let offcpu = raw.offcpu.as_ref().map(|stacks| {
             let mut folded = FoldedStacks::default();
-            let mode = match &self.exe_module {
+            let mode = match &raw.exe_module {
                 Some(m) => SelfFrame::InnermostIn(m.clone()),
                 None => SelfFrame::UserLeaf,
             };
             let mut top = TopBuilder::new(mode);
-            let blocked = self.offcpu.iter().map(|(s, v)| (s, v.total_ns));
-            let still = self.still_blocked.iter().map(|(s, ns)| (s, *ns));
-            for (stack, ns) in blocked.chain(still) {
+            let mut named_stacks = Vec::with_capacity(stacks.len());
+            for s in stacks {
                 // Taken in the tracepoint: every kernel address is a return address.
-                let named = without_tracing(named_stack(stack, symbolizer, false));
+                let named = without_tracing(named_stack(s, symbolizer, false));
                 let frames = named.flat();
-                let us = ns.div_ceil(1000);
+                let us = s.value.div_ceil(1000);
                 folded.add_frames(&frames, us);
                 top.add(&frames, us);
-                offcpu_stacks.push((named, us));
+                named_stacks.push((named, us));
             }
-            let summary = OffCpuSummary {
-                min_block_ns: self.opts.offcpu_min_ns,
-                weight_unit: "us".to_string(),
-                blocks: self.counter(Counter::OffBlocks),
-                blocked_ns_total: self.offcpu.iter().map(|(_, v)| v.total_ns).sum(),
-                still_blocked_threads: self.still_blocked.len() as u64,
-                still_blocked_ns: self.still_blocked.iter().map(|(_, ns)| ns).sum(),
-                below_min_blocks: self.counter(Counter::OffShort),
-                below_min_ns: self.counter(Counter::OffShortNs),
-                preempted_switches: self.counter(Counter::OffPreempted),
-                program: self
-                    .programs
-                    .switch
-                    .map(|r| ProgramCost::new(r, self.duration_s)),
-                lost: OffCpuLost {
-                    unwind_stopped: self.counter(Counter::OffUnwindStop),
-                    map_full: self.counter(Counter::OffFull),
-                    start_map_full: self.counter(Counter::OffStartFull),
-                },
-                distinct_stacks: self.offcpu.len(),
-                folded: (!folded.is_empty()).then(|| OFFCPU_FOLDED.to_string()),
-                flamegraph: (!folded.is_empty()).then(|| OFFCPU_SVG.to_string()),
-                top: top.build("us", TOP_ROWS),
-            };
-            (summary, folded.render())
+            (folded, top.build("us", TOP_ROWS), named_stacks)
         });
-
-        let (offcpu, offcpu_folded) = match offcpu {
-            Some((s, f)) => (Some(s), Some(f)),
-            None => (None, None),
-        };
-        CpuProfile {
-            summary: CpuSummary {
-                oncpu,
-                offcpu,
-                unwind: self.unwind.clone(),
-            },
-            oncpu_folded: on_folded.render(),
-            offcpu_folded,
+        Self {
+            oncpu_folded: on_folded,
+            oncpu_top: on_top.build("samples", TOP_ROWS),
             oncpu_stacks,
+            probe_handling_samples,
+            offcpu,
+        }
+    }
+
+    /// The profile of `summary` (its counters as recorded) with these
+    /// names: its top tables, folded files and uprobe-handling samples
+    /// replaced.
+    pub fn into_profile(self, mut summary: CpuSummary) -> CpuProfile {
+        let on = &mut summary.oncpu;
+        on.probe_handling_samples = self.probe_handling_samples;
+        on.top = self.oncpu_top;
+        let some = !self.oncpu_folded.is_empty();
+        on.folded = some.then(|| ONCPU_FOLDED.to_string());
+        on.flamegraph = some.then(|| ONCPU_SVG.to_string());
+        let mut offcpu_folded = None;
+        let mut offcpu_stacks = Vec::new();
+        if let (Some(off), Some((folded, top, stacks))) = (summary.offcpu.as_mut(), self.offcpu) {
+            let some = !folded.is_empty();
+            off.folded = some.then(|| OFFCPU_FOLDED.to_string());
+            off.flamegraph = some.then(|| OFFCPU_SVG.to_string());
+            off.top = top;
+            offcpu_folded = Some(folded.render());
+            offcpu_stacks = stacks;
+        }
+        CpuProfile {
+            summary,
+            oncpu_folded: self.oncpu_folded.render(),
+            offcpu_folded,
+            oncpu_stacks: self.oncpu_stacks,
             offcpu_stacks,
         }
     }
@@ -256,17 +327,17 @@ fn marker(name: &str, kind: FrameKind) -> Frame {
 /// an unreadable kernel part as `[kernel stack lost]`, so no sample changes
 /// its meaning silently.
 fn named_stack(
-    stack: &CpuStack,
+    stack: &RawCpuSample,
     symbolizer: &mut StackSymbolizer,
     exact_kernel_first: bool,
 ) -> NamedStack {
     let mut named = NamedStack {
         frames: Vec::new(),
-        thread: stack.thread(),
+        thread: stack.thread.clone(),
     };
     // The first user address is where the thread left user mode
     // (interrupted or at its syscall), never a return address.
-    let user = symbolizer.user_locations(&stack.user_ips(), true);
+    let user = symbolizer.user_locations(&stack.user, true);
     // The thread's role at the root, from the same marker functions the
     // probes' BPF side finds on a thread's stack (see `thread_role`).
     let role = crate::plan::thread_role::role_of_frames(
@@ -286,7 +357,7 @@ fn named_stack(
     if stack.flags & STACK_KERN_LOST != 0 {
         named.push_marker(marker("[kernel stack lost]", FrameKind::Kernel));
     } else {
-        named.push_located(symbolizer.kernel_locations(&stack.kernel_ips(), exact_kernel_first));
+        named.push_located(symbolizer.kernel_locations(&stack.kernel, exact_kernel_first));
     }
     named
 }

@@ -62,6 +62,9 @@ pub struct RecordOptions {
     pub calibrator: Calibrator,
     /// Whose processes innoprof attaches to (`--trust-user`).
     pub trust: crate::target::trust::Trust,
+    /// Name user frames at the end (false: `record --no-symbolize`, named
+    /// later from the raw addresses by `innoprof report`).
+    pub symbolize: bool,
 }
 
 impl RecordOptions {
@@ -90,7 +93,13 @@ impl RecordOptions {
             recalibrate: false,
             calibrator,
             trust,
+            symbolize: true,
         }
+    }
+
+    /// Whether user frames are named at the end (`--no-symbolize`: not).
+    pub fn symbolize(self, symbolize: bool) -> Self {
+        Self { symbolize, ..self }
     }
 
     /// Profile a process that is not mysqld/mariadbd (`--force`).

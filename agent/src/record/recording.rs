@@ -16,6 +16,10 @@ pub struct Recording {
     /// The machine, read at the start (load at the end too); None where a
     /// recording was not made here (a test's, a bundle's).
     pub host: Option<crate::target::host::HostInfo>,
+    /// The stacks as addresses, with what naming them later needs
+    /// (`stacks.raw.json`); none for a recording of several server
+    /// processes (`record --follow`), whose addresses are each process's.
+    pub raw: Option<crate::model::raw_stacks::RawStacks>,
 }
 
 impl Recording {

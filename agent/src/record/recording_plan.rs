@@ -39,6 +39,9 @@ pub struct RecordingPlan {
     pub(super) calibration: Option<std::thread::JoinHandle<Result<Calibration, CalibrateError>>>,
     pub limits: MapLimits,
     pub stack_interval: std::time::Duration,
+    /// Whether user frames are named at the end (`record --no-symbolize`:
+    /// not; `innoprof report` names them from the raw addresses).
+    pub symbolize: bool,
     /// innoprof's CPU time when planning began: what the recording costs
     /// innoprof counts from here (resolution and calibration included).
     pub(super) cpu_at_plan: Duration,
@@ -73,6 +76,10 @@ impl RecordingPlan {
     /// debuglink).
     pub fn stack_symbolizer(&self, maps: ProcessMaps) -> StackSymbolizer {
         let mut symbolizer = StackSymbolizer::new(maps);
+        if !self.symbolize {
+            symbolizer.leave_user_unnamed();
+            return symbolizer;
+        }
         if let (Some(binary), Some(debug)) = (self.image.file_id, DebugFile::of(&self.image)) {
             symbolizer.use_debug_file(binary, debug);
         }
@@ -151,6 +158,7 @@ impl RecordingPlan {
             calibration,
             limits: opts.limits,
             stack_interval: opts.stack_interval,
+            symbolize: opts.symbolize,
             cpu_at_plan,
         })
     }

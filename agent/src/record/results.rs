@@ -19,6 +19,9 @@ use crate::model::files::instance;
 use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::named_stack::ProbeStackSet;
 use crate::model::named_stack::{NamedStack, RecordedStacks};
+use crate::model::raw_stacks::{
+    KernelName, RawFileStamp, RawMapping, RawProbeSample, RawProbeStacks, RawSegment, RawStacks,
+};
 use crate::model::summary::{
     CallsiteResult, EndReason, LatchResult, OverheadSummary, ProbeResult, ProbeStatus, RoleKind,
     RoleResult, SampledCost, Sampling, SamplingState, StackStats, Summary, SymbolInfo,
@@ -26,7 +29,7 @@ use crate::model::summary::{
 use crate::plan::catalog::Measure;
 use crate::plan::memcounters::CounterResult;
 use crate::plan::probeset::PlannedProbe;
-use crate::record::cpu_profile::CpuProfile;
+use crate::record::cpu_profile::{CpuProfile, NamedCpu};
 use crate::record::recording::Recording;
 use crate::record::recording_plan::RecordingPlan;
 use crate::report;
@@ -142,13 +145,85 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         ..bare_summary(plan, results, duration_s, end_reason)
     };
     summary.findings = crate::findings::evaluate(&summary);
+    let mut raw = collected.raw;
+    raw.format_version = crate::model::files::FORMAT_VERSION;
+    raw.named_on_host = plan.symbolize;
+    raw.mappings = raw_mappings(symbolizer.maps());
+    raw.kernel = symbolizer
+        .kernel_names()
+        .into_iter()
+        .map(|(address, name)| KernelName { address, name })
+        .collect();
     Ok(Recording {
         summary,
         folded: collected.folded,
         timeseries: None,
         stacks: collected.stacks,
         host: None,
+        raw: Some(raw),
     })
+}
+
+/// Every executable mapping of the target, with its file's build id, load
+/// segments and stamp: what naming its raw addresses later checks a file
+/// found then against. Read from the files opened as the target mapped
+/// them (headers and notes only).
+fn raw_mappings(maps: &ProcessMaps) -> Vec<RawMapping> {
+    let mut facts: HashMap<String, (Option<String>, Vec<RawSegment>, Option<RawFileStamp>)> =
+        HashMap::new();
+    maps.regions_with_ids()
+        .map(|(start, end, file_offset, path, id)| {
+            let (build_id, segments, file) = facts
+                .entry(path.to_string())
+                .or_insert_with(|| {
+                    let Ok(f) = maps.opened(path) else {
+                        return (None, Vec::new(), None);
+                    };
+                    let (build_id, offsets) = crate::symbolize::build_id_and_segments(f.file())
+                        .unwrap_or((
+                            None,
+                            crate::resolve::elf::OffsetMap::from_segments(Vec::new()),
+                        ));
+                    let segments = offsets
+                        .segments()
+                        .iter()
+                        .map(|&(offset, size, address)| RawSegment {
+                            offset,
+                            size,
+                            address,
+                        })
+                        .collect();
+                    let stamp = crate::persist::stamp::file_stamp(f.file());
+                    let file = id.zip(stamp).map(|(id, st)| RawFileStamp {
+                        major: id.major,
+                        minor: id.minor,
+                        inode: id.inode,
+                        size: st.len,
+                        mtime_ns: system_time_ns(st.modified),
+                        ctime_ns: st.changed_ns,
+                    });
+                    (build_id, segments, file)
+                })
+                .clone();
+            RawMapping {
+                start,
+                end,
+                file_offset,
+                path: path.to_string(),
+                build_id,
+                segments,
+                file,
+            }
+        })
+        .collect()
+}
+
+/// Nanoseconds since the epoch (negative before it).
+pub fn system_time_ns(t: std::time::SystemTime) -> i128 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    }
 }
 
 /// What one call of a slot's function costs innoprof, by the best measure
@@ -189,6 +264,8 @@ struct Collected {
     folded: Vec<(String, String)>,
     stacks: RecordedStacks,
     hits: HitTotals,
+    /// The stacks as addresses: `stacks.raw.json`.
+    raw: RawStacks,
 }
 
 /// Names every user stack of the recording up front (the probes' and the
@@ -405,7 +482,8 @@ impl ProbeInputs<'_> {
     ) -> StackStats {
         let spec = &planned.spec;
         let stem = report::file_stem(&spec.name);
-        let (stats, files, mut set) = fold_stacks(
+        let (stats, files, set, raw) = fold_stacks(
+            &spec.name,
             &stem,
             spec.measure,
             slots,
@@ -414,10 +492,10 @@ impl ProbeInputs<'_> {
             namer,
             latches,
         );
-        set.probe = spec.name.clone();
         collected.folded.extend(files);
         if !set.stacks.is_empty() {
             collected.stacks.probes.push(set);
+            collected.raw.probes.push(raw);
         }
         stats
     }
@@ -484,7 +562,12 @@ fn name_cpu_profile(
     symbolizer: &mut StackSymbolizer,
     collected: &mut Collected,
 ) -> Result<Option<CpuProfile>, FlameGraphError> {
-    let cpu = raw.map(|raw| raw.symbolize(symbolizer));
+    let cpu = raw.map(|raw| {
+        let stacks = raw.raw_stacks();
+        let named = raw.named(NamedCpu::of(&stacks, symbolizer));
+        collected.raw.cpu = Some(stacks);
+        named
+    });
     debug_phase("after CPU stacks named");
     Ok(match cpu {
         Some(mut c) => {
@@ -833,8 +916,12 @@ pub(crate) fn probe_slots(session: Option<&Session>, idx: usize) -> Vec<(SlotId,
     session.map_or_else(Vec::new, |s| s.slots_of(idx).collect())
 }
 
-/// Folded stacks of one probe, weighted by wait time and by count.
+/// Folded stacks of one probe, weighted by wait time and by count: its
+/// samples with the markers around them labelled ([`raw_probe_stacks`]),
+/// then named ([`fold_raw`]); the raw stacks too, for the raw bundle file.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn fold_stacks(
+    probe: &str,
     stem: &str,
     measure: Measure,
     slots: &[(SlotId, &Slot)],
@@ -842,17 +929,73 @@ pub(crate) fn fold_stacks(
     symbolizer: &mut StackSymbolizer,
     namer: &mut CallsiteNamer,
     latches: &LatchNames,
-) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
+) -> (
+    StackStats,
+    Vec<(String, String)>,
+    ProbeStackSet,
+    RawProbeStacks,
+) {
+    let raw = raw_probe_stacks(probe, stem, measure, slots, samples, namer, latches);
+    let (stats, files, set) = fold_raw(&raw, symbolizer);
+    (stats, files, set, raw)
+}
+
+/// One probe's samples as addresses, each with the labels of the markers
+/// around it (its function, latch and call site, named on the host: they
+/// come from the plan and the call-site namer, not from the stack).
+pub(crate) fn raw_probe_stacks(
+    probe: &str,
+    stem: &str,
+    measure: Measure,
+    slots: &[(SlotId, &Slot)],
+    samples: &[StackSample],
+    namer: &mut CallsiteNamer,
+    latches: &LatchNames,
+) -> RawProbeStacks {
     let names: HashMap<SlotId, &str> = slots
         .iter()
         .map(|(id, s)| (*id, s.symbol.short_name.as_str()))
         .collect();
+    let samples = samples
+        .iter()
+        .filter_map(|sample| {
+            Some(RawProbeSample {
+                function: names.get(&sample.slot)?.to_string(),
+                role: sample.role,
+                ips: sample.ips.clone(),
+                count: sample.count,
+                wait_ns: sample.wait_ns,
+                latch: latches.of(&sample.site, namer),
+                callsite: (sample.site.file != 0).then(|| namer.label(sample.site)),
+            })
+        })
+        .collect();
+    RawProbeStacks {
+        probe: probe.to_string(),
+        stem: stem.to_string(),
+        measure,
+        samples,
+    }
+}
+
+/// A probe's raw stacks named and folded: its folded files (by wait and
+/// by count), their statistics, and the stacks as named (for pprof). The
+/// one naming of probe stacks: a recording's on the host, and a raw
+/// bundle's later (`innoprof report`), which is why both fold alike.
+pub fn fold_raw(
+    raw: &RawProbeStacks,
+    symbolizer: &mut StackSymbolizer,
+) -> (StackStats, Vec<(String, String)>, ProbeStackSet) {
+    let measure = raw.measure;
     let mut by_wait = FoldedStacks::default();
     let mut by_count = FoldedStacks::default();
     let mut stats = StackStats::default();
-    let mut set = ProbeStackSet::default();
+    let mut set = ProbeStackSet {
+        probe: raw.probe.clone(),
+        ..Default::default()
+    };
     let marker = |name: String| Frame::new(name, "", FrameKind::Unknown);
-    for sample in samples.iter().filter(|s| names.contains_key(&s.slot)) {
+    for sample in &raw.samples {
         let mut stack = NamedStack {
             frames: Vec::new(),
             thread: None,
@@ -876,16 +1019,15 @@ pub(crate) fn fold_stacks(
             stack.push_located(symbolizer.user_locations(&sample.ips, measure == Measure::Count));
         }
         if measure == Measure::Latency {
-            stack.push_marker(Frame::new(names[&sample.slot], "", FrameKind::User));
+            stack.push_marker(Frame::new(sample.function.as_str(), "", FrameKind::User));
         }
-        if let Some(latch) = latches.of(&sample.site, namer) {
+        if let Some(latch) = &sample.latch {
             stack.push_marker(marker(format!("[{latch}]")));
-            labels.push(("latch".to_string(), latch));
+            labels.push(("latch".to_string(), latch.clone()));
         }
-        if sample.site.file != 0 {
-            let site = namer.label(sample.site);
+        if let Some(site) = &sample.callsite {
             stack.push_marker(marker(format!("[{site}]")));
-            labels.push(("callsite".to_string(), site));
+            labels.push(("callsite".to_string(), site.clone()));
         }
         let frames = stack.folded_names();
         by_count.add(&frames, sample.count);
@@ -893,6 +1035,7 @@ pub(crate) fn fold_stacks(
         set.stacks.push((stack, sample.count, sample.wait_ns));
         set.labels.push(labels);
     }
+    let stem = raw.stem.as_str();
     let mut files = Vec::new();
     if !by_count.is_empty() {
         let name = instance(FOLDED, &format!("{stem}.count"));

@@ -107,6 +107,8 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
         timeseries: None,
         stacks,
         host,
+        // Two processes' addresses, each against its own mappings.
+        raw: None,
     }
 }
 
@@ -686,6 +688,7 @@ mod tests {
             timeseries: None,
             stacks: Default::default(),
             host: None,
+            raw: None,
         }
     }
 

@@ -140,7 +140,8 @@ impl Recorder {
         for &idx in probes {
             let planned = &plan.probes[idx];
             let my_slots = probe_slots(self.session.as_ref(), idx);
-            let (_, _, mut set) = fold_stacks(
+            let (_, _, set, _) = fold_stacks(
+                &planned.spec.name,
                 &report::file_stem(&planned.spec.name),
                 planned.spec.measure,
                 &my_slots,
@@ -149,7 +150,6 @@ impl Recorder {
                 &mut namer,
                 &LatchNames::new(planned),
             );
-            set.probe = planned.spec.name.clone();
             out.push(set);
         }
         out

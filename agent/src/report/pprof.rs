@@ -383,6 +383,18 @@ pub fn encode_gz(profile: &Profile) -> Vec<u8> {
     gz.finish().expect("in-memory gzip")
 }
 
+/// A gzipped profile read back (`None` when it is not one): what
+/// comparing two profiles message for message takes.
+pub fn decode_gz(bytes: &[u8]) -> Option<Profile> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .take(256 << 20)
+        .read_to_end(&mut raw)
+        .ok()?;
+    Profile::decode(raw.as_slice()).ok()
+}
+
 /// On-CPU samples (weights: samples): values `samples/count` and
 /// `cpu/nanoseconds` (a sample stands for one period of the sampling
 /// clock).

@@ -105,6 +105,17 @@ impl OffsetMap {
         )
     }
 
+    /// From (file offset, size, address) triples, as [`Self::segments`]
+    /// gives them (a raw bundle keeps a mapped file's).
+    pub fn from_segments(segments: Vec<(u64, u64, u64)>) -> Self {
+        Self(segments)
+    }
+
+    /// (file offset, size, address) of each segment.
+    pub fn segments(&self) -> &[(u64, u64, u64)] {
+        &self.0
+    }
+
     pub fn address_of(&self, file_offset: u64) -> Option<u64> {
         self.0
             .iter()

@@ -102,6 +102,37 @@ impl ProcessMaps {
             .map(|r| (r.start, r.end, r.file_offset, r.path.as_str()))
     }
 
+    /// Mappings recorded elsewhere (a raw bundle's, named later by
+    /// `innoprof report`): (start, end, file offset, path, the file's
+    /// device and inode on the host), and per path the file found here
+    /// for it, checked by the caller (build id), or why there is none.
+    pub fn recorded(
+        regions: Vec<(u64, u64, u64, String, Option<FileId>)>,
+        files: impl IntoIterator<Item = (String, Result<Arc<TargetFile>, String>)>,
+    ) -> Self {
+        Self {
+            pid: 0,
+            regions: regions
+                .into_iter()
+                .map(|(start, end, file_offset, path, id)| Region {
+                    start,
+                    end,
+                    file_offset,
+                    path,
+                    id,
+                })
+                .collect(),
+            files: files.into_iter().collect(),
+        }
+    }
+
+    /// Executable file mappings with the device and inode maps showed.
+    pub fn regions_with_ids(&self) -> impl Iterator<Item = (u64, u64, u64, &str, Option<FileId>)> {
+        self.regions
+            .iter()
+            .map(|r| (r.start, r.end, r.file_offset, r.path.as_str(), r.id))
+    }
+
     /// The mapped file at `path`, opened when the map was read and checked
     /// to be the one mapped; or why not (the reason, one line).
     pub fn opened(&self, path: &str) -> Result<&Arc<TargetFile>, &str> {
@@ -235,6 +266,12 @@ pub struct StackSymbolizer {
     /// Mapped files already looked at for a debug file with compressed
     /// DWARF ([`crate::symbolize::library_debug`]).
     library_debug_checked: std::collections::HashSet<FileId>,
+    /// User frames left unnamed (`module+0xoffset`, no file read):
+    /// `record --no-symbolize`, named later from the raw addresses.
+    user_names: bool,
+    /// Kernel addresses are named only from names given (another boot's:
+    /// [`Self::give_kernel_names`]), never from this kernel.
+    kernel_given: bool,
 }
 
 /// Held while a [`FileTrimmer`] works and while a symbolizer drops (which
@@ -273,7 +310,59 @@ impl StackSymbolizer {
             debug_files: HashMap::new(),
             dwarf_walk: std::env::var_os("INNOPROF_BLAZESYM_ONLY").is_none(),
             library_debug_checked: Default::default(),
+            user_names: true,
+            kernel_given: false,
         }
+    }
+
+    /// Leaves every user frame `module+0xoffset` without reading a file
+    /// (`record --no-symbolize`: `innoprof report` names them later from
+    /// the raw addresses); mappings and build ids are still read.
+    pub fn leave_user_unnamed(&mut self) {
+        self.user_names = false;
+        self.cache.clear();
+    }
+
+    /// Names kernel addresses (as looked up: return addresses less one)
+    /// from `names`, the host's, and any other kernel address `0x…`:
+    /// this kernel is not the one the addresses were taken on.
+    pub fn give_kernel_names(&mut self, names: impl IntoIterator<Item = (u64, String)>) {
+        self.kernel_given = true;
+        self.kernel_cache = names
+            .into_iter()
+            .map(|(ip, name)| {
+                let location = Location {
+                    address: ip,
+                    mapping: None,
+                    frames: vec![Frame::new(name, KERNEL_MODULE, FrameKind::Kernel)],
+                };
+                (ip, Arc::new(location))
+            })
+            .collect();
+    }
+
+    /// Every kernel address named so far (as looked up) and its name:
+    /// what a raw bundle keeps, since only this boot can name them.
+    pub fn kernel_names(&self) -> Vec<(u64, String)> {
+        let mut names: Vec<(u64, String)> = self
+            .kernel_cache
+            .iter()
+            .filter_map(|(ip, l)| Some((*ip, l.frames.first()?.name.clone())))
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The build id of the file a mapping with device and inode `id` maps,
+    /// known beforehand (a raw bundle's, where the file found for it may
+    /// be a debug file or be missing).
+    pub fn give_build_id(&mut self, id: FileId, build_id: Option<String>) {
+        self.build_ids.insert(id, build_id);
+    }
+
+    /// The mappings the stacks are named against.
+    pub fn maps(&self) -> &ProcessMaps {
+        &self.maps
     }
 
     /// Names frames of the mapped file `binary` from `debug`, a debug file
@@ -410,6 +499,7 @@ impl StackSymbolizer {
             return Arc::clone(m);
         }
         let build_id = match (region.id, self.maps.opened(&region.path)) {
+            (Some(id), _) if self.build_ids.contains_key(&id) => self.build_ids[&id].clone(),
             (Some(id), Ok(file)) => self
                 .build_ids
                 .entry(id)
@@ -464,7 +554,7 @@ impl StackSymbolizer {
             let offsets: Vec<u64> = pairs.iter().map(|(_, off, _)| *off).collect();
             // A file that could not be opened as mapped stays unnamed.
             let named = match self.maps.opened(&path) {
-                Ok(f) => {
+                Ok(f) if self.user_names => {
                     let f = Arc::clone(f);
                     // A library whose debug file's DWARF is compressed is
                     // named from that file's symbol table.
@@ -478,7 +568,7 @@ impl StackSymbolizer {
                     let debug = self.debug_files.get(&f.id()).cloned();
                     self.name_file_offsets(&f, debug.as_ref(), &module, &offsets)
                 }
-                Err(_) => offsets
+                _ => offsets
                     .iter()
                     .map(|off| vec![Frame::unknown(format!("{module}+{off:#x}"), module.clone())])
                     .collect(),
@@ -658,6 +748,21 @@ impl StackSymbolizer {
         todo.sort_unstable();
         todo.dedup();
         if todo.is_empty() {
+            return;
+        }
+        if self.kernel_given {
+            for ip in todo {
+                let location = Location {
+                    address: ip,
+                    mapping: None,
+                    frames: vec![Frame::new(
+                        format!("{ip:#x}"),
+                        KERNEL_MODULE,
+                        FrameKind::Kernel,
+                    )],
+                };
+                self.kernel_cache.insert(ip, Arc::new(location));
+            }
             return;
         }
         let namer = self
@@ -1154,7 +1259,7 @@ pub fn flatten(locations: &[Arc<Location>]) -> Vec<Frame> {
 
 /// A mapped file's GNU build id, hex; `None` when it has none or cannot be
 /// parsed. Only its notes are read (the file is mapped, not loaded).
-fn read_build_id(file: &TargetFile) -> Option<String> {
+pub fn read_build_id(file: &TargetFile) -> Option<String> {
     use object::Object;
     let map = crate::resolve::mapped::Mapped::of(file.file()).ok()?;
     let id = object::File::parse(map.bytes())
@@ -1165,6 +1270,21 @@ fn read_build_id(file: &TargetFile) -> Option<String> {
         .map(crate::resolve::elf::hex);
     map.release();
     id
+}
+
+/// A file's GNU build id (hex) and load segments, from one parse of its
+/// headers; `None` when it is not an ELF file.
+pub fn build_id_and_segments(
+    file: &std::fs::File,
+) -> Option<(Option<String>, crate::resolve::elf::OffsetMap)> {
+    use object::Object;
+    let map = crate::resolve::mapped::Mapped::of(file).ok()?;
+    let found = object::File::parse(map.bytes()).ok().map(|elf| {
+        let id = elf.build_id().ok().flatten().map(crate::resolve::elf::hex);
+        (id, crate::resolve::elf::OffsetMap::of(&elf))
+    });
+    map.release();
+    found
 }
 
 #[cfg(test)]
