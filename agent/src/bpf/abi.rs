@@ -235,6 +235,14 @@ pub struct ThreadVal {
 }
 mirrors_thread_val!(ThreadVal);
 
+/// Adds another thread's (or role's) calls and wait.
+impl std::ops::AddAssign<&ThreadVal> for ThreadVal {
+    fn add_assign(&mut self, other: &Self) {
+        self.calls += other.calls;
+        self.wait_ns += other.wait_ns;
+    }
+}
+
 /// Marker functions' ranges a `role_ranges` entry holds (`MAX_ROLE_RANGES`).
 pub const MAX_ROLE_RANGES: usize = defines::MAX_ROLE_RANGES as usize;
 

@@ -248,8 +248,7 @@ impl Counters {
         let mut out = std::collections::BTreeMap::new();
         for (_, role, v) in self.roles.iter().filter(|(s, ..)| slots.contains(s)) {
             let e: &mut ThreadVal = out.entry(*role).or_default();
-            e.calls += v.calls;
-            e.wait_ns += v.wait_ns;
+            *e += v;
         }
         out
     }
@@ -553,9 +552,7 @@ fn read_counters_in(obj: &Object, n_slots: usize) -> Result<Counters, CollectErr
     let mut per_role: HashMap<(SlotId, u32), ThreadVal> = HashMap::new();
     for (slot, tid, v) in threads {
         let role = thread_roles.get(&tid).copied().unwrap_or(0);
-        let e = per_role.entry((slot, role)).or_default();
-        e.calls += v.calls;
-        e.wait_ns += v.wait_ns;
+        *per_role.entry((slot, role)).or_default() += &v;
     }
     let roles = per_role
         .into_iter()

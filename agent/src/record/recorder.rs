@@ -312,10 +312,7 @@ impl Recorder {
                     .iter_mut()
                     .find(|(s, r, _)| *s == slot && *r == role)
                 {
-                    Some((_, _, sum)) => {
-                        sum.calls += v.calls;
-                        sum.wait_ns += v.wait_ns;
-                    }
+                    Some((_, _, sum)) => *sum += v,
                     None => counters.roles.push((slot, role, *v)),
                 }
             }
@@ -353,9 +350,7 @@ impl Recorder {
         let alive = |tid: u32| task.join(tid.to_string()).exists();
         if let Ok(rows) = crate::collect::take_exited_threads(session, alive) {
             for (slot, role, v) in rows {
-                let e = exited.entry((slot, role)).or_default();
-                e.calls += v.calls;
-                e.wait_ns += v.wait_ns;
+                *exited.entry((slot, role)).or_default() += &v;
             }
         }
     }
