@@ -170,10 +170,14 @@ fn raw_stacks_named_later_equal_the_hosts_and_lies_are_refused() {
     let oncpu = read(&named, "oncpu.folded");
     let f = frames(&oncpu);
     assert!(f.iter().any(|f| f.starts_with("do_command(")), "{oncpu}");
-    let unnamed = f.iter().filter(|f| f.starts_with("mysqld+0x")).count();
+    // Two recordings sample different addresses, and a few land where the
+    // symbol table has no function (padding, PLT): compare the share, not the count.
+    let unnamed: Vec<_> = f.iter().filter(|f| f.starts_with("mysqld+0x")).collect();
     assert!(
-        unnamed <= unnamed_on_host,
-        "{unnamed} mysqld frames unnamed, {unnamed_on_host} on the host"
+        unnamed.len() <= unnamed_on_host.max(f.len() / 50),
+        "{} of {} frames unnamed ({unnamed:?}), {unnamed_on_host} on the host",
+        unnamed.len(),
+        f.len()
     );
     let raw_summary = read_summary(&named).unwrap();
     let top = &raw_summary.cpu.as_ref().unwrap().oncpu.top;
