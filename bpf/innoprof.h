@@ -179,4 +179,60 @@ struct thread_val {
 	__u64 wait_ns;
 };
 
+/* Statements. A connection thread's THD (the server's per-connection
+ * object) is found from the thread's TLS at a hit, and its `query_id`
+ * read: the statement the hit belongs to. A hit adds to its (query_id,
+ * slot) counter; the statement's text is read once per thread and
+ * statement, at its first hit, into `stmt_text`. Userspace drains both
+ * maps and groups statements by fingerprint. */
+#define STMT_TEXT_MAX 512
+#define MAX_STMT_KEYS 65536
+#define MAX_STMT_TEXTS 16384
+
+/* Set by the loader (rodata): where THD lives and what is read in it. */
+struct thd_layout {
+	__u32 how;          /* 0: off, 1: static TLS, 2: pthread key */
+	__u32 conn_size;    /* bytes of the connection id: 4 or 8 */
+	__s64 tls_off;      /* 1: THD* at fsbase + tls_off */
+	__u64 key_block_off;/* 2: the key's block pointer at fsbase + this */
+	__u64 key_data_off; /* 2: THD* at block + this */
+	__u64 conn_off;     /* THD + this: the connection (processlist) id */
+	__u64 query_id_off; /* THD + this: query_id, 8 bytes */
+	__u64 query_off;    /* THD + this: the query text pointer */
+	__u64 query_len_off;/* THD + this: its length, 8 bytes */
+};
+
+struct stmt_key {
+	__u64 query_id;
+	__u32 slot;
+	__u32 pad;
+};
+
+struct stmt_val {
+	__u64 calls;
+	__u64 wait_ns;
+};
+
+/* The statement a thread ran at its last hit. */
+struct stmt_now {
+	__u64 thd;
+	__u64 query_id;
+};
+
+struct stmt_text {
+	__u32 tid;
+	__u32 len;          /* bytes read into text */
+	__u64 conn;
+	__u64 full_len;     /* the query's length in the server */
+	char text[STMT_TEXT_MAX];
+};
+
+/* Index of `stmt_lost`. */
+enum stmt_lost_reason {
+	STMT_LOST_KEYS_FULL = 0,  /* stmt_stats full: a hit not tied to its statement */
+	STMT_LOST_TEXT_FULL = 1,  /* stmt_text full: a statement without text */
+	STMT_LOST_NO_THD = 2,     /* a connection's hit whose THD or query_id could not be read */
+	STMT_LOST_MAX = 3,
+};
+
 #endif

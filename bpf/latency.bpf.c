@@ -12,6 +12,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "innoprof.h"
 #include "maps.bpf.h"
 
@@ -432,6 +433,154 @@ static __always_inline __u32 role_of(void *ctx, __u32 tid)
 	return x.best;
 }
 
+/* Where a connection's THD is and what is read in it (see innoprof.h);
+ * `how` 0 leaves statements off. */
+const volatile struct thd_layout thd = {};
+/* The role id of client connections (only their hits have statements). */
+const volatile __u32 connection_role = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory follows statements seen */
+	__uint(max_entries, MAX_STMT_KEYS);
+	__type(key, struct stmt_key);
+	__type(value, struct stmt_val);
+} stmt_stats SEC(".maps");
+
+/* Per thread: the statement of its last hit, so that the text is read
+ * once per statement, not per hit. LRU for the reason `thread_role` is. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_THREADS);
+	__type(key, __u32);
+	__type(value, struct stmt_now);
+} stmt_now SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_STMT_TEXTS);
+	__type(key, __u64);
+	__type(value, struct stmt_text);
+} stmt_text SEC(".maps");
+
+/* The text is read here first (it does not fit the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stmt_text);
+} stmt_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STMT_LOST_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stmt_lost SEC(".maps");
+
+static __always_inline void stmt_lose(__u32 reason)
+{
+	__u64 *v = bpf_map_lookup_elem(&stmt_lost, &reason);
+
+	if (v)
+		(*v)++;
+}
+
+/* The thread's THD: a TLS variable (`current_thd`, `THR_THD`) at a fixed
+ * offset from the thread pointer, or a pthread key's value (glibc's
+ * `pthread_getspecific`, its layout from libc's own `_thread_db_*`
+ * descriptors). The thread pointer (fsbase) is read through CO-RE, the
+ * only field of the kernel's structs these programs read. */
+static __always_inline __u64 current_thd(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase), block = 0, p = 0;
+
+	if (!fsbase)
+		return 0;
+	if (thd.how == 1) {
+		bpf_probe_read_user(&p, sizeof(p), (void *)(fsbase + thd.tls_off));
+		return p;
+	}
+	if (thd.how == 2) {
+		if (bpf_probe_read_user(&block, sizeof(block), (void *)(fsbase + thd.key_block_off)) ||
+		    !block)
+			return 0;
+		bpf_probe_read_user(&p, sizeof(p), (void *)(block + thd.key_data_off));
+		return p;
+	}
+	return 0;
+}
+
+/* A statement's text, conn id and thread, read at its first hit. */
+static __always_inline void read_statement(__u64 thd_ptr, __u64 query_id, __u32 tid)
+{
+	struct stmt_text *t;
+	__u32 zero = 0;
+	__u64 str = 0, len = 0, n;
+	long err;
+
+	t = bpf_map_lookup_elem(&stmt_scratch, &zero);
+	if (!t)
+		return;
+	t->tid = tid;
+	t->conn = 0;
+	t->len = 0;
+	bpf_probe_read_user(&t->conn, thd.conn_size == 4 ? 4 : 8, (void *)(thd_ptr + thd.conn_off));
+	bpf_probe_read_user(&str, sizeof(str), (void *)(thd_ptr + thd.query_off));
+	bpf_probe_read_user(&len, sizeof(len), (void *)(thd_ptr + thd.query_len_off));
+	t->full_len = len;
+	n = len < STMT_TEXT_MAX ? len : STMT_TEXT_MAX;
+	if (str && n > 0 && n <= STMT_TEXT_MAX && !bpf_probe_read_user(t->text, n, (void *)str))
+		t->len = n;
+	err = bpf_map_update_elem(&stmt_text, &query_id, t, BPF_NOEXIST);
+	if (err && err != -EEXIST)
+		stmt_lose(STMT_LOST_TEXT_FULL);
+}
+
+/* The statement a connection's hit belongs to (its query_id), its text
+ * read when the thread is on a statement not seen before; 0: none. */
+static __always_inline __u64 statement_of(__u32 tid, __u32 role)
+{
+	struct stmt_now now = {}, *last;
+	__u64 thd_ptr;
+
+	if (!thd.how || role != connection_role)
+		return 0;
+	thd_ptr = current_thd();
+	if (!thd_ptr ||
+	    bpf_probe_read_user(&now.query_id, sizeof(now.query_id), (void *)(thd_ptr + thd.query_id_off)) ||
+	    !now.query_id) {
+		stmt_lose(STMT_LOST_NO_THD);
+		return 0;
+	}
+	now.thd = thd_ptr;
+	last = bpf_map_lookup_elem(&stmt_now, &tid);
+	if (last && last->thd == now.thd && last->query_id == now.query_id)
+		return now.query_id;
+	read_statement(thd_ptr, now.query_id, tid);
+	bpf_map_update_elem(&stmt_now, &tid, &now, BPF_ANY);
+	return now.query_id;
+}
+
+static __always_inline void add_statement(__u64 slot, __u64 query_id, __u64 wait_ns)
+{
+	struct stmt_key key = { .query_id = query_id, .slot = (__u32)slot };
+	struct stmt_val zero = {};
+	struct stmt_val *val;
+
+	if (!query_id)
+		return;
+	val = lookup_or_init(&stmt_stats, &key, &zero);
+	if (!val) {
+		stmt_lose(STMT_LOST_KEYS_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&val->calls, 1);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+}
+
 /* Adds a hit to its (slot, thread) counter. */
 static __always_inline void add_thread(__u64 pid_tgid, __u64 slot, __u64 wait_ns)
 {
@@ -621,6 +770,7 @@ int lat_return(struct pt_regs *ctx)
 	add_stats(key.slot, delta, true);
 	add_thread(pid_tgid, key.slot, delta);
 	role = role_of(ctx, (__u32)pid_tgid);
+	add_statement(key.slot, statement_of((__u32)pid_tgid, role), delta);
 	add_site(key.slot, site, role, delta);
 	add_stack(ctx, key.slot, site, role, delta);
 	return 0;
@@ -641,6 +791,7 @@ int count_hit(struct pt_regs *ctx)
 	add_stats(COOKIE_SLOT(cookie), 0, false);
 	add_thread(pid_tgid, COOKIE_SLOT(cookie), 0);
 	role = role_of(ctx, (__u32)pid_tgid);
+	add_statement(COOKIE_SLOT(cookie), statement_of((__u32)pid_tgid, role), 0);
 	add_site(COOKIE_SLOT(cookie), site, role, 0);
 	add_stack(ctx, COOKIE_SLOT(cookie), site, role, 0);
 	return 0;

@@ -196,6 +196,11 @@ struct RecordArgs {
     /// Saves most of innoprof's CPU at the end. Kernel frames are still named here.
     #[arg(long, conflicts_with = "follow")]
     no_symbolize: bool,
+    /// Keep one raw text of each statement (cut to 512 bytes, literals and all) in the
+    /// bundle's `who` table. Without it only fingerprints are kept (literals as `?`), since
+    /// bundles are attached to tickets and literals may be data.
+    #[arg(long)]
+    statement_text: bool,
     #[command(flatten)]
     limits: limit_args::LimitArgs,
     #[command(flatten)]
@@ -372,7 +377,8 @@ async fn record(args: RecordArgs) -> Result<ExitCode> {
     .cpu((!args.no_cpu).then(|| args.cpu.options()))
     .limits(args.limits.limits())
     .recalibrate(args.recalibrate)
-    .symbolize(!args.no_symbolize);
+    .symbolize(!args.no_symbolize)
+    .statement_text(args.statement_text);
     // Signal handlers first: a Ctrl-C during attach must still detach.
     let mut signals = Signals::install()?;
     // --follow knows the server again by its datadir (its working directory).

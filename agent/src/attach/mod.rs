@@ -259,6 +259,8 @@ pub struct SessionOptions {
     /// The target's thread-role marker functions (`thread_role`); empty:
     /// every thread's role is unknown.
     pub role_ranges: Vec<crate::bpf::abi::RoleRange>,
+    /// Where connections' THDs are (`plan::thd`); `how` 0: statements off.
+    pub thd: crate::bpf::abi::ThdLayout,
 }
 
 /// The shipped stack interval: at most 1,000 stacks a second per probe and
@@ -1024,6 +1026,12 @@ fn load_object(
                 &opts.stack_interval_ns.to_ne_bytes(),
             )?;
             write_rodata(data, bpf::globals::STACK_SEED, &random_u64().to_ne_bytes())?;
+            write_rodata(data, bpf::globals::THD, bytemuck::bytes_of(&opts.thd))?;
+            write_rodata(
+                data,
+                bpf::globals::CONNECTION_ROLE,
+                &crate::plan::thread_role::connection_role_id().to_ne_bytes(),
+            )?;
             continue;
         }
         let size = match name.as_str() {

@@ -258,6 +258,58 @@ pub struct RoleRange {
 }
 mirrors_role_range!(RoleRange);
 
+/// Where a connection's THD is and what is read in it (`thd` in the
+/// latency object's rodata; see `plan::thd`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ThdLayout {
+    /// 0: statements off, 1: static TLS, 2: pthread key.
+    pub how: u32,
+    pub conn_size: u32,
+    pub tls_off: i64,
+    pub key_block_off: u64,
+    pub key_data_off: u64,
+    pub conn_off: u64,
+    pub query_id_off: u64,
+    pub query_off: u64,
+    pub query_len_off: u64,
+}
+mirrors_thd_layout!(ThdLayout);
+
+/// A (statement, slot) pair counted apart in `stmt_stats`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StmtKey {
+    /// The server's `query_id` of the statement.
+    pub query_id: u64,
+    pub slot: u32,
+    pub pad: u32,
+}
+mirrors_stmt_key!(StmtKey);
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StmtVal {
+    pub calls: u64,
+    pub wait_ns: u64,
+}
+mirrors_stmt_val!(StmtVal);
+
+/// Bytes of a statement's text the probe reads (`STMT_TEXT_MAX`).
+pub const STMT_TEXT_MAX: usize = defines::STMT_TEXT_MAX as usize;
+
+/// A statement as read at its first hit: thread, connection, text.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StmtText {
+    pub tid: u32,
+    pub len: u32,
+    pub conn: u64,
+    pub full_len: u64,
+    pub text: [u8; STMT_TEXT_MAX],
+}
+mirrors_stmt_text!(StmtText);
+
 /// A map value or key read back from the kernel's bytes (None when the
 /// size is not the struct's).
 /// A `comm` as BPF's `bpf_get_current_comm` fills it (NUL-padded) as a

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey, StackVal,
-    ThreadKey, ThreadVal, DROP_REASONS,
+    StmtKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
 };
 use crate::plan::catalog::Measure;
 
@@ -188,7 +188,7 @@ fn for_each_percpu_value(
     let mut keys = vec![0u8; n * 4];
     let mut values = vec![0u8; n * cpus * stride];
     let mut out_batch = [0u8; 8];
-    let (count, errno) = lookup_batch(map, None, &mut out_batch, &mut keys, &mut values, n);
+    let (count, errno) = lookup_batch(map, None, &mut out_batch, &mut keys, &mut values, n, false);
     // ENOENT: the batch reached the end of the array (all of it read).
     if errno != 0 && errno != libc::ENOENT {
         return Err(libbpf_rs::Error::from(std::io::Error::from_raw_os_error(
@@ -325,7 +325,7 @@ pub(crate) fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
     name: &'static str,
 ) -> Result<Vec<(K, V)>, CollectError> {
     let m = map(obj, name)?;
-    if let Some(out) = read_hash_batched(&m, name)? {
+    if let Some(out) = read_hash_batched(&m, name, false)? {
         return Ok(out);
     }
     let mut out = Vec::new();
@@ -349,6 +349,7 @@ pub(crate) fn read_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
 fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
     map: &impl MapCore,
     name: &'static str,
+    delete: bool,
 ) -> Result<Option<Vec<(K, V)>>, CollectError> {
     use libbpf_rs::MapType;
     if !matches!(map.map_type(), MapType::Hash | MapType::LruHash) {
@@ -374,6 +375,7 @@ fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
             &mut keys,
             &mut values,
             chunk,
+            delete,
         );
         match errno {
             0 | libc::ENOENT => {}
@@ -408,6 +410,76 @@ fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
     }
 }
 
+/// Every (key, value) of a hash map, each deleted as it is read (a
+/// BPF_MAP_LOOKUP_AND_DELETE_BATCH; key by key where the kernel has none).
+/// A hit that updates an entry as it is taken may be lost with it.
+pub(crate) fn take_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
+    obj: &Object,
+    name: &'static str,
+) -> Result<Vec<(K, V)>, CollectError> {
+    let m = map(obj, name)?;
+    if let Some(out) = read_hash_batched(&m, name, true)? {
+        return Ok(out);
+    }
+    let out: Vec<(K, V)> = read_hash(obj, name)?;
+    for (k, _) in &out {
+        let _ = m.delete(bytemuck::bytes_of(k));
+    }
+    Ok(out)
+}
+
+/// The statements' rows taken out of their maps (`stmt_stats`,
+/// `stmt_text`), and the hits lost per [`StmtLost`] reason so far.
+pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError> {
+    let obj = session.object();
+    let stats = take_hash::<StmtKey, StmtVal>(obj, bpf::maps::STMT_STATS)?
+        .into_iter()
+        .map(|(k, v)| (k.query_id, SlotId::from_kernel(u64::from(k.slot)), v))
+        .collect();
+    let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
+    let lost_map = map(obj, bpf::maps::STMT_LOST)?;
+    let mut lost = [0u64; 3];
+    for (i, total) in lost.iter_mut().enumerate() {
+        *total = lost_map
+            .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(read_err(bpf::maps::STMT_LOST))?
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|v| from_bytes::<u64>(v))
+            .sum();
+    }
+    Ok(StatementRows {
+        stats,
+        texts,
+        lost: StmtLost {
+            keys_full: lost[0],
+            text_full: lost[1],
+            no_thd: lost[2],
+        },
+    })
+}
+
+/// What [`take_statements`] took.
+#[derive(Debug, Default)]
+pub struct StatementRows {
+    /// Per (query_id, slot): the hits of that statement on that probe.
+    pub stats: Vec<(u64, SlotId, StmtVal)>,
+    /// Per query_id: its text, connection and thread, as read at its first hit.
+    pub texts: Vec<(u64, StmtText)>,
+    pub lost: StmtLost,
+}
+
+/// Connection hits not tied to a statement, since the start (totals).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StmtLost {
+    /// `stmt_stats` was full.
+    pub keys_full: u64,
+    /// `stmt_text` was full (the statement is counted, its text unknown).
+    pub text_full: u64,
+    /// The THD or its query_id could not be read.
+    pub no_thd: u64,
+}
+
 /// One BPF_MAP_LOOKUP_BATCH of at most `max` entries into `keys` and
 /// `values` (each at least `max` entries of the map's key and value
 /// size), from the position `in_batch` (None: the start), the next one
@@ -420,6 +492,7 @@ fn lookup_batch(
     keys: &mut [u8],
     values: &mut [u8],
     max: usize,
+    delete: bool,
 ) -> (usize, i32) {
     let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
@@ -435,8 +508,13 @@ fn lookup_batch(
     // value sizes (checked above; per-CPU values are the caller's to
     // size), the batch buffers the kernel's position token; the kernel
     // writes no more than `count` entries.
+    let batch = if delete {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_and_delete_batch
+    } else {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_batch
+    };
     let ret = unsafe {
-        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+        batch(
             std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map)),
             in_batch.map_or(std::ptr::null_mut(), |b| b.as_mut_ptr().cast()),
             out_batch.as_mut_ptr().cast(),

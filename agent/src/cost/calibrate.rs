@@ -253,6 +253,7 @@ pub fn calibrate(capture_stacks: bool) -> Result<HitCost, CalibrateError> {
         limits: Default::default(),
         // Each hit still looks its thread's role up (and finds none).
         role_ranges: Vec::new(),
+        thd: Default::default(),
     };
     type Calib = unsafe extern "C" fn(u64) -> u64;
     // Three probed variants, not four: single-stepping the first

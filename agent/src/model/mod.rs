@@ -9,3 +9,4 @@ pub mod server_state;
 pub mod summary;
 pub mod timeseries;
 pub mod top_symbols;
+pub mod who;

@@ -6,6 +6,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// One client connection as the processlist shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Connection {
+    /// The processlist id (`KILL` takes it).
+    pub id: u64,
+    pub user: Option<String>,
+    pub host: Option<String>,
+    pub db: Option<String>,
+}
+
 /// One transaction, oldest first: information_schema.innodb_trx joined
 /// with the processlist, and whether InnoDB's status shows a read view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -74,6 +84,11 @@ pub struct Snapshot {
     pub status: BTreeMap<String, u64>,
     pub history_list_length: Option<u64>,
     pub transactions: Vec<Transaction>,
+    /// The client connections (information_schema.PROCESSLIST), to name
+    /// the users behind the statements the probes saw; empty in bundles
+    /// older than it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<Connection>,
     pub no_pk_tables: Vec<NoPkTable>,
     pub performance_schema: Option<PerfSchemaState>,
     pub errors: Vec<QueryError>,

@@ -53,6 +53,10 @@ pub struct Summary {
     /// `--no-server-state`, and in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_state: Option<crate::model::server_state::ServerState>,
+    /// The statements and client connections behind the probes' hits;
+    /// absent where no probe ran, and in recordings made before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub who: Option<crate::model::who::Who>,
     /// With `record --follow`: one per server process watched, oldest
     /// first; the time between two is a gap nothing watched (the server
     /// restarting). Counts are of the segments' seconds only.

@@ -336,7 +336,8 @@ fn location_address(unit: &Unit<'_>, value: Option<AttributeValue<Reader<'_>>>) 
 }
 
 /// What a type is once typedefs, cv-qualifiers and `_Atomic` are peeled.
-enum Shape {
+#[derive(Debug)]
+pub(super) enum Shape {
     Pointer(Option<UnitOffset>),
     Aggregate(UnitOffset),
     Integer {
@@ -380,7 +381,7 @@ fn array_len(unit: &Unit<'_>, array: UnitOffset) -> Result<Option<u64>, gimli::E
     Ok(len)
 }
 
-fn shape(
+pub(super) fn shape(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     unit: &Unit<'_>,
     ty: UnitOffset,
@@ -600,7 +601,7 @@ fn walk(
 /// A named member of a struct: its own first, then in its base classes and
 /// anonymous structs/unions (whose members C++ names as the outer's).
 /// Offset from the struct's start, and the member's type.
-fn find_member(
+pub(super) fn find_member(
     dwarf: &gimli::Dwarf<Reader<'_>>,
     unit: &Unit<'_>,
     aggregate: UnitOffset,

@@ -83,12 +83,52 @@ pub fn find_latch_layout(
     id_type: &str,
     created: Option<(&str, &str)>,
 ) -> Result<LatchLayout, LatchError> {
+    let mut layout = LatchLayout::default();
+    for_each_param_struct(image, addresses, arg, |dwarf, unit, low_pc, object| {
+        if layout.fields.contains_key(&low_pc) || layout.created.contains_key(&low_pc) {
+            return Ok(true);
+        }
+        if !id_type.is_empty() {
+            if let Some((field, enum_die)) = find_member(dwarf, unit, object, id_type, 0, 0)? {
+                layout.fields.insert(low_pc, field);
+                if layout.names.is_empty() {
+                    layout.names = enumerators(dwarf, unit, enum_die)?;
+                }
+            }
+        }
+        if let Some((file_member, line_member)) = created {
+            let file = named_member(dwarf, unit, object, file_member, 0, 0)?;
+            let line = named_member(dwarf, unit, object, line_member, 0, 0)?;
+            if let (Some(file), Some(line)) = (file, line) {
+                if let Some(field) = created_field(file, line) {
+                    layout.created.insert(low_pc, field);
+                }
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(layout)
+}
+
+/// Calls `each` with the struct the `arg`-th (1-based, `this` included)
+/// parameter of each function at `addresses` points to, in the unit that
+/// defines the function (where the struct is complete). `each` returns
+/// whether to go on.
+pub(super) fn for_each_param_struct(
+    image: &ElfImage,
+    addresses: &[u64],
+    arg: u8,
+    mut each: impl FnMut(
+        &gimli::Dwarf<Reader<'_>>,
+        &Unit<'_>,
+        u64,
+        UnitOffset,
+    ) -> Result<bool, gimli::Error>,
+) -> Result<(), LatchError> {
     let dwarf = crate::resolve::dwarf::load(image.dwarf_data())?.ok_or(LatchError::NoDebugInfo)?;
     // Usually a few units (from `.debug_aranges`); every one without it.
     let mut trim = Trim::new(image);
-
     let wanted: HashSet<u64> = addresses.iter().copied().collect();
-    let mut layout = LatchLayout::default();
     let units = units_covering(&dwarf, &wanted)?;
     let mut headers = dwarf.units();
     while let Some(header) = headers.next()? {
@@ -110,10 +150,7 @@ pub fn find_latch_layout(
             let Some(AttributeValue::Addr(low_pc)) = entry.attr_value(gimli::DW_AT_low_pc) else {
                 continue;
             };
-            if !wanted.contains(&low_pc)
-                || layout.fields.contains_key(&low_pc)
-                || layout.created.contains_key(&low_pc)
-            {
+            if !wanted.contains(&low_pc) {
                 continue;
             }
             let Some(param_type) = nth_param_type(&unit, entry.offset(), arg, 0)? else {
@@ -122,27 +159,12 @@ pub fn find_latch_layout(
             let Some(object) = pointee_struct(&unit, param_type)? else {
                 continue;
             };
-            if !id_type.is_empty() {
-                if let Some((field, enum_die)) = find_member(&dwarf, &unit, object, id_type, 0, 0)?
-                {
-                    layout.fields.insert(low_pc, field);
-                    if layout.names.is_empty() {
-                        layout.names = enumerators(&dwarf, &unit, enum_die)?;
-                    }
-                }
-            }
-            if let Some((file_member, line_member)) = created {
-                let file = named_member(&dwarf, &unit, object, file_member, 0, 0)?;
-                let line = named_member(&dwarf, &unit, object, line_member, 0, 0)?;
-                if let (Some(file), Some(line)) = (file, line) {
-                    if let Some(field) = created_field(file, line) {
-                        layout.created.insert(low_pc, field);
-                    }
-                }
+            if !each(&dwarf, &unit, low_pc, object)? {
+                return Ok(());
             }
         }
     }
-    Ok(layout)
+    Ok(())
 }
 
 /// Offsets of the units whose address ranges hold a wanted address, from

@@ -1,7 +1,7 @@
 //! What to probe and where: the server and its catalog, the probe set a
 //! request resolves to (symbols, latches, call sites, in-memory counters),
 //! the kept plan of an earlier recording, the links it needs, and the
-//! thread roles' code ranges.
+//! thread roles' code ranges, and where a connection's THD is.
 
 pub mod catalog;
 pub mod counter;
@@ -12,4 +12,5 @@ pub mod links;
 pub mod memcounters;
 pub mod probeset;
 pub mod server;
+pub mod thd;
 pub mod thread_role;

@@ -206,6 +206,15 @@ pub fn role(id: u32) -> (&'static str, RoleKind) {
     }
 }
 
+/// The role id (1-based, as `marker_ranges` numbers them) of client
+/// connections: only their hits belong to statements.
+pub fn connection_role_id() -> u32 {
+    ROLES
+        .iter()
+        .position(|r| r.kind == RoleKind::Connection)
+        .map_or(0, |i| i as u32 + 1)
+}
+
 /// The marker functions of `image` as address ranges in the target
 /// (`bias` added: the load bias of a position-independent binary), each
 /// with its role id, at most [`MAX_ROLE_RANGES`] (the first roles kept).

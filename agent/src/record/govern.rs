@@ -47,6 +47,7 @@ impl Recorder {
             }
         }
         self.fold_exited_threads_now();
+        self.drain_statements_now(false);
         if let (Some(t), Some(session)) = (self.bench_toggle.as_mut(), self.session.as_mut()) {
             if let Some(on) = t.due(Instant::now()) {
                 let all: Vec<SlotId> = session.attached_slots().map(|(i, _)| i).collect();

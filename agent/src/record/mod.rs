@@ -13,6 +13,7 @@ pub mod recording_plan;
 pub mod results;
 pub mod segments;
 pub mod stack_window;
+pub mod statements;
 
 pub use options::{RecordError, RecordOptions, StackCapture};
 pub use recorder::Recorder;

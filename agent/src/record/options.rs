@@ -65,6 +65,9 @@ pub struct RecordOptions {
     /// Name user frames at the end (false: `record --no-symbolize`, named
     /// later from the raw addresses by `innoprof report`).
     pub symbolize: bool,
+    /// Keep one raw text per statement fingerprint in the bundle
+    /// (`--statement-text`); otherwise fingerprints only (no literal).
+    pub statement_text: bool,
 }
 
 impl RecordOptions {
@@ -94,6 +97,15 @@ impl RecordOptions {
             calibrator,
             trust,
             symbolize: true,
+            statement_text: false,
+        }
+    }
+
+    /// Whether statements keep a raw text sample (`--statement-text`).
+    pub fn statement_text(self, statement_text: bool) -> Self {
+        Self {
+            statement_text,
+            ..self
         }
     }
 

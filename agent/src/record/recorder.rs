@@ -21,6 +21,7 @@ use crate::record::recording::Recording;
 use crate::record::recording_plan::RecordingPlan;
 use crate::record::results;
 use crate::record::results::{probe_slots, Finished};
+use crate::record::statements::StatementBook;
 use crate::symbolize::ProcessMaps;
 use crate::target::own_usage::{debug_phase, own_cpu_time};
 use crate::target::Target;
@@ -90,7 +91,14 @@ pub struct Recorder {
     /// role), the calls and wait of threads that exited, taken out of the
     /// per-thread map; and when that was last done.
     pub(super) exited_threads: Option<(ExitedThreads, Instant)>,
+    /// The statements behind the hits, drained from the maps every
+    /// [`DRAIN_STATEMENTS_EVERY`]; None when statements are not read.
+    pub(super) statements: Option<(StatementBook, Instant)>,
 }
+
+/// How often the statement maps are drained into the book: they fill
+/// with every statement that hits a probe (thousands a second).
+pub const DRAIN_STATEMENTS_EVERY: Duration = Duration::from_secs(1);
 
 impl Recorder {
     pub fn start(mut plan: RecordingPlan, stacks: StackCapture) -> Result<Self, RecordError> {
@@ -123,6 +131,7 @@ impl Recorder {
             stack_interval_ns: plan.stack_interval_ns(),
             limits: plan.limits,
             role_ranges: plan.role_ranges(),
+            thd: plan.thd.as_ref().copied().unwrap_or_default(),
         };
         // RecordingPlan::build let an all-unresolved set through only for a CPU profile.
         let any_symbol = plan.probes.iter().any(|p| !p.resolution.symbols.is_empty());
@@ -168,6 +177,8 @@ impl Recorder {
             None => crate::cost::bench_toggle::Toggle::from_env(started),
             Some(_) => None,
         };
+        let statements = (plan.thd.is_ok() && session.is_some())
+            .then(|| (StatementBook::new(plan.statement_text), started));
         Ok(Self {
             plan,
             session,
@@ -195,6 +206,7 @@ impl Recorder {
             aux,
             host,
             exited_threads: None,
+            statements,
         })
     }
 
@@ -355,6 +367,53 @@ impl Recorder {
         }
     }
 
+    /// Drains the statement maps into the book, when due (`force`: now).
+    pub(super) fn drain_statements_now(&mut self, force: bool) {
+        let (Some((book, last)), Some(session)) =
+            (self.statements.as_mut(), self.session.as_ref())
+        else {
+            return;
+        };
+        if !force && last.elapsed() < DRAIN_STATEMENTS_EVERY {
+            return;
+        }
+        *last = Instant::now();
+        if let Ok(rows) = crate::collect::take_statements(session) {
+            book.add(rows);
+        }
+    }
+
+    /// The statements as they stand, for the summary's `who`.
+    fn who(&self) -> crate::model::who::Who {
+        let how = match &self.plan.thd {
+            Ok(l) => crate::plan::thd::describe(l),
+            Err(why) => {
+                return crate::model::who::Who {
+                    how: format!("statements not attributed: {why}"),
+                    ..Default::default()
+                }
+            }
+        };
+        let Some((book, _)) = &self.statements else {
+            return crate::model::who::Who {
+                how: "statements not attributed: no probe attached".into(),
+                ..Default::default()
+            };
+        };
+        let probe_of: HashMap<SlotId, String> = self
+            .plan
+            .probes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                probe_slots(self.session.as_ref(), i)
+                    .into_iter()
+                    .map(move |(slot, _)| (slot, p.spec.name.clone()))
+            })
+            .collect();
+        book.result(how, &probe_of)
+    }
+
     /// Detaches the uprobes now (`finish` would), so a last read of the
     /// counters sees the final totals `finish` reports.
     /// The plan, once the recorder is done with (its probes detach as the
@@ -454,6 +513,8 @@ impl Recorder {
             session.detach();
         }
         debug_phase("after detach");
+        self.drain_statements_now(true);
+        let who = self.session.is_some().then(|| self.who());
         let snapshot = match &self.session {
             Some(session) => crate::collect::read(session),
             None => Ok(collect::MapsSnapshot::default()),
@@ -512,6 +573,7 @@ impl Recorder {
             end_reason,
         })?;
         recording.host = Some(self.host.clone().ended());
+        recording.summary.who = who;
         Ok(recording)
     }
 }

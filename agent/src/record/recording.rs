@@ -33,6 +33,16 @@ impl Recording {
                     .push((crate::model::files::innodb_status_file(when), text.clone()));
             }
         }
+        if let Some(who) = self.summary.who.as_mut() {
+            let conns: std::collections::HashMap<u64, crate::model::server_state::Connection> =
+                [&state.start, &state.end]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|s| s.connections.iter())
+                    .map(|c| (c.id, c.clone()))
+                    .collect();
+            who.name_users(&conns);
+        }
         self.summary.server_state = Some(state);
         self.summary.findings = crate::findings::evaluate(&self.summary);
     }

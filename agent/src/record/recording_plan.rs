@@ -15,7 +15,7 @@ use crate::plan::server::ServerInfo;
 use crate::resolve::debuginfo::{find_debug_info, DebugFile, DebugOrigin};
 use crate::resolve::ElfImage;
 use crate::symbolize::{ProcessMaps, StackSymbolizer};
-use crate::target::own_usage::own_cpu_time;
+use crate::target::own_usage::{debug_phase, own_cpu_time};
 use crate::target::privileges::{self};
 use crate::target::Target;
 
@@ -42,6 +42,10 @@ pub struct RecordingPlan {
     /// Whether user frames are named at the end (`record --no-symbolize`:
     /// not; `innoprof report` names them from the raw addresses).
     pub symbolize: bool,
+    /// Whether statements keep a raw text (`--statement-text`).
+    pub statement_text: bool,
+    /// Where connections' THDs are, to tie hits to statements; or why not.
+    pub thd: Result<crate::bpf::abi::ThdLayout, String>,
     /// innoprof's CPU time when planning began: what the recording costs
     /// innoprof counts from here (resolution and calibration included).
     pub(super) cpu_at_plan: Duration,
@@ -145,7 +149,10 @@ impl RecordingPlan {
             probes,
             counters,
         } = set;
+        let thd = plan_thd(&target, &image);
         Ok(Self {
+            thd,
+            statement_text: opts.statement_text,
             target,
             image,
             debug_origin,
@@ -183,6 +190,7 @@ impl RecordingPlan {
         let target = Target::open(opts.pid, opts.force, &opts.trust)?;
         match earlier.take().filter(|e| e.image.is_file(&target.binary)) {
             Some(earlier) => Ok(Self {
+                thd: plan_thd(&target, &earlier.image),
                 target,
                 cpu_at_plan: own_cpu_time(),
                 calibration: Some(spawn_calibration(opts)),
@@ -191,6 +199,14 @@ impl RecordingPlan {
             None => Self::resolve(opts, target),
         }
     }
+}
+
+/// Where `target`'s connections keep their THD, or why it is unknown.
+fn plan_thd(target: &Target, image: &ElfImage) -> Result<crate::bpf::abi::ThdLayout, String> {
+    let started = std::time::Instant::now();
+    let thd = crate::plan::thd::plan_thd(target.pid, image).map_err(|e| crate::error_chain(&e));
+    debug_phase(&format!("THD planned in {:?}", started.elapsed()));
+    thd
 }
 
 /// Calibration probes only innoprof itself (or a child innoprof); it runs

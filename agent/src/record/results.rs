@@ -657,6 +657,8 @@ pub(crate) fn bare_summary(
     end_reason: EndReason,
 ) -> Summary {
     Summary {
+        // Filled by the recorder, which holds the statements.
+        who: None,
         format_version: crate::model::files::FORMAT_VERSION,
         tool: "innoprof".to_string(),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),

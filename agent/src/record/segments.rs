@@ -76,6 +76,9 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     let server_state = merge_server_state(sa, sb);
 
     let summary = Summary {
+        // Statements are per process (query ids, connections): each
+        // segment's are not summed; the latest segment's stand.
+        who: sb.who.clone(),
         format_version: sb.format_version,
         tool: sb.tool.clone(),
         tool_version: sb.tool_version.clone(),

@@ -402,6 +402,11 @@ impl ElfImage {
         symbols
     }
 
+    /// The binary itself (its program headers: a debug file's may not be whole).
+    pub fn binary_data(&self) -> &[u8] {
+        self.data.bytes()
+    }
+
     /// The file holding DWARF: the debug file if one is in use.
     pub fn dwarf_data(&self) -> &[u8] {
         self.debug_data.as_ref().unwrap_or(&self.data).bytes()

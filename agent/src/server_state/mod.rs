@@ -28,6 +28,8 @@ pub use connect::{connect, ConnectError, SqlSession, StateSource, QUERY_TIMEOUT}
 pub const SNAPSHOT_BUDGET: Duration = Duration::from_secs(6);
 /// The oldest transactions kept per snapshot.
 const MAX_TRANSACTIONS: usize = 20;
+/// Connections listed per snapshot (to name statements' users).
+const MAX_CONNECTIONS: usize = 5000;
 /// Statement text kept per transaction.
 const MAX_QUERY_CHARS: usize = 1024;
 /// SHOW ENGINE INNODB STATUS kept per snapshot (the server caps it near
@@ -293,6 +295,7 @@ impl StateCapture {
         sql.status(&mut snap);
         let read_views = sql.innodb_status(&mut snap);
         sql.transactions(&mut snap, self.own_id, &read_views);
+        sql.connections(&mut snap, self.own_id);
         sql.no_pk_tables(&mut snap);
         sql.performance_schema(&mut snap);
         snap.took_ms = began.elapsed().as_secs_f64() * 1e3;
@@ -425,6 +428,33 @@ impl Budgeted<'_> {
                         query: cell(r, 12),
                         read_view: connection.is_some_and(|c| read_views.contains(&c)),
                     }
+                })
+                .collect();
+        }
+    }
+
+    /// The client connections but our own, up to [`MAX_CONNECTIONS`]
+    /// (the busiest servers' thousands are cut, and said).
+    fn connections(&mut self, snap: &mut Snapshot, own_id: Option<u64>) {
+        let own = own_id.map(|id| format!("AND ID <> {id}")).unwrap_or_default();
+        if let Some(rows) = self.run(
+            "connections",
+            &format!(
+                "SELECT ID, LEFT(USER, 80), LEFT(HOST, 80), LEFT(DB, 80) \
+                 FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Daemon' {own} \
+                 ORDER BY ID LIMIT {MAX_CONNECTIONS}"
+            ),
+            snap,
+        ) {
+            snap.connections = rows
+                .iter()
+                .filter_map(|r| {
+                    Some(crate::model::server_state::Connection {
+                        id: num(r, 0)?,
+                        user: cell(r, 1),
+                        host: cell(r, 2),
+                        db: cell(r, 3),
+                    })
                 })
                 .collect();
         }

@@ -1,0 +1,396 @@
+//! Where a connection thread's THD is, and what the probes read in it to
+//! tie a hit to its connection and statement.
+//!
+//! A hit runs on the thread that made it, so the statement is the one the
+//! thread's THD holds at that instant. Servers keep the THD in the thread:
+//!
+//! - a static TLS variable (`current_thd` in MySQL 8.0, `THR_THD` in
+//!   MariaDB 10.4+): at a fixed offset from the thread pointer (x86-64
+//!   TLS variant II: the executable's block ends at the thread pointer);
+//! - a pthread key (`THR_THD` in MySQL 5.6 and MariaDB 10.2): glibc's
+//!   `pthread_getspecific`, whose layout glibc itself publishes for
+//!   debuggers (`_thread_db_pthread_specific`, ... in libc's `.dynsym`, as
+//!   libthread_db reads them), so no offset of glibc's is assumed.
+//!
+//! The THD members (connection id, `query_id`, the query text) come from
+//! DWARF, through the type of `do_command`'s parameter. Without DWARF, the
+//! statements are not attributed, and the reason says so.
+
+use object::read::elf::ProgramHeader as _;
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+use super::counter::{find_member, shape, CounterError, Shape};
+use super::latch::{for_each_param_struct, LatchError};
+use crate::bpf::abi::ThdLayout;
+use crate::resolve::ElfImage;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ThdError {
+    #[error("the binary has no DWARF debug info: the THD's layout needs it")]
+    NoDebugInfo,
+    #[error("no `do_command(THD*)` in the symbol table")]
+    NoDoCommand,
+    #[error("`do_command`'s THD type has no DWARF members here")]
+    NoThdType,
+    #[error("THD has no {0} member in this build")]
+    NoMember(&'static str),
+    #[error("no `current_thd`/`THR_THD` in the symbol table: cannot find a thread's THD")]
+    NoThdVariable,
+    #[error("the executable has no TLS segment")]
+    NoTls,
+    #[error("the target maps no libc (needed to read the THD's pthread key)")]
+    NoLibc,
+    #[error("libc has no `{0}` descriptor (glibc's libthread_db layout)")]
+    NoLibcDescriptor(&'static str),
+    #[error("reading the target: {0}")]
+    Target(String),
+    #[error("the pthread key {0} is out of glibc's range")]
+    BadKey(u32),
+    #[error("reading DWARF")]
+    Dwarf(#[source] gimli::Error),
+    #[error("parsing an ELF file")]
+    Object(#[from] object::Error),
+}
+
+impl From<LatchError> for ThdError {
+    fn from(e: LatchError) -> Self {
+        match e {
+            LatchError::NoDebugInfo => Self::NoDebugInfo,
+            LatchError::Dwarf(e) => Self::Dwarf(e),
+            LatchError::Object(e) => Self::Object(e),
+        }
+    }
+}
+
+impl From<CounterError> for ThdError {
+    fn from(e: CounterError) -> Self {
+        match e {
+            CounterError::Dwarf(e) => Self::Dwarf(e),
+            CounterError::Object(e) => Self::Object(e),
+            _ => Self::NoThdType,
+        }
+    }
+}
+
+/// The THD members a hit reads, as offsets from the THD's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Members {
+    conn_off: u64,
+    conn_size: u32,
+    query_id_off: u64,
+    query_off: u64,
+    query_len_off: u64,
+}
+
+/// What the probes read to tie a connection's hit to its statement, for
+/// the target `pid` running `image`; or why they cannot.
+pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
+    let members = thd_members(image)?;
+    let mut layout = ThdLayout {
+        conn_off: members.conn_off,
+        conn_size: members.conn_size,
+        query_id_off: members.query_id_off,
+        query_off: members.query_off,
+        query_len_off: members.query_len_off,
+        ..ThdLayout::default()
+    };
+    match thd_variable(image)? {
+        ThdVariable::Tls { offset } => {
+            layout.how = 1;
+            layout.tls_off = tls_offset(image.binary_data(), offset)?;
+        }
+        ThdVariable::Key { address } => {
+            let bias = if image.position_independent {
+                super::memcounters::load_bias(pid, image).map_err(ThdError::Target)?
+            } else {
+                0
+            };
+            let key = read_u32(pid, address.wrapping_add(bias))?;
+            let glibc = glibc_specific(pid)?;
+            // glibc: keys below PTHREAD_KEYS_MAX, in blocks of
+            // PTHREAD_KEY_2NDLEVEL_SIZE (the descriptor's element count).
+            if key >= glibc.level2_len * glibc.level1_len {
+                return Err(ThdError::BadKey(key));
+            }
+            layout.how = 2;
+            layout.key_block_off = glibc.specific_off + u64::from(key / glibc.level2_len) * 8;
+            layout.key_data_off =
+                u64::from(key % glibc.level2_len) * glibc.key_data_size + glibc.key_data_data_off;
+        }
+    }
+    Ok(layout)
+}
+
+/// One line for `innoprof probes` and the summary: how statements are read.
+pub fn describe(layout: &ThdLayout) -> String {
+    let at = match layout.how {
+        1 => format!("THD from TLS at fsbase{:+#x}", layout.tls_off),
+        2 => format!(
+            "THD from a pthread key (fsbase+{:#x} -> +{:#x})",
+            layout.key_block_off, layout.key_data_off
+        ),
+        _ => return "off".into(),
+    };
+    format!(
+        "{at}; connection id +{:#x} ({} bytes), query_id +{:#x}, query text +{:#x}/+{:#x}",
+        layout.conn_off, layout.conn_size, layout.query_id_off, layout.query_off, layout.query_len_off
+    )
+}
+
+/// The THD members, from the type of `do_command`'s first parameter, or
+/// of `this` in a THD method: a unit may hold only THD's declaration
+/// (GCC writes the class whole where its key method is, sql_class.cc),
+/// so the first place whose THD has the members wins.
+fn thd_members(image: &ElfImage) -> Result<Members, ThdError> {
+    if !image.has_debug_info {
+        return Err(ThdError::NoDebugInfo);
+    }
+    let symbols = image.symbols();
+    let do_command = symbols
+        .iter()
+        .find(|s| s.clone_suffix.is_none() && s.raw.starts_with("_Z10do_commandP3THD"))
+        .ok_or(ThdError::NoDoCommand)?;
+    let addresses: Vec<u64> = std::iter::once(do_command.address)
+        .chain(
+            symbols
+                .iter()
+                .filter(|s| s.clone_suffix.is_none() && s.raw.starts_with("_ZN3THD"))
+                .map(|s| s.address)
+                .take(MAX_THD_METHODS),
+        )
+        .collect();
+    let mut found: Option<Result<Members, ThdError>> = None;
+    for_each_param_struct(image, &addresses, 1, |dwarf, unit, _, thd| {
+        let members = members_in(dwarf, unit, thd);
+        let done = members.is_ok();
+        if done || found.is_none() {
+            found = Some(members);
+        }
+        Ok(!done)
+    })?;
+    found.unwrap_or(Err(ThdError::NoThdType))
+}
+
+/// THD methods looked at for the class's definition (their units).
+const MAX_THD_METHODS: usize = 64;
+
+type Unit<'a> = gimli::Unit<crate::resolve::dwarf::Reader<'a>>;
+type Dwarf<'a> = gimli::Dwarf<crate::resolve::dwarf::Reader<'a>>;
+
+fn members_in(dwarf: &Dwarf<'_>, unit: &Unit<'_>, thd: gimli::UnitOffset) -> Result<Members, ThdError> {
+    let integer = |names: &[&str], what: &'static str| -> Result<(u64, u64), ThdError> {
+        for name in names {
+            if let Some((off, ty)) = find_member(dwarf, unit, thd, name, 0)? {
+                if let Shape::Integer { size, .. } = shape(dwarf, unit, ty)? {
+                    return Ok((u64::from(off), size));
+                }
+            }
+        }
+        Err(ThdError::NoMember(what))
+    };
+    if std::env::var_os("INNOPROF_DEBUG_THD").is_some() {
+        let names: Vec<_> = super::latch::members(dwarf, unit, thd, 0)
+            .map_err(ThdError::Dwarf)?
+            .into_iter()
+            .map(|m| (m.name, m.place.offset, m.is_base))
+            .collect();
+        eprintln!("THD members: {names:?}");
+        for name in ["thread_id", "query_id"] {
+            let m = find_member(dwarf, unit, thd, name, 0)?;
+            let sh = m.map(|(_, t)| shape(dwarf, unit, t).map(|s| format!("{s:?}")));
+            eprintln!("{name}: {m:?} {sh:?}");
+        }
+    }
+    let (conn_off, conn_size) = integer(&["thread_id", "m_thread_id"], "connection id")?;
+    let (query_id_off, query_id_size) = integer(&["query_id"], "query_id")?;
+    if !matches!(conn_size, 4 | 8) || query_id_size != 8 {
+        return Err(ThdError::NoMember("connection id or query_id of a known size"));
+    }
+    // The query: a LEX_STRING {str, length}, itself or inside a CSET_STRING.
+    let mut text = None;
+    for name in ["query_string", "m_query_string"] {
+        let Some((off, ty)) = find_member(dwarf, unit, thd, name, 0)? else {
+            continue;
+        };
+        let Shape::Aggregate(mut agg) = shape(dwarf, unit, ty)? else {
+            continue;
+        };
+        let mut base = u64::from(off);
+        if let Some((inner, ty)) = find_member(dwarf, unit, agg, "string", 0)? {
+            if let Shape::Aggregate(a) = shape(dwarf, unit, ty)? {
+                agg = a;
+                base += u64::from(inner);
+            }
+        }
+        let str_m = find_member(dwarf, unit, agg, "str", 0)?;
+        let len_m = find_member(dwarf, unit, agg, "length", 0)?;
+        if let (Some((s, _)), Some((l, lty))) = (str_m, len_m) {
+            if matches!(shape(dwarf, unit, lty)?, Shape::Integer { size: 8, .. }) {
+                text = Some((base + u64::from(s), base + u64::from(l)));
+                break;
+            }
+        }
+    }
+    let (query_off, query_len_off) = text.ok_or(ThdError::NoMember("query text"))?;
+    Ok(Members {
+        conn_off,
+        conn_size: conn_size as u32,
+        query_id_off,
+        query_off,
+        query_len_off,
+    })
+}
+
+enum ThdVariable {
+    /// Offset of the variable inside the executable's TLS block.
+    Tls { offset: u64 },
+    /// Link-time address of the `pthread_key_t` (4 bytes).
+    Key { address: u64 },
+}
+
+/// The variable that holds (or keys) a thread's THD, from the symbol table.
+fn thd_variable(image: &ElfImage) -> Result<ThdVariable, ThdError> {
+    let file = object::File::parse(image.dwarf_data())?;
+    let mut key = None;
+    for sym in file.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        if sym.is_undefined() {
+            continue;
+        }
+        match (name, sym.kind()) {
+            ("current_thd" | "THR_THD" | "_ZL7THR_THD", SymbolKind::Tls) => {
+                return Ok(ThdVariable::Tls {
+                    offset: sym.address(),
+                })
+            }
+            ("THR_THD", SymbolKind::Data) if sym.size() == 4 => {
+                key = Some(ThdVariable::Key {
+                    address: sym.address(),
+                })
+            }
+            _ => {}
+        }
+    }
+    key.ok_or(ThdError::NoThdVariable)
+}
+
+/// The thread-pointer-relative offset of a variable at `offset` in the
+/// executable's TLS block: glibc places the executable's block first,
+/// right below the thread pointer (`_dl_determine_tlsoffset`, TLS_TCB_AT_TP).
+fn tls_offset(binary: &[u8], offset: u64) -> Result<i64, ThdError> {
+    let file = object::File::parse(binary)?;
+    let elf = match &file {
+        object::File::Elf64(f) => f,
+        _ => return Err(ThdError::NoTls),
+    };
+    let endian = elf.endian();
+    let tls = elf
+        .elf_program_headers()
+        .iter()
+        .find(|p| p.p_type(endian) == object::elf::PT_TLS)
+        .ok_or(ThdError::NoTls)?;
+    let memsz = tls.p_memsz(endian);
+    let align = tls.p_align(endian).max(1);
+    if !align.is_power_of_two() || memsz > 1 << 20 || offset >= memsz {
+        return Err(ThdError::NoTls);
+    }
+    let firstbyte = tls.p_vaddr(endian).wrapping_neg() & (align - 1);
+    let block = (memsz - firstbyte).div_ceil(align) * align + firstbyte;
+    Ok(offset as i64 - block as i64)
+}
+
+/// glibc's `struct pthread` keys layout, from libc's `_thread_db_*`.
+struct GlibcSpecific {
+    /// Offset of `specific` (the array of block pointers) in `struct pthread`.
+    specific_off: u64,
+    level1_len: u32,
+    level2_len: u32,
+    key_data_size: u64,
+    key_data_data_off: u64,
+}
+
+fn glibc_specific(pid: u32) -> Result<GlibcSpecific, ThdError> {
+    let maps = crate::target::maps::of(pid).map_err(|e| ThdError::Target(e.to_string()))?;
+    let path = maps
+        .iter()
+        .map(|m| m.path.as_str())
+        .find(|p| {
+            let name = p.rsplit('/').next().unwrap_or(p);
+            name == "libc.so.6" || (name.starts_with("libc-2.") && name.ends_with(".so"))
+        })
+        .ok_or(ThdError::NoLibc)?;
+    let file = crate::target::rootfs::open_mapped_by_path(pid, path)
+        .map_err(|e| ThdError::Target(crate::error_chain(&e)))?;
+    // SAFETY: a read-only private map of a file checked to be the one the
+    // target maps; a change under us could only yield wrong bytes, which
+    // the checks below bound.
+    let data = unsafe { memmap2::Mmap::map(file.file()) }
+        .map_err(|e| ThdError::Target(format!("mapping {path}: {e}")))?;
+    let elf = object::File::parse(&data[..])?;
+    let descriptor = |name: &'static str| -> Result<[u32; 3], ThdError> {
+        let sym = elf
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok(name))
+            .ok_or(ThdError::NoLibcDescriptor(name))?;
+        let bytes = bytes_at(&elf, sym.address(), sym.size().min(12) as usize)
+            .ok_or(ThdError::NoLibcDescriptor(name))?;
+        let mut out = [0u32; 3];
+        for (i, c) in bytes.chunks_exact(4).enumerate() {
+            out[i] = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+        }
+        Ok(out)
+    };
+    // Each is [bits of one element, elements, offset]; a sizeof is [bytes].
+    let specific = descriptor("_thread_db_pthread_specific")?;
+    let data_field = descriptor("_thread_db_pthread_key_data_data")?;
+    let size = descriptor("_thread_db_sizeof_pthread_key_data")?;
+    let level2 = descriptor("_thread_db_pthread_key_data_level2_data")?;
+    // `specific` is one array of pointers: its bits over 64 are its length.
+    let level1_len = specific[0] / 64 * specific[1].max(1);
+    let ok = specific[0] % 64 == 0
+        && (1..=64).contains(&level1_len)
+        && (1..=1024).contains(&level2[1])
+        && specific[2] < 1 << 16
+        && (8..=64).contains(&size[0])
+        && data_field[2] < size[0];
+    if !ok {
+        return Err(ThdError::NoLibcDescriptor("_thread_db_pthread_specific"));
+    }
+    Ok(GlibcSpecific {
+        specific_off: u64::from(specific[2]),
+        level1_len,
+        level2_len: level2[1],
+        key_data_size: u64::from(size[0]),
+        key_data_data_off: u64::from(data_field[2]),
+    })
+}
+
+/// `len` bytes at a virtual address, from the section holding it.
+fn bytes_at<'a>(elf: &object::File<'a>, address: u64, len: usize) -> Option<&'a [u8]> {
+    let section = elf
+        .sections()
+        .find(|s| address >= s.address() && address - s.address() + len as u64 <= s.size())?;
+    let data = section.data().ok()?;
+    let at = usize::try_from(address - section.address()).ok()?;
+    data.get(at..at + len)
+}
+
+fn read_u32(pid: u32, address: u64) -> Result<u32, ThdError> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
+        .map_err(|e| ThdError::Target(format!("cannot open /proc/{pid}/mem: {e}")))?;
+    let mut b = [0u8; 4];
+    mem.read_exact_at(&mut b, address)
+        .map_err(|e| ThdError::Target(format!("cannot read {address:#x}: {e}")))?;
+    Ok(u32::from_le_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_says_off_when_off() {
+        assert_eq!(describe(&ThdLayout::default()), "off");
+    }
+}

@@ -1,0 +1,381 @@
+//! The statements behind the hits: the BPF side counts each connection
+//! hit under its statement's `query_id` and reads the statement's text
+//! once; this book drains those maps every second (so they keep room),
+//! fingerprints each text and adds the counts up per fingerprint and per
+//! connection.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::bpf::abi::{SlotId, StmtText, StmtVal};
+use crate::collect::{StatementRows, StmtLost};
+use crate::model::who::{
+    ConnectionResult, StatementProbe, StatementResult, Unattributed, Who, MAX_CONNECTIONS,
+    MAX_STATEMENTS,
+};
+
+/// A `query_id` unseen for this many drains is forgotten (its later
+/// hits, if any, count as of an unknown statement): statements that hit
+/// probes come by the thousand a second.
+const FORGET_AFTER_DRAINS: u32 = 5;
+/// Raw texts remembered with their fingerprint (prepared statements and
+/// ORMs repeat theirs), so a text is fingerprinted once.
+const MAX_KNOWN_TEXTS: usize = 4096;
+/// Fingerprints kept; past it, new ones count as "other statements".
+const MAX_DIGESTS: usize = 10_000;
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    digest: u32,
+    conn: u64,
+    last_drain: u32,
+}
+
+#[derive(Debug)]
+struct Digest {
+    fingerprint: String,
+    sample: Option<String>,
+    executions: u64,
+    connections: HashSet<u64>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Acc {
+    calls: u64,
+    wait_ns: u64,
+}
+
+impl Acc {
+    fn add(&mut self, v: &StmtVal) {
+        self.calls += v.calls;
+        self.wait_ns += v.wait_ns;
+    }
+}
+
+/// The statements seen so far, per fingerprint, probe and connection.
+#[derive(Debug, Default)]
+pub struct StatementBook {
+    keep_text: bool,
+    drains: u32,
+    seen: HashMap<u64, Seen>,
+    known_texts: HashMap<Vec<u8>, u32>,
+    by_fingerprint: HashMap<String, u32>,
+    digests: Vec<Digest>,
+    rows: HashMap<(u32, SlotId), Acc>,
+    conns: HashMap<u64, HashMap<u32, Acc>>,
+    no_text: u64,
+    lost: StmtLost,
+}
+
+impl StatementBook {
+    /// `keep_text`: keep one raw text per fingerprint (`--statement-text`).
+    pub fn new(keep_text: bool) -> Self {
+        Self {
+            keep_text,
+            ..Self::default()
+        }
+    }
+
+    /// Adds what one drain of the maps took.
+    pub fn add(&mut self, rows: StatementRows) {
+        self.drains += 1;
+        for (query_id, text) in &rows.texts {
+            if let Some(digest) = self.digest_of(text) {
+                self.digests[digest as usize].executions += 1;
+                self.digests[digest as usize].connections.insert(text.conn);
+                self.seen.insert(
+                    *query_id,
+                    Seen {
+                        digest,
+                        conn: text.conn,
+                        last_drain: self.drains,
+                    },
+                );
+            }
+        }
+        for (query_id, slot, v) in &rows.stats {
+            let Some(seen) = self.seen.get_mut(query_id) else {
+                self.no_text += v.calls;
+                continue;
+            };
+            seen.last_drain = self.drains;
+            let (digest, conn) = (seen.digest, seen.conn);
+            self.rows.entry((digest, *slot)).or_default().add(v);
+            self.conns
+                .entry(conn)
+                .or_default()
+                .entry(digest)
+                .or_default()
+                .add(v);
+        }
+        let now = self.drains;
+        self.seen
+            .retain(|_, s| now - s.last_drain < FORGET_AFTER_DRAINS);
+        self.lost = rows.lost;
+    }
+
+    /// The fingerprint id of a statement's text (a new one if unseen).
+    fn digest_of(&mut self, text: &StmtText) -> Option<u32> {
+        let len = (text.len as usize).min(text.text.len());
+        let raw = &text.text[..len];
+        if let Some(&d) = self.known_texts.get(raw) {
+            return Some(d);
+        }
+        let s = String::from_utf8_lossy(raw);
+        let cut = u64::from(text.len) < text.full_len;
+        let mut fingerprint = digest_text(&s);
+        if cut {
+            fingerprint.push('…');
+        }
+        let d = match self.by_fingerprint.get(&fingerprint) {
+            Some(&d) => d,
+            None if self.digests.len() < MAX_DIGESTS => {
+                let d = self.digests.len() as u32;
+                self.digests.push(Digest {
+                    fingerprint: fingerprint.clone(),
+                    sample: self
+                        .keep_text
+                        .then(|| crate::text::printable(&s).into_owned()),
+                    executions: 0,
+                    connections: HashSet::new(),
+                });
+                self.by_fingerprint.insert(fingerprint, d);
+                d
+            }
+            None => return None,
+        };
+        if self.known_texts.len() >= MAX_KNOWN_TEXTS {
+            self.known_texts.clear();
+        }
+        self.known_texts.insert(raw.to_vec(), d);
+        Some(d)
+    }
+
+    /// The summary's `who`, probes named by `probe_of`; users are named
+    /// later, from the processlist ([`Who::name_users`]).
+    pub fn result(&self, how: String, probe_of: &HashMap<SlotId, String>) -> Who {
+        let mut per_digest: HashMap<u32, (Acc, HashMap<&str, Acc>)> = HashMap::new();
+        for (&(d, slot), acc) in &self.rows {
+            let e = per_digest.entry(d).or_default();
+            e.0.calls += acc.calls;
+            e.0.wait_ns += acc.wait_ns;
+            let name = probe_of.get(&slot).map_or("?", String::as_str);
+            let p = e.1.entry(name).or_default();
+            p.calls += acc.calls;
+            p.wait_ns += acc.wait_ns;
+        }
+        let mut conn_calls: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        for (conn, per) in &self.conns {
+            for (d, acc) in per {
+                conn_calls.entry(*d).or_default().push((*conn, acc.calls));
+            }
+        }
+        let mut statements: Vec<StatementResult> = per_digest
+            .into_iter()
+            .map(|(d, (acc, probes))| {
+                let digest = &self.digests[d as usize];
+                let mut probes: Vec<StatementProbe> = probes
+                    .into_iter()
+                    .map(|(probe, a)| StatementProbe {
+                        probe: probe.to_string(),
+                        calls: a.calls,
+                        wait_ns_total: a.wait_ns,
+                    })
+                    .collect();
+                probes.sort_by(|a, b| {
+                    (b.wait_ns_total, b.calls, &a.probe).cmp(&(a.wait_ns_total, a.calls, &b.probe))
+                });
+                StatementResult {
+                    id: statement_id(&digest.fingerprint),
+                    fingerprint: digest.fingerprint.clone(),
+                    sample: digest.sample.clone(),
+                    executions: digest.executions,
+                    connections: digest.connections.len() as u64,
+                    users: Vec::new(),
+                    calls: acc.calls,
+                    wait_ns_total: acc.wait_ns,
+                    probes,
+                    connection_calls: conn_calls.remove(&d).unwrap_or_default(),
+                }
+            })
+            .collect();
+        statements.sort_by(|a, b| {
+            (b.wait_ns_total, b.calls, &a.id).cmp(&(a.wait_ns_total, a.calls, &b.id))
+        });
+        let statements_more = statements.len().saturating_sub(MAX_STATEMENTS) as u64;
+        statements.truncate(MAX_STATEMENTS);
+
+        let mut connections: Vec<ConnectionResult> = self
+            .conns
+            .iter()
+            .map(|(&id, per)| {
+                let calls = per.values().map(|a| a.calls).sum();
+                let wait_ns_total = per.values().map(|a| a.wait_ns).sum();
+                let top = per
+                    .iter()
+                    .max_by_key(|(d, a)| (a.wait_ns, a.calls, std::cmp::Reverse(**d)))
+                    .map(|(d, _)| statement_id(&self.digests[*d as usize].fingerprint));
+                ConnectionResult {
+                    id,
+                    user: None,
+                    host: None,
+                    db: None,
+                    calls,
+                    wait_ns_total,
+                    statements: per.len() as u64,
+                    top_statement: top,
+                }
+            })
+            .collect();
+        connections.sort_by(|a, b| {
+            (b.wait_ns_total, b.calls, a.id).cmp(&(a.wait_ns_total, a.calls, b.id))
+        });
+        let connections_more = connections.len().saturating_sub(MAX_CONNECTIONS) as u64;
+        connections.truncate(MAX_CONNECTIONS);
+        Who {
+            how,
+            attributed: true,
+            text_kept: self.keep_text,
+            statements,
+            connections,
+            statements_more,
+            connections_more,
+            unattributed: Unattributed {
+                map_full: self.lost.keys_full,
+                no_thd: self.lost.no_thd,
+                no_text: self.no_text,
+            },
+        }
+    }
+}
+
+/// The grouping text of a statement: [`crate::text::fingerprint`], then
+/// every list of placeholders `(?, ?, ?)` as `(?+)` (pt-query-digest's
+/// rule: `IN` lists and multi-row `VALUES` of any length are one statement).
+pub fn digest_text(sql: &str) -> String {
+    let fp = crate::text::fingerprint(sql);
+    let mut out = String::with_capacity(fp.len());
+    let mut rest = fp.as_str();
+    while let Some(open) = rest.find('(') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find(')') {
+            Some(close)
+                if after[..close].contains('?')
+                    && after[..close]
+                        .split(',')
+                        .all(|item| item.trim() == "?") =>
+            {
+                out.push_str("(?+)");
+                rest = &after[close + 1..];
+                // `VALUES (?+), (?+)`: the rows after the first are one.
+                while let Some(more) = rest
+                    .strip_prefix(", (")
+                    .or_else(|| rest.strip_prefix(",("))
+                {
+                    match more.find(')') {
+                        Some(c) if more[..c].split(',').all(|i| i.trim() == "?") => {
+                            rest = &more[c + 1..];
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            _ => {
+                out.push('(');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A fingerprint's stable id: 16 hex digits of its FNV-1a hash.
+pub fn statement_id(fingerprint: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in fingerprint.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(conn: u64, s: &str) -> StmtText {
+        let mut t: StmtText = bytemuck::Zeroable::zeroed();
+        t.conn = conn;
+        t.len = s.len() as u32;
+        t.full_len = s.len() as u64;
+        t.text[..s.len()].copy_from_slice(s.as_bytes());
+        t
+    }
+
+    #[test]
+    fn lists_fold_into_one_statement() {
+        assert_eq!(
+            digest_text("SELECT c FROM t WHERE id IN (1, 2, 3) AND k = 4"),
+            "SELECT c FROM t WHERE id IN (?+) AND k = ?"
+        );
+        assert_eq!(
+            digest_text("INSERT INTO t (a, b) VALUES (1, 'x'), (2, 'y'),(3,'z')"),
+            "INSERT INTO t (a, b) VALUES (?+)"
+        );
+        assert_eq!(digest_text("SELECT f(a, b) FROM t"), "SELECT f(a, b) FROM t");
+    }
+
+    #[test]
+    fn hits_add_up_per_fingerprint_probe_and_connection() {
+        let mut book = StatementBook::new(false);
+        let s1 = SlotId::of_index(0);
+        let s2 = SlotId::of_index(1);
+        let v = |calls, wait_ns| StmtVal { calls, wait_ns };
+        book.add(StatementRows {
+            stats: vec![(10, s1, v(3, 300)), (11, s1, v(1, 100)), (12, s2, v(5, 50))],
+            texts: vec![
+                (10, text(7, "UPDATE t SET k=k+1 WHERE id=5")),
+                (11, text(8, "UPDATE t SET k=k+1 WHERE id=9")),
+                (12, text(8, "SELECT c FROM t WHERE id=9")),
+            ],
+            lost: StmtLost::default(),
+        });
+        // The second drain: query 10 goes on; 99 has no text.
+        book.add(StatementRows {
+            stats: vec![(10, s1, v(2, 200)), (99, s1, v(4, 0))],
+            texts: vec![],
+            lost: StmtLost {
+                no_thd: 6,
+                ..StmtLost::default()
+            },
+        });
+        let probes = HashMap::from([(s1, "a".to_string()), (s2, "b".to_string())]);
+        let users = HashMap::from([(
+            7,
+            crate::model::server_state::Connection {
+                id: 7,
+                user: Some("app_rw".into()),
+                host: None,
+                db: None,
+            },
+        )]);
+        let mut who = book.result("how".into(), &probes);
+        who.name_users(&users);
+        assert_eq!(who.statements.len(), 2);
+        let upd = &who.statements[0];
+        assert_eq!(upd.fingerprint, "UPDATE t SET k=k+? WHERE id=?");
+        assert_eq!((upd.calls, upd.wait_ns_total, upd.executions), (6, 600, 2));
+        assert_eq!(upd.connections, 2);
+        assert_eq!(upd.users, vec!["app_rw".to_string(), "?".to_string()]);
+        assert_eq!(upd.probes[0].probe, "a");
+        assert_eq!(who.statements[1].probes[0].probe, "b");
+        assert_eq!(who.unattributed.no_text, 4);
+        assert_eq!(who.unattributed.no_thd, 6);
+        assert_eq!(who.connections[0].id, 7);
+        assert_eq!(who.connections[0].calls, 5);
+        assert_eq!(who.connections[0].user.as_deref(), Some("app_rw"));
+        assert_eq!(who.connections[1].statements, 2);
+        assert!(who.statements.iter().all(|s| s.sample.is_none()));
+    }
+}
