@@ -120,7 +120,12 @@ impl Server {
     /// The SQL client reading `script` on its stdin, in the background, in
     /// its own process group: `Background` kills client and all on drop.
     pub fn sql_background(&self, script: &str) -> Background {
-        let mut bg = Background::spawn(self.client_reading_stdin());
+        self.sql_background_as("root", script)
+    }
+
+    /// [`Self::sql_background`] logged in as `user` (no password).
+    pub fn sql_background_as(&self, user: &str, script: &str) -> Background {
+        let mut bg = Background::spawn(self.client_reading_stdin(user));
         let mut stdin = bg.child.stdin.take().unwrap();
         let script = script.to_string();
         // A writer thread: the client may stop reading (killed) at any time.
@@ -134,7 +139,16 @@ impl Server {
     /// statements (an application holding a transaction), until the
     /// returned stdin or the `Background` is dropped.
     pub fn sql_session(&self, script: &str) -> (Background, std::process::ChildStdin) {
-        let mut bg = Background::spawn(self.client_reading_stdin());
+        self.sql_session_as("root", script)
+    }
+
+    /// [`Self::sql_session`] logged in as `user` (no password).
+    pub fn sql_session_as(
+        &self,
+        user: &str,
+        script: &str,
+    ) -> (Background, std::process::ChildStdin) {
+        let mut bg = Background::spawn(self.client_reading_stdin(user));
         let mut stdin = bg.child.stdin.take().unwrap();
         stdin.write_all(script.as_bytes()).unwrap();
         stdin.flush().unwrap();
@@ -142,10 +156,11 @@ impl Server {
     }
 
     /// The SQL client, its statements from a pipe, its output discarded.
-    fn client_reading_stdin(&self) -> Command {
+    fn client_reading_stdin(&self, user: &str) -> Command {
         let mut cmd = Command::new(repo_root().join("scripts/servers.sh"));
         cmd.args(["client"])
             .arg(self.dir.path())
+            .arg(format!("--user={user}"))
             .args(["-N", "--silent"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null());

@@ -791,15 +791,26 @@ mod tests {
             )
             .unwrap();
         }
-        let mut read: Vec<(Key, u64)> = read_hash_batched(&map, "batch_test").unwrap().unwrap();
+        let mut read: Vec<(Key, u64)> =
+            read_hash_batched(&map, "batch_test", false).unwrap().unwrap();
         read.sort_unstable_by_key(|(k, _)| k.id);
         assert_eq!(read.len(), n as usize);
         for (i, (k, v)) in read.iter().enumerate() {
             assert_eq!((k.id, k.pad[189], *v), (i as u64, i as u64, i as u64 * 3));
         }
+        // Taken: the same entries, and the map is empty after.
+        let mut taken: Vec<(Key, u64)> =
+            read_hash_batched(&map, "batch_test", true).unwrap().unwrap();
+        taken.sort_unstable_by_key(|(k, _)| k.id);
+        assert_eq!(taken.len(), read.len());
+        assert!(taken.iter().zip(&read).all(|(a, b)| a.0.id == b.0.id && a.1 == b.1));
+        assert!(read_hash_batched::<Key, u64>(&map, "batch_test", false)
+            .unwrap()
+            .unwrap()
+            .is_empty());
         // An empty map: nothing, not an error.
         let empty = MapHandle::create(MapType::Hash, Some("batch_empty"), 8, 8, 16, &opts).unwrap();
-        assert!(read_hash_batched::<u64, u64>(&empty, "batch_empty")
+        assert!(read_hash_batched::<u64, u64>(&empty, "batch_empty", false)
             .unwrap()
             .unwrap()
             .is_empty());
@@ -810,7 +821,7 @@ mod tests {
         };
         let array = MapHandle::create(MapType::Array, Some("batch_array"), 4, 8, 16, &plain);
         assert!(
-            read_hash_batched::<u32, u64>(&array.unwrap(), "batch_array")
+            read_hash_batched::<u32, u64>(&array.unwrap(), "batch_array", false)
                 .unwrap()
                 .is_none()
         );

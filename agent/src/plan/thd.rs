@@ -124,7 +124,11 @@ pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
 /// One line for `innoprof probes` and the summary: how statements are read.
 pub fn describe(layout: &ThdLayout) -> String {
     let at = match layout.how {
-        1 => format!("THD from TLS at fsbase{:+#x}", layout.tls_off),
+        1 => format!(
+            "THD from TLS at fsbase{}{:#x}",
+            if layout.tls_off < 0 { "-" } else { "+" },
+            layout.tls_off.unsigned_abs()
+        ),
         2 => format!(
             "THD from a pthread key (fsbase+{:#x} -> +{:#x})",
             layout.key_block_off, layout.key_data_off

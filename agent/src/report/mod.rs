@@ -14,6 +14,7 @@ pub mod overhead;
 pub mod pprof;
 pub mod state_text;
 pub mod table;
+pub mod who_text;
 
 use crate::model::files::WRITE_CHECK;
 use std::io::Write;

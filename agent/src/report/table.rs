@@ -131,6 +131,7 @@ fn render_raw(summary: &Summary) -> String {
         out.push_str("no wait probe attached (see below why)\n");
     }
     out.push_str(&who_waits(summary, TOP_CALLSITES));
+    out.push_str(&super::who_text::render(summary.who.as_ref()));
     out.push_str(&super::counter_table::render(&summary.counters));
     out.push_str(&super::state_text::render(summary.server_state.as_ref()));
     out.push_str(&latches(summary, TOP_CALLSITES));

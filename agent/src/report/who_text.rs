@@ -1,0 +1,113 @@
+//! summary.txt's statements and connections: who, running what, made
+//! the client connections' hits (the summary's `who`).
+
+use comfy_table::presets::ASCII_MARKDOWN;
+use comfy_table::{CellAlignment, Table};
+
+use crate::model::who::Who;
+use crate::text::units;
+
+/// Statements and connections shown (the summary keeps more).
+const TOP: usize = 10;
+/// A fingerprint is cut to this many characters in the table.
+const FINGERPRINT_CHARS: usize = 90;
+
+pub fn render(who: Option<&Who>) -> String {
+    let Some(who) = who else {
+        return String::new();
+    };
+    if !who.attributed {
+        return format!("statements: {}\n\n", who.how);
+    }
+    if who.statements.is_empty() {
+        return "statements: no client connection hit a probe\n\n".into();
+    }
+    let mut out = String::new();
+    let mut table = Table::new();
+    table.load_preset(ASCII_MARKDOWN);
+    table.set_header([
+        "statement",
+        "id",
+        "users",
+        "executions",
+        "calls",
+        "total wait",
+        "most on",
+    ]);
+    for s in who.statements.iter().take(TOP) {
+        let most = s
+            .probes
+            .first()
+            .map(|p| p.probe.clone())
+            .unwrap_or_default();
+        table.add_row([
+            cut(&s.fingerprint, FINGERPRINT_CHARS),
+            s.id.clone(),
+            s.users.join(", "),
+            s.executions.to_string(),
+            s.calls.to_string(),
+            units::ns(s.wait_ns_total),
+            most,
+        ]);
+    }
+    right_align(&mut table, 3..6);
+    out.push_str(&format!(
+        "statements (client connections' probe hits by statement fingerprint; executions \
+         that hit a probe):\n{table}\n"
+    ));
+    if who.statements.len() > TOP || who.statements_more > 0 {
+        out.push_str(&format!(
+            "({} more statements in summary.json)\n",
+            who.statements.len().saturating_sub(TOP) as u64 + who.statements_more
+        ));
+    }
+    let mut table = Table::new();
+    table.load_preset(ASCII_MARKDOWN);
+    table.set_header(["connection", "user", "host", "db", "calls", "total wait", "top statement"]);
+    let dash = || "-".to_string();
+    for c in who.connections.iter().take(TOP) {
+        let top = c
+            .top_statement
+            .as_ref()
+            .and_then(|id| who.statements.iter().find(|s| &s.id == id))
+            .map_or_else(dash, |s| cut(&s.fingerprint, 50));
+        table.add_row([
+            c.id.to_string(),
+            c.user.clone().unwrap_or_else(dash),
+            c.host.clone().unwrap_or_else(dash),
+            c.db.clone().unwrap_or_else(dash),
+            c.calls.to_string(),
+            units::ns(c.wait_ns_total),
+            top,
+        ]);
+    }
+    right_align(&mut table, 4..6);
+    out.push_str(&format!("connections (processlist ids):\n{table}\n"));
+    let u = &who.unattributed;
+    if u.map_full + u.no_thd + u.no_text > 0 {
+        out.push_str(&format!(
+            "connection calls under no statement: {} (map full), {} (THD unreadable), {} (text unknown)\n",
+            u.map_full, u.no_thd, u.no_text
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+fn right_align(table: &mut Table, cols: std::ops::Range<usize>) {
+    for col in cols {
+        if let Some(c) = table.column_mut(col) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+/// At most `n` characters, `…` marking a cut.
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(n - 1).collect();
+    out.push('…');
+    out
+}

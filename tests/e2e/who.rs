@@ -1,0 +1,193 @@
+//! Issue 52: every connection's hit tied to its statement and its user.
+//!
+//! Three MySQL users on a real server, each with one connection:
+//! `app_rw` updates the hot row (autocommit: each UPDATE commits and
+//! waits for its redo), `app_ro` reads it inside REPEATABLE READ snapshots
+//! opened anew every 20 reads (each read walks the row's versions back to
+//! its snapshot), and `app_idle` holds a snapshot open and runs nothing.
+//! The recording must put the redo waits on app_rw's UPDATE, the version
+//! walks on app_ro's SELECT, nothing on app_idle, and account for every
+//! connection hit.
+
+use std::time::{Duration, Instant};
+
+use innoprof::model::who::Who;
+use innoprof_e2e::*;
+
+const UPDATE: &str = "UPDATE sbtest1 SET k=k+? WHERE id=?";
+const SELECT: &str = "SELECT c FROM sbtest1 WHERE id=?";
+
+/// The processlist id of `user`'s one connection, once it is there.
+fn connection_of(server: &Server, user: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = server.sql(&format!(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '{user}'"
+        ));
+        if let Ok(id) = out.trim().parse() {
+            return id;
+        }
+        assert!(Instant::now() < deadline, "{user} never connected");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Calls and wait the probe's client connections made (its `connection` role).
+fn connection_share(s: &innoprof::model::summary::Summary, probe: &str) -> (u64, u64) {
+    let p = s
+        .probes
+        .iter()
+        .find(|p| p.name == probe)
+        .unwrap_or_else(|| panic!("no probe {probe}"));
+    p.roles
+        .iter()
+        .filter(|r| r.role == "connection")
+        .fold((0, 0), |(c, w), r| (c + r.calls, w + r.wait_ns_total))
+}
+
+/// The calls and wait `who` puts on statement `fingerprint` for `probe`.
+fn on_statement(who: &Who, fingerprint: &str, probe: &str) -> (u64, u64) {
+    who.statements
+        .iter()
+        .filter(|s| s.fingerprint == fingerprint)
+        .flat_map(|s| s.probes.iter().filter(|p| p.probe == probe))
+        .fold((0, 0), |(c, w), p| (c + p.calls, w + p.wait_ns_total))
+}
+
+fn who_waits_and_runs_what(server_name: &str) {
+    let _k = kernel_lock();
+    let server = Server::with_hot_row(server_name);
+    for user in ["app_rw", "app_ro", "app_idle"] {
+        server.sql(&format!(
+            "CREATE USER '{user}'@'localhost'; GRANT ALL ON sbtest.* TO '{user}'@'localhost'"
+        ));
+    }
+    let (_idle, _idle_in) = server.sql_session_as(
+        "app_idle",
+        "USE sbtest;\nSTART TRANSACTION WITH CONSISTENT SNAPSHOT;\nSELECT 1;\n",
+    );
+    // The reader's snapshot opens first; each read then walks back over
+    // every update made since.
+    let (_ro, mut ro_in) = server.sql_session_as(
+        "app_ro",
+        "USE sbtest;\nSET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ;\n\
+         START TRANSACTION WITH CONSISTENT SNAPSHOT;\nSELECT c FROM sbtest1 WHERE id=1;\n",
+    );
+    let (ro_id, idle_id) = (
+        connection_of(&server, "app_ro"),
+        connection_of(&server, "app_idle"),
+    );
+    // Paced (~1,000 a second at most), so the chains stay short.
+    let updates = "USE sbtest;\n".to_string()
+        + &"UPDATE sbtest1 SET k=k+1 WHERE id=1;\nDO SLEEP(0.001);\n".repeat(100_000);
+    let _rw = server.sql_background_as("app_rw", &updates);
+    let rw_id = connection_of(&server, "app_rw");
+    let reads = ("COMMIT;\nSTART TRANSACTION WITH CONSISTENT SNAPSHOT;\n".to_string()
+        + &"SELECT c FROM sbtest1 WHERE id=1;\nDO SLEEP(0.005);\n".repeat(20))
+        .repeat(2_000);
+    let reader = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = ro_in.write_all(reads.as_bytes());
+        ro_in
+    });
+    std::thread::sleep(Duration::from_secs(2));
+
+    let pid = server.pid.to_string();
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "6s", "--no-cpu"]);
+    rec.wait_attached();
+    let (code, stdout, rec) = rec.finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    drop(reader);
+    let s = rec.summary();
+    let who = s.who.as_ref().expect("summary.json has who");
+    println!("{server_name}: {}\n{}", who.how, serde_json::to_string_pretty(who).unwrap());
+    assert!(who.attributed, "{}", who.how);
+
+    // Every connection hit is under a statement: nothing lost.
+    assert_eq!(who.unattributed, Default::default(), "{:?}", who.unattributed);
+    for probe in s.probes.iter().map(|p| p.name.as_str()) {
+        let total: (u64, u64) = who
+            .statements
+            .iter()
+            .flat_map(|st| st.probes.iter().filter(|p| p.probe == probe))
+            .fold((0, 0), |(c, w), p| (c + p.calls, w + p.wait_ns_total));
+        if who.statements_more == 0 {
+            assert_eq!(total, connection_share(&s, probe), "{probe}");
+        }
+    }
+
+    // Redo waits at commit: on app_rw's UPDATE.
+    let redo = "innodb.redo.write_up_to";
+    let (commits, commit_wait) = connection_share(&s, redo);
+    assert!(commits > 100, "{commits} redo waits seen");
+    let (on_update, wait_on_update) = on_statement(who, UPDATE, redo);
+    assert!(
+        on_update as f64 >= 0.95 * commits as f64
+            && wait_on_update as f64 >= 0.95 * commit_wait as f64,
+        "{on_update} of {commits} redo waits on {UPDATE}"
+    );
+    let update = who.statements.iter().find(|st| st.fingerprint == UPDATE).unwrap();
+    assert!(
+        update.executions > 100 && update.executions <= update.calls,
+        "{} executions",
+        update.executions
+    );
+    assert_eq!(update.users, vec!["app_rw".to_string()]);
+    assert_eq!(update.connections, 1);
+
+    // Version walks: on app_ro's SELECT.
+    let walk = "innodb.undo.prev_version";
+    let (walks, walk_wait) = connection_share(&s, walk);
+    assert!(walks > 100, "{walks} versions walked");
+    let (on_select, wait_on_select) = on_statement(who, SELECT, walk);
+    assert!(
+        on_select as f64 >= 0.95 * walks as f64 && wait_on_select as f64 >= 0.95 * walk_wait as f64,
+        "{on_select} of {walks} walks on {SELECT}"
+    );
+    let select = who.statements.iter().find(|st| st.fingerprint == SELECT).unwrap();
+    assert_eq!(select.users, vec!["app_ro".to_string()]);
+
+    // The connections as the server lists them; the idle one made no hit.
+    let conn = |id: u64| who.connections.iter().find(|c| c.id == id);
+    let rw = conn(rw_id).unwrap_or_else(|| panic!("no connection {rw_id}: {stdout}"));
+    assert_eq!(rw.user.as_deref(), Some("app_rw"));
+    assert_eq!(rw.db.as_deref(), Some("sbtest"));
+    assert_eq!(rw.top_statement.as_deref(), Some(update.id.as_str()));
+    assert_eq!(conn(ro_id).and_then(|c| c.user.as_deref()), Some("app_ro"));
+    assert!(conn(idle_id).is_none(), "the idle connection made hits");
+    // No literal is kept without --statement-text.
+    assert!(!who.text_kept && who.statements.iter().all(|st| st.sample.is_none()));
+    let text = std::fs::read_to_string(rec.out.join("summary.txt")).unwrap();
+    assert!(text.contains(UPDATE) && text.contains("app_rw"), "{text}");
+}
+
+#[test]
+fn who_mariadb_10_2_11_pthread_key() {
+    who_waits_and_runs_what("mariadb-10.2.11");
+}
+
+#[test]
+fn who_mariadb_11_4_5_tls() {
+    who_waits_and_runs_what("mariadb-11.4.5");
+}
+
+#[test]
+fn who_mysql_5_6_24_pthread_key() {
+    who_waits_and_runs_what("mysql-5.6.24");
+}
+
+/// MySQL 8.0.15 ships without DWARF: statements are not attributed, and
+/// the summary says why instead of showing nothing.
+#[test]
+fn who_says_why_not_without_dwarf() {
+    let _k = kernel_lock();
+    let server = Server::start("mysql-8.0.15", &[]);
+    let pid = server.pid.to_string();
+    let (code, _, rec) =
+        Recording::start(&["--pid", &pid, "--duration", "1s", "--no-cpu"]).finish();
+    assert_eq!(code, Some(0), "{}", rec.stderr());
+    let s = rec.summary();
+    let who = s.who.as_ref().expect("summary.json has who");
+    assert!(!who.attributed);
+    assert!(who.how.contains("no DWARF"), "{}", who.how);
+}
