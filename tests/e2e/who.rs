@@ -56,7 +56,14 @@ fn on_statement(who: &Who, fingerprint: &str, probe: &str) -> (u64, u64) {
 
 fn who_waits_and_runs_what(server_name: &str) {
     let _k = kernel_lock();
-    let server = Server::with_hot_row(server_name);
+    // Redo flushed at each commit (the default): every UPDATE waits for it.
+    let server = Server::start(server_name, &[]);
+    server.sysbench_ok(&[
+        "prepare",
+        "oltp_update_non_index",
+        "--tables=1",
+        "--table-size=1",
+    ]);
     for user in ["app_rw", "app_ro", "app_idle"] {
         server.sql(&format!(
             "CREATE USER '{user}'@'localhost'; GRANT ALL ON sbtest.* TO '{user}'@'localhost'"
@@ -159,6 +166,8 @@ fn who_waits_and_runs_what(server_name: &str) {
     assert!(!who.text_kept && who.statements.iter().all(|st| st.sample.is_none()));
     let text = std::fs::read_to_string(rec.out.join("summary.txt")).unwrap();
     assert!(text.contains(UPDATE) && text.contains("app_rw"), "{text}");
+    let html = std::fs::read_to_string(rec.out.join("report.html")).unwrap();
+    assert!(html.contains("id=\"statements\"") && html.contains("SELECT c FROM sbtest1 WHERE id=?"));
 }
 
 #[test]

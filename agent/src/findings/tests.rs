@@ -220,6 +220,56 @@ fn slow_redo_flushes_fire_on_the_share_of_slow_ones() {
     assert!(evaluate(&s).is_empty());
 }
 
+/// The finding names the statements that wait where it looks, by their
+/// share of the probe's connection wait; none without statements.
+#[test]
+fn a_finding_names_the_statements_waiting_at_its_probe() {
+    use crate::model::who::{StatementProbe, StatementResult, Who};
+    let bucket = |low_ns: u64, count: u64| Bucket {
+        low_ns,
+        high_ns: low_ns * 2,
+        count,
+    };
+    let mut s = with_probe("innodb.redo.write_up_to", 100, 0);
+    s.probes[0].histogram = vec![bucket(1 << 23, 100)];
+    let statement = |fp: &str, user: &str, wait: u64| StatementResult {
+        id: crate::record::statements::statement_id(fp),
+        fingerprint: fp.into(),
+        sample: None,
+        executions: 10,
+        connections: 1,
+        users: vec![user.into()],
+        calls: 10,
+        wait_ns_total: wait,
+        probes: vec![StatementProbe {
+            probe: "innodb.redo.write_up_to".into(),
+            calls: 10,
+            wait_ns_total: wait,
+        }],
+        connection_calls: Vec::new(),
+    };
+    let f = evaluate(&s);
+    assert!(!f[0].evidence.iter().any(|e| e.anchor == "statements"));
+    s.who = Some(Who {
+        attributed: true,
+        statements: vec![
+            statement("COMMIT", "app_ro", 100),
+            statement("UPDATE t SET k=k+? WHERE id=?", "app_rw", 300),
+        ],
+        ..Who::default()
+    });
+    let f = evaluate(&s);
+    let e = f[0]
+        .evidence
+        .iter()
+        .find(|e| e.anchor == "statements")
+        .expect("statements named");
+    assert_eq!(
+        e.text,
+        "the statements waiting at innodb.redo.write_up_to: 75 % under UPDATE t SET k=k+? WHERE id=? (app_rw, 1 connection); 25 % under COMMIT (app_ro, 1 connection)"
+    );
+}
+
 #[test]
 fn ranking_is_severity_then_weight() {
     let f = |rule: &str, severity, weight| Finding {

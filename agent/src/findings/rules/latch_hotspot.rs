@@ -119,6 +119,10 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "callsites".into(),
         });
     }
+    // Which statements wait there (the probe's, over all its latches).
+    let statements = crate::findings::measure::statements_at(s, probe_name, 2);
+    let has_statements = statements.is_some();
+    evidence.extend(statements);
     // After the call site: readers of the evidence take the line below the
     // latch for where it is taken.
     if background >= 0.01 {
@@ -158,7 +162,11 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
         evidence,
         cause: format!("Many threads need the same latch at once; {what}. The call site says which operation takes it."),
         next: vec![
-            "Look at the call site's statement pattern (SHOW PROCESSLIST during the wait) and spread it: fewer threads on one hot row or page, batched commits, a different index.".into(),
+            if has_statements {
+                "Look at the statements waiting there and spread them: fewer threads on one hot row or page, batched commits, a different index.".into()
+            } else {
+                "Look at the call site's statement pattern (SHOW PROCESSLIST during the wait) and spread it: fewer threads on one hot row or page, batched commits, a different index.".into()
+            },
             "Compare SHOW ENGINE INNODB STATUS's SEMAPHORES section, which lists the same waits as they happen.".into(),
         ],
         weight: waiting,

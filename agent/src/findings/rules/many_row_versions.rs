@@ -166,6 +166,8 @@ fn evidence(s: &Summary, m: &Measures) -> Vec<Evidence> {
     evidence.extend(chain_line(m));
     evidence.extend(writes_line(s));
     evidence.extend(cpu_line(m));
+    // Who walks: the statements rebuilding old versions.
+    evidence.extend(crate::findings::measure::statements_at(s, UNDO, 2));
     evidence.extend(state.and_then(|st| st.snapshot_holder()).map(holder_line));
     evidence.extend(state.and_then(history_line));
     // Last: a side note to the first line's rate.

@@ -67,6 +67,7 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "summary".into(),
         });
     }
+    evidence.extend(crate::findings::measure::statements_at(s, COMMIT_WAIT, 2));
     Some(Finding {
         rule: "redo_flush_latency".into(),
         severity,

@@ -58,6 +58,11 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "summary".into(),
         });
     }
+    // The INSERTs behind it: at the row-id probe, else at the mutex.
+    evidence.extend(
+        crate::findings::measure::statements_at(s, ROW_ID_PROBE, 2)
+            .or_else(|| crate::findings::measure::statements_at(s, DICT_LOCK, 2)),
+    );
     // The tables, by name, when the server said which were written.
     let written = s
         .server_state

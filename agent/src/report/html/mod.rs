@@ -67,6 +67,7 @@ pub fn render(page: &Page) -> String {
                 (latches(s, page.timeseries, !page.probe_flamegraphs.is_empty()))
                 (callsites(s))
                 (who(s))
+                (statements(s))
                 // Long (settings, transactions, status): below the graphs.
                 @if let Some(st) = &s.server_state { (server_state(st)) }
                 @if let Some(m) = page.metadata { (host(&m.host)) }
@@ -617,6 +618,63 @@ fn who(s: &Summary) -> Markup {
         }
     }
 }
+
+/// The statements and connections behind the client connections' hits
+/// (the summary's `who`): a table sorted by any column (click its head).
+fn statements(s: &Summary) -> Markup {
+    let Some(who) = &s.who else {
+        return html! {};
+    };
+    let dash = || "-".to_string();
+    html! {
+        h2 #statements { "Statements and connections" }
+        @if !who.attributed {
+            p.note { "Statements are not attributed in this recording: " (who.how) }
+        } @else if who.statements.is_empty() {
+            p.note { "No client connection hit a probe." }
+        } @else {
+            p.note { "Each client connection's probe hit, tied to the statement its thread was running (the server's own THD, read at the hit), grouped by fingerprint (literals as ?). Executions are those that hit a probe. Click a column to sort. Read as: " (who.how) "." }
+            table.data.sortable {
+                thead { tr { th { "statement" } th { "users" } th.n { "executions" } th.n { "connections" } th.n { "calls" } th.n { "total wait" } th { "per probe" } } }
+                tbody {
+                    @for st in &who.statements {
+                        tr {
+                            td { code { (st.fingerprint) } @if let Some(sample) = &st.sample { br; span.note { "e.g. " (sample) } } }
+                            td { (st.users.join(", ")) }
+                            td.n data-v=(st.executions) { (st.executions) }
+                            td.n data-v=(st.connections) { (st.connections) }
+                            td.n data-v=(st.calls) { (st.calls) }
+                            td.n data-v=(st.wait_ns_total) { (units::ns(st.wait_ns_total)) }
+                            td { @for (i, p) in st.probes.iter().take(4).enumerate() { @if i > 0 { ", " } (p.probe) " " (p.calls) } }
+                        }
+                    }
+                }
+            }
+            @if who.statements_more > 0 { p.note { (who.statements_more) " more statements with fewer hits are not listed." } }
+            table.data.sortable {
+                thead { tr { th.n { "connection" } th { "user" } th { "host" } th { "db" } th.n { "calls" } th.n { "total wait" } th { "top statement" } } }
+                tbody {
+                    @for c in &who.connections {
+                        tr {
+                            td.n data-v=(c.id) { (c.id) }
+                            td { (c.user.clone().unwrap_or_else(dash)) }
+                            td { (c.host.clone().unwrap_or_else(dash)) }
+                            td { (c.db.clone().unwrap_or_else(dash)) }
+                            td.n data-v=(c.calls) { (c.calls) }
+                            td.n data-v=(c.wait_ns_total) { (units::ns(c.wait_ns_total)) }
+                            td { code { (c.top_statement.as_ref().and_then(|id| who.statements.iter().find(|st| &st.id == id)).map_or_else(dash, |st| st.fingerprint.clone())) } }
+                        }
+                    }
+                }
+            }
+            script { (PreEscaped(SORT_JS)) }
+        }
+    }
+}
+
+/// Sorts a `table.sortable` by the clicked column: numbers by their
+/// `data-v`, text as text; a second click reverses.
+const SORT_JS: &str = r#"document.querySelectorAll('table.sortable').forEach(function(t){t.querySelectorAll('th').forEach(function(th,i){th.style.cursor='pointer';th.addEventListener('click',function(){var b=t.tBodies[0],rows=Array.from(b.rows),d=th.dataset.dir==='d'?'a':'d';th.dataset.dir=d;rows.sort(function(x,y){var a=x.cells[i],c=y.cells[i],u=a.dataset.v,v=c.dataset.v,r=(u!==undefined&&v!==undefined)?(Number(u)-Number(v)):a.textContent.localeCompare(c.textContent);return d==='d'?-r:r;});rows.forEach(function(r){b.appendChild(r);});});});});"#;
 
 /// Latches given a view of their own: the busiest by wait time.
 const LATCH_VIEWS: usize = 5;
