@@ -68,6 +68,8 @@ pub struct RecordOptions {
     /// Keep one raw text per statement fingerprint in the bundle
     /// (`--statement-text`); otherwise fingerprints only (no literal).
     pub statement_text: bool,
+    /// Tie client connections' hits to their statements (`--no-statements`: not).
+    pub statements: bool,
 }
 
 impl RecordOptions {
@@ -98,7 +100,13 @@ impl RecordOptions {
             trust,
             symbolize: true,
             statement_text: false,
+            statements: true,
         }
+    }
+
+    /// Whether hits are tied to statements (`--no-statements`: not).
+    pub fn statements(self, statements: bool) -> Self {
+        Self { statements, ..self }
     }
 
     /// Whether statements keep a raw text sample (`--statement-text`).

@@ -149,7 +149,11 @@ impl RecordingPlan {
             probes,
             counters,
         } = set;
-        let thd = plan_thd(&target, &image);
+        let thd = if opts.statements {
+            plan_thd(&target, &image)
+        } else {
+            Err("switched off (--no-statements)".into())
+        };
         Ok(Self {
             thd,
             statement_text: opts.statement_text,
@@ -190,7 +194,11 @@ impl RecordingPlan {
         let target = Target::open(opts.pid, opts.force, &opts.trust)?;
         match earlier.take().filter(|e| e.image.is_file(&target.binary)) {
             Some(earlier) => Ok(Self {
-                thd: plan_thd(&target, &earlier.image),
+                thd: if opts.statements {
+                    plan_thd(&target, &earlier.image)
+                } else {
+                    Err("switched off (--no-statements)".into())
+                },
                 target,
                 cpu_at_plan: own_cpu_time(),
                 calibration: Some(spawn_calibration(opts)),
