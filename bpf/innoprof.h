@@ -122,6 +122,11 @@ struct site_val {
 struct start_val {
 	__u64 ts;
 	struct callsite site;
+	/* The latch's exclusive holder at entry, where the latch records it
+	 * (holder_at); holder_tid 0: none. */
+	__u32 holder_tid;
+	__u32 pad;
+	__u64 holder_query_id;
 };
 
 struct stack_val {
@@ -188,6 +193,7 @@ struct thread_val {
 #define STMT_TEXT_MAX 512
 #define MAX_STMT_KEYS 65536
 #define MAX_STMT_TEXTS 16384
+#define MAX_HOLDER_KEYS 16384
 
 /* Set by the loader (rodata): where THD lives and what is read in it. */
 struct thd_layout {
@@ -200,6 +206,33 @@ struct thd_layout {
 	__u64 query_id_off; /* THD + this: query_id, 8 bytes */
 	__u64 query_off;    /* THD + this: the query text pointer */
 	__u64 query_len_off;/* THD + this: its length, 8 bytes */
+	__u64 pthread_tid_off;/* glibc's struct pthread + this: the kernel's tid */
+};
+
+/* Per slot with a latch that records its exclusive holder: where, in the
+ * object the `arg`-th argument points to (rw_lock_t::writer_thread, valid
+ * while `recursive` is set). */
+struct holder_field {
+	__u32 thread_off;
+	__u32 valid_off;
+	__u8 arg;
+	__u8 valid_size;
+	__u8 nonpositive; /* 1: valid while signed and <= 0 (lock_word), not non-zero */
+	__u8 pad[5];
+};
+
+/* A waiter's statement and the holder it waited for (its thread and,
+ * for a connection, its statement). */
+struct holder_key {
+	__u64 waiter_query_id;
+	__u64 holder_query_id;
+	__u32 slot;
+	__u32 holder_tid;
+};
+
+struct holder_val {
+	__u64 calls;
+	__u64 wait_ns;
 };
 
 struct stmt_key {
@@ -232,7 +265,8 @@ enum stmt_lost_reason {
 	STMT_LOST_KEYS_FULL = 0,  /* stmt_stats full: a hit not tied to its statement */
 	STMT_LOST_TEXT_FULL = 1,  /* stmt_text full: a statement without text */
 	STMT_LOST_NO_THD = 2,     /* a connection's hit whose THD or query_id could not be read */
-	STMT_LOST_MAX = 3,
+	STMT_LOST_HOLDERS_FULL = 3, /* holder_stats full: a wait not tied to its holder */
+	STMT_LOST_MAX = 4,
 };
 
 #endif

@@ -492,25 +492,31 @@ static __always_inline void stmt_lose(__u32 reason)
  * `pthread_getspecific`, its layout from libc's own `_thread_db_*`
  * descriptors). The thread pointer (fsbase) is read through CO-RE, the
  * only field of the kernel's structs these programs read. */
-static __always_inline __u64 current_thd(void)
+static __always_inline __u64 thd_of(__u64 tp)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase), block = 0, p = 0;
+	__u64 block = 0, p = 0;
 
-	if (!fsbase)
+	if (!tp)
 		return 0;
 	if (thd.how == 1) {
-		bpf_probe_read_user(&p, sizeof(p), (void *)(fsbase + thd.tls_off));
+		bpf_probe_read_user(&p, sizeof(p), (void *)(tp + thd.tls_off));
 		return p;
 	}
 	if (thd.how == 2) {
-		if (bpf_probe_read_user(&block, sizeof(block), (void *)(fsbase + thd.key_block_off)) ||
+		if (bpf_probe_read_user(&block, sizeof(block), (void *)(tp + thd.key_block_off)) ||
 		    !block)
 			return 0;
 		bpf_probe_read_user(&p, sizeof(p), (void *)(block + thd.key_data_off));
 		return p;
 	}
 	return 0;
+}
+
+static __always_inline __u64 current_thd(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	return thd_of(BPF_CORE_READ(task, thread.fsbase));
 }
 
 /* A statement's text, conn id and thread, read at its first hit. */
@@ -562,6 +568,96 @@ static __always_inline __u64 statement_of(__u32 tid, __u32 role)
 	read_statement(thd_ptr, now.query_id, tid);
 	bpf_map_update_elem(&stmt_now, &tid, &now, BPF_ANY);
 	return now.query_id;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct holder_field);
+} holder_at SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_HOLDER_KEYS);
+	__type(key, struct holder_key);
+	__type(value, struct holder_val);
+} holder_stats SEC(".maps");
+
+/* At a waiter's entry: the latch's exclusive holder, where the latch
+ * records it (its thread pointer: glibc's struct pthread), its kernel
+ * tid and, for a connection, its statement (text read once, as a hit's). */
+static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct start_val *val)
+{
+	struct holder_field *f;
+	__u32 key = (__u32)slot, tid = 0;
+	__u64 obj, valid = 0, tp = 0, thd_ptr, qid = 0;
+
+	val->holder_tid = 0;
+	val->pad = 0;
+	val->holder_query_id = 0;
+	if (!thd.how)
+		return;
+	f = bpf_map_lookup_elem(&holder_at, &key);
+	if (!f || !f->arg)
+		return;
+	obj = reg_arg(ctx, f->arg);
+	if (!obj)
+		return;
+	if (f->valid_size == 1)
+		bpf_probe_read_user(&valid, 1, (void *)(obj + f->valid_off));
+	else if (f->valid_size == 4)
+		bpf_probe_read_user(&valid, 4, (void *)(obj + f->valid_off));
+	else if (f->valid_size == 8)
+		bpf_probe_read_user(&valid, 8, (void *)(obj + f->valid_off));
+	else
+		return;
+	if (f->nonpositive) {
+		/* Sign-extend the member, then: held while <= 0. */
+		if (f->valid_size == 4)
+			valid = (__u64)(__s64)(__s32)valid;
+		else if (f->valid_size == 1)
+			valid = (__u64)(__s64)(__s8)valid;
+		valid = (__s64)valid <= 0;
+	}
+	if (!valid || bpf_probe_read_user(&tp, sizeof(tp), (void *)(obj + f->thread_off)) || !tp)
+		return;
+	if (bpf_probe_read_user(&tid, sizeof(tid), (void *)(tp + thd.pthread_tid_off)) || !tid)
+		return;
+	/* Itself (a recursive x-lock, or a stale field the flag missed): no edge. */
+	if (tid == (__u32)bpf_get_current_pid_tgid())
+		return;
+	val->holder_tid = tid;
+	thd_ptr = thd_of(tp);
+	if (thd_ptr &&
+	    !bpf_probe_read_user(&qid, sizeof(qid), (void *)(thd_ptr + thd.query_id_off)) && qid) {
+		val->holder_query_id = qid;
+		read_statement(thd_ptr, qid, tid);
+	}
+}
+
+static __always_inline void add_holder(__u64 slot, __u64 waiter_qid, struct start_val *start,
+				       __u64 wait_ns)
+{
+	struct holder_key key = {
+		.waiter_query_id = waiter_qid,
+		.holder_query_id = start->holder_query_id,
+		.slot = (__u32)slot,
+		.holder_tid = start->holder_tid,
+	};
+	struct holder_val zero = {};
+	struct holder_val *val;
+
+	if (!start->holder_tid)
+		return;
+	val = lookup_or_init(&holder_stats, &key, &zero);
+	if (!val) {
+		stmt_lose(STMT_LOST_HOLDERS_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&val->calls, 1);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
 }
 
 static __always_inline void add_statement(__u64 slot, __u64 query_id, __u64 wait_ns)
@@ -733,6 +829,7 @@ int lat_enter(struct pt_regs *ctx)
 	key.pid_tgid = pid_tgid;
 	key.slot = COOKIE_SLOT(cookie);
 	val.site = read_site(ctx, cookie);
+	read_holder(ctx, key.slot, &val);
 	val.ts = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&starts, &key, &val, BPF_ANY))
 		count_drop(DROP_START_FULL);
@@ -749,9 +846,9 @@ int lat_return(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct start_key key;
-	struct start_val *start;
+	struct start_val *start, held;
 	struct callsite site;
-	__u64 delta;
+	__u64 delta, qid;
 	__u32 role;
 
 	if (!is_target(pid_tgid))
@@ -766,11 +863,14 @@ int lat_return(struct pt_regs *ctx)
 	}
 	delta = bpf_ktime_get_ns() - start->ts;
 	site = start->site;
+	held = *start;
 	bpf_map_delete_elem(&starts, &key);
 	add_stats(key.slot, delta, true);
 	add_thread(pid_tgid, key.slot, delta);
 	role = role_of(ctx, (__u32)pid_tgid);
-	add_statement(key.slot, statement_of((__u32)pid_tgid, role), delta);
+	qid = statement_of((__u32)pid_tgid, role);
+	add_statement(key.slot, qid, delta);
+	add_holder(key.slot, qid, &held, delta);
 	add_site(key.slot, site, role, delta);
 	add_stack(ctx, key.slot, site, role, delta);
 	return 0;

@@ -162,6 +162,18 @@ fn who_waits_and_runs_what(server_name: &str) {
     assert_eq!(rw.top_statement.as_deref(), Some(update.id.as_str()));
     assert_eq!(conn(ro_id).and_then(|c| c.user.as_deref()), Some("app_ro"));
     assert!(conn(idle_id).is_none(), "the idle connection made hits");
+    // Who blocks: where a latch records its writer (MySQL 5.6, MariaDB
+    // 10.2), the only writing connection is app_rw's UPDATE.
+    let held: Vec<_> = who
+        .blocking
+        .iter()
+        .filter(|b| b.holder_statement.is_some())
+        .collect();
+    println!("{} waits for a connection holding the latch", held.len());
+    for b in &held {
+        assert_eq!(b.holder_fingerprint.as_deref(), Some(UPDATE), "{b:?}");
+        assert_eq!(b.holder_connection, Some(rw_id), "{b:?}");
+    }
     // No literal is kept without --statement-text.
     assert!(!who.text_kept && who.statements.iter().all(|st| st.sample.is_none()));
     let text = std::fs::read_to_string(rec.out.join("summary.txt")).unwrap();

@@ -505,8 +505,22 @@ impl Session {
                         pad: 0,
                     })
                 });
+                let holder = latch_plan.and_then(|(spec, plan)| {
+                    let f = plan.layout.holders.get(&symbol.address)?;
+                    Some(crate::bpf::abi::HolderField {
+                        thread_off: f.thread_offset,
+                        valid_off: f.valid_offset,
+                        arg: spec.arg,
+                        valid_size: f.valid_size,
+                        nonpositive: u8::from(f.valid_nonpositive),
+                        pad: [0; 5],
+                    })
+                });
                 let id = SlotId::of_index(self.slots.len());
                 let created = created.is_some_and(|f| self.set_created(id, f));
+                if let Some(h) = holder {
+                    self.set_holder(id, h);
+                }
                 let cookie = crate::bpf::abi::cookie(id, site_args, latch, created);
                 let measure = slot_measure(planned, symbol);
                 // On before the links go in, so no hit of a fresh link is lost;
@@ -826,6 +840,13 @@ impl Session {
         }
     }
 
+    /// Tells the probes of `slot` where its latch's exclusive holder is.
+    fn set_holder(&mut self, slot: SlotId, field: crate::bpf::abi::HolderField) {
+        if let Some(map) = self.map(bpf::maps::HOLDER_AT) {
+            let _ = map.update(&slot.key(), bytemuck::bytes_of(&field), MapFlags::ANY);
+        }
+    }
+
     /// Tells the probes of `slot` where its latch's creation site is;
     /// false if the map refused (then the cookie does not ask for it).
     fn set_created(&mut self, slot: SlotId, field: crate::bpf::abi::CreatedField) -> bool {
@@ -1041,7 +1062,8 @@ fn load_object(
             | bpf::maps::STACK_HOLD
             | bpf::maps::ENABLED
             | bpf::maps::STACK_EVERY
-            | bpf::maps::CREATED_AT => Some(slots),
+            | bpf::maps::CREATED_AT
+            | bpf::maps::HOLDER_AT => Some(slots),
             _ => None,
         };
         if let Some(n) = size {

@@ -273,8 +273,35 @@ pub struct ThdLayout {
     pub query_id_off: u64,
     pub query_off: u64,
     pub query_len_off: u64,
+    /// glibc's `struct pthread` + this: the thread's kernel tid.
+    pub pthread_tid_off: u64,
 }
 mirrors_thd_layout!(ThdLayout);
+
+/// Where a slot's latch records its exclusive holder (`holder_at`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct HolderField {
+    pub thread_off: u32,
+    pub valid_off: u32,
+    pub arg: u8,
+    pub valid_size: u8,
+    /// 1: valid while signed and <= 0 (not while non-zero).
+    pub nonpositive: u8,
+    pub pad: [u8; 5],
+}
+mirrors_holder_field!(HolderField);
+
+/// A waiter's statement and the latch holder it waited for.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct HolderKey {
+    pub waiter_query_id: u64,
+    pub holder_query_id: u64,
+    pub slot: u32,
+    pub holder_tid: u32,
+}
+mirrors_holder_key!(HolderKey);
 
 /// A (statement, slot) pair counted apart in `stmt_stats`.
 #[repr(C)]

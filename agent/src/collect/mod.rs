@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey, StackVal,
-    StmtKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
+    HolderKey, StmtKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
 };
 use crate::plan::catalog::Measure;
 
@@ -436,9 +436,14 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
         .into_iter()
         .map(|(k, v)| (k.query_id, SlotId::from_kernel(u64::from(k.slot)), v))
         .collect();
+    // Holders before texts: a holder's text is written before its edge.
+    let holders = take_hash::<HolderKey, StmtVal>(obj, bpf::maps::HOLDER_STATS)?
+        .into_iter()
+        .map(|(k, v)| (SlotId::from_kernel(u64::from(k.slot)), k, v))
+        .collect();
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
-    let mut lost = [0u64; 3];
+    let mut lost = [0u64; 4];
     for (i, total) in lost.iter_mut().enumerate() {
         *total = lost_map
             .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
@@ -455,7 +460,9 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
             keys_full: lost[0],
             text_full: lost[1],
             no_thd: lost[2],
+            holders_full: lost[3],
         },
+        holders,
     })
 }
 
@@ -467,6 +474,9 @@ pub struct StatementRows {
     /// Per query_id: its text, connection and thread, as read at its first hit.
     pub texts: Vec<(u64, StmtText)>,
     pub lost: StmtLost,
+    /// Per (slot, waiter statement, holder thread and statement): the
+    /// waits for a latch's exclusive holder.
+    pub holders: Vec<(SlotId, HolderKey, StmtVal)>,
 }
 
 /// Connection hits not tied to a statement, since the start (totals).
@@ -478,6 +488,8 @@ pub struct StmtLost {
     pub text_full: u64,
     /// The THD or its query_id could not be read.
     pub no_thd: u64,
+    /// `holder_stats` was full (a wait not tied to its holder).
+    pub holders_full: u64,
 }
 
 /// One BPF_MAP_LOOKUP_BATCH of at most `max` entries into `keys` and

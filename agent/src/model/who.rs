@@ -23,6 +23,35 @@ pub struct Who {
     pub connections_more: u64,
     /// Client connections' calls tied to no statement, and why.
     pub unattributed: Unattributed,
+    /// Waits for a latch's exclusive holder, where the latch records it
+    /// (`rw_lock_t::writer_thread` in MySQL 5.6-5.7, MariaDB 10.2-10.5):
+    /// waiter's statement -> holder's statement or thread. Most wait first,
+    /// at most [`MAX_BLOCKING`]. Empty where no probed latch records a holder.
+    #[serde(default)]
+    pub blocking: Vec<Blocking>,
+}
+
+pub const MAX_BLOCKING: usize = 30;
+
+/// One waiter -> holder edge of a probe's latch waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Blocking {
+    pub probe: String,
+    /// The waiting statement's id (`statements[].id`); none for a
+    /// background waiter or one whose statement is unknown.
+    pub waiter_statement: Option<String>,
+    pub waiter_fingerprint: Option<String>,
+    /// The holder's statement id, when the holder was running one (it
+    /// may have hit no probe itself: then it is only here).
+    pub holder_statement: Option<String>,
+    pub holder_fingerprint: Option<String>,
+    /// The holder's connection (processlist id), with its statement.
+    pub holder_connection: Option<u64>,
+    /// The holder's kernel thread id, when it ran no statement (a
+    /// background thread, or a connection between statements).
+    pub holder_thread: Option<u32>,
+    pub calls: u64,
+    pub wait_ns_total: u64,
 }
 
 pub const MAX_STATEMENTS: usize = 50;
@@ -119,4 +148,7 @@ pub struct Unattributed {
     pub no_thd: u64,
     /// Counted to a statement whose text was never read (its text map full).
     pub no_text: u64,
+    /// Waits not tied to their latch's holder (the holder map full).
+    #[serde(default)]
+    pub holders_full: u64,
 }

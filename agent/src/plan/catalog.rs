@@ -124,9 +124,35 @@ pub struct LatchSpec {
     pub created_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_line: Option<String>,
+    /// The member holding the exclusive holder's thread (`pthread_t`:
+    /// its thread pointer), read at a waiter's entry (`writer_thread` of
+    /// `rw_lock_t`, MySQL 5.6-5.7 and MariaDB 10.2-10.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// The member that says `holder` is current (InnoDB leaves
+    /// `writer_thread` stale after the release): non-zero (`recursive`,
+    /// MySQL 5.6), or with `<=0` after its name, signed and at most 0
+    /// (`lock_word<=0`, MySQL 5.7 and MariaDB 10.2-10.5: x- or sx-held,
+    /// or a writer queued ahead of the readers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_valid: Option<String>,
 }
 
 impl LatchSpec {
+    /// The holder's members (thread, validity flag), when both are given.
+    pub fn holder_members(&self) -> Option<(&str, &str)> {
+        self.holder.as_deref().zip(self.holder_valid.as_deref())
+    }
+
+    /// The validity member's name, and whether it is read as "signed, at
+    /// most 0" rather than "non-zero".
+    pub fn holder_valid_rule(valid: &str) -> (&str, bool) {
+        match valid.strip_suffix("<=0") {
+            Some(name) => (name.trim(), true),
+            None => (valid, false),
+        }
+    }
+
     /// The member names holding the creation site, when both are given.
     pub fn created_members(&self) -> Option<(&str, &str)> {
         self.created_file

@@ -59,6 +59,22 @@ pub struct LatchLayout {
     pub names: BTreeMap<u64, String>,
     /// Per function entry address: where the creation site is.
     pub created: HashMap<u64, CreatedField>,
+    /// Per function entry address: where the exclusive holder is.
+    #[serde(default)]
+    pub holders: HashMap<u64, HolderField>,
+}
+
+/// Where an object keeps its exclusive holder's thread pointer (8 bytes
+/// at `thread_offset`), valid while the `valid_size`-byte member at
+/// `valid_offset` is non-zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HolderField {
+    pub thread_offset: u32,
+    pub valid_offset: u32,
+    pub valid_size: u8,
+    /// Valid while the member is signed and at most 0, not while non-zero.
+    #[serde(default)]
+    pub valid_nonpositive: bool,
 }
 
 impl LatchLayout {
@@ -82,6 +98,7 @@ pub fn find_latch_layout(
     arg: u8,
     id_type: &str,
     created: Option<(&str, &str)>,
+    holder: Option<(&str, &str)>,
 ) -> Result<LatchLayout, LatchError> {
     let mut layout = LatchLayout::default();
     for_each_param_struct(image, addresses, arg, |dwarf, unit, low_pc, object| {
@@ -93,6 +110,29 @@ pub fn find_latch_layout(
                 layout.fields.insert(low_pc, field);
                 if layout.names.is_empty() {
                     layout.names = enumerators(dwarf, unit, enum_die)?;
+                }
+            }
+        }
+        if let Some((thread_member, valid)) = holder {
+            let (valid_member, nonpositive) =
+                crate::plan::catalog::LatchSpec::holder_valid_rule(valid);
+            let thread = named_member(dwarf, unit, object, thread_member, 0, 0)?;
+            let valid = named_member(dwarf, unit, object, valid_member, 0, 0)?;
+            if let (Some(t), Some(v)) = (thread, valid) {
+                if t.byte_size == 8
+                    && t.bit_size.is_none()
+                    && v.bit_size.is_none()
+                    && matches!(v.byte_size, 1 | 4 | 8)
+                {
+                    layout.holders.insert(
+                        low_pc,
+                        HolderField {
+                            thread_offset: t.offset,
+                            valid_offset: v.offset,
+                            valid_size: v.byte_size as u8,
+                            valid_nonpositive: nonpositive,
+                        },
+                    );
                 }
             }
         }

@@ -220,7 +220,14 @@ fn arg_reads(spec: &ProbeSpec) -> ArgReads {
 fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> LatchPlan {
     let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
     let created = spec.created_members();
-    match find_latch_layout(image, &addresses, spec.arg, &spec.id_type, created) {
+    match find_latch_layout(
+        image,
+        &addresses,
+        spec.arg,
+        &spec.id_type,
+        created,
+        spec.holder_members(),
+    ) {
         Ok(layout) if !layout.fields.is_empty() || !layout.created.is_empty() => LatchPlan {
             layout,
             unavailable: None,

@@ -94,6 +94,8 @@ pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
         query_len_off: members.query_len_off,
         ..ThdLayout::default()
     };
+    let glibc = glibc_specific(pid)?;
+    layout.pthread_tid_off = glibc.tid_off;
     match thd_variable(image)? {
         ThdVariable::Tls { offset } => {
             layout.how = 1;
@@ -106,7 +108,6 @@ pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
                 0
             };
             let key = read_u32(pid, address.wrapping_add(bias))?;
-            let glibc = glibc_specific(pid)?;
             // glibc: keys below PTHREAD_KEYS_MAX, in blocks of
             // PTHREAD_KEY_2NDLEVEL_SIZE (the descriptor's element count).
             if key >= glibc.level2_len * glibc.level1_len {
@@ -311,6 +312,8 @@ struct GlibcSpecific {
     level2_len: u32,
     key_data_size: u64,
     key_data_data_off: u64,
+    /// Offset of `tid` (the kernel's thread id) in `struct pthread`.
+    tid_off: u64,
 }
 
 fn glibc_specific(pid: u32) -> Result<GlibcSpecific, ThdError> {
@@ -349,6 +352,7 @@ fn glibc_specific(pid: u32) -> Result<GlibcSpecific, ThdError> {
     let data_field = descriptor("_thread_db_pthread_key_data_data")?;
     let size = descriptor("_thread_db_sizeof_pthread_key_data")?;
     let level2 = descriptor("_thread_db_pthread_key_data_level2_data")?;
+    let tid = descriptor("_thread_db_pthread_tid")?;
     // `specific` is one array of pointers: its bits over 64 are its length.
     let level1_len = specific[0] / 64 * specific[1].max(1);
     let ok = specific[0] % 64 == 0
@@ -356,7 +360,9 @@ fn glibc_specific(pid: u32) -> Result<GlibcSpecific, ThdError> {
         && (1..=1024).contains(&level2[1])
         && specific[2] < 1 << 16
         && (8..=64).contains(&size[0])
-        && data_field[2] < size[0];
+        && data_field[2] < size[0]
+        && tid[0] == 32
+        && tid[2] < 1 << 16;
     if !ok {
         return Err(ThdError::NoLibcDescriptor("_thread_db_pthread_specific"));
     }
@@ -366,6 +372,7 @@ fn glibc_specific(pid: u32) -> Result<GlibcSpecific, ThdError> {
         level2_len: level2[1],
         key_data_size: u64::from(size[0]),
         key_data_data_off: u64::from(data_field[2]),
+        tid_off: u64::from(tid[2]),
     })
 }
 

@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 use crate::bpf::abi::{SlotId, StmtText, StmtVal};
 use crate::collect::{StatementRows, StmtLost};
 use crate::model::who::{
-    ConnectionResult, StatementProbe, StatementResult, Unattributed, Who, MAX_CONNECTIONS,
-    MAX_STATEMENTS,
+    Blocking, ConnectionResult, StatementProbe, StatementResult, Unattributed, Who,
+    MAX_BLOCKING, MAX_CONNECTIONS, MAX_STATEMENTS,
 };
 
 /// A `query_id` unseen for this many drains is forgotten (its later
@@ -38,6 +38,14 @@ struct Digest {
     connections: HashSet<u64>,
 }
 
+/// A latch's exclusive holder: a connection's statement, or a thread
+/// running none (a background thread, or a connection between statements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Holder {
+    Statement { digest: u32, conn: u64 },
+    Thread(u32),
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Acc {
     calls: u64,
@@ -62,6 +70,8 @@ pub struct StatementBook {
     digests: Vec<Digest>,
     rows: HashMap<(u32, SlotId), Acc>,
     conns: HashMap<u64, HashMap<u32, Acc>>,
+    /// Per (slot, waiter's statement, holder): waits for a latch's holder.
+    edges: HashMap<(SlotId, Option<u32>, Holder), Acc>,
     no_text: u64,
     lost: StmtLost,
 }
@@ -106,6 +116,17 @@ impl StatementBook {
                 .entry(digest)
                 .or_default()
                 .add(v);
+        }
+        for (slot, k, v) in &rows.holders {
+            let waiter = self.seen.get(&k.waiter_query_id).map(|s| s.digest);
+            let holder = match self.seen.get(&k.holder_query_id) {
+                Some(h) if k.holder_query_id != 0 => Holder::Statement {
+                    digest: h.digest,
+                    conn: h.conn,
+                },
+                _ => Holder::Thread(k.holder_tid),
+            };
+            self.edges.entry((*slot, waiter, holder)).or_default().add(v);
         }
         let now = self.drains;
         self.seen
@@ -231,7 +252,35 @@ impl StatementBook {
         });
         let connections_more = connections.len().saturating_sub(MAX_CONNECTIONS) as u64;
         connections.truncate(MAX_CONNECTIONS);
+        let id_of = |d: u32| statement_id(&self.digests[d as usize].fingerprint);
+        let mut blocking: Vec<Blocking> = self
+            .edges
+            .iter()
+            .map(|(&(slot, waiter, holder), acc)| {
+                let (holder, holder_connection, holder_thread) = match holder {
+                    Holder::Statement { digest, conn } => (Some(digest), Some(conn), None),
+                    Holder::Thread(tid) => (None, None, Some(tid)),
+                };
+                let fingerprint = |d: u32| self.digests[d as usize].fingerprint.clone();
+                Blocking {
+                    probe: probe_of.get(&slot).cloned().unwrap_or_else(|| "?".into()),
+                    waiter_statement: waiter.map(id_of),
+                    waiter_fingerprint: waiter.map(fingerprint),
+                    holder_statement: holder.map(id_of),
+                    holder_fingerprint: holder.map(fingerprint),
+                    holder_connection,
+                    holder_thread,
+                    calls: acc.calls,
+                    wait_ns_total: acc.wait_ns,
+                }
+            })
+            .collect();
+        blocking.sort_by(|a, b| {
+            (b.wait_ns_total, b.calls, &a.probe).cmp(&(a.wait_ns_total, a.calls, &b.probe))
+        });
+        blocking.truncate(MAX_BLOCKING);
         Who {
+            blocking,
             how,
             attributed: true,
             text_kept: self.keep_text,
@@ -243,6 +292,7 @@ impl StatementBook {
                 map_full: self.lost.keys_full,
                 no_thd: self.lost.no_thd,
                 no_text: self.no_text,
+                holders_full: self.lost.holders_full,
             },
         }
     }
@@ -332,6 +382,12 @@ mod tests {
         let s1 = SlotId::of_index(0);
         let s2 = SlotId::of_index(1);
         let v = |calls, wait_ns| StmtVal { calls, wait_ns };
+        let key = |waiter, holder, tid| crate::bpf::abi::HolderKey {
+            waiter_query_id: waiter,
+            holder_query_id: holder,
+            slot: 1,
+            holder_tid: tid,
+        };
         book.add(StatementRows {
             stats: vec![(10, s1, v(3, 300)), (11, s1, v(1, 100)), (12, s2, v(5, 50))],
             texts: vec![
@@ -340,6 +396,10 @@ mod tests {
                 (12, text(8, "SELECT c FROM t WHERE id=9")),
             ],
             lost: StmtLost::default(),
+            holders: vec![
+                (s2, key(12, 10, 0), v(2, 40)),
+                (s2, key(12, 0, 555), v(1, 5)),
+            ],
         });
         // The second drain: query 10 goes on; 99 has no text.
         book.add(StatementRows {
@@ -349,6 +409,7 @@ mod tests {
                 no_thd: 6,
                 ..StmtLost::default()
             },
+            holders: vec![(s2, key(12, 10, 0), v(1, 10))],
         });
         let probes = HashMap::from([(s1, "a".to_string()), (s2, "b".to_string())]);
         let users = HashMap::from([(
@@ -377,5 +438,14 @@ mod tests {
         assert_eq!(who.connections[0].user.as_deref(), Some("app_rw"));
         assert_eq!(who.connections[1].statements, 2);
         assert!(who.statements.iter().all(|s| s.sample.is_none()));
+        // Waits for a holder: summed over drains, the holder's statement
+        // and connection named; a holder with no statement by its thread.
+        assert_eq!(who.blocking.len(), 2);
+        let b = &who.blocking[0];
+        assert_eq!(b.probe, "b");
+        assert_eq!(b.waiter_fingerprint.as_deref(), Some("SELECT c FROM t WHERE id=?"));
+        assert_eq!(b.holder_fingerprint.as_deref(), Some("UPDATE t SET k=k+? WHERE id=?"));
+        assert_eq!((b.holder_connection, b.calls, b.wait_ns_total), (Some(7), 3, 50));
+        assert_eq!(who.blocking[1].holder_thread, Some(555));
     }
 }

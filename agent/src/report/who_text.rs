@@ -83,6 +83,31 @@ pub fn render(who: Option<&Who>) -> String {
     }
     right_align(&mut table, 4..6);
     out.push_str(&format!("connections (processlist ids):\n{table}\n"));
+    if !who.blocking.is_empty() {
+        let mut table = Table::new();
+        table.load_preset(ASCII_MARKDOWN);
+        table.set_header(["probe", "waiting statement", "held by", "holder connection", "waits", "total wait"]);
+        for b in who.blocking.iter().take(TOP) {
+            table.add_row([
+                b.probe.clone(),
+                b.waiter_fingerprint
+                    .as_deref()
+                    .map_or_else(|| "(no statement)".to_string(), |f| cut(f, 50)),
+                match (&b.holder_fingerprint, b.holder_thread) {
+                    (Some(f), _) => cut(f, 50),
+                    (None, Some(tid)) => format!("thread {tid} (no statement)"),
+                    (None, None) => dash(),
+                },
+                b.holder_connection.map_or_else(dash, |c| c.to_string()),
+                b.calls.to_string(),
+                units::ns(b.wait_ns_total),
+            ]);
+        }
+        right_align(&mut table, 4..6);
+        out.push_str(&format!(
+            "who blocks (the latch's exclusive holder, or the writer queued ahead, read at each wait's start):\n{table}\n"
+        ));
+    }
     let u = &who.unattributed;
     if u.map_full + u.no_thd + u.no_text > 0 {
         out.push_str(&format!(
