@@ -191,8 +191,8 @@ struct thread_val {
  * statement, at its first hit, into `stmt_text`. Userspace drains both
  * maps and groups statements by fingerprint. */
 #define STMT_TEXT_MAX 512
-#define MAX_STMT_KEYS 65536
-#define MAX_STMT_TEXTS 16384
+#define MAX_STMT_KEYS 16384
+#define MAX_STMT_TEXTS 4096
 #define MAX_HOLDER_KEYS 16384
 
 /* Set by the loader (rodata): where THD lives and what is read in it. */

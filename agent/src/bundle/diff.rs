@@ -59,10 +59,88 @@ pub struct DiffReport {
     pub findings_also_in_baseline: Vec<String>,
     pub profiles: Vec<ProfileDiff>,
     pub probes: Vec<ProbeDelta>,
+    /// Statements (by fingerprint id) whose wait a second changed most,
+    /// where both recordings tied hits to statements.
+    pub statements: Vec<StatementDelta>,
     /// The server's own state side by side, when both recordings read it.
     pub server_state: Option<crate::model::server_state::StateComparison>,
     #[serde(skip)]
     files: Vec<(String, String)>,
+}
+
+/// One statement's rates in both recordings (0 where it was not seen).
+#[derive(Debug, Clone, Serialize)]
+pub struct StatementDelta {
+    pub id: String,
+    pub fingerprint: String,
+    pub baseline_calls_per_sec: f64,
+    pub incident_calls_per_sec: f64,
+    pub baseline_wait_ns_per_sec: f64,
+    pub incident_wait_ns_per_sec: f64,
+    pub baseline_executions_per_sec: f64,
+    pub incident_executions_per_sec: f64,
+}
+
+/// Statements shown in `diff` (the largest changes of wait a second).
+const DIFF_STATEMENTS: usize = 10;
+
+/// The statements of both recordings by id, the largest change of wait a
+/// second (calls where untimed) first; empty unless both have statements.
+fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<StatementDelta> {
+    let attributed = |s: &serde_json::Value| s["who"]["attributed"].as_bool() == Some(true);
+    if !attributed(before) || !attributed(after) {
+        return Vec::new();
+    }
+    let rates = |s: &serde_json::Value| {
+        let secs = duration_s(s).max(1e-9);
+        let mut out: std::collections::BTreeMap<String, (String, f64, f64, f64)> =
+            std::collections::BTreeMap::new();
+        for st in s["who"]["statements"].as_array().into_iter().flatten() {
+            let (Some(id), Some(fp)) = (st["id"].as_str(), st["fingerprint"].as_str()) else {
+                continue;
+            };
+            let n = |k: &str| st[k].as_f64().unwrap_or(0.0) / secs;
+            out.insert(
+                id.to_string(),
+                (fp.to_string(), n("calls"), n("wait_ns_total"), n("executions")),
+            );
+        }
+        out
+    };
+    let (b, a) = (rates(before), rates(after));
+    let mut ids: Vec<&String> = b.keys().chain(a.keys()).collect();
+    ids.sort();
+    ids.dedup();
+    let zero = (String::new(), 0.0, 0.0, 0.0);
+    let mut out: Vec<StatementDelta> = ids
+        .into_iter()
+        .map(|id| {
+            let (x, y) = (b.get(id).unwrap_or(&zero), a.get(id).unwrap_or(&zero));
+            StatementDelta {
+                id: id.clone(),
+                fingerprint: if y.0.is_empty() { x.0.clone() } else { y.0.clone() },
+                baseline_calls_per_sec: x.1,
+                incident_calls_per_sec: y.1,
+                baseline_wait_ns_per_sec: x.2,
+                incident_wait_ns_per_sec: y.2,
+                baseline_executions_per_sec: x.3,
+                incident_executions_per_sec: y.3,
+            }
+        })
+        .collect();
+    let change = |d: &StatementDelta| {
+        let wait = (d.incident_wait_ns_per_sec - d.baseline_wait_ns_per_sec).abs();
+        let calls = (d.incident_calls_per_sec - d.baseline_calls_per_sec).abs();
+        (wait, calls)
+    };
+    out.sort_by(|x, y| {
+        change(y)
+            .partial_cmp(&change(x))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| x.id.cmp(&y.id))
+    });
+    out.truncate(DIFF_STATEMENTS);
+    out
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -173,6 +251,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         incident: incident.to_path_buf(),
         profiles: Vec::new(),
         probes: probe_deltas(&base_summary, &inc_summary),
+        statements: statement_deltas(&base_summary, &inc_summary),
         findings: Vec::new(),
         findings_also_in_baseline: Vec::new(),
         server_state: None,
@@ -354,6 +433,37 @@ impl DiffReport {
                     p.incident_watched_share * 100.0
                 ));
             }
+        }
+        if !self.statements.is_empty() {
+            let mut t = Table::new();
+            t.load_preset(ASCII_MARKDOWN);
+            t.set_header([
+                "statement",
+                "executions/s before",
+                "now",
+                "calls/s before",
+                "now",
+                "wait/s before",
+                "now",
+            ]);
+            for d in &self.statements {
+                t.add_row([
+                    d.fingerprint.chars().take(70).collect(),
+                    units::count(d.baseline_executions_per_sec),
+                    units::count(d.incident_executions_per_sec),
+                    units::count(d.baseline_calls_per_sec),
+                    units::count(d.incident_calls_per_sec),
+                    units::ns(d.baseline_wait_ns_per_sec as u64),
+                    units::ns(d.incident_wait_ns_per_sec as u64),
+                ]);
+            }
+            right(&mut t, 1..7);
+            out.push_str(&format!(
+                "
+statements whose wait changed most (client connections' probe hits, per second):
+{t}
+"
+            ));
         }
         for p in &self.profiles {
             let mut t = Table::new();
@@ -1017,10 +1127,35 @@ mod tests {
             findings_also_in_baseline: Vec::new(),
             profiles: Vec::new(),
             probes: d,
+            statements: Vec::new(),
             server_state: None,
             files: Vec::new(),
         };
         assert!(r.render_raw().contains("~1000 "), "{}", r.render_raw());
+    }
+
+    /// Statements are matched by id across recordings, per second of each,
+    /// the largest change of wait first; one seen only now is 0 before.
+    #[test]
+    fn statements_compare_by_id_per_second() {
+        let summary = |secs: f64, rows: serde_json::Value| {
+            serde_json::json!({"duration_s": secs, "probes": [],
+                "who": {"attributed": true, "statements": rows}})
+        };
+        let st = |id: &str, fp: &str, calls: u64, wait: u64| {
+            serde_json::json!({"id": id, "fingerprint": fp, "calls": calls,
+                "wait_ns_total": wait, "executions": calls})
+        };
+        let before = summary(10.0, serde_json::json!([st("a", "UPDATE t", 100, 1_000), st("b", "SELECT", 50, 500)]));
+        let after = summary(5.0, serde_json::json!([st("a", "UPDATE t", 100, 50_000), st("c", "DELETE", 10, 10)]));
+        let d = statement_deltas(&before, &after);
+        assert_eq!(d.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert_eq!((d[0].baseline_wait_ns_per_sec, d[0].incident_wait_ns_per_sec), (100.0, 10_000.0));
+        assert_eq!((d[0].baseline_calls_per_sec, d[0].incident_calls_per_sec), (10.0, 20.0));
+        assert_eq!(d[2].baseline_calls_per_sec, 0.0);
+        // Without statements on one side: nothing to compare.
+        let none = serde_json::json!({"duration_s": 10.0, "probes": []});
+        assert!(statement_deltas(&none, &after).is_empty());
     }
 
     #[test]
