@@ -22,6 +22,13 @@ const FORGET_AFTER_DRAINS: u32 = 5;
 const MAX_KNOWN_TEXTS: usize = 4096;
 /// Fingerprints kept; past it, new ones count as "other statements".
 const MAX_DIGESTS: usize = 10_000;
+/// Connections and waiter -> holder edges kept: `serve` runs for days
+/// over servers whose connections come and go. Past it, a new connection
+/// counts as [`OTHER_CONNECTION`] and a new edge is not kept (counted).
+const MAX_CONNECTIONS_KEPT: usize = 10_000;
+const MAX_EDGES_KEPT: usize = 10_000;
+/// The connection id that stands for every connection past the bound.
+pub const OTHER_CONNECTION: u64 = u64::MAX;
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -72,6 +79,8 @@ pub struct StatementBook {
     conns: HashMap<u64, HashMap<u32, Acc>>,
     /// Per (slot, waiter's statement, holder): waits for a latch's holder.
     edges: HashMap<(SlotId, Option<u32>, Holder), Acc>,
+    /// Waits whose edge was past [`MAX_EDGES_KEPT`].
+    edges_dropped: u64,
     no_text: u64,
     lost: StmtLost,
 }
@@ -108,7 +117,10 @@ impl StatementBook {
                 continue;
             };
             seen.last_drain = self.drains;
-            let (digest, conn) = (seen.digest, seen.conn);
+            let (digest, mut conn) = (seen.digest, seen.conn);
+            if self.conns.len() >= MAX_CONNECTIONS_KEPT && !self.conns.contains_key(&conn) {
+                conn = OTHER_CONNECTION;
+            }
             self.rows.entry((digest, *slot)).or_default().add(v);
             self.conns
                 .entry(conn)
@@ -126,7 +138,12 @@ impl StatementBook {
                 },
                 _ => Holder::Thread(k.holder_tid),
             };
-            self.edges.entry((*slot, waiter, holder)).or_default().add(v);
+            let key = (*slot, waiter, holder);
+            if self.edges.len() >= MAX_EDGES_KEPT && !self.edges.contains_key(&key) {
+                self.edges_dropped += v.calls;
+                continue;
+            }
+            self.edges.entry(key).or_default().add(v);
         }
         let now = self.drains;
         self.seen
@@ -292,7 +309,7 @@ impl StatementBook {
                 map_full: self.lost.keys_full,
                 no_thd: self.lost.no_thd,
                 no_text: self.no_text,
-                holders_full: self.lost.holders_full,
+                holders_full: self.lost.holders_full + self.edges_dropped,
             },
         }
     }
