@@ -107,11 +107,20 @@ fn who_waits_and_runs_what(server_name: &str) {
     drop(reader);
     let s = rec.summary();
     let who = s.who.as_ref().expect("summary.json has who");
-    println!("{server_name}: {}\n{}", who.how, serde_json::to_string_pretty(who).unwrap());
+    println!(
+        "{server_name}: {}\n{}",
+        who.how,
+        serde_json::to_string_pretty(who).unwrap()
+    );
     assert!(who.attributed, "{}", who.how);
 
     // Every connection hit is under a statement: nothing lost.
-    assert_eq!(who.unattributed, Default::default(), "{:?}", who.unattributed);
+    assert_eq!(
+        who.unattributed,
+        Default::default(),
+        "{:?}",
+        who.unattributed
+    );
     for probe in s.probes.iter().map(|p| p.name.as_str()) {
         let total: (u64, u64) = who
             .statements
@@ -133,7 +142,11 @@ fn who_waits_and_runs_what(server_name: &str) {
             && wait_on_update as f64 >= 0.95 * commit_wait as f64,
         "{on_update} of {commits} redo waits on {UPDATE}"
     );
-    let update = who.statements.iter().find(|st| st.fingerprint == UPDATE).unwrap();
+    let update = who
+        .statements
+        .iter()
+        .find(|st| st.fingerprint == UPDATE)
+        .unwrap();
     assert!(
         update.executions > 100 && update.executions <= update.calls,
         "{} executions",
@@ -151,7 +164,11 @@ fn who_waits_and_runs_what(server_name: &str) {
         on_select as f64 >= 0.95 * walks as f64 && wait_on_select as f64 >= 0.95 * walk_wait as f64,
         "{on_select} of {walks} walks on {SELECT}"
     );
-    let select = who.statements.iter().find(|st| st.fingerprint == SELECT).unwrap();
+    let select = who
+        .statements
+        .iter()
+        .find(|st| st.fingerprint == SELECT)
+        .unwrap();
     assert_eq!(select.users, vec!["app_ro".to_string()]);
 
     // The connections as the server lists them; the idle one made no hit.
@@ -179,7 +196,9 @@ fn who_waits_and_runs_what(server_name: &str) {
     let text = std::fs::read_to_string(rec.out.join("summary.txt")).unwrap();
     assert!(text.contains(UPDATE) && text.contains("app_rw"), "{text}");
     let html = std::fs::read_to_string(rec.out.join("report.html")).unwrap();
-    assert!(html.contains("id=\"statements\"") && html.contains("SELECT c FROM sbtest1 WHERE id=?"));
+    assert!(
+        html.contains("id=\"statements\"") && html.contains("SELECT c FROM sbtest1 WHERE id=?")
+    );
 }
 
 #[test]

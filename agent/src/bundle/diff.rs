@@ -102,7 +102,12 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
             let n = |k: &str| st[k].as_f64().unwrap_or(0.0) / secs;
             out.insert(
                 id.to_string(),
-                (fp.to_string(), n("calls"), n("wait_ns_total"), n("executions")),
+                (
+                    fp.to_string(),
+                    n("calls"),
+                    n("wait_ns_total"),
+                    n("executions"),
+                ),
             );
         }
         out
@@ -118,7 +123,11 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
             let (x, y) = (b.get(id).unwrap_or(&zero), a.get(id).unwrap_or(&zero));
             StatementDelta {
                 id: id.clone(),
-                fingerprint: if y.0.is_empty() { x.0.clone() } else { y.0.clone() },
+                fingerprint: if y.0.is_empty() {
+                    x.0.clone()
+                } else {
+                    y.0.clone()
+                },
                 baseline_calls_per_sec: x.1,
                 incident_calls_per_sec: y.1,
                 baseline_wait_ns_per_sec: x.2,
@@ -1146,12 +1155,27 @@ mod tests {
             serde_json::json!({"id": id, "fingerprint": fp, "calls": calls,
                 "wait_ns_total": wait, "executions": calls})
         };
-        let before = summary(10.0, serde_json::json!([st("a", "UPDATE t", 100, 1_000), st("b", "SELECT", 50, 500)]));
-        let after = summary(5.0, serde_json::json!([st("a", "UPDATE t", 100, 50_000), st("c", "DELETE", 10, 10)]));
+        let before = summary(
+            10.0,
+            serde_json::json!([st("a", "UPDATE t", 100, 1_000), st("b", "SELECT", 50, 500)]),
+        );
+        let after = summary(
+            5.0,
+            serde_json::json!([st("a", "UPDATE t", 100, 50_000), st("c", "DELETE", 10, 10)]),
+        );
         let d = statement_deltas(&before, &after);
-        assert_eq!(d.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
-        assert_eq!((d[0].baseline_wait_ns_per_sec, d[0].incident_wait_ns_per_sec), (100.0, 10_000.0));
-        assert_eq!((d[0].baseline_calls_per_sec, d[0].incident_calls_per_sec), (10.0, 20.0));
+        assert_eq!(
+            d.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
+        assert_eq!(
+            (d[0].baseline_wait_ns_per_sec, d[0].incident_wait_ns_per_sec),
+            (100.0, 10_000.0)
+        );
+        assert_eq!(
+            (d[0].baseline_calls_per_sec, d[0].incident_calls_per_sec),
+            (10.0, 20.0)
+        );
         assert_eq!(d[2].baseline_calls_per_sec, 0.0);
         // Without statements on one side: nothing to compare.
         let none = serde_json::json!({"duration_s": 10.0, "probes": []});

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::attach::Session;
 use crate::bpf::abi::{
-    from_bytes, Callsite, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey, StackVal,
-    HolderKey, StmtKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
+    from_bytes, Callsite, HolderKey, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey,
+    StackVal, StmtKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
 };
 use crate::plan::catalog::Measure;
 
@@ -803,19 +803,24 @@ mod tests {
             )
             .unwrap();
         }
-        let mut read: Vec<(Key, u64)> =
-            read_hash_batched(&map, "batch_test", false).unwrap().unwrap();
+        let mut read: Vec<(Key, u64)> = read_hash_batched(&map, "batch_test", false)
+            .unwrap()
+            .unwrap();
         read.sort_unstable_by_key(|(k, _)| k.id);
         assert_eq!(read.len(), n as usize);
         for (i, (k, v)) in read.iter().enumerate() {
             assert_eq!((k.id, k.pad[189], *v), (i as u64, i as u64, i as u64 * 3));
         }
         // Taken: the same entries, and the map is empty after.
-        let mut taken: Vec<(Key, u64)> =
-            read_hash_batched(&map, "batch_test", true).unwrap().unwrap();
+        let mut taken: Vec<(Key, u64)> = read_hash_batched(&map, "batch_test", true)
+            .unwrap()
+            .unwrap();
         taken.sort_unstable_by_key(|(k, _)| k.id);
         assert_eq!(taken.len(), read.len());
-        assert!(taken.iter().zip(&read).all(|(a, b)| a.0.id == b.0.id && a.1 == b.1));
+        assert!(taken
+            .iter()
+            .zip(&read)
+            .all(|(a, b)| a.0.id == b.0.id && a.1 == b.1));
         assert!(read_hash_batched::<Key, u64>(&map, "batch_test", false)
             .unwrap()
             .unwrap()

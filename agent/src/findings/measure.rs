@@ -81,7 +81,14 @@ pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidenc
         .iter()
         .filter_map(|s| {
             let p = s.probes.iter().find(|p| p.probe == probe)?;
-            Some((s, if p.wait_ns_total > 0 { p.wait_ns_total } else { p.calls }))
+            Some((
+                s,
+                if p.wait_ns_total > 0 {
+                    p.wait_ns_total
+                } else {
+                    p.calls
+                },
+            ))
         })
         .collect();
     let total: u64 = rows.iter().map(|(_, v)| v).sum();

@@ -196,13 +196,17 @@ fn a_latch_with_threads_queued_is_named_with_its_call_site() {
     assert!(evaluate(&s).is_empty());
 }
 
-#[test]
-fn slow_redo_flushes_fire_on_the_share_of_slow_ones() {
-    let bucket = |low_ns: u64, count: u64| Bucket {
+/// A log2 histogram bucket from `low_ns` holding `count` calls.
+fn bucket(low_ns: u64, count: u64) -> Bucket {
+    Bucket {
         low_ns,
         high_ns: low_ns * 2,
         count,
-    };
+    }
+}
+
+#[test]
+fn slow_redo_flushes_fire_on_the_share_of_slow_ones() {
     let mut s = with_probe("innodb.redo.flush", 100, 0);
     s.probes[0].histogram = vec![bucket(1 << 20, 95), bucket(1 << 23, 5)];
     assert!(evaluate(&s).is_empty(), "5 % slow is not a slow device");
@@ -225,11 +229,6 @@ fn slow_redo_flushes_fire_on_the_share_of_slow_ones() {
 #[test]
 fn a_finding_names_the_statements_waiting_at_its_probe() {
     use crate::model::who::{StatementProbe, StatementResult, Who};
-    let bucket = |low_ns: u64, count: u64| Bucket {
-        low_ns,
-        high_ns: low_ns * 2,
-        count,
-    };
     let mut s = with_probe("innodb.redo.write_up_to", 100, 0);
     s.probes[0].histogram = vec![bucket(1 << 23, 100)];
     let statement = |fp: &str, user: &str, wait: u64| StatementResult {

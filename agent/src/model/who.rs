@@ -59,7 +59,10 @@ pub const MAX_STATEMENTS: usize = 50;
 impl Who {
     /// Names each connection's user, host and db, and each statement's
     /// users (most calls first), from the processlist rows `conns`.
-    pub fn name_users(&mut self, conns: &std::collections::HashMap<u64, crate::model::server_state::Connection>) {
+    pub fn name_users(
+        &mut self,
+        conns: &std::collections::HashMap<u64, crate::model::server_state::Connection>,
+    ) {
         for c in &mut self.connections {
             if let Some(row) = conns.get(&c.id) {
                 c.user.clone_from(&row.user);
@@ -68,7 +71,8 @@ impl Who {
             }
         }
         for s in &mut self.statements {
-            let mut per_user: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+            let mut per_user: std::collections::HashMap<String, u64> =
+                std::collections::HashMap::new();
             for (conn, calls) in &s.connection_calls {
                 let user = conns
                     .get(conn)

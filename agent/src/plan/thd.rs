@@ -138,7 +138,11 @@ pub fn describe(layout: &ThdLayout) -> String {
     };
     format!(
         "{at}; connection id +{:#x} ({} bytes), query_id +{:#x}, query text +{:#x}/+{:#x}",
-        layout.conn_off, layout.conn_size, layout.query_id_off, layout.query_off, layout.query_len_off
+        layout.conn_off,
+        layout.conn_size,
+        layout.query_id_off,
+        layout.query_off,
+        layout.query_len_off
     )
 }
 
@@ -182,7 +186,11 @@ const MAX_THD_METHODS: usize = 64;
 type Unit<'a> = gimli::Unit<crate::resolve::dwarf::Reader<'a>>;
 type Dwarf<'a> = gimli::Dwarf<crate::resolve::dwarf::Reader<'a>>;
 
-fn members_in(dwarf: &Dwarf<'_>, unit: &Unit<'_>, thd: gimli::UnitOffset) -> Result<Members, ThdError> {
+fn members_in(
+    dwarf: &Dwarf<'_>,
+    unit: &Unit<'_>,
+    thd: gimli::UnitOffset,
+) -> Result<Members, ThdError> {
     let integer = |names: &[&str], what: &'static str| -> Result<(u64, u64), ThdError> {
         for name in names {
             if let Some((off, ty)) = find_member(dwarf, unit, thd, name, 0)? {
@@ -209,7 +217,9 @@ fn members_in(dwarf: &Dwarf<'_>, unit: &Unit<'_>, thd: gimli::UnitOffset) -> Res
     let (conn_off, conn_size) = integer(&["thread_id", "m_thread_id"], "connection id")?;
     let (query_id_off, query_id_size) = integer(&["query_id"], "query_id")?;
     if !matches!(conn_size, 4 | 8) || query_id_size != 8 {
-        return Err(ThdError::NoMember("connection id or query_id of a known size"));
+        return Err(ThdError::NoMember(
+            "connection id or query_id of a known size",
+        ));
     }
     // The query: a LEX_STRING {str, length}, itself or inside a CSET_STRING.
     let mut text = None;

@@ -369,8 +369,7 @@ impl Recorder {
 
     /// Drains the statement maps into the book, when due (`force`: now).
     pub(super) fn drain_statements_now(&mut self, force: bool) {
-        let (Some((book, last)), Some(session)) =
-            (self.statements.as_mut(), self.session.as_ref())
+        let (Some((book, last)), Some(session)) = (self.statements.as_mut(), self.session.as_ref())
         else {
             return;
         };

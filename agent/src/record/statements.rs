@@ -9,8 +9,8 @@ use std::collections::{HashMap, HashSet};
 use crate::bpf::abi::{SlotId, StmtText, StmtVal};
 use crate::collect::{StatementRows, StmtLost};
 use crate::model::who::{
-    Blocking, ConnectionResult, StatementProbe, StatementResult, Unattributed, Who,
-    MAX_BLOCKING, MAX_CONNECTIONS, MAX_STATEMENTS,
+    Blocking, ConnectionResult, StatementProbe, StatementResult, Unattributed, Who, MAX_BLOCKING,
+    MAX_CONNECTIONS, MAX_STATEMENTS,
 };
 
 /// A `query_id` unseen for this many drains is forgotten (its later
@@ -328,16 +328,12 @@ pub fn digest_text(sql: &str) -> String {
         match after.find(')') {
             Some(close)
                 if after[..close].contains('?')
-                    && after[..close]
-                        .split(',')
-                        .all(|item| item.trim() == "?") =>
+                    && after[..close].split(',').all(|item| item.trim() == "?") =>
             {
                 out.push_str("(?+)");
                 rest = &after[close + 1..];
                 // `VALUES (?+), (?+)`: the rows after the first are one.
-                while let Some(more) = rest
-                    .strip_prefix(", (")
-                    .or_else(|| rest.strip_prefix(",("))
+                while let Some(more) = rest.strip_prefix(", (").or_else(|| rest.strip_prefix(",("))
                 {
                     match more.find(')') {
                         Some(c) if more[..c].split(',').all(|i| i.trim() == "?") => {
@@ -390,7 +386,10 @@ mod tests {
             digest_text("INSERT INTO t (a, b) VALUES (1, 'x'), (2, 'y'),(3,'z')"),
             "INSERT INTO t (a, b) VALUES (?+)"
         );
-        assert_eq!(digest_text("SELECT f(a, b) FROM t"), "SELECT f(a, b) FROM t");
+        assert_eq!(
+            digest_text("SELECT f(a, b) FROM t"),
+            "SELECT f(a, b) FROM t"
+        );
     }
 
     #[test]
@@ -460,9 +459,18 @@ mod tests {
         assert_eq!(who.blocking.len(), 2);
         let b = &who.blocking[0];
         assert_eq!(b.probe, "b");
-        assert_eq!(b.waiter_fingerprint.as_deref(), Some("SELECT c FROM t WHERE id=?"));
-        assert_eq!(b.holder_fingerprint.as_deref(), Some("UPDATE t SET k=k+? WHERE id=?"));
-        assert_eq!((b.holder_connection, b.calls, b.wait_ns_total), (Some(7), 3, 50));
+        assert_eq!(
+            b.waiter_fingerprint.as_deref(),
+            Some("SELECT c FROM t WHERE id=?")
+        );
+        assert_eq!(
+            b.holder_fingerprint.as_deref(),
+            Some("UPDATE t SET k=k+? WHERE id=?")
+        );
+        assert_eq!(
+            (b.holder_connection, b.calls, b.wait_ns_total),
+            (Some(7), 3, 50)
+        );
         assert_eq!(who.blocking[1].holder_thread, Some(555));
     }
 }

@@ -63,7 +63,15 @@ pub fn render(who: Option<&Who>) -> String {
     }
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
-    table.set_header(["connection", "user", "host", "db", "calls", "total wait", "top statement"]);
+    table.set_header([
+        "connection",
+        "user",
+        "host",
+        "db",
+        "calls",
+        "total wait",
+        "top statement",
+    ]);
     let dash = || "-".to_string();
     for c in who.connections.iter().take(TOP) {
         let top = c
@@ -86,7 +94,14 @@ pub fn render(who: Option<&Who>) -> String {
     if !who.blocking.is_empty() {
         let mut table = Table::new();
         table.load_preset(ASCII_MARKDOWN);
-        table.set_header(["probe", "waiting statement", "held by", "holder connection", "waits", "total wait"]);
+        table.set_header([
+            "probe",
+            "waiting statement",
+            "held by",
+            "holder connection",
+            "waits",
+            "total wait",
+        ]);
         for b in who.blocking.iter().take(TOP) {
             table.add_row([
                 b.probe.clone(),

@@ -436,7 +436,9 @@ impl Budgeted<'_> {
     /// The client connections but our own, up to [`MAX_CONNECTIONS`]
     /// (the busiest servers' thousands are cut, and said).
     fn connections(&mut self, snap: &mut Snapshot, own_id: Option<u64>) {
-        let own = own_id.map(|id| format!("AND ID <> {id}")).unwrap_or_default();
+        let own = own_id
+            .map(|id| format!("AND ID <> {id}"))
+            .unwrap_or_default();
         if let Some(rows) = self.run(
             "connections",
             &format!(
