@@ -722,13 +722,16 @@ impl Setup {
         Ok(Setup {
             // Counters stay raw (observed calls only go up); a duty-cycled
             // probe's rate is recovered from its attached-seconds counter.
+            // No statements: nothing serve exports shows them yet, and the
+            // server would pay their reads at every connection hit.
             opts: crate::record_options(
                 0, // each server's own, in Setup::watch
                 args.force,
                 &args.probe,
                 args.max_overhead.governor(),
                 args.pid.trust()?,
-            ),
+            )
+            .statements(false),
             export: ExporterOptions {
                 callsite_limit: args.callsite_limit,
                 commit: commit.to_string(),

@@ -110,7 +110,9 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         args.max_overhead.governor(),
         args.pid.trust()?,
     )
-    .cpu(Some(args.cpu.options()));
+    .cpu(Some(args.cpu.options()))
+    // No statements: top shows none yet, and they cost at every connection hit.
+    .statements(false);
     let plan = match RecordingPlan::build(&opts) {
         // `top --force` on a process no catalog knows (before the wait
         // probes, top was CPU only): the CPU profile alone, said once.
