@@ -410,6 +410,17 @@ fn read_hash_batched<K: bytemuck::Pod, V: bytemuck::Pod>(
     }
 }
 
+/// Entry `idx` of a per-CPU array of u64 counters, summed over the CPUs.
+fn percpu_u64_sum(map: &Map<'_>, name: &'static str, idx: u32) -> Result<u64, CollectError> {
+    Ok(map
+        .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+        .map_err(read_err(name))?
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| from_bytes::<u64>(v))
+        .sum())
+}
+
 /// Every (key, value) of a hash map, each deleted as it is read (a
 /// BPF_MAP_LOOKUP_AND_DELETE_BATCH; key by key where the kernel has none).
 /// A hit that updates an entry as it is taken may be lost with it.
@@ -445,13 +456,7 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
     let mut lost = [0u64; 4];
     for (i, total) in lost.iter_mut().enumerate() {
-        *total = lost_map
-            .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-            .map_err(read_err(bpf::maps::STMT_LOST))?
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|v| from_bytes::<u64>(v))
-            .sum();
+        *total = percpu_u64_sum(&lost_map, bpf::maps::STMT_LOST, i as u32)?;
     }
     Ok(StatementRows {
         stats,
@@ -619,13 +624,7 @@ fn read_counters_in(obj: &Object, n_slots: usize) -> Result<Counters, CollectErr
     let mut totals = [0u64; DROP_REASONS.len()];
     for reason in DROP_REASONS {
         let idx = reason as u32;
-        totals[idx as usize] = drops_map
-            .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
-            .map_err(read_err(bpf::maps::DROPS))?
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|v| from_bytes::<u64>(v))
-            .sum();
+        totals[idx as usize] = percpu_u64_sum(&drops_map, bpf::maps::DROPS, idx)?;
     }
     let drops = Drops {
         stack_map_full: totals[0],

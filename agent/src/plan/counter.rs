@@ -336,7 +336,6 @@ fn location_address(unit: &Unit<'_>, value: Option<AttributeValue<Reader<'_>>>) 
 }
 
 /// What a type is once typedefs, cv-qualifiers and `_Atomic` are peeled.
-#[derive(Debug)]
 pub(super) enum Shape {
     Pointer(Option<UnitOffset>),
     Aggregate(UnitOffset),

@@ -153,14 +153,14 @@ impl KeptLayouts {
 
 /// The target's memory, read-only, with the binary's load bias.
 #[derive(Debug)]
-struct TargetMemory {
+pub(crate) struct TargetMemory {
     mem: std::fs::File,
     /// Added to link-time addresses (0 unless position independent).
     bias: u64,
 }
 
 impl TargetMemory {
-    fn open(pid: u32, image: &ElfImage) -> Result<Self, String> {
+    pub(crate) fn open(pid: u32, image: &ElfImage) -> Result<Self, String> {
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
             .map_err(|e| format!("cannot open /proc/{pid}/mem: {e}"))?;
         let bias = if image.position_independent {
@@ -169,6 +169,14 @@ impl TargetMemory {
             0
         };
         Ok(Self { mem, bias })
+    }
+
+    /// Bytes at a link-time address (the load bias added).
+    pub(crate) fn read_linked(&self, address: u64, buf: &mut [u8]) -> Result<(), String> {
+        self.read(
+            address.checked_add(self.bias).ok_or("address overflow")?,
+            buf,
+        )
     }
 
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<(), String> {

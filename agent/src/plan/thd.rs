@@ -102,12 +102,11 @@ pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
             layout.tls_off = tls_offset(image.binary_data(), offset)?;
         }
         ThdVariable::Key { address } => {
-            let bias = if image.position_independent {
-                super::memcounters::load_bias(pid, image).map_err(ThdError::Target)?
-            } else {
-                0
-            };
-            let key = read_u32(pid, address.wrapping_add(bias))?;
+            let mut key = [0u8; 4];
+            super::memcounters::TargetMemory::open(pid, image)
+                .and_then(|m| m.read_linked(address, &mut key))
+                .map_err(ThdError::Target)?;
+            let key = u32::from_le_bytes(key);
             // glibc: keys below PTHREAD_KEYS_MAX, in blocks of
             // PTHREAD_KEY_2NDLEVEL_SIZE (the descriptor's element count).
             if key >= glibc.level2_len * glibc.level1_len {
@@ -201,19 +200,6 @@ fn members_in(
         }
         Err(ThdError::NoMember(what))
     };
-    if std::env::var_os("INNOPROF_DEBUG_THD").is_some() {
-        let names: Vec<_> = super::latch::members(dwarf, unit, thd, 0)
-            .map_err(ThdError::Dwarf)?
-            .into_iter()
-            .map(|m| (m.name, m.place.offset, m.is_base))
-            .collect();
-        eprintln!("THD members: {names:?}");
-        for name in ["thread_id", "query_id"] {
-            let m = find_member(dwarf, unit, thd, name, 0)?;
-            let sh = m.map(|(_, t)| shape(dwarf, unit, t).map(|s| format!("{s:?}")));
-            eprintln!("{name}: {m:?} {sh:?}");
-        }
-    }
     let (conn_off, conn_size) = integer(&["thread_id", "m_thread_id"], "connection id")?;
     let (query_id_off, query_id_size) = integer(&["query_id"], "query_id")?;
     if !matches!(conn_size, 4 | 8) || query_id_size != 8 {
@@ -394,16 +380,6 @@ fn bytes_at<'a>(elf: &object::File<'a>, address: u64, len: usize) -> Option<&'a 
     let data = section.data().ok()?;
     let at = usize::try_from(address - section.address()).ok()?;
     data.get(at..at + len)
-}
-
-fn read_u32(pid: u32, address: u64) -> Result<u32, ThdError> {
-    use std::os::unix::fs::FileExt;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
-        .map_err(|e| ThdError::Target(format!("cannot open /proc/{pid}/mem: {e}")))?;
-    let mut b = [0u8; 4];
-    mem.read_exact_at(&mut b, address)
-        .map_err(|e| ThdError::Target(format!("cannot read {address:#x}: {e}")))?;
-    Ok(u32::from_le_bytes(b))
 }
 
 #[cfg(test)]
