@@ -5,6 +5,7 @@
 //! compile time, and every interpolated value HTML-escaped (symbol names
 //! are full of `<` and `>`) unless wrapped in `PreEscaped` on purpose.
 
+pub mod blocking;
 pub mod charts;
 pub mod flame;
 pub mod timeseries;
@@ -626,6 +627,7 @@ fn statements(s: &Summary) -> Markup {
         return html! {};
     };
     let dash = || "-".to_string();
+    let tables = who.attributed && !who.statements.is_empty();
     html! {
         h2 #statements { "Statements and connections" }
         @if !who.attributed {
@@ -633,7 +635,9 @@ fn statements(s: &Summary) -> Markup {
         } @else if who.statements.is_empty() {
             p.note { "No client connection hit a probe." }
         } @else {
-            p.note { "Each client connection's probe hit, tied to the statement its thread was running (the server's own THD, read at the hit), grouped by fingerprint (literals as ?). Executions are those that hit a probe. Click a column to sort. Read as: " (who.how) "." }
+            p.note { "Each client connection's probe hit, tied to the statement its thread was running (the server's own THD, read at the hit), grouped by fingerprint (literals as ?). Executions are those that hit a probe. Click a column to sort. Read as: " (who.how) "."
+                @if !who.blocking.is_empty() { " Who holds the latches they wait for: " a href="#blocking" { "Who blocks whom" } "." }
+            }
             table.data.sortable {
                 thead { tr { th { "statement" } th { "users" } th.n { "executions" } th.n { "connections" } th.n { "calls" } th.n { "total wait" } th { "per probe" } } }
                 tbody {
@@ -667,8 +671,9 @@ fn statements(s: &Summary) -> Markup {
                     }
                 }
             }
-            script { (PreEscaped(SORT_JS)) }
         }
+        (blocking::section(s, who))
+        @if tables || !who.blocking.is_empty() { script { (PreEscaped(SORT_JS)) } }
     }
 }
 
@@ -858,6 +863,12 @@ div.finding.critical { border-color: #c0392b; }
 div.finding.warning { border-color: #e67e22; }
 div.finding.info { border-color: #2980b9; }
 span.sev { text-transform: uppercase; font-size: 0.8em; letter-spacing: 0.05em; }
+svg.blocking { max-width: 100%; height: auto; display: block; margin: 4px 0 6px; }
+svg.blocking text.head { font-size: 11px; font-weight: 600; fill: #555; }
+svg.blocking text.label { font-size: 11px; fill: #222; } svg.blocking text.fp { font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 10px; }
+svg.blocking text.sub { fill: #666; }
+svg.blocking path.edge { fill: none; stroke-opacity: 0.55; } svg.blocking path.edge:hover { stroke-opacity: 0.9; }
+svg.blocking text.edge { fill: #222; paint-order: stroke; stroke: #fff; stroke-width: 3px; stroke-linejoin: round; }
 iframe.flamegraph { width: 1220px; max-width: 100%; border: 1px solid #ddd; display: block; }
 ";
 

@@ -184,3 +184,296 @@ fn latch_view_has_its_line_sites_and_stacks() {
     );
     assert!(index_view.contains("href=\"#waitstacks\""));
 }
+
+/// One waiter -> holder edge as summary.json's `who.blocking` holds it
+/// (a statement's id is its fingerprint's, as the recorder makes it).
+fn edge(
+    probe: &str,
+    waiter: Option<&str>,
+    holder: Option<&str>,
+    holder_connection: Option<u64>,
+    holder_thread: Option<u32>,
+    calls: u64,
+    wait_ns_total: u64,
+) -> crate::model::who::Blocking {
+    let id = |f: &str| crate::record::statements::statement_id(f);
+    crate::model::who::Blocking {
+        probe: probe.into(),
+        waiter_statement: waiter.map(id),
+        waiter_fingerprint: waiter.map(str::to_string),
+        holder_statement: holder.map(id),
+        holder_fingerprint: holder.map(str::to_string),
+        holder_connection,
+        holder_thread,
+        calls,
+        wait_ns_total,
+    }
+}
+
+const UPDATE: &str = "UPDATE sbtest1 SET k=k+? WHERE id=?";
+const SELECT: &str = "SELECT c FROM sbtest1 WHERE id=?";
+const X_LOCK: &str = "innodb.rwlock.x_lock";
+const S_LOCK: &str = "innodb.rwlock.s_lock";
+
+/// The summary with statements attributed and these edges.
+fn with_blocking(blocking: Vec<crate::model::who::Blocking>) -> Summary {
+    let mut s = summary();
+    s.probes[0].name = X_LOCK.into();
+    s.probes[0].wait_ns_total = 20_000_000;
+    s.who = Some(crate::model::who::Who {
+        how: "THD from TLS".into(),
+        attributed: true,
+        statements: vec![crate::model::who::StatementResult {
+            id: crate::record::statements::statement_id(SELECT),
+            fingerprint: SELECT.into(),
+            sample: None,
+            executions: 10,
+            connections: 1,
+            users: vec!["app_ro".into()],
+            calls: 10,
+            wait_ns_total: 9_000_000,
+            probes: vec![],
+            connection_calls: vec![],
+        }],
+        blocking,
+        ..Default::default()
+    });
+    s
+}
+
+fn page(s: &Summary) -> String {
+    render(&Page {
+        summary: s,
+        metadata: None,
+        timeseries: None,
+        cpu_flamegraphs: &[],
+        probe_flamegraphs: &[],
+    })
+}
+
+/// The part of the page from `from` to the next `to` (or the end).
+fn part<'a>(html: &'a str, from: &str, to: &str) -> &'a str {
+    let at = html.find(from).unwrap_or_else(|| panic!("no {from}"));
+    let rest = &html[at..];
+    let end = rest[from.len()..]
+        .find(to)
+        .map_or(rest.len(), |e| e + from.len());
+    &rest[..end]
+}
+
+/// The holder -> waiter graph: one holder box per holder statement (its
+/// connections merged), a thread running none by its tid, background
+/// waiters as one box; one line per (holder, waiter) with its wait and
+/// calls, and the same edges in a sortable table.
+#[test]
+fn blocking_graph_merges_a_holder_statements_connections() {
+    let s = with_blocking(vec![
+        edge(
+            X_LOCK,
+            Some(SELECT),
+            Some(UPDATE),
+            Some(11),
+            None,
+            10,
+            5_000_000,
+        ),
+        edge(
+            X_LOCK,
+            Some(SELECT),
+            Some(UPDATE),
+            Some(12),
+            None,
+            5,
+            3_000_000,
+        ),
+        edge(X_LOCK, None, Some(UPDATE), Some(11), None, 2, 1_000_000),
+        edge(X_LOCK, Some(SELECT), None, None, Some(4242), 1, 1_000_000),
+    ]);
+    let html = page(&s);
+    let statements = html.find("id=\"statements\"").unwrap();
+    let blocking = html
+        .find("<h3 id=\"blocking\">Who blocks whom</h3>")
+        .unwrap();
+    assert!(statements < blocking, "inside Statements and connections");
+    assert!(
+        html.contains("href=\"#blocking\""),
+        "linked from the statements' note"
+    );
+    assert!(html.contains("rw_lock_t::writer_thread in MySQL 5.6–5.7 and MariaDB 10.2–10.5"));
+    let g = part(&html, "id=\"blocking-innodb.rwlock.x_lock\"", "<h");
+    assert!(
+        g.contains("18 waits on a recorded holder, 10.00 ms (50% of the probe's wait)"),
+        "{g}"
+    );
+    let svg = part(g, "<svg class=\"chart blocking\"", "</svg>");
+    // Holders left, waiters right: UPDATE once (connections 11 and 12
+    // merged), thread 4242; SELECT and the background waiter.
+    assert_eq!(svg.matches("<g class=\"node\">").count(), 4, "{svg}");
+    assert_eq!(
+        svg.matches(&format!(">{UPDATE}</text>")).count(),
+        1,
+        "{svg}"
+    );
+    assert_eq!(
+        svg.matches(&format!(">{SELECT}</text>")).count(),
+        1,
+        "{svg}"
+    );
+    assert!(svg.contains(">thread 4242 (no statement)</text>"), "{svg}");
+    assert!(
+        svg.contains(">background / unknown statement</text>"),
+        "{svg}"
+    );
+    assert!(svg.contains("holder connection(s): 11, 12"), "{svg}");
+    assert!(
+        svg.contains("held up 9.00 ms in 17 waits · connections 11, 12"),
+        "{svg}"
+    );
+    // UPDATE -> SELECT, UPDATE -> background, thread -> SELECT.
+    assert_eq!(svg.matches("<path class=\"edge\"").count(), 3, "{svg}");
+    assert!(svg.contains(">8.00 ms in 15 waits</text>"), "{svg}");
+    assert!(svg.contains(">1.00 ms in 1 wait</text>"), "{svg}");
+    // The heaviest line is the widest.
+    assert!(svg.contains("stroke-width=\"16.0\""), "{svg}");
+    assert!(svg.contains("stroke-width=\"2.0\""), "{svg}");
+    assert!(!g.contains("others"), "nothing cut: {g}");
+    let table = part(g, "<table class=\"data sortable blocking\">", "</table>");
+    assert_eq!(
+        table.matches("<tr>").count(),
+        4,
+        "head and 3 edges: {table}"
+    );
+    let first = part(table, "<tbody><tr>", "</tr>");
+    assert!(first.contains(&format!("<code>{UPDATE}</code>")), "{first}");
+    assert!(first.contains("<td>11, 12</td>"), "{first}");
+    assert!(
+        first.contains("<td class=\"n\" data-v=\"8000000\">80%</td>"),
+        "{first}"
+    );
+    assert!(
+        table.contains("<td>thread 4242 (no statement)</td><td>-</td>"),
+        "{table}"
+    );
+    assert!(html.contains("<script>document.querySelectorAll('table.sortable')"));
+}
+
+/// Past 8 boxes a side the rest is one "others" box, said under the
+/// graph; the table keeps every edge. Past 3 probes, the rest are named.
+#[test]
+fn blocking_graph_sums_past_the_cut_and_probes_past_three() {
+    let fp = |i: u64| format!("UPDATE t{i} SET c=? WHERE id=?");
+    let mut edges: Vec<_> = (0..12)
+        .map(|i| {
+            edge(
+                X_LOCK,
+                Some(SELECT),
+                Some(&fp(i)),
+                Some(100 + i),
+                None,
+                1,
+                1_000_000 * (20 - i),
+            )
+        })
+        .collect();
+    edges.push(edge(
+        S_LOCK,
+        Some(SELECT),
+        Some(UPDATE),
+        Some(7),
+        None,
+        3,
+        3_000,
+    ));
+    edges.push(edge(
+        "innodb.a",
+        Some(SELECT),
+        Some(UPDATE),
+        Some(7),
+        None,
+        2,
+        2_000,
+    ));
+    edges.push(edge(
+        "innodb.b",
+        Some(SELECT),
+        Some(UPDATE),
+        Some(7),
+        None,
+        1,
+        1_000,
+    ));
+    let html = page(&with_blocking(edges));
+    let x = html.find("id=\"blocking-innodb.rwlock.x_lock\"").unwrap();
+    let s = html.find("id=\"blocking-innodb.rwlock.s_lock\"").unwrap();
+    let a = html.find("id=\"blocking-innodb.a\"").unwrap();
+    assert!(x < s && s < a, "most blocking wait first");
+    assert!(
+        !html.contains("id=\"blocking-innodb.b\""),
+        "3 graphs at most"
+    );
+    assert!(
+        html.contains(
+            "1 more probe has edges, with less blocking wait: <code>innodb.b</code> 1.00 us"
+        ),
+        "{html}"
+    );
+    let g = part(&html, "id=\"blocking-innodb.rwlock.x_lock\"", "<h4");
+    let svg = part(g, "<svg class=\"chart blocking\"", "</svg>");
+    // 7 holders by name, the 5 with least wait (t7..t11: 13+12+11+10+9 ms) in one box.
+    assert_eq!(svg.matches("<g class=\"node\">").count(), 8 + 1, "{svg}");
+    assert!(svg.contains(&format!(">{}</text>", fp(6))), "{svg}");
+    assert!(!svg.contains(&format!(">{}</text>", fp(7))), "{svg}");
+    assert!(svg.contains(">others: 5 more holders</text>"), "{svg}");
+    assert!(svg.contains(">held up 55.00 ms in 5 waits</text>"), "{svg}");
+    assert!(
+        svg.contains(&format!("\n{} (9.00 ms)", fp(11))),
+        "others' tooltip: {svg}"
+    );
+    assert_eq!(svg.matches("<path class=\"edge\"").count(), 8, "{svg}");
+    assert!(
+        g.contains(
+            "Past 8 boxes a side, 5 holders (55.00 ms) with less wait are summed in the grey"
+        ),
+        "{g}"
+    );
+    let table = part(g, "<table class=\"data sortable blocking\">", "</table>");
+    assert_eq!(table.matches("<tr>").count(), 1 + 12, "{table}");
+}
+
+/// Fingerprints come from the server's memory: escaped everywhere (box,
+/// tooltip, table); a long one is cut in its box and whole in its tooltip.
+#[test]
+fn blocking_graph_escapes_and_cuts_fingerprints() {
+    let hostile = "</title><script>alert(1)</script>";
+    let long = format!("SELECT {} FROM t WHERE id=?", "a, ".repeat(40));
+    let html = page(&with_blocking(vec![
+        edge(X_LOCK, Some(&long), Some(hostile), Some(5), None, 4, 4_000),
+        edge(X_LOCK, Some(hostile), Some(&long), Some(6), None, 1, 1_000),
+    ]));
+    assert!(!html.contains("<script>alert"), "unescaped");
+    assert!(!html.contains("</title><script>"), "unescaped");
+    let escaped = "&lt;/title&gt;&lt;script&gt;alert(1)&lt;/script&gt;";
+    let g = part(&html, "id=\"blocking\"", "</table>");
+    // Two boxes, two tooltips, two lines' tooltips, two table cells.
+    assert_eq!(g.matches(escaped).count(), 8, "{g}");
+    let cut: String = long.chars().take(59).collect::<String>() + "…";
+    assert!(g.contains(&format!(">{cut}</text>")), "{g}");
+    assert!(
+        g.contains(&format!("<title>{long}\n")),
+        "whole in the tooltip: {g}"
+    );
+    assert!(
+        g.contains(&format!("<code>{long}</code>")),
+        "whole in the table"
+    );
+}
+
+#[test]
+fn no_blocking_section_without_edges() {
+    let html = page(&with_blocking(vec![]));
+    assert!(html.contains("id=\"statements\"") && html.contains(SELECT));
+    assert!(!html.contains("id=\"blocking\"") && !html.contains("chart blocking"));
+    assert!(!html.contains("href=\"#blocking\""));
+    // The statements table still sorts.
+    assert_eq!(html.matches("<script>").count(), 1);
+}
