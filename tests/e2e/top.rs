@@ -2,7 +2,9 @@
 //! capture-pane), the plain-text refreshes when stdout is a pipe, and the
 //! tables of a saved recording, all against one MariaDB 10.2.11 under a
 //! light sysbench load. `sql.commit` (trans_commit, in the default set)
-//! fires once per sysbench transaction: its calls/s must be nonzero.
+//! fires once per sysbench transaction: its calls/s must be nonzero, and
+//! so must those of sysbench's `COMMIT` in the statements tables (the
+//! interval's statements: `t` in the UI, a block in plain text).
 
 use std::path::Path;
 use std::process::Command;
@@ -11,6 +13,8 @@ use std::time::{Duration, Instant};
 use innoprof_e2e::*;
 
 const PROBE: &str = "sql.commit";
+/// The statement whose hits `PROBE` are.
+const COMMIT: &str = "COMMIT";
 
 /// The longest the first frame with named CPU samples may take: a few
 /// seconds here even on a host's first run, when naming MariaDB's stacks
@@ -59,6 +63,46 @@ fn calls_in(line: &str, probe: &str) -> Option<f64> {
 
 fn calls_of(text: &str, probe: &str) -> Option<f64> {
     text.lines().find_map(|l| calls_in(l, probe))
+}
+
+/// A table line's cells, the UI's borders dropped.
+fn cells(line: &str) -> Vec<&str> {
+    line.split(|c: char| c.is_whitespace() || c == '│')
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// The calls/s of statement `fingerprint` in a statements table (text or
+/// the UI's): `wait unit calls/s exec/s conns users probe fingerprint`.
+fn statement_calls(text: &str, fingerprint: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let c = cells(l);
+        (c.len() > 7 && c[7..].join(" ") == fingerprint && c[1].ends_with("/s"))
+            .then(|| rate(c[2]))?
+    })
+}
+
+/// Whether a statements table lists one of sysbench's statements on its
+/// tables (which of them hit a probe in an interval varies).
+fn has_sysbench_table_statement(text: &str) -> bool {
+    text.lines().any(|l| {
+        let c = cells(l);
+        c.len() > 7 && c[1].ends_with("/s") && c[7..].join(" ").contains("sbtest")
+    })
+}
+
+/// The connections with a nonzero calls/s in the UI's connections table
+/// (`id user host db wait unit calls/s top-statement`).
+fn busy_connections(text: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            let c = cells(l);
+            c.len() > 7
+                && c[0].parse::<u64>().is_ok()
+                && c[5].ends_with("/s")
+                && rate(c[6]).is_some_and(|r| r > 0.0)
+        })
+        .count()
 }
 
 /// A live frame with everything the UI test asserts on: the sort, a
@@ -199,6 +243,32 @@ fn terminal_ui_under_tmux(pid: &str) {
         err()
     );
 
+    // `t`: the interval's statements, `c`: its connections (sysbench's
+    // two), `w`: the waits again.
+    tmux.run(&["send-keys", "-t", "top", "t"]);
+    let screen = tmux.wait_for(
+        10,
+        "statements table with a nonzero COMMIT and a statement on sbtest",
+        &err,
+        |s| {
+            s.contains("statements, last")
+                && s.contains("fingerprint")
+                && statement_calls(s, COMMIT).is_some_and(|c| c > 0.0)
+                && has_sysbench_table_statement(s)
+        },
+    );
+    eprintln!("{screen}");
+    tmux.run(&["send-keys", "-t", "top", "c"]);
+    let screen = tmux.wait_for(10, "connections table with busy rows", &err, |s| {
+        s.contains("connections, last") && s.contains("top statement") && busy_connections(s) >= 1
+    });
+    eprintln!("{screen}");
+    assert!(screen.contains("connections by id"), "{screen}");
+    tmux.run(&["send-keys", "-t", "top", "w"]);
+    tmux.wait_for(5, "the wait table again", &err, |s| {
+        s.contains("sort: wait/s") && calls_of(s, PROBE).is_some()
+    });
+
     tmux.run(&["send-keys", "-t", "top", "s"]);
     let screen = tmux.wait_for(5, "sort moved to p99", &err, |s| {
         s.contains("sort: p99") && s.contains("*p99")
@@ -232,7 +302,8 @@ fn terminal_ui_under_tmux(pid: &str) {
     assert!(progs.is_empty() && links.is_empty(), "{progs:?} {links:?}");
 }
 
-/// Piped: two plain-text refreshes with the wait table and the CPU table.
+/// Piped: two plain-text refreshes with the wait table, the statements
+/// and the CPU table; with `--no-statements`, why there are none.
 /// Without the governor: under this load it may switch sql.commit off for
 /// a whole refresh (the UI test above runs with it).
 fn plain_text_when_stdout_is_a_pipe(pid: &str) {
@@ -265,7 +336,28 @@ fn plain_text_when_stdout_is_a_pipe(pid: &str) {
         );
         assert!(cpu_samples(r).is_some_and(|n| n > 0), "{r}");
         assert!(r.contains("| samples | self %"), "{r}");
+        // The statements block, between the waits and the CPU table.
+        let (waits, statements) = r.split_once("\ntop statements by wait").expect(r);
+        assert!(waits.contains("waits (sorted by"), "{r}");
+        assert!(statements.contains("on-CPU: "), "{r}");
+        assert!(
+            statements.contains("wait/s  calls/s  exec/s  conns  users  top probe"),
+            "{r}"
+        );
+        assert!(
+            statement_calls(statements, COMMIT).is_some_and(|c| c > 0.0),
+            "no nonzero {COMMIT} row: {r}"
+        );
     }
+
+    let out = run_innoprof(&["top", "--pid", pid, "--iterations", "1", "--no-statements"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("\nstatements not attributed: switched off (--no-statements)\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("top statements by wait"), "{stdout}");
 }
 
 /// `top DIR` on a recording made here prints the same tables, once.
@@ -304,6 +396,12 @@ fn saved_recording(pid: &str) {
         "{calls} vs summary.json {expected}: {stdout}"
     );
     assert!(cpu_samples(&stdout).is_some_and(|n| n > 0), "{stdout}");
+    // The recording's statements, from summary.json's `who`.
+    assert!(stdout.contains("\ntop statements by wait"), "{stdout}");
+    assert!(
+        statement_calls(&stdout, COMMIT).is_some_and(|c| c > 0.0),
+        "{stdout}"
+    );
 }
 
 /// Not both -p and DIR, said in one line, a usage error (exit status 2).

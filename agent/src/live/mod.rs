@@ -8,9 +8,11 @@
 //! [`LiveView`] takes the readings from a [`Recorder`]; the arithmetic
 //! ([`Frame::between`]) is separate and works on plain values, and
 //! [`Frame::from_summary`] builds the same tables from a saved recording's
-//! `summary.json` (`innoprof top DIR`).
+//! `summary.json` (`innoprof top DIR`). [`statements`] does the same for
+//! the statements and connections behind the client connections' hits.
 
 pub mod findings_window;
+pub mod statements;
 pub mod timeseries;
 
 use std::collections::{BTreeMap, HashMap};
@@ -209,6 +211,9 @@ pub struct Frame {
     pub callsites: Vec<WaitRow>,
     pub cpu: Option<CpuSummary>,
     pub spend: Spend,
+    /// The statements and connections of the interval (None: not read;
+    /// [`statements::StatementsView`] fills it live).
+    pub statements: Option<statements::Statements>,
 }
 
 /// Below this, a probe counts as off for the interval (its rate would be noise).
@@ -288,6 +293,7 @@ impl Frame {
             latches: rows(&later.latches, &earlier.latches),
             callsites: rows(&later.callsites, &earlier.callsites),
             cpu: None,
+            statements: None,
             spend: Spend {
                 probes_pct_of_core: if dt > 0.0 {
                     spent_ns / 1e9 / dt * 100.0
@@ -359,6 +365,10 @@ impl Frame {
             latches,
             callsites,
             cpu: summary.cpu.clone(),
+            statements: summary
+                .who
+                .as_ref()
+                .map(|who| statements::Statements::from_who(who, d)),
             spend: Spend {
                 probes_pct_of_core: o.probes_pct_of_core,
                 budget_pct_of_core: o.budget_pct_of_core,

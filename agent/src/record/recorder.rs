@@ -382,6 +382,14 @@ impl Recorder {
         }
     }
 
+    /// For live views (`top`): drains the statement maps now and returns
+    /// the book's cumulative totals; two calls' difference is what ran
+    /// between them. None when statements are not read (see `plan().thd`).
+    pub fn statement_totals(&mut self) -> Option<crate::record::statements::BookTotals> {
+        self.drain_statements_now(true);
+        self.statements.as_ref().map(|(book, _)| book.totals())
+    }
+
     /// The statements as they stand, for the summary's `who`.
     fn who(&self) -> crate::model::who::Who {
         let how = match &self.plan.thd {

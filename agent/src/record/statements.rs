@@ -188,6 +188,27 @@ impl StatementBook {
         Some(d)
     }
 
+    /// The cumulative counts as they stand, whole (not cut to the
+    /// summary's top lists), for live views that take the difference of
+    /// two ([`crate::live::statements`]).
+    pub fn totals(&self) -> BookTotals {
+        let counts = |a: &Acc| crate::collect::Counts::of(a.calls, a.wait_ns);
+        BookTotals {
+            statements: self
+                .digests
+                .iter()
+                .map(|d| (d.fingerprint.clone(), d.executions))
+                .collect(),
+            rows: self.rows.iter().map(|(k, a)| (*k, counts(a))).collect(),
+            connections: self
+                .conns
+                .iter()
+                .flat_map(|(&conn, per)| per.iter().map(move |(&d, a)| ((conn, d), counts(a))))
+                .collect(),
+            unattributed: self.lost.keys_full + self.lost.no_thd + self.no_text,
+        }
+    }
+
     /// The summary's `who`, probes named by `probe_of`; users are named
     /// later, from the processlist ([`Who::name_users`]).
     pub fn result(&self, how: String, probe_of: &HashMap<SlotId, String>) -> Who {
@@ -313,6 +334,22 @@ impl StatementBook {
             },
         }
     }
+}
+
+/// A [`StatementBook`]'s cumulative counts ([`StatementBook::totals`]).
+/// A statement's number is its index in `statements`, the same for the
+/// book's life.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BookTotals {
+    /// Per statement number: its fingerprint and executions so far.
+    pub statements: Vec<(String, u64)>,
+    /// Per (statement number, slot): calls and wait.
+    pub rows: HashMap<(u32, SlotId), crate::collect::Counts>,
+    /// Per (connection id, statement number): calls and wait (past the
+    /// bound, connections count as [`OTHER_CONNECTION`]).
+    pub connections: HashMap<(u64, u32), crate::collect::Counts>,
+    /// Client connections' calls tied to no statement so far.
+    pub unattributed: u64,
 }
 
 /// The grouping text of a statement: [`crate::text::fingerprint`], then

@@ -5,6 +5,9 @@
 //! refresh is the difference of two readings (`innoprof::live`), so it
 //! shows the last interval, not an average since the start. On a
 //! terminal it is a keyboard-driven UI (`tui`), else plain text (`plain`).
+//! The statements and connections behind the client connections' hits
+//! are the interval's too (`innoprof::live::statements`), by connection
+//! id: top does not log in to the server, so it reads no processlist.
 
 mod plain;
 mod tui;
@@ -16,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use innoprof::live::statements::StatementsView;
 use innoprof::live::{Frame, LiveView, SortKey};
 use innoprof::plan::catalog::CatalogError;
 use innoprof::plan::probeset::ProbeRequest;
@@ -56,6 +60,11 @@ pub struct TopArgs {
     /// Profile a process that is not mysqld/mariadbd.
     #[arg(long)]
     pub force: bool,
+    /// Do not tie client connections' hits to their statements (the THD reads at each
+    /// connection hit, ~0.1 µs each, and the statement maps): no statements or connections
+    /// table.
+    #[arg(long)]
+    pub no_statements: bool,
 }
 
 pub async fn run(args: TopArgs) -> Result<ExitCode> {
@@ -111,8 +120,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         args.pid.trust()?,
     )
     .cpu(Some(args.cpu.options()))
-    // No statements: top shows none yet, and they cost at every connection hit.
-    .statements(false);
+    .statements(!args.no_statements);
     let plan = match RecordingPlan::build(&opts) {
         // `top --force` on a process no catalog knows (before the wait
         // probes, top was CPU only): the CPU profile alone, said once.
@@ -149,6 +157,7 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
         recorder.plan().server
     );
     let mut view = LiveView::new(&recorder)?;
+    let mut statements = StatementsView::new(&mut recorder);
     // The screen only when a person watches: piped or redirected, the
     // same tables as text, one block per refresh.
     let mut screen = if std::io::stdout().is_terminal() {
@@ -210,8 +219,12 @@ async fn live(pid: u32, args: &TopArgs) -> Result<ExitCode> {
                     pending = Some(note);
                 }
                 // Read even when paused: unpausing then shows the last
-                // interval, not everything since the pause.
+                // interval, not everything since the pause. The
+                // statements first, so the probes are read right after
+                // their drain (the CPU profile's naming may take seconds).
+                let interval_statements = statements.refresh(&mut recorder).clone();
                 let mut frame = view.refresh(&recorder)?;
+                frame.statements = Some(interval_statements);
                 if keys.paused {
                     continue;
                 }

@@ -4,11 +4,15 @@
 
 use std::fmt::Write;
 
+use innoprof::live::statements::{ConnectionRow, StatementRow, Statements};
 use innoprof::live::{Frame, ProbeRow, SortKey, Spend, WaitRow};
+use innoprof::record::statements::OTHER_CONNECTION;
 use innoprof::report::cpu_table;
 
 /// Rows of the latch and call-site tables.
 pub const SITE_ROWS: usize = 10;
+/// Rows of the statements table in plain text.
+pub const STATEMENT_ROWS: usize = 10;
 
 /// A rate of calls: `1234.5`, `45.3k`.
 pub fn calls(per_s: f64) -> String {
@@ -96,6 +100,84 @@ pub fn site_row(r: &WaitRow) -> [String; 4] {
     ]
 }
 
+/// The statements table's column headers.
+pub const STATEMENT_HEADERS: [&str; 7] = [
+    "wait/s",
+    "calls/s",
+    "exec/s",
+    "conns",
+    "users",
+    "top probe",
+    "fingerprint",
+];
+
+/// A statement's cells, in [`STATEMENT_HEADERS`]' order.
+pub fn statement_row(r: &StatementRow) -> [String; 7] {
+    [
+        wait(r.wait_ns_per_s),
+        calls(r.calls_per_s),
+        calls(r.executions_per_s),
+        r.connections.to_string(),
+        if r.users.is_empty() {
+            "-".into()
+        } else {
+            r.users.join(",")
+        },
+        r.top_probe.clone().unwrap_or_else(|| "-".into()),
+        r.fingerprint.clone(),
+    ]
+}
+
+/// The connections table's column headers.
+pub const CONNECTION_HEADERS: [&str; 7] = [
+    "id",
+    "user",
+    "host",
+    "db",
+    "wait/s",
+    "calls/s",
+    "top statement",
+];
+
+/// A connection's cells, in [`CONNECTION_HEADERS`]' order.
+pub fn connection_row(r: &ConnectionRow) -> [String; 7] {
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    [
+        if r.id == OTHER_CONNECTION {
+            "other".into()
+        } else {
+            r.id.to_string()
+        },
+        or_dash(&r.user),
+        or_dash(&r.host),
+        or_dash(&r.db),
+        wait(r.wait_ns_per_s),
+        calls(r.calls_per_s),
+        or_dash(&r.top_statement),
+    ]
+}
+
+/// What to know when reading the statements' rates: users unknown, the
+/// probes the governor cut (`cut`: how many), hits tied to no statement.
+pub fn statements_notes(s: &Statements, cut: usize) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !s.named {
+        notes.push("users, hosts and dbs unknown (no processlist read): connections by id".into());
+    }
+    if cut > 0 {
+        notes.push(format!(
+            "{cut} probe(s) duty-cycled: their hits count only while on"
+        ));
+    }
+    if s.unattributed_per_s > 0.0 {
+        notes.push(format!(
+            "{} calls/s tied to no statement",
+            calls(s.unattributed_per_s)
+        ));
+    }
+    notes
+}
+
 /// All tables of a frame, sorted by `sort`; `cpu_rows`: rows of the
 /// on-CPU table. Names came from the target or a bundle: control
 /// characters are escaped (see [`innoprof::text`]).
@@ -152,11 +234,44 @@ fn render_raw(title: &str, frame: &Frame, sort: SortKey, cpu_rows: usize) -> Str
             2,
         );
     }
+    if let Some(s) = &frame.statements {
+        render_statements(&mut out, s, frame.spend.probes_cut);
+    }
     match &frame.cpu {
         Some(cpu) => out.push_str(&cpu_table::render_rows(cpu, cpu_rows, cpu_rows / 2)),
         None => out.push_str("\non-CPU: not profiled\n"),
     }
     out
+}
+
+/// The top statements, one line each, most wait first; or why there are none.
+fn render_statements(out: &mut String, s: &Statements, cut: usize) {
+    if !s.attributed {
+        let _ = writeln!(out, "\n{}", s.how);
+        return;
+    }
+    let notes = statements_notes(s, cut);
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", notes.join("; "))
+    };
+    let _ = writeln!(out, "\ntop statements by wait{notes}:");
+    if s.statements.is_empty() {
+        let _ = writeln!(out, "(no statement hit a probe)");
+        return;
+    }
+    let rows: Vec<[String; 7]> = s
+        .statements
+        .iter()
+        .take(STATEMENT_ROWS)
+        .map(statement_row)
+        .collect();
+    let header = STATEMENT_HEADERS.map(String::from);
+    aligned(out, &header, &rows, |i| i >= 4);
+    if s.statements.len() > STATEMENT_ROWS {
+        let _ = writeln!(out, "(+{} more)", s.statements.len() - STATEMENT_ROWS);
+    }
 }
 
 /// The first `left` columns (names) left-aligned, the numbers right-aligned.
@@ -165,6 +280,16 @@ fn table<const N: usize>(
     header: &[String; N],
     rows: &[[String; N]],
     left: usize,
+) {
+    aligned(out, header, rows, |i| i < left)
+}
+
+/// The columns `left(i)` says left-aligned, the others right-aligned.
+fn aligned<const N: usize>(
+    out: &mut String,
+    header: &[String; N],
+    rows: &[[String; N]],
+    left: impl Fn(usize) -> bool,
 ) {
     let mut width = [0usize; N];
     for r in std::iter::once(header).chain(rows) {
@@ -176,7 +301,7 @@ fn table<const N: usize>(
         let mut line = String::new();
         for (i, (cell, w)) in r.iter().zip(width).enumerate() {
             let gap = if i == 0 { "" } else { "  " };
-            if i < left {
+            if left(i) {
                 let _ = write!(line, "{gap}{cell:<w$}");
             } else {
                 let _ = write!(line, "{gap}{cell:>w$}");
@@ -238,5 +363,71 @@ mod tests {
         assert!(text.contains("top call sites by wait:"), "{text}");
         assert!(!text.contains("top latches"), "{text}");
         assert!(text.contains("on-CPU: not profiled"), "{text}");
+    }
+
+    #[test]
+    fn the_statements_block_after_the_probes() {
+        use innoprof::live::statements::{StatementRow, Statements};
+        let row = |fingerprint: &str, wait, calls| StatementRow {
+            id: "x".into(),
+            fingerprint: fingerprint.into(),
+            wait_ns_per_s: wait,
+            calls_per_s: calls,
+            executions_per_s: 12.0,
+            connections: 2,
+            users: Vec::new(),
+            top_probe: Some("sql.commit".into()),
+        };
+        let mut frame = Frame {
+            interval_s: 1.0,
+            statements: Some(Statements {
+                interval_s: 1.0,
+                attributed: true,
+                // As `Statements` has them: most wait first.
+                statements: [row("COMMIT", 1.2e6, 450.0)]
+                    .into_iter()
+                    .chain(
+                        (0..12).map(|i| row(&format!("SELECT {i}"), 1e3 * f64::from(12 - i), 5.0)),
+                    )
+                    .collect(),
+                unattributed_per_s: 3.0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        frame.spend.probes_cut = 1;
+        let text = render("t", &frame, SortKey::WaitPerSec, 5);
+        let block = text
+            .split("top statements by wait")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(text.find("waits (sorted").unwrap() < text.find("top statements").unwrap());
+        assert!(
+            block.starts_with("; users, hosts and dbs unknown"),
+            "{block}"
+        );
+        assert!(block.contains("1 probe(s) duty-cycled"), "{block}");
+        assert!(block.contains("3 calls/s tied to no statement"), "{block}");
+        assert!(
+            block.contains("   wait/s  calls/s  exec/s  conns  users  top probe   fingerprint\n"),
+            "{block}"
+        );
+        assert!(
+            block.contains("1.20 ms/s      450      12      2  -      sql.commit  COMMIT\n"),
+            "{block}"
+        );
+        // Ten rows, most wait first, and how many more.
+        assert!(block.contains("SELECT 8\n(+3 more)"), "{block}");
+        assert!(!block.contains("SELECT 9"), "{block}");
+
+        frame.statements = Some(Statements::not_attributed(
+            "statements not attributed: switched off (--no-statements)".into(),
+        ));
+        let text = render("t", &frame, SortKey::WaitPerSec, 5);
+        assert!(
+            text.contains("\nstatements not attributed: switched off (--no-statements)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("top statements"), "{text}");
     }
 }

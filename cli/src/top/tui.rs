@@ -12,7 +12,7 @@ use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::widgets::{Block, Paragraph, Row, Table, Wrap};
 use ratatui::DefaultTerminal;
 
 use super::plain;
@@ -25,14 +25,27 @@ pub enum Action {
     TogglePause,
     /// The terminal changed size.
     Redraw,
-    /// Scroll the wait table (when it has more probes than rows).
+    /// Scroll the table shown (when it has more rows than the screen).
     Down,
     Up,
+    /// Show this table (the same again: back to the waits).
+    Show(Panel),
+}
+
+/// The main table: the probes' waits (with the latch, call-site and CPU
+/// panels), or the interval's statements, or its connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Panel {
+    #[default]
+    Waits,
+    Statements,
+    Connections,
 }
 
 /// A key's action, if it has one: q, Esc, Ctrl-C quit (raw mode turns
-/// Ctrl-C into a key, not SIGINT); s and Tab cycle the sort; p pauses;
-/// j/k or the arrows scroll the wait table.
+/// Ctrl-C into a key, not SIGINT); s and Tab cycle the wait table's sort;
+/// p pauses; j/k or the arrows scroll; t shows the statements, c the
+/// connections, w the waits again.
 pub fn action(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> {
     match code {
         KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Some(Action::Quit),
@@ -41,6 +54,9 @@ pub fn action(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> {
         KeyCode::Char('p') | KeyCode::Char('P') | KeyCode::Char(' ') => Some(Action::TogglePause),
         KeyCode::Char('j') | KeyCode::Down => Some(Action::Down),
         KeyCode::Char('k') | KeyCode::Up => Some(Action::Up),
+        KeyCode::Char('t') | KeyCode::Char('T') => Some(Action::Show(Panel::Statements)),
+        KeyCode::Char('c') | KeyCode::Char('C') => Some(Action::Show(Panel::Connections)),
+        KeyCode::Char('w') | KeyCode::Char('W') => Some(Action::Show(Panel::Waits)),
         _ => None,
     }
 }
@@ -50,8 +66,19 @@ pub fn action(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> {
 pub struct Controls {
     pub sort: SortKey,
     pub paused: bool,
-    /// Wait-table rows scrolled past (clamped when drawn).
+    /// Rows of the table shown scrolled past (clamped when drawn).
     pub scroll: usize,
+    pub panel: Panel,
+}
+
+/// Rows of the main table of `panel`.
+fn rows_of(panel: Panel, frame: &Frame) -> usize {
+    let s = frame.statements.as_ref();
+    match panel {
+        Panel::Waits => frame.probes.len(),
+        Panel::Statements => s.map_or(0, |s| s.statements.len()),
+        Panel::Connections => s.map_or(0, |s| s.connections.len()),
+    }
 }
 
 impl Controls {
@@ -66,9 +93,17 @@ impl Controls {
             }
             Action::TogglePause => self.paused = !self.paused,
             Action::Down => {
-                self.scroll = (self.scroll + 1).min(shown.probes.len().saturating_sub(1))
+                self.scroll = (self.scroll + 1).min(rows_of(self.panel, shown).saturating_sub(1))
             }
             Action::Up => self.scroll = self.scroll.saturating_sub(1),
+            Action::Show(panel) => {
+                self.panel = if self.panel == panel {
+                    Panel::Waits
+                } else {
+                    panel
+                };
+                self.scroll = 0;
+            }
             Action::Quit | Action::Redraw => {}
         }
     }
@@ -150,6 +185,9 @@ fn split_heights(height: u16, probes: usize) -> (u16, u16, u16) {
     (waits, sites, rest - sites)
 }
 
+/// The keys, on the screen's last line.
+const KEYS: &str = "q quit  s/Tab sort  p pause  j/k scroll  t statements  c connections  w waits";
+
 fn render(f: &mut ratatui::Frame, v: &View) {
     let frame = v.frame;
     let [head, body, keys] = Layout::vertical([
@@ -158,6 +196,38 @@ fn render(f: &mut ratatui::Frame, v: &View) {
         Constraint::Length(1),
     ])
     .areas(f.area());
+    // What changes first: the title is the longest and is cut first.
+    let state = if v.controls.paused { "[paused]  " } else { "" };
+    let (what, interval_s) = match (v.controls.panel, &frame.statements) {
+        (Panel::Waits, _) | (_, None) => (
+            format!("sort: {}", v.controls.sort.header()),
+            frame.interval_s,
+        ),
+        (Panel::Statements, Some(s)) => ("statements".into(), s.interval_s),
+        (Panel::Connections, Some(s)) => ("connections".into(), s.interval_s),
+    };
+    let heading = vec![
+        Line::styled(
+            format!(
+                "{state}{what}  last {interval_s:.1} s  #{}  {}",
+                v.refreshes, v.title,
+            ),
+            bold(),
+        ),
+        Line::raw(plain::spend(&frame.spend)),
+    ];
+    f.render_widget(Paragraph::new(heading), head);
+    match v.controls.panel {
+        Panel::Waits => render_wait_panels(f, body, v),
+        Panel::Statements => render_who(f, body, v, Panel::Statements),
+        Panel::Connections => render_who(f, body, v, Panel::Connections),
+    }
+    f.render_widget(Paragraph::new(KEYS).style(bold()), keys);
+}
+
+/// The wait table, the latch and call-site panels and the CPU table.
+fn render_wait_panels(f: &mut ratatui::Frame, body: Rect, v: &View) {
+    let frame = v.frame;
     let (w, s, c) = split_heights(body.height, frame.probes.len());
     let [waits, sites, cpu] = Layout::vertical([
         Constraint::Length(w),
@@ -165,22 +235,6 @@ fn render(f: &mut ratatui::Frame, v: &View) {
         Constraint::Length(c),
     ])
     .areas(body);
-    // What changes first: the title is the longest and is cut first.
-    let state = if v.controls.paused { "[paused]  " } else { "" };
-    let heading = vec![
-        Line::styled(
-            format!(
-                "{state}sort: {}  last {:.1} s  #{}  {}",
-                v.controls.sort.header(),
-                frame.interval_s,
-                v.refreshes,
-                v.title,
-            ),
-            bold(),
-        ),
-        Line::raw(plain::spend(&frame.spend)),
-    ];
-    f.render_widget(Paragraph::new(heading), head);
     render_waits(f, waits, v);
     let [latches, callsites] =
         // Latch names ("created in buf_block_init (buf0buf.cc:1530)") are
@@ -195,10 +249,135 @@ fn render(f: &mut ratatui::Frame, v: &View) {
         &frame.callsites,
     );
     render_cpu(f, cpu, frame, v.cpu_pending);
-    f.render_widget(
-        Paragraph::new("q/Esc quit   s/Tab sort column   p pause   j/k scroll").style(bold()),
-        keys,
-    );
+}
+
+/// The statements or the connections of the interval, the whole body:
+/// most wait first, then most calls; the last column (fingerprint, top
+/// statement) cut at the screen's edge. Where statements are not
+/// attributed, why, in place of the table.
+fn render_who(f: &mut ratatui::Frame, area: Rect, v: &View, panel: Panel) {
+    let name = if panel == Panel::Statements {
+        "statements"
+    } else {
+        "connections"
+    };
+    let s = match &v.frame.statements {
+        Some(s) if s.attributed => s,
+        other => {
+            let why = other
+                .as_ref()
+                .map_or("sampling the first interval...", |s| s.how.as_str());
+            f.render_widget(
+                Paragraph::new(why.to_string())
+                    .wrap(Wrap { trim: true })
+                    .block(Block::bordered().title(format!(" {name} "))),
+                area,
+            );
+            return;
+        }
+    };
+    let visible = area.height.saturating_sub(3) as usize;
+    let total = rows_of(panel, v.frame);
+    let skip = v.controls.scroll.min(total.saturating_sub(visible));
+    let (headers, cells, columns): (Vec<&str>, Vec<Vec<String>>, Vec<Column>) = match panel {
+        Panel::Statements => {
+            let cells: Vec<Vec<String>> = s
+                .statements
+                .iter()
+                .skip(skip)
+                .take(visible)
+                .map(|r| plain::statement_row(r).to_vec())
+                .collect();
+            let width = |i, min, max| Some(fit(&cells, i, min, max));
+            // The fingerprint matters most: the probe's name gets at
+            // most a fifth of a narrow screen.
+            let probe_max = (area.width as usize / 5).clamp(9, 28);
+            let columns = vec![
+                (Some(11), true),
+                (Some(8), true),
+                (Some(7), true),
+                (Some(5), true),
+                (width(4, 5, 16), false),
+                (width(5, 9, probe_max), false),
+                (None, false),
+            ];
+            (plain::STATEMENT_HEADERS.to_vec(), cells, columns)
+        }
+        _ => {
+            let cells: Vec<Vec<String>> = s
+                .connections
+                .iter()
+                .skip(skip)
+                .take(visible)
+                .map(|r| plain::connection_row(r).to_vec())
+                .collect();
+            let width = |i, min, max| Some(fit(&cells, i, min, max));
+            let columns = vec![
+                (width(0, 5, 20), true),
+                (width(1, 4, 16), false),
+                (width(2, 4, 24), false),
+                (width(3, 4, 16), false),
+                (Some(11), true),
+                (Some(8), true),
+                (None, false),
+            ];
+            (plain::CONNECTION_HEADERS.to_vec(), cells, columns)
+        }
+    };
+    // The last column gets the rest of the line (inside the borders, one
+    // space between columns); every cell is cut to its column with `…`.
+    let fixed: usize = columns
+        .iter()
+        .map(|(w, _)| w.map_or(0, usize::from) + 1)
+        .sum::<usize>()
+        - 1;
+    let rest = (area.width as usize).saturating_sub(2 + fixed);
+    let align = |text: &str, (w, number): (Option<u16>, bool)| {
+        let w = w.map_or(rest, usize::from);
+        let text = cut(text, w);
+        if number {
+            format!("{text:>w$}")
+        } else {
+            text
+        }
+    };
+    let header = Row::new(
+        headers
+            .iter()
+            .zip(&columns)
+            .map(|(h, c)| align(h, *c))
+            .collect::<Vec<_>>(),
+    )
+    .style(bold());
+    let rows = cells.iter().map(|r| {
+        Row::new(
+            r.iter()
+                .zip(&columns)
+                .map(|(cell, c)| align(cell, *c))
+                .collect::<Vec<_>>(),
+        )
+    });
+    let widths: Vec<Constraint> = columns
+        .iter()
+        .map(|(w, _)| w.map_or(Constraint::Fill(1), Constraint::Length))
+        .collect();
+    let mut notes = plain::statements_notes(s, v.frame.spend.probes_cut);
+    if total == 0 {
+        notes.insert(0, "no statement hit a probe in the interval".into());
+    }
+    let mut block = Block::bordered().title(format!(
+        " {name}, last {:.1} s, most wait first{} ",
+        s.interval_s,
+        if skip > 0 {
+            format!(", from #{}", skip + 1)
+        } else {
+            String::new()
+        }
+    ));
+    if !notes.is_empty() {
+        block = block.title_bottom(format!(" {} ", notes.join("; ")));
+    }
+    f.render_widget(Table::new(rows, widths).header(header).block(block), area);
 }
 
 fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
@@ -262,6 +441,33 @@ fn render_waits(f: &mut ratatui::Frame, area: Rect, v: &View) {
         }
     )));
     f.render_widget(table, area);
+}
+
+/// A column of the statements or connections table: its width (None:
+/// the last column, the rest of the line) and whether it is a number
+/// (right-aligned).
+type Column = (Option<u16>, bool);
+
+/// The width of column `i` of `cells`: its widest cell, within [min, max].
+fn fit(cells: &[Vec<String>], i: usize, min: usize, max: usize) -> u16 {
+    cells
+        .iter()
+        .map(|c| c[i].chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(min, max) as u16
+}
+
+/// `text` in at most `width` characters, `…` at the end when cut.
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    if width > 0 {
+        out.push('…');
+    }
+    out
 }
 
 fn render_sites(
@@ -372,7 +578,18 @@ mod tests {
             action(KeyCode::Char('c'), KeyModifiers::CONTROL),
             Some(Action::Quit)
         );
-        assert_eq!(action(KeyCode::Char('c'), none), None);
+        assert_eq!(
+            action(KeyCode::Char('c'), none),
+            Some(Action::Show(Panel::Connections))
+        );
+        assert_eq!(
+            action(KeyCode::Char('t'), none),
+            Some(Action::Show(Panel::Statements))
+        );
+        assert_eq!(
+            action(KeyCode::Char('w'), none),
+            Some(Action::Show(Panel::Waits))
+        );
         assert_eq!(action(KeyCode::Tab, none), Some(Action::NextSort));
         assert_eq!(action(KeyCode::Char('s'), none), Some(Action::NextSort));
         assert_eq!(action(KeyCode::Char('p'), none), Some(Action::TogglePause));
@@ -475,6 +692,7 @@ mod tests {
                 sort: SortKey::P99,
                 paused: true,
                 scroll: 5,
+                panel: Panel::Waits,
             },
             refreshes: 3,
             cpu_pending: None,
@@ -492,5 +710,178 @@ mod tests {
         assert!(text.contains("*p99"), "{text}");
         assert!(text.contains("sql.commit"), "{text}");
         assert!(text.contains("3.00 ms/s"), "{text}");
+    }
+
+    fn screen(frame: &Frame, controls: Controls, width: u16) -> String {
+        let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, 30)).unwrap();
+        let view = View {
+            title: "innoprof top",
+            frame,
+            controls,
+            refreshes: 2,
+            cpu_pending: None,
+        };
+        t.draw(|f| render(f, &view)).unwrap();
+        t.backend()
+            .buffer()
+            .content()
+            .chunks(width as usize)
+            .map(|l| l.iter().map(|c| c.symbol()).collect::<String>() + "\n")
+            .collect()
+    }
+
+    fn who_frame() -> Frame {
+        use innoprof::live::statements::{ConnectionRow, StatementRow, Statements};
+        let statement = |fingerprint: &str, wait, calls| StatementRow {
+            id: "x".into(),
+            fingerprint: fingerprint.into(),
+            wait_ns_per_s: wait,
+            calls_per_s: calls,
+            executions_per_s: calls / 2.0,
+            connections: 2,
+            users: Vec::new(),
+            top_probe: Some("innodb.redo.write_up_to".into()),
+        };
+        Frame {
+            interval_s: 1.0,
+            statements: Some(Statements {
+                interval_s: 1.0,
+                attributed: true,
+                how: "THD from TLS".into(),
+                statements: vec![
+                    statement("UPDATE sbtest1 SET k=k+? WHERE id=?", 4e6, 300.0),
+                    statement(
+                        &format!(
+                            "SELECT c FROM sbtest1 WHERE id IN (?+){}",
+                            " AND k=?".repeat(40)
+                        ),
+                        1e3,
+                        20.0,
+                    ),
+                ],
+                connections: vec![ConnectionRow {
+                    id: 42,
+                    user: None,
+                    host: None,
+                    db: None,
+                    wait_ns_per_s: 4e6,
+                    calls_per_s: 320.0,
+                    top_statement: Some("UPDATE sbtest1 SET k=k+? WHERE id=?".into()),
+                }],
+                named: false,
+                unattributed_per_s: 0.0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn t_and_c_switch_tables_and_back() {
+        let mut shown = who_frame();
+        let mut c = Controls::default();
+        c.apply(Action::Down, &mut shown);
+        assert_eq!(c.scroll, 0, "no probe rows to scroll");
+        c.apply(Action::Show(Panel::Statements), &mut shown);
+        assert_eq!(c.panel, Panel::Statements);
+        // Scrolls the statements: two rows.
+        for _ in 0..3 {
+            c.apply(Action::Down, &mut shown);
+        }
+        assert_eq!(c.scroll, 1);
+        c.apply(Action::Show(Panel::Connections), &mut shown);
+        assert_eq!((c.panel, c.scroll), (Panel::Connections, 0));
+        c.apply(Action::Show(Panel::Connections), &mut shown);
+        assert_eq!(c.panel, Panel::Waits);
+        c.apply(Action::Show(Panel::Statements), &mut shown);
+        c.apply(Action::Show(Panel::Waits), &mut shown);
+        assert_eq!(c.panel, Panel::Waits);
+    }
+
+    #[test]
+    fn the_statements_and_connections_tables() {
+        let frame = who_frame();
+        let controls = Controls {
+            panel: Panel::Statements,
+            ..Controls::default()
+        };
+        let text = screen(&frame, controls, 100);
+        assert!(text.contains("statements  last 1.0 s  #2"), "{text}");
+        assert!(
+            text.contains("statements, last 1.0 s, most wait first"),
+            "{text}"
+        );
+        for h in plain::STATEMENT_HEADERS {
+            assert!(text.contains(h), "{h}: {text}");
+        }
+        let update = text
+            .lines()
+            .find(|l| l.contains("UPDATE sbtest1 SET"))
+            .unwrap_or_else(|| panic!("{text}"));
+        // The probe's name is cut to a fifth of the screen.
+        for cell in ["4.00 ms/s", "300", "150", "innodb.redo.write_u…"] {
+            assert!(update.contains(cell), "{cell}: {update}");
+        }
+        // The long fingerprint is cut at the edge, the table stays one
+        // line a row.
+        let lines: Vec<&str> = text.lines().collect();
+        let select = lines
+            .iter()
+            .position(|l| l.contains("SELECT c FROM sbtest1"))
+            .unwrap();
+        assert!(lines[select].ends_with("…│"), "{text}");
+        assert!(!lines[select + 1].contains("AND k"), "{text}");
+        assert!(text.contains("no processlist"), "{text}");
+        assert!(text.contains("connections by id"), "{text}");
+        assert!(
+            text.contains("t statements  c connections  w waits"),
+            "{text}"
+        );
+        // The wait table is not drawn.
+        assert!(!text.contains("on-CPU"), "{text}");
+
+        let controls = Controls {
+            panel: Panel::Connections,
+            ..Controls::default()
+        };
+        let text = screen(&frame, controls, 100);
+        for h in plain::CONNECTION_HEADERS {
+            assert!(text.contains(h), "{h}: {text}");
+        }
+        let row = text
+            .lines()
+            .find(|l| l.contains(" 42 "))
+            .unwrap_or_else(|| panic!("{text}"));
+        for cell in ["4.00 ms/s", "320", "UPDATE sbtest1"] {
+            assert!(row.contains(cell), "{cell}: {row}");
+        }
+    }
+
+    #[test]
+    fn cells_are_cut_with_an_ellipsis() {
+        assert_eq!(cut("abcdef", 6), "abcdef");
+        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(cut("abcdef", 0), "");
+    }
+
+    #[test]
+    fn why_statements_are_not_attributed_in_place_of_the_table() {
+        let frame = Frame {
+            statements: Some(innoprof::live::statements::Statements::not_attributed(
+                "statements not attributed: no DWARF".into(),
+            )),
+            ..Default::default()
+        };
+        for panel in [Panel::Statements, Panel::Connections] {
+            let controls = Controls {
+                panel,
+                ..Controls::default()
+            };
+            let text = screen(&frame, controls, 100);
+            assert!(
+                text.contains("statements not attributed: no DWARF"),
+                "{text}"
+            );
+            assert!(!text.contains("fingerprint"), "{text}");
+        }
     }
 }
