@@ -593,7 +593,7 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 {
 	struct holder_field *f;
 	__u32 key = (__u32)slot, tid = 0;
-	__u64 obj, valid = 0, tp = 0, thd_ptr, qid = 0;
+	__u64 obj, valid = 0, tp = 0, self = 0, thd_ptr, qid = 0;
 
 	val->holder_tid = 0;
 	val->pad = 0;
@@ -623,6 +623,12 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 		valid = (__s64)valid <= 0;
 	}
 	if (!valid || bpf_probe_read_user(&tp, sizeof(tp), (void *)(obj + f->thread_off)) || !tp)
+		return;
+	/* A thread pointer points to itself: the x86-64 TLS ABI puts the TCB's
+	 * address in its first word (what `mov %fs:0` reads). Anything else
+	 * is not a holder: a stale or foreign word, or an object of the same
+	 * type outside the class that records one (catalog `holder_in`). */
+	if (bpf_probe_read_user(&self, sizeof(self), (void *)tp) || self != tp)
 		return;
 	if (bpf_probe_read_user(&tid, sizeof(tid), (void *)(tp + thd.pthread_tid_off)) || !tid)
 		return;

@@ -136,6 +136,15 @@ pub struct LatchSpec {
     /// or a writer queued ahead of the readers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder_valid: Option<String>,
+    /// Where the object the probe sees does not record its holder but an
+    /// object around it does: a symbol pattern of the enclosing class's
+    /// methods (`sux_lock<*>::*`, MariaDB 10.6+, whose `writer` sits next
+    /// to the `ssux_lock_impl` the wait functions are called on). Their
+    /// `this` types say where, relative to the inner object, `holder` is.
+    /// An object of the same type outside such a class has no holder
+    /// there: BPF checks that what it reads is a thread pointer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_in: Option<String>,
 }
 
 impl LatchSpec {
@@ -394,13 +403,17 @@ impl CatalogFile {
             if let Some(l) = &p.latch {
                 let blank = |m: &Option<String>| m.as_deref().is_none_or(|m| m.trim().is_empty());
                 let created = !blank(&l.created_file) && !blank(&l.created_line);
+                let holder = !blank(&l.holder) && !blank(&l.holder_valid);
                 if !(1..=6).contains(&l.arg)
-                    || (l.id_type.trim().is_empty() && !created)
+                    || (l.id_type.trim().is_empty() && !created && !holder)
                     || (blank(&l.created_file) != blank(&l.created_line))
+                    || (blank(&l.holder) != blank(&l.holder_valid))
+                    || (!blank(&l.holder_in) && !holder)
                 {
                     return invalid(format!(
                         "probe `{}`: latch needs arg in 1..=6 and a non-empty id_type, \
-                         or both created_file and created_line",
+                         both created_file and created_line, or both holder and holder_valid \
+                         (holder_in only with them)",
                         p.name
                     ));
                 }

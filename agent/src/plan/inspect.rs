@@ -41,6 +41,9 @@ pub struct Inspection {
     /// Counters read from memory (`measure = "counter"`): where each lives,
     /// or why it cannot be read in this binary.
     pub counters: Vec<PlannedCounter>,
+    /// How each hit's statement and connection would be read (the THD
+    /// plan), or why they cannot be.
+    pub statements: String,
 }
 
 /// Resolves the request against the binary at `path` (`shown_as`: the path
@@ -51,7 +54,7 @@ pub fn inspect(
     request: &ProbeRequest,
     debug: &DebugSearch,
 ) -> Result<Inspection, InspectError> {
-    let mut out = inspect_image(ElfImage::open(path)?, request, debug)?;
+    let mut out = inspect_image(ElfImage::open(path)?, request, debug, None)?;
     out.binary = shown_as.to_string();
     Ok(out)
 }
@@ -63,18 +66,33 @@ pub fn inspect_target(
     request: &ProbeRequest,
     debug: &DebugSearch,
 ) -> Result<Inspection, InspectError> {
-    inspect_image(ElfImage::open_target(target)?, request, debug)
+    inspect_image(
+        ElfImage::open_target(target)?,
+        request,
+        debug,
+        Some(target.pid),
+    )
 }
 
 fn inspect_image(
     mut image: ElfImage,
     request: &ProbeRequest,
     debug: &DebugSearch,
+    pid: Option<u32>,
 ) -> Result<Inspection, InspectError> {
     let debug_found_by = attach_debug_info(&mut image, debug)?;
     let server = ServerInfo::detect(&image);
     let set = ProbeSet::resolve(&image, &server, request)?;
+    // The pthread-key way reads the key's number from the running server.
+    let statements = match pid {
+        Some(pid) => match crate::plan::thd::plan_thd(pid, &image) {
+            Ok(layout) => crate::plan::thd::describe(&layout),
+            Err(e) => format!("not attributed: {}", crate::error_chain(&e)),
+        },
+        None => "shown for a running server (-p PID): the THD may be found through a pthread key it holds".into(),
+    };
     Ok(Inspection {
+        statements,
         binary: image.path.display().to_string(),
         build_id: image.build_id.clone(),
         server,
@@ -92,6 +110,37 @@ fn inspect_image(
 
 const SYMBOLS_SHOWN: usize = 4;
 
+/// What a wait probe can say of who holds the latch: where the holder is
+/// read, or that this latch kind records none (so its waits get no
+/// waiter -> holder edge). Nothing for probes that are not latch waits.
+fn holder_line(p: &PlannedProbe) -> Option<String> {
+    let spec = p.spec.latch.as_ref();
+    let is_latch = spec.is_some()
+        || (p.spec.cost == crate::plan::catalog::CostClass::Contended
+            && p.spec.measure == crate::plan::catalog::Measure::Latency);
+    let found = p.latch.as_ref().map_or(0, |l| l.layout.holders.len());
+    match spec.and_then(|s| s.holder_members()) {
+        Some((thread, valid)) if found > 0 => {
+            let around = spec
+                .and_then(|s| s.holder_in.as_deref())
+                .map(|c| format!(" of the enclosing {} object", c.trim_end_matches("::*")))
+                .unwrap_or_default();
+            Some(format!(
+                "holder: `{thread}`{around} (valid while `{valid}`) read at the wait's start in {found} of {} symbols",
+                p.resolution.symbols.len()
+            ))
+        }
+        Some((thread, _)) => Some(format!(
+            "holder: none: no `{thread}` member found in DWARF for these symbols"
+        )),
+        None if is_latch => Some(
+            "holder: none: this latch kind records no holder (waits get no waiter -> holder edge)"
+                .to_string(),
+        ),
+        None => None,
+    }
+}
+
 pub fn render(i: &Inspection) -> String {
     let yes = |b: bool| if b { "yes" } else { "no" };
     let mut out = format!(
@@ -104,6 +153,7 @@ pub fn render(i: &Inspection) -> String {
         i.debug_file.as_ref().map(|d| format!(" (from {d})")).unwrap_or_default(),
         i.catalog.as_deref().unwrap_or("none (ad-hoc probes only)"),
     );
+    out.push_str(&format!("statements: {}\n", i.statements));
     for n in &i.notes {
         out.push_str(&format!("note:     {n}\n"));
     }
@@ -167,6 +217,9 @@ pub fn render(i: &Inspection) -> String {
                         r.symbols.len(),
                     ));
                 }
+            }
+            if let Some(line) = holder_line(p) {
+                lines.push(line);
             }
             lines.join("\n")
         };

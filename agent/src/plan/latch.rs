@@ -98,12 +98,33 @@ pub fn find_latch_layout(
     arg: u8,
     id_type: &str,
     created: Option<(&str, &str)>,
-    holder: Option<(&str, &str)>,
+    holder: Option<HolderSpec<'_>>,
 ) -> Result<LatchLayout, LatchError> {
     let mut layout = LatchLayout::default();
+    // The holder recorded around the object, per the object's type name.
+    let around = match &holder {
+        Some(h) if !h.in_addresses.is_empty() => Some(holders_around(image, h)?),
+        _ => None,
+    };
     for_each_param_struct(image, addresses, arg, |dwarf, unit, low_pc, object| {
-        if layout.fields.contains_key(&low_pc) || layout.created.contains_key(&low_pc) {
+        if layout.fields.contains_key(&low_pc)
+            || layout.created.contains_key(&low_pc)
+            || layout.holders.contains_key(&low_pc)
+        {
             return Ok(true);
+        }
+        if let Some(around) = &around {
+            if let Some(rel) = type_name(dwarf, unit, object)?.and_then(|n| around.get(&n)) {
+                layout.holders.insert(
+                    low_pc,
+                    HolderField {
+                        thread_offset: *rel,
+                        valid_offset: *rel,
+                        valid_size: 8,
+                        valid_nonpositive: false,
+                    },
+                );
+            }
         }
         if !id_type.is_empty() {
             if let Some((field, enum_die)) = find_member(dwarf, unit, object, id_type, 0, 0)? {
@@ -113,7 +134,11 @@ pub fn find_latch_layout(
                 }
             }
         }
-        if let Some((thread_member, valid)) = holder {
+        if let Some((thread_member, valid)) = holder
+            .as_ref()
+            .filter(|h| h.in_addresses.is_empty())
+            .map(|h| (h.thread, h.valid))
+        {
             let (valid_member, nonpositive) =
                 crate::plan::catalog::LatchSpec::holder_valid_rule(valid);
             let thread = named_member(dwarf, unit, object, thread_member, 0, 0)?;
@@ -148,6 +173,101 @@ pub fn find_latch_layout(
         Ok(true)
     })?;
     Ok(layout)
+}
+
+/// Where a latch records its exclusive holder (the catalog's `holder`,
+/// `holder_valid`), and, when the object the probe sees is inside the one
+/// that records it, the entry addresses of the outer class's methods
+/// (`holder_in`).
+#[derive(Debug, Clone, Copy)]
+pub struct HolderSpec<'a> {
+    pub thread: &'a str,
+    pub valid: &'a str,
+    pub in_addresses: &'a [u64],
+}
+
+/// For each type nested in an outer class (the `this` of the methods at
+/// `in_addresses`) before its 8-byte `thread` member: how far past the
+/// nested object the member is. A type found at two different distances
+/// (in two outer classes) is left out: which one a probe sees is unknown.
+fn holders_around(
+    image: &ElfImage,
+    spec: &HolderSpec<'_>,
+) -> Result<HashMap<String, u32>, LatchError> {
+    let mut found: HashMap<String, Option<u32>> = HashMap::new();
+    let mut seen_outer: HashSet<String> = HashSet::new();
+    for_each_param_struct(image, spec.in_addresses, 1, |dwarf, unit, _, outer| {
+        let Some(outer_name) = type_name(dwarf, unit, outer)? else {
+            return Ok(true);
+        };
+        if !seen_outer.insert(outer_name) {
+            return Ok(true);
+        }
+        let Some(thread) = named_member(dwarf, unit, outer, spec.thread, 0, 0)? else {
+            return Ok(true);
+        };
+        if thread.byte_size != 8 || thread.bit_size.is_some() {
+            return Ok(true);
+        }
+        let mut nested = Vec::new();
+        nested_types(dwarf, unit, outer, 0, 0, &mut nested)?;
+        for (name, offset) in nested {
+            if offset >= thread.offset {
+                continue;
+            }
+            let rel = thread.offset - offset;
+            found
+                .entry(name)
+                .and_modify(|r| {
+                    if *r != Some(rel) {
+                        *r = None;
+                    }
+                })
+                .or_insert(Some(rel));
+        }
+        Ok(true)
+    })?;
+    Ok(found
+        .into_iter()
+        .filter_map(|(name, rel)| Some((name, rel?)))
+        .collect())
+}
+
+/// Every named struct member (at any depth) of `object`: its type's name
+/// and offset.
+fn nested_types(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &Unit<'_>,
+    object: UnitOffset,
+    base: u32,
+    depth: u8,
+    out: &mut Vec<(String, u32)>,
+) -> Result<(), gimli::Error> {
+    if depth > MAX_MEMBER_DEPTH {
+        return Ok(());
+    }
+    for m in members(dwarf, unit, object, base)? {
+        if let Some(inner) = struct_type(unit, m.ty)? {
+            if let Some(name) = type_name(dwarf, unit, inner)? {
+                out.push((name, m.place.offset));
+            }
+            nested_types(dwarf, unit, inner, m.place.offset, depth + 1, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// A DIE's name (`ssux_lock_impl<true>`), if it has one.
+fn type_name(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &Unit<'_>,
+    die: UnitOffset,
+) -> Result<Option<String>, gimli::Error> {
+    let e = unit.entry(die)?;
+    Ok(match e.attr_value(gimli::DW_AT_name) {
+        Some(v) => Some(String::from_utf8_lossy(dwarf.attr_string(unit, v)?.slice()).into_owned()),
+        None => None,
+    })
 }
 
 /// Calls `each` with the struct the `arg`-th (1-based, `this` included)

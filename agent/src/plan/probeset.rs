@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::catalog::{
     check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, ProbeSpec,
 };
-use crate::plan::latch::{find_latch_layout, LatchLayout};
+use crate::plan::latch::{find_latch_layout, HolderSpec, LatchLayout};
 use crate::plan::memcounters::{plan_counters, PlannedCounter};
 use crate::plan::server::ServerInfo;
 use crate::resolve::{ArgReads, ElfImage, Resolution, Resolver};
@@ -134,7 +134,7 @@ impl ProbeSet {
                     .latch
                     .as_ref()
                     .filter(|_| !resolution.symbols.is_empty())
-                    .map(|l| plan_latch(image, &resolution, l));
+                    .map(|l| plan_latch(image, &mut resolver, &resolution, l));
                 PlannedProbe {
                     resolution,
                     spec,
@@ -217,23 +217,50 @@ fn arg_reads(spec: &ProbeSpec) -> ArgReads {
 
 /// Locate the latch id (or creation site) in the object each resolved
 /// symbol is called on.
-fn plan_latch(image: &ElfImage, resolution: &Resolution, spec: &LatchSpec) -> LatchPlan {
+fn plan_latch(
+    image: &ElfImage,
+    resolver: &mut Resolver<'_>,
+    resolution: &Resolution,
+    spec: &LatchSpec,
+) -> LatchPlan {
     let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
     let created = spec.created_members();
-    match find_latch_layout(
-        image,
-        &addresses,
-        spec.arg,
-        &spec.id_type,
-        created,
-        spec.holder_members(),
-    ) {
-        Ok(layout) if !layout.fields.is_empty() || !layout.created.is_empty() => LatchPlan {
-            layout,
-            unavailable: None,
-        },
+    // The enclosing class's methods, whose `this` says where its holder is.
+    let in_addresses: Vec<u64> = match &spec.holder_in {
+        Some(pattern) => resolver
+            .resolve(std::slice::from_ref(pattern))
+            .symbols
+            .iter()
+            .map(|s| s.address)
+            .collect(),
+        None => Vec::new(),
+    };
+    let holder = spec
+        .holder_members()
+        .map(|(thread, valid)| HolderSpec {
+            thread,
+            valid,
+            in_addresses: &in_addresses,
+        })
+        // A `holder_in` class this binary does not have: no holder.
+        .filter(|h| spec.holder_in.is_none() || !h.in_addresses.is_empty());
+    let names_wanted = !spec.id_type.is_empty() || created.is_some();
+    match find_latch_layout(image, &addresses, spec.arg, &spec.id_type, created, holder) {
+        Ok(layout)
+            if !layout.fields.is_empty()
+                || !layout.created.is_empty()
+                || (!names_wanted && !layout.holders.is_empty()) =>
+        {
+            LatchPlan {
+                layout,
+                unavailable: None,
+            }
+        }
         Ok(layout) => {
             let mut wanted = Vec::new();
+            if let (false, Some((thread, _))) = (names_wanted, spec.holder_members()) {
+                wanted.push(format!("`{thread}` holder member"));
+            }
             if !spec.id_type.is_empty() {
                 wanted.push(format!("a `{}` member", spec.id_type));
             }
