@@ -192,7 +192,7 @@ struct thread_val {
  * maps and groups statements by fingerprint. */
 #define STMT_TEXT_MAX 512
 #define MAX_STMT_KEYS 16384
-#define MAX_STMT_TEXTS 4096
+#define MAX_STMT_TEXTS 8192
 #define MAX_HOLDER_KEYS 16384
 
 /* Set by the loader (rodata): where THD lives and what is read in it. */

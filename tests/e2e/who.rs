@@ -54,10 +54,72 @@ fn on_statement(who: &Who, fingerprint: &str, probe: &str) -> (u64, u64) {
         .fold((0, 0), |(c, w), p| (c + p.calls, w + p.wait_ns_total))
 }
 
+/// One statement text as performance_schema's DIGEST_TEXT and innoprof's
+/// fingerprint both reduce to: quotes, spaces and case dropped (the two
+/// differ only there: `UPDATE \`sbtest1\` SET \`k\` = \`k\` + ? ...`).
+fn squeezed(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_whitespace() && *c != '`')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// performance_schema's recent statements (events_statements_history,
+/// digests squeezed) of `user`'s threads.
+fn ps_digests(server: &Server, user: &str) -> Vec<String> {
+    server
+        .sql(&format!(
+            "SELECT DISTINCT h.DIGEST_TEXT FROM performance_schema.events_statements_history h \
+             JOIN performance_schema.threads t USING (THREAD_ID) \
+             WHERE t.PROCESSLIST_USER = '{user}' AND h.DIGEST_TEXT IS NOT NULL"
+        ))
+        .lines()
+        .map(squeezed)
+        .collect()
+}
+
+/// The statement kinds (`statement/sql/commit`) `user`'s threads ran,
+/// as performance_schema counts them.
+fn ps_events(server: &Server, user: &str) -> Vec<String> {
+    server
+        .sql(&format!(
+            "SELECT DISTINCT s.EVENT_NAME FROM performance_schema.events_statements_summary_by_thread_by_event_name s \
+             JOIN performance_schema.threads t USING (THREAD_ID) \
+             WHERE t.PROCESSLIST_USER = '{user}' AND s.COUNT_STAR > 0"
+        ))
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// How many statements of `event` (`statement/sql/update`) connection
+/// `id` has run, as performance_schema counts them.
+fn ps_count(server: &Server, id: u64, event: &str) -> u64 {
+    let out = server.sql(&format!(
+        "SELECT s.COUNT_STAR FROM performance_schema.events_statements_summary_by_thread_by_event_name s \
+         JOIN performance_schema.threads t USING (THREAD_ID) \
+         WHERE t.PROCESSLIST_ID = {id} AND s.EVENT_NAME = '{event}'"
+    ));
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("performance_schema count: {out:?}"))
+}
+
 fn who_waits_and_runs_what(server_name: &str) {
     let _k = kernel_lock();
     // Redo flushed at each commit (the default): every UPDATE waits for it.
-    let server = Server::start(server_name, &[]);
+    // performance_schema on, in this test only: what it lists per thread
+    // is the reference innoprof's statements are checked against.
+    let server = Server::start(
+        server_name,
+        &[
+            "--performance-schema=ON",
+            // The history is kept only behind the current statements
+            // (MariaDB has that consumer off by default).
+            "--performance-schema-consumer-events-statements-current=ON",
+            "--performance-schema-consumer-events-statements-history=ON",
+        ],
+    );
     server.sysbench_ok(&[
         "prepare",
         "oltp_update_non_index",
@@ -102,8 +164,12 @@ fn who_waits_and_runs_what(server_name: &str) {
     let pid = server.pid.to_string();
     let mut rec = Recording::start(&["--pid", &pid, "--duration", "6s", "--no-cpu"]);
     rec.wait_attached();
+    let updates_before = ps_count(&server, rw_id, "statement/sql/update");
     let (code, stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
+    // performance_schema's view of the same threads, right after.
+    let updates_after = ps_count(&server, rw_id, "statement/sql/update");
+    let (rw_digests, ro_digests) = (ps_digests(&server, "app_rw"), ps_digests(&server, "app_ro"));
     drop(reader);
     let s = rec.summary();
     let who = s.who.as_ref().expect("summary.json has who");
@@ -154,6 +220,20 @@ fn who_waits_and_runs_what(server_name: &str) {
     );
     assert_eq!(update.users, vec!["app_rw".to_string()]);
     assert_eq!(update.connections, 1);
+    // performance_schema lists the same statement for app_rw's thread, and
+    // ran at least the UPDATEs innoprof saw while it was attached (each
+    // commits, so each waits for redo), and not many more: its count spans
+    // attach to a little past detach.
+    assert!(
+        rw_digests.contains(&squeezed(UPDATE)),
+        "performance_schema's digests for app_rw: {rw_digests:?}"
+    );
+    let ran = updates_after - updates_before;
+    assert!(
+        update.executions <= ran && update.executions as f64 >= 0.5 * ran as f64,
+        "{} UPDATE executions seen, performance_schema counts {ran}",
+        update.executions
+    );
 
     // Version walks: on app_ro's SELECT.
     let walk = "innodb.undo.prev_version";
@@ -170,6 +250,32 @@ fn who_waits_and_runs_what(server_name: &str) {
         .find(|st| st.fingerprint == SELECT)
         .unwrap();
     assert_eq!(select.users, vec!["app_ro".to_string()]);
+    assert!(
+        ro_digests.contains(&squeezed(SELECT)),
+        "performance_schema's digests for app_ro: {ro_digests:?}"
+    );
+    // Every statement innoprof attributed is of a kind performance_schema
+    // counts for its user's threads (its history keeps only the last 10 a
+    // thread ran: a snapshot's COMMIT is long gone from it).
+    for st in &who.statements {
+        let kind = format!(
+            "statement/sql/{}",
+            st.fingerprint
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_lowercase()
+        );
+        let [user] = st.users.as_slice() else {
+            panic!("{} run by {:?}", st.fingerprint, st.users);
+        };
+        let events = ps_events(&server, user);
+        assert!(
+            events.contains(&kind),
+            "{} ({user}): performance_schema counts no {kind} for {user}: {events:?}",
+            st.fingerprint
+        );
+    }
 
     // The connections as the server lists them; the idle one made no hit.
     let conn = |id: u64| who.connections.iter().find(|c| c.id == id);

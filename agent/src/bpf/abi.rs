@@ -322,6 +322,10 @@ pub struct StmtVal {
 }
 mirrors_stmt_val!(StmtVal);
 
+/// Entries of the statement maps (`stmt_stats`, `stmt_text`).
+pub const MAX_STMT_KEYS: usize = defines::MAX_STMT_KEYS as usize;
+pub const MAX_STMT_TEXTS: usize = defines::MAX_STMT_TEXTS as usize;
+
 /// Bytes of a statement's text the probe reads (`STMT_TEXT_MAX`).
 pub const STMT_TEXT_MAX: usize = defines::STMT_TEXT_MAX as usize;
 

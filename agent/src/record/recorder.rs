@@ -94,11 +94,18 @@ pub struct Recorder {
     /// The statements behind the hits, drained from the maps every
     /// [`DRAIN_STATEMENTS_EVERY`]; None when statements are not read.
     pub(super) statements: Option<(StatementBook, Instant)>,
+    /// The last drain found the statement maps filling (see
+    /// [`DRAIN_STATEMENTS_BUSY`]).
+    pub(super) statements_busy: bool,
 }
 
 /// How often the statement maps are drained into the book: they fill
 /// with every statement that hits a probe (thousands a second).
 pub const DRAIN_STATEMENTS_EVERY: Duration = Duration::from_secs(1);
+/// ... and when the last drain found them a quarter full or more, or
+/// losing statements: at every look of the recording loop (every 250 ms
+/// in `record`), which is at least this far apart.
+pub const DRAIN_STATEMENTS_BUSY: Duration = Duration::from_millis(200);
 
 impl Recorder {
     pub fn start(mut plan: RecordingPlan, stacks: StackCapture) -> Result<Self, RecordError> {
@@ -207,6 +214,7 @@ impl Recorder {
             host,
             exited_threads: None,
             statements,
+            statements_busy: false,
         })
     }
 
@@ -373,11 +381,21 @@ impl Recorder {
         else {
             return;
         };
-        if !force && last.elapsed() < DRAIN_STATEMENTS_EVERY {
+        // A busy server (tens of thousands of statements a second) fills
+        // the maps within the second: drained at every look then.
+        let every = if self.statements_busy {
+            DRAIN_STATEMENTS_BUSY
+        } else {
+            DRAIN_STATEMENTS_EVERY
+        };
+        if !force && last.elapsed() < every {
             return;
         }
         *last = Instant::now();
         if let Ok(rows) = crate::collect::take_statements(session) {
+            self.statements_busy = rows.stats.len() >= crate::bpf::abi::MAX_STMT_KEYS / 4
+                || rows.texts.len() >= crate::bpf::abi::MAX_STMT_TEXTS / 4
+                || rows.lost.keys_full + rows.lost.text_full > book.lost_so_far();
             book.add(rows);
         }
     }

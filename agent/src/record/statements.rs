@@ -94,6 +94,12 @@ impl StatementBook {
         }
     }
 
+    /// Statements the maps had no room for, so far (the kernel's counts
+    /// are cumulative).
+    pub fn lost_so_far(&self) -> u64 {
+        self.lost.keys_full + self.lost.text_full
+    }
+
     /// Adds what one drain of the maps took.
     pub fn add(&mut self, rows: StatementRows) {
         self.drains += 1;
