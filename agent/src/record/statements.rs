@@ -1,6 +1,7 @@
 //! The statements behind the hits: the BPF side counts each connection
 //! hit under its statement's `query_id` and reads the statement's text
-//! once; this book drains those maps every second (so they keep room),
+//! once; this book drains those maps every second, or every 200 ms while
+//! they fill (so they keep room),
 //! fingerprints each text and adds the counts up per fingerprint and per
 //! connection.
 
@@ -13,10 +14,13 @@ use crate::model::who::{
     MAX_CONNECTIONS, MAX_STATEMENTS,
 };
 
-/// A `query_id` unseen for this many drains is forgotten (its later
-/// hits, if any, count as of an unknown statement): statements that hit
-/// probes come by the thousand a second.
+/// A `query_id` unseen for this many drains and this long is forgotten
+/// (its later hits, if any, count as of an unknown statement): statements
+/// that hit probes come by the thousand a second. Both, because drains
+/// come faster on a busy server, and a long statement may pause between
+/// hits (a version walk per row of a slow scan).
 const FORGET_AFTER_DRAINS: u32 = 5;
+const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 /// Raw texts remembered with their fingerprint (prepared statements and
 /// ORMs repeat theirs), so a text is fingerprinted once.
 const MAX_KNOWN_TEXTS: usize = 4096;
@@ -71,6 +75,8 @@ impl Acc {
 pub struct StatementBook {
     keep_text: bool,
     drains: u32,
+    /// When each remembered drain was (see [`FORGET_AFTER`]).
+    drain_times: std::collections::VecDeque<(u32, std::time::Instant)>,
     seen: HashMap<u64, Seen>,
     known_texts: HashMap<Vec<u8>, u32>,
     by_fingerprint: HashMap<String, u32>,
@@ -151,9 +157,19 @@ impl StatementBook {
             }
             self.edges.entry(key).or_default().add(v);
         }
-        let now = self.drains;
-        self.seen
-            .retain(|_, s| now - s.last_drain < FORGET_AFTER_DRAINS);
+        // The oldest drain still remembered: within FORGET_AFTER_DRAINS of
+        // this one, or younger than FORGET_AFTER.
+        let now = std::time::Instant::now();
+        self.drain_times.push_back((self.drains, now));
+        while let Some(&(n, at)) = self.drain_times.front() {
+            if self.drains - n >= FORGET_AFTER_DRAINS && now.duration_since(at) >= FORGET_AFTER {
+                self.drain_times.pop_front();
+            } else {
+                break;
+            }
+        }
+        let keep_from = self.drain_times.front().map_or(self.drains, |&(n, _)| n);
+        self.seen.retain(|_, s| s.last_drain >= keep_from);
         self.lost = rows.lost;
     }
 
@@ -433,6 +449,41 @@ mod tests {
             digest_text("SELECT f(a, b) FROM t"),
             "SELECT f(a, b) FROM t"
         );
+    }
+
+    /// A statement that pauses over several fast drains (a slow scan
+    /// walking versions now and then) keeps its text: forgetting takes
+    /// both FORGET_AFTER_DRAINS drains and FORGET_AFTER.
+    #[test]
+    fn a_statement_pausing_over_fast_drains_keeps_its_text() {
+        let mut book = StatementBook::new(false);
+        let s1 = SlotId::of_index(0);
+        let v = StmtVal {
+            calls: 1,
+            wait_ns: 10,
+        };
+        let empty = || StatementRows {
+            stats: vec![],
+            texts: vec![],
+            lost: StmtLost::default(),
+            holders: vec![],
+        };
+        book.add(StatementRows {
+            stats: vec![(10, s1, v)],
+            texts: vec![(10, text(7, "SELECT c FROM t WHERE k > 5"))],
+            ..empty()
+        });
+        for _ in 0..3 * FORGET_AFTER_DRAINS {
+            book.add(empty());
+        }
+        book.add(StatementRows {
+            stats: vec![(10, s1, v)],
+            ..empty()
+        });
+        let who = book.result("how".into(), &HashMap::from([(s1, "a".to_string())]));
+        assert_eq!(who.unattributed.no_text, 0, "{:?}", who.unattributed);
+        assert_eq!(who.statements.len(), 1);
+        assert_eq!((who.statements[0].calls, who.statements[0].executions), (2, 1));
     }
 
     #[test]
