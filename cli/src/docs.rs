@@ -85,7 +85,7 @@ const EXAMPLES: &[(&str, &[(&str, &str)])] = &[
                 "innoprof record -d 30",
                 "record the one server on this host for 30 s",
             ),
-            ("innoprof top", "live waits, latches and CPU"),
+            ("innoprof top", "live waits, latches, statements and CPU"),
             ("innoprof diff ./baseline /tmp/incident", "what changed"),
         ],
     ),

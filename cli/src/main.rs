@@ -111,7 +111,7 @@ enum Command {
     Record(RecordArgs),
     /// What each catalog probe resolves to in a server (by PID) or a binary: symbols, addresses, cost, or why not.
     Probes(probes::ProbesArgs),
-    /// Live waits (probes, latches, call sites) and on-CPU top of a server, or the tables of a saved recording.
+    /// Live waits (probes, latches, call sites), statements, connections and on-CPU top of a server, or the tables of a saved recording.
     Top(top::TopArgs),
     /// Compare two recordings: differential folded stacks and flame graphs, and what changed most.
     Diff(diff::DiffArgs),

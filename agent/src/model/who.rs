@@ -24,7 +24,8 @@ pub struct Who {
     /// Client connections' calls tied to no statement, and why.
     pub unattributed: Unattributed,
     /// Waits for a latch's exclusive holder, where the latch records it
-    /// (`rw_lock_t::writer_thread` in MySQL 5.6-5.7, MariaDB 10.2-10.5):
+    /// (`rw_lock_t::writer_thread` in MySQL 5.6-5.7, MariaDB 10.2-10.5;
+    /// `sux_lock::writer` in MariaDB 10.6+):
     /// waiter's statement -> holder's statement or thread. Most wait first,
     /// at most [`MAX_BLOCKING`]. Empty where no probed latch records a holder.
     #[serde(default)]

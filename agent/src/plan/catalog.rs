@@ -126,7 +126,8 @@ pub struct LatchSpec {
     pub created_line: Option<String>,
     /// The member holding the exclusive holder's thread (`pthread_t`:
     /// its thread pointer), read at a waiter's entry (`writer_thread` of
-    /// `rw_lock_t`, MySQL 5.6-5.7 and MariaDB 10.2-10.5).
+    /// `rw_lock_t`, MySQL 5.6-5.7 and MariaDB 10.2-10.5; `writer` of
+    /// `sux_lock`, MariaDB 10.6+, with `holder_in`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
     /// The member that says `holder` is current (InnoDB leaves

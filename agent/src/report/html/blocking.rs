@@ -96,7 +96,7 @@ pub fn section(s: &Summary, who: &Who) -> Markup {
     html! {
         h3 #blocking { "Who blocks whom" }
         p.note {
-            "An edge ties a wait to the latch's exclusive holder (or the writer queued ahead of the readers) read at the wait's start, where the latch records one (rw_lock_t::writer_thread in MySQL 5.6–5.7 and MariaDB 10.2–10.5); mutexes and other latch kinds record no holder, so their waits have no edge. "
+            "An edge ties a wait to the latch's exclusive holder (or the writer queued ahead of the readers) read at the wait's start, where the latch records one (rw_lock_t::writer_thread in MySQL 5.6–5.7 and MariaDB 10.2–10.5, sux_lock::writer in MariaDB 10.6+); mutexes and other latch kinds record no holder, so their waits have no edge. "
             "Holders on the left, waiting statements on the right, line width by wait time; hover a box or a line for the whole statement and the holder's connections."
         }
         @if who.blocking.len() >= MAX_BLOCKING {
