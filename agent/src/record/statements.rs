@@ -483,7 +483,10 @@ mod tests {
         let who = book.result("how".into(), &HashMap::from([(s1, "a".to_string())]));
         assert_eq!(who.unattributed.no_text, 0, "{:?}", who.unattributed);
         assert_eq!(who.statements.len(), 1);
-        assert_eq!((who.statements[0].calls, who.statements[0].executions), (2, 1));
+        assert_eq!(
+            (who.statements[0].calls, who.statements[0].executions),
+            (2, 1)
+        );
     }
 
     #[test]
