@@ -250,7 +250,17 @@ struct stmt_val {
 struct stmt_now {
 	__u64 thd;
 	__u64 query_id;
+	/* Without a query_id (THD_NO_QUERY_ID): the text the last id was
+	 * given for, and the thread's count of statements so far. */
+	__u64 str;
+	__u64 len;
+	__u64 runs;
 };
+
+/* thd_layout.query_id_off when the server's query_id is not known (no
+ * DWARF, no accessor): a thread's statements are numbered in BPF, a new
+ * one whenever the THD's query text (address or length) changes. */
+#define THD_NO_QUERY_ID 0xffffffffffffffffULL
 
 struct stmt_text {
 	__u32 tid;

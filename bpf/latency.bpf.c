@@ -450,11 +450,13 @@ struct {
 } stmt_stats SEC(".maps");
 
 /* Per thread: the statement of its last hit, so that the text is read
- * once per statement, not per hit. LRU for the reason `thread_role` is. */
+ * once per statement, not per hit. Task-local storage: found through the
+ * task itself, no hash lookup or LRU update (half the price of an
+ * LRU_HASH here, at every connection hit), and freed with the thread. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_THREADS);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct stmt_now);
 } stmt_now SEC(".maps");
 
@@ -548,6 +550,39 @@ static __always_inline void read_statement(__u64 thd_ptr, __u64 query_id, __u32 
 
 /* The statement a connection's hit belongs to (its query_id), its text
  * read when the thread is on a statement not seen before; 0: none. */
+/* Without a query_id: the thread's statement is numbered here, a new
+ * number whenever the THD's query text moves or changes length (ids
+ * (tid << 32 | n): unique across threads, never 0). Consecutive runs of
+ * one text with no hit between them count as one. */
+static __always_inline __u64 statement_by_text(__u64 thd_ptr, __u32 tid)
+{
+	struct stmt_now *last;
+	__u64 str = 0, len = 0, id;
+
+	if (bpf_probe_read_user(&str, sizeof(str), (void *)(thd_ptr + thd.query_off)) ||
+	    bpf_probe_read_user(&len, sizeof(len), (void *)(thd_ptr + thd.query_len_off)) ||
+	    !str || !len) {
+		stmt_lose(STMT_LOST_NO_THD);
+		return 0;
+	}
+	last = bpf_task_storage_get(&stmt_now, bpf_get_current_task_btf(), 0,
+				    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!last)
+		return 0;
+	if (last->thd == thd_ptr && last->str == str && last->len == len && last->query_id)
+		return last->query_id;
+	last->runs++;
+	id = ((__u64)tid << 32) | (last->runs & 0xffffffff);
+	if (!(id & 0xffffffff))
+		id |= 1;
+	read_statement(thd_ptr, id, tid);
+	last->thd = thd_ptr;
+	last->str = str;
+	last->len = len;
+	last->query_id = id;
+	return id;
+}
+
 static __always_inline __u64 statement_of(__u32 tid, __u32 role)
 {
 	struct stmt_now now = {}, *last;
@@ -556,6 +591,8 @@ static __always_inline __u64 statement_of(__u32 tid, __u32 role)
 	if (!thd.how || role != connection_role)
 		return 0;
 	thd_ptr = current_thd();
+	if (thd_ptr && thd.query_id_off == THD_NO_QUERY_ID)
+		return statement_by_text(thd_ptr, tid);
 	if (!thd_ptr ||
 	    bpf_probe_read_user(&now.query_id, sizeof(now.query_id), (void *)(thd_ptr + thd.query_id_off)) ||
 	    !now.query_id) {
@@ -563,11 +600,15 @@ static __always_inline __u64 statement_of(__u32 tid, __u32 role)
 		return 0;
 	}
 	now.thd = thd_ptr;
-	last = bpf_map_lookup_elem(&stmt_now, &tid);
+	last = bpf_task_storage_get(&stmt_now, bpf_get_current_task_btf(), 0,
+				    BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (last && last->thd == now.thd && last->query_id == now.query_id)
 		return now.query_id;
 	read_statement(thd_ptr, now.query_id, tid);
-	bpf_map_update_elem(&stmt_now, &tid, &now, BPF_ANY);
+	if (last) {
+		last->thd = now.thd;
+		last->query_id = now.query_id;
+	}
 	return now.query_id;
 }
 
@@ -637,7 +678,9 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 		return;
 	val->holder_tid = tid;
 	thd_ptr = thd_of(tp);
-	if (thd_ptr &&
+	/* Without a query_id, the holder's statement number is its own
+	 * thread's: the holder is named by thread only. */
+	if (thd_ptr && thd.query_id_off != THD_NO_QUERY_ID &&
 	    !bpf_probe_read_user(&qid, sizeof(qid), (void *)(thd_ptr + thd.query_id_off)) && qid) {
 		val->holder_query_id = qid;
 		read_statement(thd_ptr, qid, tid);

@@ -213,8 +213,13 @@ fn who_waits_and_runs_what(server_name: &str) {
         .iter()
         .find(|st| st.fingerprint == UPDATE)
         .unwrap();
+    // Without a query_id (no DWARF: the plugin accessors give no query
+    // id), one text run again with no hit between is one execution.
+    let by_text = who.how.contains("no query_id");
     assert!(
-        update.executions > 100 && update.executions <= update.calls,
+        (by_text || update.executions > 100)
+            && update.executions >= 1
+            && update.executions <= update.calls,
         "{} executions",
         update.executions
     );
@@ -230,7 +235,7 @@ fn who_waits_and_runs_what(server_name: &str) {
     );
     let ran = updates_after - updates_before;
     assert!(
-        update.executions <= ran && update.executions as f64 >= 0.5 * ran as f64,
+        update.executions <= ran && (by_text || update.executions as f64 >= 0.5 * ran as f64),
         "{} UPDATE executions seen, performance_schema counts {ran}",
         update.executions
     );
@@ -322,18 +327,11 @@ fn who_mysql_5_6_24_pthread_key() {
     who_waits_and_runs_what("mysql-5.6.24");
 }
 
-/// MySQL 8.0.15 ships without DWARF: statements are not attributed, and
-/// the summary says why instead of showing nothing.
+/// MySQL 8.0.15 ships without DWARF: the THD's members come from the
+/// plugin API's accessors (`thd_get_thread_id`, `thd_query_unsafe`) and
+/// `current_thd` from `.dynsym`; it has no query_id accessor, so
+/// statements are told apart by their text, and the summary says so.
 #[test]
-fn who_says_why_not_without_dwarf() {
-    let _k = kernel_lock();
-    let server = Server::start("mysql-8.0.15", &[]);
-    let pid = server.pid.to_string();
-    let (code, _, rec) =
-        Recording::start(&["--pid", &pid, "--duration", "1s", "--no-cpu"]).finish();
-    assert_eq!(code, Some(0), "{}", rec.stderr());
-    let s = rec.summary();
-    let who = s.who.as_ref().expect("summary.json has who");
-    assert!(!who.attributed);
-    assert!(who.how.contains("no DWARF"), "{}", who.how);
+fn who_mysql_8_0_15_without_dwarf() {
+    who_waits_and_runs_what("mysql-8.0.15");
 }

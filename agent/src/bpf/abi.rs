@@ -278,6 +278,10 @@ pub struct ThdLayout {
 }
 mirrors_thd_layout!(ThdLayout);
 
+/// `ThdLayout::query_id_off` when the query id is not known (the C side's
+/// `THD_NO_QUERY_ID`): statements are numbered by their text's changes.
+pub const THD_NO_QUERY_ID: u64 = u64::MAX;
+
 /// Where a slot's latch records its exclusive holder (`holder_at`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]

@@ -28,6 +28,8 @@ use crate::resolve::ElfImage;
 pub enum ThdError {
     #[error("the binary has no DWARF debug info: the THD's layout needs it")]
     NoDebugInfo,
+    #[error("no DWARF, and no plugin accessor `{0}` to read the THD's layout from")]
+    NoAccessor(&'static str),
     #[error("no `do_command(THD*)` in the symbol table")]
     NoDoCommand,
     #[error("`do_command`'s THD type has no DWARF members here")]
@@ -85,7 +87,12 @@ struct Members {
 /// What the probes read to tie a connection's hit to its statement, for
 /// the target `pid` running `image`; or why they cannot.
 pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
-    let members = thd_members(image)?;
+    // Without DWARF, the plugin API's accessors (exported by every server
+    // for storage engines) say where the same members are.
+    let members = match thd_members(image) {
+        Err(ThdError::NoDebugInfo) => accessor_members(image)?,
+        other => other?,
+    };
     let mut layout = ThdLayout {
         conn_off: members.conn_off,
         conn_size: members.conn_size,
@@ -135,13 +142,16 @@ pub fn describe(layout: &ThdLayout) -> String {
         ),
         _ => return "off".into(),
     };
+    let query_id = if layout.query_id_off == NO_QUERY_ID {
+        "no query_id (statements told apart by their text changing: consecutive runs of one \
+         text with no hit between count as one execution)"
+            .to_string()
+    } else {
+        format!("query_id +{:#x}", layout.query_id_off)
+    };
     format!(
-        "{at}; connection id +{:#x} ({} bytes), query_id +{:#x}, query text +{:#x}/+{:#x}",
-        layout.conn_off,
-        layout.conn_size,
-        layout.query_id_off,
-        layout.query_off,
-        layout.query_len_off
+        "{at}; connection id +{:#x} ({} bytes), {query_id}, query text +{:#x}/+{:#x}",
+        layout.conn_off, layout.conn_size, layout.query_off, layout.query_len_off
     )
 }
 
@@ -177,6 +187,112 @@ fn thd_members(image: &ElfImage) -> Result<Members, ThdError> {
         Ok(!done)
     })?;
     found.unwrap_or(Err(ThdError::NoThdType))
+}
+
+/// The THD members from the code of the plugin API's accessors, for a
+/// binary without DWARF (MySQL 8.0's release tarballs): each is a load
+/// from the THD (`rdi`) into the return registers. `thd_get_thread_id`
+/// gives the connection id; `thd_query_unsafe` (a `LEX_CSTRING` in
+/// rax:rdx) or `thd_query_string` (a pointer to the `LEX_STRING {str,
+/// length}`) the query text; `thd_get_query_id` (MariaDB) the query id.
+/// Where no accessor gives the query id, statements are told apart by
+/// their text changing ([`NO_QUERY_ID`]).
+fn accessor_members(image: &ElfImage) -> Result<Members, ThdError> {
+    use iced_x86::Register::{EAX, RAX, RDX};
+    let loads = |names: &[&str]| -> Option<Vec<Load>> {
+        let symbols = image.symbols();
+        let sym = symbols
+            .iter()
+            .find(|s| s.clone_suffix.is_none() && names.contains(&s.raw.as_str()))?;
+        let code = image.bytes_at(sym.address, ACCESSOR_BYTES)?;
+        Some(thd_loads(code, sym.address))
+    };
+    let conn = loads(&["thd_get_thread_id"])
+        .and_then(|l| {
+            l.iter().find_map(|l| match (l.dest, l.lea) {
+                (EAX, false) => Some((l.disp, 4)),
+                (RAX, false) => Some((l.disp, 8)),
+                _ => None,
+            })
+        })
+        .ok_or(ThdError::NoAccessor("thd_get_thread_id"))?;
+    let text = loads(&["_Z16thd_query_unsafeP3THD"])
+        .and_then(|l| {
+            let str_ = l.iter().find(|l| l.dest == RAX && !l.lea && l.size == 8)?;
+            let len = l.iter().find(|l| l.dest == RDX && !l.lea && l.size == 8)?;
+            Some((str_.disp, len.disp))
+        })
+        .or_else(|| {
+            let l = loads(&["thd_query_string"])?;
+            let at = l.iter().find(|l| l.dest == RAX && l.lea)?;
+            Some((at.disp, at.disp + 8))
+        })
+        .ok_or(ThdError::NoAccessor("thd_query_unsafe or thd_query_string"))?;
+    let query_id_off = loads(&["_Z16thd_get_query_idPK3THD", "thd_get_query_id"])
+        .and_then(|l| {
+            l.iter()
+                .find(|l| l.dest == RAX && !l.lea && l.size == 8)
+                .map(|l| l.disp)
+        })
+        .unwrap_or(NO_QUERY_ID);
+    Ok(Members {
+        conn_off: conn.0,
+        conn_size: conn.1,
+        query_id_off,
+        query_off: text.0,
+        query_len_off: text.1,
+    })
+}
+
+/// An accessor is a handful of instructions; this is ample.
+const ACCESSOR_BYTES: usize = 64;
+
+/// What the THD members' offset means when the query id is not known:
+/// BPF then numbers a thread's statements itself, a new one whenever the
+/// THD's query text (its address or length) changes.
+pub const NO_QUERY_ID: u64 = crate::bpf::abi::THD_NO_QUERY_ID;
+
+/// One `mov reg, [rdi + disp]` (or `lea`) of an accessor, up to its first
+/// `ret`, before anything overwrites `rdi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Load {
+    dest: iced_x86::Register,
+    disp: u64,
+    size: usize,
+    lea: bool,
+}
+
+fn thd_loads(code: &[u8], ip: u64) -> Vec<Load> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    let mut out = Vec::new();
+    let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if insn.is_invalid() || insn.mnemonic() == Mnemonic::Ret || insn.is_jmp_short_or_near() {
+            break;
+        }
+        let from_thd = insn.op_count() == 2
+            && insn.op0_kind() == OpKind::Register
+            && insn.op1_kind() == OpKind::Memory
+            && insn.memory_base() == Register::RDI
+            && insn.memory_index() == Register::None;
+        if from_thd && matches!(insn.mnemonic(), Mnemonic::Mov | Mnemonic::Lea) {
+            out.push(Load {
+                dest: insn.op0_register(),
+                disp: insn.memory_displacement64(),
+                size: insn.op0_register().size(),
+                lea: insn.mnemonic() == Mnemonic::Lea,
+            });
+        }
+        // `rdi` overwritten: later loads are not from the THD.
+        if insn.op_count() > 0
+            && insn.op0_kind() == OpKind::Register
+            && insn.op0_register().full_register() == Register::RDI
+        {
+            break;
+        }
+    }
+    out
 }
 
 /// THD methods looked at for the class's definition (their units).
@@ -253,7 +369,9 @@ enum ThdVariable {
 fn thd_variable(image: &ElfImage) -> Result<ThdVariable, ThdError> {
     let file = object::File::parse(image.dwarf_data())?;
     let mut key = None;
-    for sym in file.symbols() {
+    // A stripped binary keeps its exported ones (MySQL 8.0 exports
+    // `current_thd` for plugins) in `.dynsym`.
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
         let Ok(name) = sym.name() else { continue };
         if sym.is_undefined() {
             continue;
@@ -385,6 +503,40 @@ fn bytes_at<'a>(elf: &object::File<'a>, address: u64, len: usize) -> Option<&'a 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accessor_loads_from_the_thd_are_read_up_to_ret() {
+        use iced_x86::Register::{EAX, RAX, RDX};
+        // MySQL 8.0.15's thd_get_thread_id: push rbp; mov eax,[rdi+0x1ff8];
+        // mov rbp,rsp; pop rbp; ret; then the next function's load.
+        let id = [
+            0x55, 0x8b, 0x87, 0xf8, 0x1f, 0, 0, 0x48, 0x89, 0xe5, 0x5d, 0xc3, 0x8b, 0x87, 1, 0, 0,
+            0,
+        ];
+        let loads = thd_loads(&id, 0x1000);
+        assert_eq!(loads.len(), 1, "{loads:?}");
+        assert_eq!(
+            (loads[0].dest, loads[0].disp, loads[0].size),
+            (EAX, 0x1ff8, 4)
+        );
+        // thd_query_unsafe: mov rax,[rdi+0x218]; mov rdx,[rdi+0x220]; ret.
+        let query = [
+            0x48, 0x8b, 0x87, 0x18, 0x02, 0, 0, 0x48, 0x8b, 0x97, 0x20, 0x02, 0, 0, 0xc3,
+        ];
+        let loads = thd_loads(&query, 0x1000);
+        assert_eq!(
+            loads.iter().map(|l| (l.dest, l.disp)).collect::<Vec<_>>(),
+            vec![(RAX, 0x218), (RDX, 0x220)]
+        );
+        // thd_query_string: lea rax,[rdi+0x1a0]; ret.
+        let lea = [0x48, 0x8d, 0x87, 0xa0, 0x01, 0, 0, 0xc3];
+        let loads = thd_loads(&lea, 0x1000);
+        assert!(loads[0].lea && loads[0].dest == RAX && loads[0].disp == 0x1a0);
+        // rdi overwritten first (mov rdi,[rdi+8]): nothing after is the THD's.
+        let moved = [0x48, 0x8b, 0x7f, 0x08, 0x8b, 0x87, 0x10, 0, 0, 0, 0xc3];
+        let loads = thd_loads(&moved, 0x1000);
+        assert!(loads.iter().all(|l| l.disp != 0x10), "{loads:?}");
+    }
 
     #[test]
     fn describe_says_off_when_off() {
