@@ -108,6 +108,10 @@ pub fn plan_thd(pid: u32, image: &ElfImage) -> Result<ThdLayout, ThdError> {
             layout.how = 1;
             layout.tls_off = tls_offset(image.binary_data(), offset)?;
         }
+        ThdVariable::FromThreadPointer { offset } => {
+            layout.how = 1;
+            layout.tls_off = offset;
+        }
         ThdVariable::Key { address } => {
             let mut key = [0u8; 4];
             super::memcounters::TargetMemory::open(pid, image)
@@ -363,6 +367,8 @@ enum ThdVariable {
     Tls { offset: u64 },
     /// Link-time address of the `pthread_key_t` (4 bytes).
     Key { address: u64 },
+    /// Already relative to the thread pointer (read from an accessor's code).
+    FromThreadPointer { offset: i64 },
 }
 
 /// The variable that holds (or keys) a thread's THD, from the symbol table.
@@ -390,7 +396,53 @@ fn thd_variable(image: &ElfImage) -> Result<ThdVariable, ThdError> {
             _ => {}
         }
     }
-    key.ok_or(ThdError::NoThdVariable)
+    key.or_else(|| current_thd_accessor(image))
+        .ok_or(ThdError::NoThdVariable)
+}
+
+/// Where the THD is from the thread pointer, read from the code of the
+/// accessor the server exports for plugins (`_current_thd` in MariaDB
+/// 10.4+, `thd_get_current_thd()` in MySQL 8.0) when the variable itself
+/// is not in the symbol tables (Debian's stripped mariadbd): the
+/// executable's TLS is reached as `mov %fs:0,%rax; mov -0x68(%rax),%rax`
+/// (or `mov %fs:-0x68,%rax`): that displacement is the offset.
+fn current_thd_accessor(image: &ElfImage) -> Option<ThdVariable> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    let symbols = image.symbols();
+    let sym = symbols.iter().find(|s| {
+        s.clone_suffix.is_none()
+            && matches!(s.raw.as_str(), "_current_thd" | "_Z19thd_get_current_thdv")
+    })?;
+    let code = image.bytes_at(sym.address, ACCESSOR_BYTES)?;
+    let mut decoder = Decoder::with_ip(64, code, sym.address, DecoderOptions::NONE);
+    let mut tp_in: Option<Register> = None;
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if insn.is_invalid() || insn.mnemonic() == Mnemonic::Ret || insn.is_call_near() {
+            return None;
+        }
+        if insn.mnemonic() != Mnemonic::Mov
+            || insn.op_count() != 2
+            || insn.op0_kind() != OpKind::Register
+            || insn.op1_kind() != OpKind::Memory
+            || insn.memory_index() != Register::None
+        {
+            continue;
+        }
+        let disp = insn.memory_displacement64() as i64;
+        if insn.segment_prefix() == Register::FS && insn.memory_base() == Register::None {
+            if disp == 0 {
+                // The thread pointer itself (its TCB's first word).
+                tp_in = Some(insn.op0_register());
+                continue;
+            }
+            return (disp < 0).then_some(ThdVariable::FromThreadPointer { offset: disp });
+        }
+        if tp_in.is_some() && Some(insn.memory_base()) == tp_in {
+            return (disp < 0).then_some(ThdVariable::FromThreadPointer { offset: disp });
+        }
+    }
+    None
 }
 
 /// The thread-pointer-relative offset of a variable at `offset` in the

@@ -384,9 +384,18 @@ pub fn digest_text(sql: &str) -> String {
     while let Some(open) = rest.find('(') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
+        // Only after IN or VALUES, as pt-query-digest folds: `SLEEP(?)`
+        // or `COALESCE(?, ?)` are calls, not lists.
+        let before = rest[..open].trim_end().to_ascii_lowercase();
+        let list = ["in", "values", "value"].iter().any(|w| {
+            before.strip_suffix(w).is_some_and(|b| {
+                b.is_empty() || !b.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            })
+        });
         match after.find(')') {
             Some(close)
-                if after[..close].contains('?')
+                if list
+                    && after[..close].contains('?')
                     && after[..close].split(',').all(|item| item.trim() == "?") =>
             {
                 out.push_str("(?+)");
@@ -448,6 +457,15 @@ mod tests {
         assert_eq!(
             digest_text("SELECT f(a, b) FROM t"),
             "SELECT f(a, b) FROM t"
+        );
+        // Calls are not lists: pt-query-digest folds after IN and VALUES only.
+        assert_eq!(
+            digest_text("SELECT 5, SLEEP(0.01), COALESCE(1, 2) FROM t WHERE a IN (7)"),
+            "SELECT ?, SLEEP(?), COALESCE(?, ?) FROM t WHERE a IN (?+)"
+        );
+        assert_eq!(
+            digest_text("SELECT * FROM t JOIN (1)"),
+            "SELECT * FROM t JOIN (?)"
         );
     }
 
