@@ -1770,6 +1770,23 @@ fn serve_metrics_pass_promtool_with_units_and_bounded_latches() {
     let text = serve.scrape();
     promtool_check_metrics(&text);
     let samples = metric_samples(&text);
+    // sysbench's statements, each by its 16-hex id, at most 20 plus "other".
+    let statements: Vec<&MetricSample> = samples
+        .iter()
+        .filter(|s| s.name == "innoprof_statement_calls_total")
+        .collect();
+    assert!(
+        statements.iter().any(|s| s.value > 0.0
+            && s.label("statement")
+                .is_some_and(|id| { id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) })
+            && s.label("fingerprint").is_some_and(|f| !f.is_empty())),
+        "no statement with calls in:\n{text}"
+    );
+    let ids: BTreeSet<&str> = statements
+        .iter()
+        .filter_map(|s| s.label("statement"))
+        .collect();
+    assert!(ids.len() <= 21, "{ids:?}");
 
     let grew = |name: &str| {
         let now = value(&samples, name, &[]).unwrap_or_else(|| panic!("no {name} in:\n{text}"));

@@ -14,6 +14,14 @@
 //!   `innoprof_role_wait_seconds_total{probe,role}`: per thread role
 //!   (`connection`, `purge worker`, `page cleaner`, ..., `unknown`; a
 //!   bounded set), background roles apart from the workload's contention
+//! - `innoprof_statement_calls_total{probe,statement,fingerprint}`,
+//!   `innoprof_statement_wait_seconds_total{probe,statement,fingerprint}`:
+//!   per client statement (`statement`: its 16-hex id, a hash of the
+//!   fingerprint; `fingerprint`: literals as `?`, cut to 120 characters),
+//!   from the statement book's cumulative totals. At most
+//!   [`STATEMENT_LIMIT`] statements get a label (the most waited on since
+//!   serve started, chosen as they are seen and kept for good); every other
+//!   is summed as `statement="other",fingerprint=""`
 //! - `innoprof_probe_latency_seconds{probe}`: the BPF log2 histogram
 //! - `innoprof_probe_attached_seconds_total{probe}`: how long the probe was
 //!   switched on. The overhead governor detaches a probe it cannot afford
@@ -61,6 +69,7 @@ use crate::collect::{CollectError, Counters, Counts, Drops, LiveProbe};
 use crate::cost::price::HitPricer;
 use crate::plan::catalog::Measure;
 use crate::record::results::LatchNames;
+use crate::record::statements::{statement_id, BookTotals};
 use crate::record::Recorder;
 use crate::symbolize::callsite::{CallsiteNamer, LabelCache};
 
@@ -69,6 +78,11 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Default cap of call-site labels per probe (plus "other").
 pub const DEFAULT_CALLSITE_LIMIT: usize = 20;
 pub const OTHER: &str = "other";
+/// Statements with a label of their own (summed over servers' restarts);
+/// the rest is `statement="other"`.
+pub const STATEMENT_LIMIT: usize = 20;
+/// A statement's `fingerprint` label is cut to this many characters.
+const FINGERPRINT_CHARS: usize = 120;
 
 /// Histogram slots below this are merged into the first bucket: a uprobe
 /// pair alone costs about a microsecond, so shorter waits are noise, and
@@ -187,6 +201,125 @@ impl CallsiteLabels {
     }
 }
 
+/// One statement's cumulative counts, per probe name, as the book has
+/// them now.
+#[derive(Debug, Clone, Default)]
+struct StatementNow {
+    fingerprint: String,
+    probes: BTreeMap<String, Counts>,
+}
+
+impl StatementNow {
+    /// Its rank: most wait first, then calls (summed over its probes).
+    fn rank(&self) -> (u64, u64) {
+        let mut total = Counts::default();
+        for c in self.probes.values() {
+            total.add(*c);
+        }
+        (total.wait_ns, total.calls)
+    }
+}
+
+/// Per statement id, its counts now: the book's totals with probes named
+/// by slot (`probe_of`); slots of no exported probe are left out.
+fn statements_now(
+    totals: &BookTotals,
+    probe_of: &HashMap<crate::bpf::abi::SlotId, String>,
+) -> BTreeMap<String, StatementNow> {
+    let mut out: BTreeMap<String, StatementNow> = BTreeMap::new();
+    for (&(digest, slot), c) in &totals.rows {
+        let (Some(probe), Some((fingerprint, _))) =
+            (probe_of.get(&slot), totals.statements.get(digest as usize))
+        else {
+            continue;
+        };
+        let st = out
+            .entry(statement_id(fingerprint))
+            .or_insert_with(|| StatementNow {
+                fingerprint: fingerprint.clone(),
+                probes: BTreeMap::new(),
+            });
+        st.probes.entry(probe.clone()).or_default().add(*c);
+    }
+    out
+}
+
+/// The `fingerprint` label: cut to [`FINGERPRINT_CHARS`] characters.
+fn fingerprint_label(fingerprint: &str) -> String {
+    fingerprint.chars().take(FINGERPRINT_CHARS).collect()
+}
+
+/// The statements with a label of their own, across scrapes: the first
+/// `limit` seen, busiest (by wait) first, kept for good; the rest summed
+/// per probe as "other". As with call sites, a statement labelled later
+/// keeps what "other" already counted for it there, so no series goes back.
+#[derive(Debug, Default, Clone)]
+struct StatementLabels {
+    /// Statement id -> its fingerprint label.
+    chosen: BTreeMap<String, String>,
+    /// Per (probe, statement id) labelled: what "other" had counted for
+    /// it when it got its label.
+    offsets: BTreeMap<(String, String), Counts>,
+    /// The (probe, statement id) in "other" at the previous scrape.
+    in_other: BTreeMap<(String, String), Counts>,
+}
+
+impl StatementLabels {
+    /// Per probe name, its statement series for cumulative counts `now`:
+    /// labelled statements, then "other" (for every probe with any).
+    fn series(
+        &mut self,
+        now: &BTreeMap<String, StatementNow>,
+        limit: usize,
+    ) -> BTreeMap<String, Vec<(String, Counts)>> {
+        let room = limit.saturating_sub(self.chosen.len());
+        let mut candidates: Vec<(&String, (u64, u64))> = now
+            .iter()
+            .filter(|(id, _)| !self.chosen.contains_key(*id))
+            .map(|(id, st)| (id, st.rank()))
+            .collect();
+        candidates.sort_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
+        for (id, _) in candidates.into_iter().take(room) {
+            self.chosen
+                .insert(id.clone(), fingerprint_label(&now[id].fingerprint));
+            for ((probe, other), c) in &self.in_other {
+                if other == id {
+                    self.offsets.insert((probe.clone(), id.clone()), *c);
+                }
+            }
+        }
+        let mut out: BTreeMap<String, Vec<(String, Counts)>> = BTreeMap::new();
+        let mut other: BTreeMap<String, Counts> = BTreeMap::new();
+        for ((probe, _), offset) in &self.offsets {
+            other.entry(probe.clone()).or_default().add(*offset);
+        }
+        self.in_other.clear();
+        for (id, st) in now {
+            let own = self.chosen.contains_key(id);
+            for (probe, c) in &st.probes {
+                let rest = other.entry(probe.clone()).or_default();
+                if own {
+                    let offset = self
+                        .offsets
+                        .get(&(probe.clone(), id.clone()))
+                        .copied()
+                        .unwrap_or_default();
+                    out.entry(probe.clone())
+                        .or_default()
+                        .push((id.clone(), c.since(offset)));
+                } else {
+                    rest.add(*c);
+                    self.in_other.insert((probe.clone(), id.clone()), *c);
+                }
+            }
+        }
+        for (probe, c) in other {
+            out.entry(probe).or_default().push((OTHER.to_string(), c));
+        }
+        out
+    }
+}
+
 /// Turns live reads of one recorder's counters into scrapes.
 #[derive(Debug)]
 pub struct Exporter {
@@ -227,6 +360,8 @@ pub struct Exporter {
     last: Option<Scrape>,
     /// Times the server restarted while watched.
     restarts: u64,
+    /// The statements with a label of their own (kept across restarts).
+    statements: StatementLabels,
 }
 
 /// Cumulative series a restarted server's new run continues from.
@@ -236,6 +371,7 @@ struct Totals {
     counters: Vec<(String, u64)>,
     drops: Drops,
     governor_switches: u64,
+    fingerprints: BTreeMap<String, String>,
 }
 
 impl Totals {
@@ -257,6 +393,12 @@ impl Totals {
         }
         scrape.drops.add(&self.drops);
         scrape.me.governor_switches += self.governor_switches;
+        for (id, fingerprint) in &self.fingerprints {
+            scrape
+                .fingerprints
+                .entry(id.clone())
+                .or_insert_with(|| fingerprint.clone());
+        }
     }
 
     fn of(scrape: &Scrape) -> Self {
@@ -265,6 +407,7 @@ impl Totals {
             counters: scrape.counters.clone(),
             drops: scrape.drops.clone(),
             governor_switches: scrape.me.governor_switches,
+            fingerprints: scrape.fingerprints.clone(),
         }
     }
 }
@@ -321,6 +464,7 @@ impl Exporter {
             carried: Totals::default(),
             last: None,
             restarts: 0,
+            statements: StatementLabels::default(),
         }
     }
 
@@ -334,11 +478,14 @@ impl Exporter {
         }
         self.probe_cost_s = previous.probe_cost_s;
         self.restarts = previous.restarts + 1;
+        // The same statements keep their labels (the new run's book starts
+        // from nothing: nothing of it is in "other" yet).
+        self.statements.chosen = previous.statements.chosen.clone();
     }
 
     /// Reads the old run's counters one last time (the BPF maps outlive
     /// the target process), so what it counted until it exited is carried.
-    pub fn retire(&mut self, recorder: &Recorder) -> Result<(), ExportError> {
+    pub fn retire(&mut self, recorder: &mut Recorder) -> Result<(), ExportError> {
         self.read(recorder).map(drop)
     }
 
@@ -363,6 +510,7 @@ impl Exporter {
                 instance: self.instance.clone(),
                 up: false,
                 restarts: self.restarts,
+                fingerprints: BTreeMap::new(),
             },
         };
         for p in &mut scrape.probes {
@@ -442,12 +590,24 @@ impl Exporter {
     }
 
     /// Reads the counters now and encodes them.
-    pub fn scrape(&mut self, recorder: &Recorder) -> Result<String, ExportError> {
+    pub fn scrape(&mut self, recorder: &mut Recorder) -> Result<String, ExportError> {
         render(vec![self.read(recorder)?], &self.commit)
     }
 
-    /// Reads the counters now, for [`render`].
-    pub fn read(&mut self, recorder: &Recorder) -> Result<Scrape, ExportError> {
+    /// Reads the counters now, for [`render`] (drains the statement maps
+    /// into the book first, when statements are read).
+    pub fn read(&mut self, recorder: &mut Recorder) -> Result<Scrape, ExportError> {
+        let statements = match recorder.statement_totals() {
+            Some(totals) => {
+                let probe_of = self
+                    .probes
+                    .iter()
+                    .flat_map(|p| p.slots.iter().map(|s| (*s, p.name.clone())))
+                    .collect();
+                statements_now(&totals, &probe_of)
+            }
+            None => BTreeMap::new(),
+        };
         let counters = recorder.read_counters()?;
         if !self.counters.is_empty() {
             self.update_counters(&recorder.memory_counters().current());
@@ -470,7 +630,13 @@ impl Exporter {
                 .ok()
                 .map(|f| (f.factor, f.factor_low, f.factor_high)),
         };
-        Ok(self.scrape_of(&counters, &labelled, &recorder.attached_seconds(), me))
+        Ok(self.scrape_of(
+            &counters,
+            &labelled,
+            &statements,
+            &recorder.attached_seconds(),
+            me,
+        ))
     }
 
     /// Per probe, its calls and wait summed per call-site label and per
@@ -516,9 +682,11 @@ impl Exporter {
         &mut self,
         counters: &Counters,
         labelled: &[ProbeLabels],
+        statements: &BTreeMap<String, StatementNow>,
         attached: &[f64],
         me: SelfStats,
     ) -> Scrape {
+        let mut per_statement = self.statements.series(statements, STATEMENT_LIMIT);
         let mut probes = Vec::with_capacity(self.probes.len());
         for ((((p, sites), latches), now), max_on) in self
             .probes
@@ -557,6 +725,7 @@ impl Exporter {
                         (crate::plan::thread_role::role(role).0.to_string(), c)
                     })
                     .collect(),
+                statements: per_statement.remove(&p.name).unwrap_or_default(),
             });
         }
         let mut scrape = Scrape {
@@ -574,6 +743,7 @@ impl Exporter {
             instance: self.instance.clone(),
             up: true,
             restarts: self.restarts,
+            fingerprints: self.statements.chosen.clone(),
         };
         self.carried.add_to(&mut scrape);
         self.last = Some(scrape.clone());
@@ -609,6 +779,7 @@ impl ProbeMetrics {
         add_labelled(&mut self.callsites, &old.callsites);
         add_labelled(&mut self.latches, &old.latches);
         add_labelled(&mut self.roles, &old.roles);
+        add_labelled(&mut self.statements, &old.statements);
     }
 }
 
@@ -643,6 +814,8 @@ struct ProbeMetrics {
     latches: Vec<(String, Counts)>,
     /// Per thread role (a bounded set: [`crate::plan::thread_role::ROLES`]).
     roles: Vec<(String, Counts)>,
+    /// Per statement id (at most [`STATEMENT_LIMIT`] per server) and "other".
+    statements: Vec<(String, Counts)>,
 }
 
 /// One server's values at one scrape, encoded by [`render`].
@@ -661,6 +834,8 @@ pub struct Scrape {
     /// The server is running and watched (serve waits for it otherwise).
     up: bool,
     restarts: u64,
+    /// The `fingerprint` label of each labelled statement id.
+    fingerprints: BTreeMap<String, String>,
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -817,6 +992,21 @@ const SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
 /// The `probe` label, after the server's.
 fn probe_labels<'a>(sc: &'a Scrape, p: &'a ProbeMetrics) -> Vec<(&'a str, &'a str)> {
     sc.labels(&[("probe", p.name.as_str())])
+}
+
+/// The `probe`, `statement` and `fingerprint` labels, after the server's
+/// ("other" has an empty fingerprint).
+fn statement_labels<'a>(
+    sc: &'a Scrape,
+    p: &'a ProbeMetrics,
+    id: &'a str,
+) -> Vec<(&'a str, &'a str)> {
+    let fingerprint = sc.fingerprints.get(id).map_or("", String::as_str);
+    sc.labels(&[
+        ("probe", p.name.as_str()),
+        ("statement", id),
+        ("fingerprint", fingerprint),
+    ])
 }
 
 type EncodeResult = Result<(), std::fmt::Error>;
@@ -1002,6 +1192,38 @@ impl Exposition {
             ],
             |p| &p.roles,
         )
+    }
+
+    /// Calls and wait per client statement: what the workload ran that
+    /// waited (a bounded set of statements, the rest as "other").
+    fn encode_statements(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
+        let mut m = enc.encode_descriptor(
+            "innoprof_statement_calls",
+            "Calls per client statement (statement: its id, a hash of the fingerprint; \
+             fingerprint: literals as ?, cut to 120 characters); the statements waited on most \
+             since serve started have a label, the rest is statement=\"other\"",
+            None,
+            MetricType::Counter,
+        )?;
+        for (sc, p) in self.probes() {
+            for (id, c) in &p.statements {
+                ConstCounter::new(c.calls)
+                    .encode(m.encode_family(&statement_labels(sc, p, id))?)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "innoprof_statement_wait",
+            "Time spent inside the probed functions per client statement",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        for (sc, p) in self.probes().filter(|(_, p)| p.timed) {
+            for (id, c) in &p.statements {
+                ConstCounter::new(seconds(c.wait_ns))
+                    .encode(m.encode_family(&statement_labels(sc, p, id))?)?;
+            }
+        }
+        Ok(())
     }
 
     fn encode_latency(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
@@ -1233,6 +1455,7 @@ impl Collector for Exposition {
         self.encode_callsites(&mut enc)?;
         self.encode_latches(&mut enc)?;
         self.encode_roles(&mut enc)?;
+        self.encode_statements(&mut enc)?;
         self.encode_latency(&mut enc)?;
         self.encode_innodb_counters(&mut enc)?;
         self.encode_drops(&mut enc)?;
@@ -1307,6 +1530,217 @@ mod tests {
                 ("contended".into(), counts(10, 1_000_000)),
                 (OTHER.into(), counts(1001, 11))
             ]
+        );
+    }
+
+    /// Statements now: (fingerprint, per probe (calls, wait ns)).
+    fn book(v: &[(&str, &[(&str, u64, u64)])]) -> BTreeMap<String, StatementNow> {
+        v.iter()
+            .map(|(fp, probes)| {
+                let st = StatementNow {
+                    fingerprint: fp.to_string(),
+                    probes: probes
+                        .iter()
+                        .map(|(p, calls, wait)| (p.to_string(), counts(*calls, *wait)))
+                        .collect(),
+                };
+                (statement_id(fp), st)
+            })
+            .collect()
+    }
+
+    fn fp(i: usize) -> String {
+        format!("SELECT c FROM t{i} WHERE id = ?")
+    }
+
+    #[test]
+    fn statements_are_capped_with_the_rest_as_other() {
+        // 25 statements on one probe, statement i waited i ms; 3 of them
+        // also on a second probe.
+        let fps: Vec<String> = (1..=25).map(fp).collect();
+        let rows: Vec<(String, Vec<(&str, u64, u64)>)> = fps
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let i = i as u64 + 1;
+                let mut probes = vec![("p", i, i * 1_000_000)];
+                if i <= 3 {
+                    probes.push(("q", 1, 10));
+                }
+                (f.clone(), probes)
+            })
+            .collect();
+        let v: Vec<(&str, &[(&str, u64, u64)])> = rows
+            .iter()
+            .map(|(f, p)| (f.as_str(), p.as_slice()))
+            .collect();
+        let mut l = StatementLabels::default();
+        let s = l.series(&book(&v), STATEMENT_LIMIT);
+        let p = &s["p"];
+        assert_eq!(p.len(), STATEMENT_LIMIT + 1, "{p:?}");
+        assert_eq!(l.chosen.len(), STATEMENT_LIMIT);
+        // The 20 most waited on (6..=25) have a label, 1..=5 are "other".
+        for i in 6..=25 {
+            let id = statement_id(&fp(i));
+            assert_eq!(l.chosen.get(&id), Some(&fp(i)), "{i}");
+            let c = p.iter().find(|(l, _)| *l == id).unwrap().1;
+            assert_eq!(c, counts(i as u64, i as u64 * 1_000_000));
+        }
+        assert_eq!(
+            p.last().unwrap(),
+            &(OTHER.to_string(), counts(15, 15_000_000))
+        );
+        // Probe q saw only unlabelled statements: "other" alone.
+        assert_eq!(s["q"], [(OTHER.to_string(), counts(3, 30))]);
+        // The fingerprint label is cut to 120 characters.
+        let long = "x".repeat(300);
+        assert_eq!(fingerprint_label(&long).chars().count(), FINGERPRINT_CHARS);
+        assert_eq!(fingerprint_label("SELECT ?"), "SELECT ?");
+    }
+
+    #[test]
+    fn statement_series_stay_monotonic_when_a_new_statement_overtakes() {
+        let fps: Vec<String> = (1..=STATEMENT_LIMIT).map(fp).collect();
+        let first: Vec<(&str, Vec<(&str, u64, u64)>)> = fps
+            .iter()
+            .map(|f| (f.as_str(), vec![("p", 10, 10_000)]))
+            .collect();
+        let v: Vec<(&str, &[(&str, u64, u64)])> =
+            first.iter().map(|(f, p)| (*f, p.as_slice())).collect();
+        let mut l = StatementLabels::default();
+        let s1 = l.series(&book(&v), STATEMENT_LIMIT);
+        // A new statement waits more than all the others together, which
+        // grow a little: no room for it, the old keep their series.
+        let late = "UPDATE t SET k = k + ? WHERE id = ?";
+        let mut second: Vec<(&str, Vec<(&str, u64, u64)>)> = fps
+            .iter()
+            .map(|f| (f.as_str(), vec![("p", 11, 11_000)]))
+            .collect();
+        second.push((late, vec![("p", 5, 1_000_000_000)]));
+        let v: Vec<(&str, &[(&str, u64, u64)])> =
+            second.iter().map(|(f, p)| (*f, p.as_slice())).collect();
+        let s2 = l.series(&book(&v), STATEMENT_LIMIT);
+        let labels = |s: &BTreeMap<String, Vec<(String, Counts)>>| -> BTreeMap<String, Counts> {
+            s["p"].iter().cloned().collect()
+        };
+        let (a, b) = (labels(&s1), labels(&s2));
+        assert_eq!(
+            a.keys().collect::<Vec<_>>(),
+            b.keys().collect::<Vec<_>>(),
+            "no series vanished or appeared"
+        );
+        for (label, before) in &a {
+            let after = b[label];
+            assert!(
+                after.calls >= before.calls && after.wait_ns >= before.wait_ns,
+                "{label}: {before:?} -> {after:?}"
+            );
+        }
+        assert!(!l.chosen.contains_key(&statement_id(late)));
+        assert_eq!(b[OTHER], counts(5, 1_000_000_000));
+        assert_eq!(b[&statement_id(&fps[0])], counts(11, 11_000));
+    }
+
+    /// An exporter of one timed probe, `innodb.mutex.enter`.
+    fn statement_exporter() -> Exporter {
+        let probes = vec![LiveProbe {
+            probe: 0,
+            name: "innodb.mutex.enter".into(),
+            measure: Measure::Latency,
+            has_callsites: false,
+            slots: vec![crate::bpf::abi::SlotId::of_index(0)],
+        }];
+        let target = TargetLabels {
+            family: "mariadb".into(),
+            version: "10.2.11".into(),
+            pid: 42,
+            binary: "/usr/sbin/mysqld".into(),
+            cgroup: String::new(),
+            container: String::new(),
+        };
+        Exporter::new(probes, target, 1, ExporterOptions::default())
+    }
+
+    #[test]
+    fn statement_labels_are_escaped_and_follow_the_server() {
+        let odd = "SELECT \"a\\b\"\nFROM t";
+        let mut e = statement_exporter();
+        let now = book(&[
+            (odd, &[("innodb.mutex.enter", 3, 2_000_000_000)]),
+            ("SELECT ?", &[("innodb.mutex.enter", 1, 500_000_000)]),
+        ]);
+        let scrape = e.scrape_of(
+            &Counters::default(),
+            &[ProbeLabels::default()],
+            &now,
+            &[1.0],
+            SelfStats::default(),
+        );
+        let text = render(vec![scrape.clone()], "").unwrap();
+        let id = statement_id(odd);
+        let plain = statement_id("SELECT ?");
+        for line in [
+            "# TYPE innoprof_statement_calls counter".to_string(),
+            "# TYPE innoprof_statement_wait_seconds counter".to_string(),
+            format!(
+                "innoprof_statement_calls_total{{probe=\"innodb.mutex.enter\",statement=\"{id}\",\
+                 fingerprint=\"SELECT \\\"a\\\\b\\\"\\nFROM t\"}} 3"
+            ),
+            format!(
+                "innoprof_statement_wait_seconds_total{{probe=\"innodb.mutex.enter\",\
+                 statement=\"{plain}\",fingerprint=\"SELECT ?\"}} 0.5"
+            ),
+            "innoprof_statement_calls_total{probe=\"innodb.mutex.enter\",statement=\"other\",\
+             fingerprint=\"\"} 0"
+                .to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+        // serve --all: the server's labels first.
+        let mut labelled = scrape;
+        labelled.instance = vec![("server", "/srv/a".into())];
+        let text = render(vec![labelled], "").unwrap();
+        let line = format!(
+            "innoprof_statement_calls_total{{server=\"/srv/a\",probe=\"innodb.mutex.enter\",\
+             statement=\"{plain}\",fingerprint=\"SELECT ?\"}} 1"
+        );
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+
+    #[test]
+    fn statement_series_carry_on_across_a_restart() {
+        let mut old = statement_exporter();
+        let now = book(&[("SELECT ?", &[("innodb.mutex.enter", 10, 1_000)])]);
+        let _ = old.scrape_of(
+            &Counters::default(),
+            &[ProbeLabels::default()],
+            &now,
+            &[1.0],
+            SelfStats::default(),
+        );
+        let mut new = statement_exporter();
+        new.carry_on_from(&old);
+        // The new run's book starts from nothing.
+        let now = book(&[("SELECT ?", &[("innodb.mutex.enter", 2, 500)])]);
+        let scrape = new.scrape_of(
+            &Counters::default(),
+            &[ProbeLabels::default()],
+            &now,
+            &[1.0],
+            SelfStats::default(),
+        );
+        let p = &scrape.probes[0];
+        let id = statement_id("SELECT ?");
+        assert_eq!(
+            p.statements.iter().find(|(l, _)| *l == id).unwrap().1,
+            counts(12, 1_500)
+        );
+        assert_eq!(scrape.fingerprints.get(&id).unwrap(), "SELECT ?");
+        assert_eq!(
+            p.statements.iter().filter(|(l, _)| l == OTHER).count(),
+            1,
+            "{:?}",
+            p.statements
         );
     }
 
@@ -1398,7 +1832,13 @@ mod tests {
             },
             ProbeLabels::default(),
         ];
-        let scrape = e.scrape_of(&c, &site_counts, &[2.5, 0.25], SelfStats::default());
+        let scrape = e.scrape_of(
+            &c,
+            &site_counts,
+            &BTreeMap::new(),
+            &[2.5, 0.25],
+            SelfStats::default(),
+        );
         let text = render(vec![scrape.clone()], "").unwrap();
         for line in [
             "innoprof_probe_calls_total{probe=\"innodb.mutex.enter\"} 6",
@@ -1429,7 +1869,13 @@ mod tests {
         // Attached time and counters never go back, whatever a later read says.
         e.update_counters(&[Ok(1), Err("gone".into())]);
         let again = render(
-            vec![e.scrape_of(&c, &site_counts, &[1.0, 0.5], SelfStats::default())],
+            vec![e.scrape_of(
+                &c,
+                &site_counts,
+                &BTreeMap::new(),
+                &[1.0, 0.5],
+                SelfStats::default(),
+            )],
             "",
         )
         .unwrap();
@@ -1512,7 +1958,7 @@ mod tests {
             ..SelfStats::default()
         };
         let text = render(
-            vec![e.scrape_of(&c, &site_counts, &[1.0, 0.5], measured)],
+            vec![e.scrape_of(&c, &site_counts, &BTreeMap::new(), &[1.0, 0.5], measured)],
             "",
         )
         .unwrap();
