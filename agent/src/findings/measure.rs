@@ -122,3 +122,55 @@ pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidenc
         anchor: "statements".into(),
     })
 }
+
+/// Who held the latch while `probe`'s waits waited, where the latch
+/// records its holder (`who.blocking`): "held by UPDATE t SET ... (connection
+/// 31) for 80 % of the 2,410 waits tied to a holder; ...", the `n` holders
+/// with the most wait. None when no wait was tied to a holder.
+pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> {
+    let who = summary.who.as_ref()?;
+    let mut by_holder: Vec<(String, u64, u64)> = Vec::new();
+    for e in who.blocking.iter().filter(|e| e.probe == probe) {
+        let name = match (&e.holder_fingerprint, e.holder_connection, e.holder_thread) {
+            (Some(f), Some(c), _) => format!("{f} (connection {c})"),
+            (Some(f), None, _) => f.clone(),
+            (None, Some(c), _) => format!("connection {c}, between statements"),
+            (None, None, Some(t)) => format!("thread {t} (running no statement)"),
+            (None, None, None) => continue,
+        };
+        match by_holder.iter_mut().find(|h| h.0 == name) {
+            Some(h) => {
+                h.1 += e.wait_ns_total;
+                h.2 += e.calls;
+            }
+            None => by_holder.push((name, e.wait_ns_total, e.calls)),
+        }
+    }
+    let (wait, calls): (u64, u64) = by_holder
+        .iter()
+        .fold((0, 0), |(w, c), h| (w + h.1, c + h.2));
+    if calls == 0 {
+        return None;
+    }
+    by_holder.sort_by(|a, b| (b.1, b.2).cmp(&(a.1, a.2)).then_with(|| a.0.cmp(&b.0)));
+    let share = |h: &(String, u64, u64)| {
+        if wait > 0 {
+            100.0 * h.1 as f64 / wait as f64
+        } else {
+            100.0 * h.2 as f64 / calls as f64
+        }
+    };
+    let parts: Vec<String> = by_holder
+        .iter()
+        .take(n)
+        .map(|h| format!("{:.0} % {}", share(h), h.0))
+        .collect();
+    Some(Evidence {
+        text: format!(
+            "held exclusively, for the {} waits at {probe} tied to a holder, by: {}",
+            thousands(calls as f64),
+            parts.join("; ")
+        ),
+        anchor: "blocking".into(),
+    })
+}

@@ -485,3 +485,57 @@ fn a_transaction_holding_purge_back_is_named_before_anyone_walks() {
     assert!(walking.iter().any(|f| f.rule == "many_row_versions"));
     assert!(!walking.iter().any(|f| f.rule == "purge_held_back"));
 }
+
+/// The latch hot spot's holder line: holders summed over edges (a holder
+/// statement's waiters together), most wait first, shares of the waits
+/// tied to a holder; none without edges at that probe.
+#[test]
+fn holders_at_a_probe_are_named_by_statement_and_connection() {
+    use crate::model::who::{Blocking, Who};
+    let mut s = with_probe("innodb.rwlock.s_wait", 100, 0);
+    assert!(crate::findings::measure::holders_at(&s, "innodb.rwlock.s_wait", 2).is_none());
+    let edge = |waiter: &str, holder: Option<&str>, conn, thread, wait| Blocking {
+        probe: "innodb.rwlock.s_wait".into(),
+        waiter_statement: Some(waiter.into()),
+        waiter_fingerprint: Some(waiter.into()),
+        holder_statement: holder.map(str::to_string),
+        holder_fingerprint: holder.map(str::to_string),
+        holder_connection: conn,
+        holder_thread: thread,
+        calls: wait / 10,
+        wait_ns_total: wait,
+    };
+    s.who = Some(Who {
+        attributed: true,
+        blocking: vec![
+            edge(
+                "SELECT a",
+                Some("UPDATE t SET k=k+? WHERE id=?"),
+                Some(31),
+                None,
+                500,
+            ),
+            edge(
+                "SELECT b",
+                Some("UPDATE t SET k=k+? WHERE id=?"),
+                Some(31),
+                None,
+                300,
+            ),
+            edge("SELECT a", None, None, Some(4242), 200),
+            Blocking {
+                probe: "innodb.mutex.wait".into(),
+                ..edge("SELECT a", Some("DELETE"), Some(1), None, 9_000)
+            },
+        ],
+        ..Who::default()
+    });
+    let e = crate::findings::measure::holders_at(&s, "innodb.rwlock.s_wait", 2).unwrap();
+    assert_eq!(
+        e.text,
+        "held exclusively, for the 100 waits at innodb.rwlock.s_wait tied to a holder, by: \
+         80 % UPDATE t SET k=k+? WHERE id=? (connection 31); \
+         20 % thread 4242 (running no statement)"
+    );
+    assert_eq!(e.anchor, "blocking");
+}

@@ -157,3 +157,198 @@ pub struct Unattributed {
     #[serde(default)]
     pub holders_full: u64,
 }
+
+impl Who {
+    /// `record --follow`: the statements of two segments (two server
+    /// processes) as one recording's. Statements are matched by id (a
+    /// hash of the fingerprint, the same in every process) and summed;
+    /// connections and holder threads are ids of one process (a restarted
+    /// server counts its connections from 1 again), so only the later
+    /// segment's are kept, and the earlier segment's waiter -> holder
+    /// edges only where the holder is a statement.
+    pub fn merge_segments(a: &Who, b: &Who) -> Who {
+        let mut statements: Vec<StatementResult> = b.statements.clone();
+        for sa in &a.statements {
+            match statements.iter_mut().find(|s| s.id == sa.id) {
+                Some(s) => {
+                    s.executions += sa.executions;
+                    s.connections += sa.connections;
+                    s.calls += sa.calls;
+                    s.wait_ns_total += sa.wait_ns_total;
+                    for u in &sa.users {
+                        if !s.users.contains(u) {
+                            s.users.push(u.clone());
+                        }
+                    }
+                    if s.sample.is_none() {
+                        s.sample.clone_from(&sa.sample);
+                    }
+                    for pa in &sa.probes {
+                        match s.probes.iter_mut().find(|p| p.probe == pa.probe) {
+                            Some(p) => {
+                                p.calls += pa.calls;
+                                p.wait_ns_total += pa.wait_ns_total;
+                            }
+                            None => s.probes.push(pa.clone()),
+                        }
+                    }
+                    s.probes.sort_by(|x, y| {
+                        (y.wait_ns_total, y.calls).cmp(&(x.wait_ns_total, x.calls))
+                    });
+                }
+                None => statements.push(sa.clone()),
+            }
+        }
+        statements.sort_by(|x, y| (y.wait_ns_total, y.calls).cmp(&(x.wait_ns_total, x.calls)));
+        let cut = statements.len().saturating_sub(MAX_STATEMENTS) as u64;
+        statements.truncate(MAX_STATEMENTS);
+
+        let mut blocking = b.blocking.clone();
+        for ea in a.blocking.iter().filter(|e| e.holder_statement.is_some()) {
+            let same = |e: &&mut Blocking| {
+                e.probe == ea.probe
+                    && e.waiter_statement == ea.waiter_statement
+                    && e.holder_statement == ea.holder_statement
+            };
+            match blocking.iter_mut().find(same) {
+                Some(e) => {
+                    e.calls += ea.calls;
+                    e.wait_ns_total += ea.wait_ns_total;
+                }
+                None => blocking.push(Blocking {
+                    holder_connection: None,
+                    holder_thread: None,
+                    ..ea.clone()
+                }),
+            }
+        }
+        blocking.sort_by(|x, y| (y.wait_ns_total, y.calls).cmp(&(x.wait_ns_total, x.calls)));
+        blocking.truncate(MAX_BLOCKING);
+
+        let (ua, ub) = (&a.unattributed, &b.unattributed);
+        Who {
+            how: b.how.clone(),
+            attributed: a.attributed || b.attributed,
+            text_kept: a.text_kept || b.text_kept,
+            statements,
+            connections: b.connections.clone(),
+            statements_more: a.statements_more + b.statements_more + cut,
+            connections_more: b.connections_more,
+            unattributed: Unattributed {
+                map_full: ua.map_full + ub.map_full,
+                no_thd: ua.no_thd + ub.no_thd,
+                no_text: ua.no_text + ub.no_text,
+                holders_full: ua.holders_full + ub.holders_full,
+            },
+            blocking,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statement(id: &str, calls: u64, wait: u64, user: &str, probe: &str) -> StatementResult {
+        StatementResult {
+            id: id.into(),
+            fingerprint: format!("SELECT {id}"),
+            sample: None,
+            executions: calls,
+            connections: 1,
+            users: vec![user.into()],
+            calls,
+            wait_ns_total: wait,
+            probes: vec![StatementProbe {
+                probe: probe.into(),
+                calls,
+                wait_ns_total: wait,
+            }],
+            connection_calls: vec![],
+        }
+    }
+
+    fn edge(holder: Option<&str>, conn: Option<u64>, calls: u64) -> Blocking {
+        Blocking {
+            probe: "p".into(),
+            waiter_statement: Some("w".into()),
+            waiter_fingerprint: None,
+            holder_statement: holder.map(str::to_string),
+            holder_fingerprint: None,
+            holder_connection: conn,
+            holder_thread: None,
+            calls,
+            wait_ns_total: calls * 10,
+        }
+    }
+
+    /// Two segments of `--follow`: statements summed by id, users and
+    /// probes united; connections and thread-only holders the later
+    /// process's; losses summed.
+    #[test]
+    fn segments_sum_statements_by_id_and_keep_the_later_connections() {
+        let a = Who {
+            how: "old".into(),
+            attributed: true,
+            statements: vec![
+                statement("u", 10, 100, "app_rw", "redo"),
+                statement("x", 1, 1, "a", "q"),
+            ],
+            connections: vec![ConnectionResult {
+                id: 5,
+                user: None,
+                host: None,
+                db: None,
+                calls: 11,
+                wait_ns_total: 101,
+                statements: 2,
+                top_statement: Some("u".into()),
+            }],
+            unattributed: Unattributed {
+                no_thd: 2,
+                ..Default::default()
+            },
+            blocking: vec![edge(Some("u"), Some(5), 3), edge(None, None, 7)],
+            ..Default::default()
+        };
+        let b = Who {
+            how: "new".into(),
+            attributed: true,
+            statements: vec![statement("u", 4, 40, "app_rw2", "undo")],
+            unattributed: Unattributed {
+                no_thd: 1,
+                ..Default::default()
+            },
+            blocking: vec![edge(Some("u"), Some(9), 1)],
+            ..Default::default()
+        };
+        let m = Who::merge_segments(&a, &b);
+        assert_eq!(m.how, "new");
+        assert_eq!(m.statements.len(), 2);
+        let u = &m.statements[0];
+        assert_eq!(
+            (u.id.as_str(), u.calls, u.wait_ns_total, u.executions),
+            ("u", 14, 140, 14)
+        );
+        assert_eq!(u.users, vec!["app_rw2".to_string(), "app_rw".to_string()]);
+        assert_eq!(
+            u.probes
+                .iter()
+                .map(|p| (p.probe.as_str(), p.calls))
+                .collect::<Vec<_>>(),
+            vec![("redo", 10), ("undo", 4)]
+        );
+        assert!(
+            m.connections.is_empty(),
+            "connection 5 was the old process's"
+        );
+        assert_eq!(m.unattributed.no_thd, 3);
+        // The holder statement's edge summed (the later process's
+        // connection kept); the thread-only edge of the old process gone.
+        assert_eq!(m.blocking.len(), 1, "{:?}", m.blocking);
+        assert_eq!(
+            (m.blocking[0].calls, m.blocking[0].holder_connection),
+            (4, Some(9))
+        );
+    }
+}

@@ -76,9 +76,12 @@ fn merge_two(a: Recording, b: Recording, first_start: u128) -> Recording {
     let server_state = merge_server_state(sa, sb);
 
     let summary = Summary {
-        // Statements are per process (query ids, connections): each
-        // segment's are not summed; the latest segment's stand.
-        who: sb.who.clone(),
+        // Statements by fingerprint id, summed; connections are the
+        // latest process's (see `Who::merge_segments`).
+        who: match (&sa.who, &sb.who) {
+            (Some(wa), Some(wb)) => Some(crate::model::who::Who::merge_segments(wa, wb)),
+            (wa, wb) => wb.clone().or_else(|| wa.clone()),
+        },
         format_version: sb.format_version,
         tool: sb.tool.clone(),
         tool_version: sb.tool_version.clone(),

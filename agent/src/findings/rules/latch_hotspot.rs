@@ -123,6 +123,8 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
     let statements = crate::findings::measure::statements_at(s, probe_name, 2);
     let has_statements = statements.is_some();
     evidence.extend(statements);
+    // And who held it, where the latch records its holder.
+    evidence.extend(crate::findings::measure::holders_at(s, probe_name, 2));
     // After the call site: readers of the evidence take the line below the
     // latch for where it is taken.
     if background >= 0.01 {
