@@ -1533,8 +1533,13 @@ mod tests {
         );
     }
 
+    /// A statement's calls and wait on one probe: (probe, calls, wait ns).
+    type ProbeRow<'a> = (&'a str, u64, u64);
+    /// A statement's rows: (fingerprint, per probe).
+    type BookRow<'a> = (&'a str, &'a [ProbeRow<'a>]);
+
     /// Statements now: (fingerprint, per probe (calls, wait ns)).
-    fn book(v: &[(&str, &[(&str, u64, u64)])]) -> BTreeMap<String, StatementNow> {
+    fn book(v: &[BookRow]) -> BTreeMap<String, StatementNow> {
         v.iter()
             .map(|(fp, probes)| {
                 let st = StatementNow {
@@ -1558,7 +1563,7 @@ mod tests {
         // 25 statements on one probe, statement i waited i ms; 3 of them
         // also on a second probe.
         let fps: Vec<String> = (1..=25).map(fp).collect();
-        let rows: Vec<(String, Vec<(&str, u64, u64)>)> = fps
+        let rows: Vec<(String, Vec<ProbeRow>)> = fps
             .iter()
             .enumerate()
             .map(|(i, f)| {
@@ -1570,7 +1575,7 @@ mod tests {
                 (f.clone(), probes)
             })
             .collect();
-        let v: Vec<(&str, &[(&str, u64, u64)])> = rows
+        let v: Vec<BookRow> = rows
             .iter()
             .map(|(f, p)| (f.as_str(), p.as_slice()))
             .collect();
@@ -1601,24 +1606,22 @@ mod tests {
     #[test]
     fn statement_series_stay_monotonic_when_a_new_statement_overtakes() {
         let fps: Vec<String> = (1..=STATEMENT_LIMIT).map(fp).collect();
-        let first: Vec<(&str, Vec<(&str, u64, u64)>)> = fps
+        let first: Vec<(&str, Vec<ProbeRow>)> = fps
             .iter()
             .map(|f| (f.as_str(), vec![("p", 10, 10_000)]))
             .collect();
-        let v: Vec<(&str, &[(&str, u64, u64)])> =
-            first.iter().map(|(f, p)| (*f, p.as_slice())).collect();
+        let v: Vec<BookRow> = first.iter().map(|(f, p)| (*f, p.as_slice())).collect();
         let mut l = StatementLabels::default();
         let s1 = l.series(&book(&v), STATEMENT_LIMIT);
         // A new statement waits more than all the others together, which
         // grow a little: no room for it, the old keep their series.
         let late = "UPDATE t SET k = k + ? WHERE id = ?";
-        let mut second: Vec<(&str, Vec<(&str, u64, u64)>)> = fps
+        let mut second: Vec<(&str, Vec<ProbeRow>)> = fps
             .iter()
             .map(|f| (f.as_str(), vec![("p", 11, 11_000)]))
             .collect();
         second.push((late, vec![("p", 5, 1_000_000_000)]));
-        let v: Vec<(&str, &[(&str, u64, u64)])> =
-            second.iter().map(|(f, p)| (*f, p.as_slice())).collect();
+        let v: Vec<BookRow> = second.iter().map(|(f, p)| (*f, p.as_slice())).collect();
         let s2 = l.series(&book(&v), STATEMENT_LIMIT);
         let labels = |s: &BTreeMap<String, Vec<(String, Counts)>>| -> BTreeMap<String, Counts> {
             s["p"].iter().cloned().collect()

@@ -1,6 +1,7 @@
 //! summary.txt's statements and connections: who, running what, made
 //! the client connections' hits (the summary's `who`).
 
+use crate::text::cut;
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{CellAlignment, Table};
 
@@ -140,14 +141,4 @@ fn right_align(table: &mut Table, cols: std::ops::Range<usize>) {
             c.set_cell_alignment(CellAlignment::Right);
         }
     }
-}
-
-/// At most `n` characters, `…` marking a cut.
-fn cut(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(n - 1).collect();
-    out.push('…');
-    out
 }

@@ -51,6 +51,18 @@ fn escaped(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `s` in at most `width` characters, `…` at the end when cut.
+pub fn cut(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    if width > 0 {
+        out.push('…');
+    }
+    out
+}
+
 /// A SQL statement with its literals replaced by `?` (quoted strings,
 /// numbers, hex and bit literals) and its comments dropped, whitespace
 /// squeezed: what it does, without the data it carries. Identifiers

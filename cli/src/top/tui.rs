@@ -3,6 +3,7 @@
 //! included) and the panic hook `ratatui::try_init` installs both give
 //! the terminal back.
 
+use innoprof::text::cut;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -456,18 +457,6 @@ fn fit(cells: &[Vec<String>], i: usize, min: usize, max: usize) -> u16 {
         .max()
         .unwrap_or(0)
         .clamp(min, max) as u16
-}
-
-/// `text` in at most `width` characters, `…` at the end when cut.
-fn cut(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    if width > 0 {
-        out.push('…');
-    }
-    out
 }
 
 fn render_sites(

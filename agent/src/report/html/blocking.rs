@@ -4,6 +4,7 @@
 //! edges under it. Fingerprints come from the server's memory: every text
 //! goes through maud, never through a `format!` into markup.
 
+use crate::text::cut;
 use std::collections::{BTreeMap, BTreeSet};
 
 use maud::{html, Markup};
@@ -614,14 +615,4 @@ fn pct(part: u64, whole: u64) -> String {
 
 fn f1(v: f64) -> String {
     format!("{v:.1}")
-}
-
-/// At most `n` characters, `…` marking a cut.
-fn cut(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(n - 1).collect();
-    out.push('…');
-    out
 }
