@@ -388,21 +388,14 @@ impl StatementsView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::abi::{StmtText, StmtVal};
+    use crate::bpf::abi::StmtVal;
     use crate::collect::{StatementRows, StmtLost};
     use crate::record::statements::StatementBook;
 
     const UPDATE: &str = "UPDATE t SET k=k+? WHERE id=?";
     const SELECT: &str = "SELECT c FROM t WHERE id=?";
 
-    fn text(conn: u64, s: &str) -> StmtText {
-        let mut t: StmtText = bytemuck::Zeroable::zeroed();
-        t.conn = conn;
-        t.len = s.len() as u32;
-        t.full_len = s.len() as u64;
-        t.text[..s.len()].copy_from_slice(s.as_bytes());
-        t
-    }
+    use crate::record::statements::tests::text;
 
     fn v(calls: u64, wait_ns: u64) -> StmtVal {
         StmtVal { calls, wait_ns }

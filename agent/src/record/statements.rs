@@ -432,10 +432,11 @@ pub fn statement_id(fingerprint: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn text(conn: u64, s: &str) -> StmtText {
+    /// A drained text as BPF writes it (also for live's tests).
+    pub(crate) fn text(conn: u64, s: &str) -> StmtText {
         let mut t: StmtText = bytemuck::Zeroable::zeroed();
         t.conn = conn;
         t.len = s.len() as u32;
