@@ -199,7 +199,7 @@ impl Who {
                 None => statements.push(sa.clone()),
             }
         }
-        statements.sort_by(|x, y| (y.wait_ns_total, y.calls).cmp(&(x.wait_ns_total, x.calls)));
+        statements.sort_by_key(|s| std::cmp::Reverse((s.wait_ns_total, s.calls)));
         let cut = statements.len().saturating_sub(MAX_STATEMENTS) as u64;
         statements.truncate(MAX_STATEMENTS);
 
@@ -222,7 +222,7 @@ impl Who {
                 }),
             }
         }
-        blocking.sort_by(|x, y| (y.wait_ns_total, y.calls).cmp(&(x.wait_ns_total, x.calls)));
+        blocking.sort_by_key(|e| std::cmp::Reverse((e.wait_ns_total, e.calls)));
         blocking.truncate(MAX_BLOCKING);
 
         let (ua, ub) = (&a.unattributed, &b.unattributed);
