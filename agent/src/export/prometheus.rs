@@ -1126,6 +1126,21 @@ impl Exposition {
         helps: [&str; 2],
         series: impl Fn(&ProbeMetrics) -> &[(String, Counts)],
     ) -> EncodeResult {
+        self.encode_series(enc, what, helps, series, |sc, p, label| {
+            sc.labels(&[("probe", p.name.as_str()), (key, label)])
+        })
+    }
+
+    /// [`Self::encode_labelled`] with each series' labels from `labels_of`
+    /// (the statement series carry a second label, the fingerprint).
+    fn encode_series<'s>(
+        &'s self,
+        enc: &mut DescriptorEncoder,
+        what: &str,
+        helps: [&str; 2],
+        series: impl Fn(&'s ProbeMetrics) -> &'s [(String, Counts)],
+        labels_of: impl Fn(&'s Scrape, &'s ProbeMetrics, &'s str) -> Vec<(&'s str, &'s str)>,
+    ) -> EncodeResult {
         let (calls, wait) = (
             format!("innoprof_{what}_calls"),
             format!("innoprof_{what}_wait"),
@@ -1133,7 +1148,7 @@ impl Exposition {
         let mut m = enc.encode_descriptor(&calls, helps[0], None, MetricType::Counter)?;
         for (sc, p) in self.probes() {
             for (label, c) in series(p) {
-                let labels = sc.labels(&[("probe", p.name.as_str()), (key, label.as_str())]);
+                let labels = labels_of(sc, p, label.as_str());
                 ConstCounter::new(c.calls).encode(m.encode_family(&labels)?)?;
             }
         }
@@ -1141,7 +1156,7 @@ impl Exposition {
             enc.encode_descriptor(&wait, helps[1], Some(&Unit::Seconds), MetricType::Counter)?;
         for (sc, p) in self.probes().filter(|(_, p)| p.timed) {
             for (label, c) in series(p) {
-                let labels = sc.labels(&[("probe", p.name.as_str()), (key, label.as_str())]);
+                let labels = labels_of(sc, p, label.as_str());
                 ConstCounter::new(seconds(c.wait_ns)).encode(m.encode_family(&labels)?)?;
             }
         }
@@ -1197,33 +1212,18 @@ impl Exposition {
     /// Calls and wait per client statement: what the workload ran that
     /// waited (a bounded set of statements, the rest as "other").
     fn encode_statements(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
-        let mut m = enc.encode_descriptor(
-            "innoprof_statement_calls",
-            "Calls per client statement (statement: its id, a hash of the fingerprint; \
-             fingerprint: literals as ?, cut to 120 characters); the statements waited on most \
-             since serve started have a label, the rest is statement=\"other\"",
-            None,
-            MetricType::Counter,
-        )?;
-        for (sc, p) in self.probes() {
-            for (id, c) in &p.statements {
-                ConstCounter::new(c.calls)
-                    .encode(m.encode_family(&statement_labels(sc, p, id))?)?;
-            }
-        }
-        let mut m = enc.encode_descriptor(
-            "innoprof_statement_wait",
-            "Time spent inside the probed functions per client statement",
-            Some(&Unit::Seconds),
-            MetricType::Counter,
-        )?;
-        for (sc, p) in self.probes().filter(|(_, p)| p.timed) {
-            for (id, c) in &p.statements {
-                ConstCounter::new(seconds(c.wait_ns))
-                    .encode(m.encode_family(&statement_labels(sc, p, id))?)?;
-            }
-        }
-        Ok(())
+        self.encode_series(
+            enc,
+            "statement",
+            [
+                "Calls per client statement (statement: its id, a hash of the fingerprint; \
+                 fingerprint: literals as ?, cut to 120 characters); the statements waited on most \
+                 since serve started have a label, the rest is statement=\"other\"",
+                "Time spent inside the probed functions per client statement",
+            ],
+            |p| &p.statements,
+            statement_labels,
+        )
     }
 
     fn encode_latency(&self, enc: &mut DescriptorEncoder) -> EncodeResult {
