@@ -256,10 +256,11 @@ fn serve_folds_exited_threads_out_of_its_thread_map() {
 #[test]
 fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
     let _k = kernel_lock();
-    // Alive past the last read: 11 s, then up to 25 s more waiting for an
-    // on-window (CI once read past a 30 s fixture's last log line); stopped
-    // by the test, so the longer life costs no time.
-    let paced = Paced::start(20000, 60);
+    // Alive well past the last read: 11 s, then up to 25 s more waiting for
+    // an on-window, counted from serve's start (CI read past a 60 s
+    // fixture's last log line once when the calls began before a slow
+    // start); stopped by the test, so the longer life costs no time.
+    let mut paced = Paced::ready(&[20000, 180]);
     let pid = paced.pid.to_string();
     let mut serve = Serve::start(&[
         "--pid",
@@ -270,6 +271,7 @@ fn serve_duty_cycles_a_dear_probe_and_reports_its_attached_time() {
         "--max-overhead",
         "0.5",
     ]);
+    paced.go();
     let read = |serve: &Serve| {
         let samples = metric_samples(&serve.scrape());
         let at = unix_ms();

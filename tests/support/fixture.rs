@@ -151,7 +151,12 @@ impl PacedLog {
     pub fn calls_at(&self, t_ms: f64) -> f64 {
         let log = &self.0;
         let i = log.partition_point(|(t, _)| (*t as f64) < t_ms);
-        assert!(i > 0 && i < log.len(), "{t_ms} outside the fixture's log");
+        assert!(
+            i > 0 && i < log.len(),
+            "{t_ms} outside the fixture's log ({:?} to {:?})",
+            log.first(),
+            log.last()
+        );
         let ((t0, c0), (t1, c1)) = (log[i - 1], log[i]);
         c0 as f64 + (c1 - c0) as f64 * (t_ms - t0 as f64) / (t1 - t0).max(1) as f64
     }
