@@ -127,6 +127,9 @@ struct start_val {
 	__u32 holder_tid;
 	__u32 pad;
 	__u64 holder_query_id;
+	/* What a release that ends this wait is called on (holder_field
+	 * woken); 0: none. */
+	__u64 wait_key;
 };
 
 struct stack_val {
@@ -215,10 +218,31 @@ struct thd_layout {
 struct holder_field {
 	__u32 thread_off;
 	__u32 valid_off;
+	/* woken == WOKEN_BY_MEMBER: the member of the object holding what
+	 * the release slow path is called on. */
+	__u32 woken_off;
 	__u8 arg;
 	__u8 valid_size;
 	__u8 nonpositive; /* 1: valid while signed and <= 0 (lock_word), not non-zero */
-	__u8 pad[5];
+	/* A waiter here may be ended by a release seen at a wake slot: the
+	 * releaser is its holder (WOKEN_*; 0: not looked up). */
+	__u8 woken;
+	/* Non-zero at a wake slot (a release slow path, taken only when
+	 * someone waits): the argument holding what the waiters wait on. */
+	__u8 waker_arg;
+	__u8 pad[3];
+};
+
+#define WOKEN_BY_OBJECT 1 /* the release is called on the waiter's object */
+#define WOKEN_BY_MEMBER 2 /* on the pointer in its member at woken_off */
+
+/* The last release of a latch (keyed by what the release is called on)
+ * that woke waiters: its thread and statement. */
+struct waker {
+	__u64 ts;
+	__u64 query_id;
+	__u32 tid;
+	__u32 pad;
 };
 
 /* A waiter's statement and the holder it waited for (its thread and,

@@ -441,9 +441,55 @@ struct {
 	__type(value, struct holder_val);
 } holder_stats SEC(".maps");
 
+/* Per what a release slow path is called on (a latch, or its event): the
+ * last release that woke waiters. LRU: a latch no one waits on again is
+ * forgotten first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct waker);
+} releases SEC(".maps");
+
+/* At a hit of a wake slot (a release taken only when someone waits): this
+ * thread, and its statement, are the holder its waiters waited for. */
+static __always_inline void note_release(struct pt_regs *ctx, __u64 slot, __u32 tid, __u64 qid)
+{
+	__u32 key = (__u32)slot;
+	struct holder_field *f = bpf_map_lookup_elem(&holder_at, &key);
+	struct waker w = {};
+	__u64 on;
+
+	if (!f || !f->waker_arg)
+		return;
+	on = reg_arg(ctx, f->waker_arg);
+	if (!on)
+		return;
+	w.ts = bpf_ktime_get_ns();
+	w.query_id = qid;
+	w.tid = tid;
+	bpf_map_update_elem(&releases, &on, &w, BPF_ANY);
+}
+
+/* At a waiter's return, when its latch recorded no holder at entry: the
+ * thread whose release (seen by a wake slot) fell within the wait. */
+static __always_inline void woken_holder(struct start_val *held, __u32 self)
+{
+	struct waker *w;
+
+	if (held->holder_tid || !held->wait_key)
+		return;
+	w = bpf_map_lookup_elem(&releases, &held->wait_key);
+	if (!w || w->ts < held->ts || w->tid == self)
+		return;
+	held->holder_tid = w->tid;
+	held->holder_query_id = w->query_id;
+}
+
 /* At a waiter's entry: the latch's exclusive holder, where the latch
  * records it (its thread pointer: glibc's struct pthread), its kernel
- * tid and, for a connection, its statement (text read once, as a hit's). */
+ * tid and, for a connection, its statement (text read once, as a hit's);
+ * and what a release that ends the wait would be called on. */
 static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct start_val *val)
 {
 	struct holder_field *f;
@@ -453,13 +499,19 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 	val->holder_tid = 0;
 	val->pad = 0;
 	val->holder_query_id = 0;
-	if (!thd.how)
-		return;
+	val->wait_key = 0;
 	f = bpf_map_lookup_elem(&holder_at, &key);
 	if (!f || !f->arg)
 		return;
 	obj = reg_arg(ctx, f->arg);
 	if (!obj)
+		return;
+	if (f->woken == WOKEN_BY_OBJECT)
+		val->wait_key = obj;
+	else if (f->woken == WOKEN_BY_MEMBER &&
+		 bpf_probe_read_user(&val->wait_key, sizeof(val->wait_key), (void *)(obj + f->woken_off)))
+		val->wait_key = 0;
+	if (!thd.how)
 		return;
 	if (f->valid_size == 1)
 		bpf_probe_read_user(&valid, 1, (void *)(obj + f->valid_off));
@@ -729,6 +781,7 @@ int lat_return(struct pt_regs *ctx)
 	site = start->site;
 	held = *start;
 	bpf_map_delete_elem(&starts, &key);
+	woken_holder(&held, (__u32)pid_tgid);
 	add_stats(key.slot, delta, true);
 	add_thread(pid_tgid, key.slot, delta);
 	role = role_of(ctx, (__u32)pid_tgid);
@@ -747,6 +800,7 @@ int count_hit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct callsite site;
+	__u64 qid;
 	__u32 role;
 
 	if (!is_target(pid_tgid) || !slot_on(COOKIE_SLOT(cookie)))
@@ -755,7 +809,9 @@ int count_hit(struct pt_regs *ctx)
 	add_stats(COOKIE_SLOT(cookie), 0, false);
 	add_thread(pid_tgid, COOKIE_SLOT(cookie), 0);
 	role = role_of(ctx, (__u32)pid_tgid);
-	add_statement(COOKIE_SLOT(cookie), statement_of((__u32)pid_tgid, role), 0);
+	qid = statement_of((__u32)pid_tgid, role);
+	add_statement(COOKIE_SLOT(cookie), qid, 0);
+	note_release(ctx, COOKIE_SLOT(cookie), (__u32)pid_tgid, qid);
 	add_site(COOKIE_SLOT(cookie), site, role, 0);
 	add_stack(ctx, COOKIE_SLOT(cookie), site, role, 0);
 	return 0;

@@ -505,17 +505,7 @@ impl Session {
                         pad: 0,
                     })
                 });
-                let holder = latch_plan.and_then(|(spec, plan)| {
-                    let f = plan.layout.holders.get(&symbol.address)?;
-                    Some(crate::bpf::abi::HolderField {
-                        thread_off: f.thread_offset,
-                        valid_off: f.valid_offset,
-                        arg: spec.arg,
-                        valid_size: f.valid_size,
-                        nonpositive: u8::from(f.valid_nonpositive),
-                        pad: [0; 5],
-                    })
-                });
+                let holder = holder_field(plan, planned, symbol, latch_plan);
                 let id = SlotId::of_index(self.slots.len());
                 let created = created.is_some_and(|f| self.set_created(id, f));
                 if let Some(h) = holder {
@@ -1143,6 +1133,53 @@ impl Drop for Session {
         self.alarm = None;
         self.detach();
     }
+}
+
+/// Where a slot's latch records its holder, whether its waits look for
+/// the release that ended them, and whether its hits are such releases;
+/// None when none of these applies.
+fn holder_field(
+    plan: &[PlannedProbe],
+    planned: &PlannedProbe,
+    symbol: &crate::resolve::ResolvedSymbol,
+    latch_plan: Option<(
+        &crate::plan::catalog::LatchSpec,
+        &crate::plan::probeset::LatchPlan,
+    )>,
+) -> Option<crate::bpf::abi::HolderField> {
+    use crate::bpf::abi::{HolderField, WOKEN_BY_MEMBER, WOKEN_BY_OBJECT};
+    let mut field = HolderField::default();
+    if let Some((spec, latch)) = latch_plan {
+        field.arg = spec.arg;
+        if let Some(f) = latch.layout.holders.get(&symbol.address) {
+            field.thread_off = f.thread_offset;
+            field.valid_off = f.valid_offset;
+            field.valid_size = f.valid_size;
+            field.nonpositive = u8::from(f.valid_nonpositive);
+        }
+        // Only when the release's probe is attached with this one.
+        let waker_planned = spec.woken_by.as_deref().is_some_and(|by| {
+            plan.iter()
+                .any(|p| p.spec.name == by && p.spec.wake.is_some())
+        });
+        if waker_planned {
+            match spec.woken_key {
+                None => field.woken = WOKEN_BY_OBJECT,
+                Some(_) => {
+                    if let Some(off) = latch.layout.woken.get(&symbol.address) {
+                        field.woken = WOKEN_BY_MEMBER;
+                        field.woken_off = *off;
+                    }
+                }
+            }
+        }
+    }
+    if symbol.clone.is_none() {
+        if let Some(w) = planned.spec.wake {
+            field.waker_arg = w.arg;
+        }
+    }
+    (field.valid_size != 0 || field.woken != 0 || field.waker_arg != 0).then_some(field)
 }
 
 #[cfg(test)]

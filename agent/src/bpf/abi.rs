@@ -288,12 +288,25 @@ pub const THD_NO_QUERY_ID: u64 = u64::MAX;
 pub struct HolderField {
     pub thread_off: u32,
     pub valid_off: u32,
+    /// With `woken == WOKEN_BY_MEMBER`: the member holding what the
+    /// release slow path is called on.
+    pub woken_off: u32,
     pub arg: u8,
     pub valid_size: u8,
     /// 1: valid while signed and <= 0 (not while non-zero).
     pub nonpositive: u8,
-    pub pad: [u8; 5],
+    /// How a waiter here finds the release that ended its wait
+    /// (`WOKEN_*`; 0: it does not look).
+    pub woken: u8,
+    /// Non-zero at a wake slot: the argument holding what waiters wait on.
+    pub waker_arg: u8,
+    pub pad: [u8; 3],
 }
+
+/// `HolderField::woken`: the release is called on the waiter's object.
+pub const WOKEN_BY_OBJECT: u8 = 1;
+/// `HolderField::woken`: on the pointer in the member at `woken_off`.
+pub const WOKEN_BY_MEMBER: u8 = 2;
 mirrors_holder_field!(HolderField);
 
 /// A waiter's statement and the latch holder it waited for.

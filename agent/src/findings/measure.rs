@@ -167,7 +167,7 @@ pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> 
         .collect();
     Some(Evidence {
         text: format!(
-            "held exclusively, for the {} waits at {probe} tied to a holder, by: {}",
+            "held, for the {} waits at {probe} tied to a holder, by: {}",
             thousands(calls as f64),
             parts.join("; ")
         ),

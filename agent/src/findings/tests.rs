@@ -245,6 +245,7 @@ fn a_finding_names_the_statements_waiting_at_its_probe() {
             calls: 10,
             wait_ns_total: wait,
         }],
+        cpu_samples: 0,
         connection_calls: Vec::new(),
     };
     let f = evaluate(&s);
@@ -533,7 +534,7 @@ fn holders_at_a_probe_are_named_by_statement_and_connection() {
     let e = crate::findings::measure::holders_at(&s, "innodb.rwlock.s_wait", 2).unwrap();
     assert_eq!(
         e.text,
-        "held exclusively, for the 100 waits at innodb.rwlock.s_wait tied to a holder, by: \
+        "held, for the 100 waits at innodb.rwlock.s_wait tied to a holder, by: \
          80 % UPDATE t SET k=k+? WHERE id=? (connection 31); \
          20 % thread 4242 (running no statement)"
     );

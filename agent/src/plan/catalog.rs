@@ -99,6 +99,20 @@ pub struct ProbeSpec {
     /// the governor keeps it affordable). `false` keeps a probe out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<bool>,
+    /// `wake = { arg = 1 }`: the function runs on the release slow path,
+    /// only when someone waits (MySQL 5.6's `mutex_signal_object`, MariaDB
+    /// 10.6+'s `srw_mutex_impl<*>::wake`), and argument `arg` is what the
+    /// waiters wait on. The thread that hits it is the holder its waiters
+    /// waited for: latch specs name such a probe in `woken_by`. Count-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<WakeSpec>,
+}
+
+/// See [`ProbeSpec::wake`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakeSpec {
+    pub arg: u8,
 }
 
 /// `latch = { arg = 1, id_type = "latch_id_t", strip_prefix = "LATCH_ID_", suffix = "_mutex" }`:
@@ -146,6 +160,17 @@ pub struct LatchSpec {
     /// there: BPF checks that what it reads is a thread pointer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder_in: Option<String>,
+    /// Where the latch records no holder (or not this one: a shared holder,
+    /// a plain mutex): the catalog probe, with `wake`, whose hits release
+    /// this latch while someone waits. A wait the release ends is tied to
+    /// the releasing thread, read at the wait's return.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub woken_by: Option<String>,
+    /// With `woken_by`: the member of the object holding what the release
+    /// function is called on (`m_event`: MariaDB 10.2's mutexes are woken
+    /// through `os_event_set(m_event)`); without it, the object itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub woken_key: Option<String>,
 }
 
 impl LatchSpec {
@@ -263,6 +288,7 @@ impl ProbeSpec {
             inline: false,
             latch: None,
             default: None,
+            wake: None,
         }
     }
 }
@@ -405,16 +431,35 @@ impl CatalogFile {
                 let blank = |m: &Option<String>| m.as_deref().is_none_or(|m| m.trim().is_empty());
                 let created = !blank(&l.created_file) && !blank(&l.created_line);
                 let holder = !blank(&l.holder) && !blank(&l.holder_valid);
+                let woken = !blank(&l.woken_by);
                 if !(1..=6).contains(&l.arg)
-                    || (l.id_type.trim().is_empty() && !created && !holder)
+                    || (l.id_type.trim().is_empty() && !created && !holder && !woken)
                     || (blank(&l.created_file) != blank(&l.created_line))
                     || (blank(&l.holder) != blank(&l.holder_valid))
                     || (!blank(&l.holder_in) && !holder)
+                    || (!blank(&l.woken_key) && !woken)
                 {
                     return invalid(format!(
                         "probe `{}`: latch needs arg in 1..=6 and a non-empty id_type, \
-                         both created_file and created_line, or both holder and holder_valid \
-                         (holder_in only with them)",
+                         both created_file and created_line, both holder and holder_valid \
+                         (holder_in only with them), or woken_by (woken_key only with it)",
+                        p.name
+                    ));
+                }
+                if let Some(by) = l.woken_by.as_deref().filter(|b| !b.trim().is_empty()) {
+                    let waker = self.probes.iter().find(|q| q.name == by);
+                    if !waker.is_some_and(|q| q.wake.is_some()) {
+                        return invalid(format!(
+                            "probe `{}`: woken_by `{by}` is not a probe with `wake` in {}",
+                            p.name, self.file
+                        ));
+                    }
+                }
+            }
+            if let Some(w) = p.wake {
+                if !(1..=6).contains(&w.arg) || p.measure != Measure::Count {
+                    return invalid(format!(
+                        "probe `{}`: wake needs arg in 1..=6 and measure = \"count\"",
                         p.name
                     ));
                 }
@@ -909,6 +954,8 @@ mod tests {
         "innodb.rwlock.s_wait",
         "innodb.rwlock.sx_wait",
         "innodb.sync.wait_event",
+        "innodb.latch.wake",
+        "innodb.event.set",
         "innodb.dict_sys.lock",
         "innodb.dict_sys.lock_wait",
         "innodb.dict_sys.row_id",
@@ -990,6 +1037,40 @@ mod tests {
             .map_err(|e| crate::error_chain(&e))
             .unwrap_err();
         assert!(err.contains("did you mean `innodb.redo.lsn`?"), "{err}");
+    }
+
+    #[test]
+    fn wake_probes_and_woken_by_are_validated() {
+        let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
+        let probe = |name: &str, measure: &str, extra: &str| {
+            format!("[[probe]]\nname='{name}'\nsymbols=['f']\nmeasure='{measure}'\ncost='contended'\n{extra}\n")
+        };
+        let parse = |body: String| CatalogFile::parse("t.toml", &format!("{head}{body}"));
+        let waiter = |by: &str, key: &str| {
+            probe(
+                "innodb.mutex.wait",
+                "latency",
+                &format!("latch = {{ arg = 1, woken_by = '{by}'{key} }}"),
+            )
+        };
+        let waker = probe("innodb.latch.wake", "count", "wake = { arg = 1 }");
+        let ok = parse(waiter("innodb.latch.wake", ", woken_key = 'm_event'") + &waker).unwrap();
+        let latch = ok.probes[0].latch.as_ref().unwrap();
+        assert_eq!(latch.woken_by.as_deref(), Some("innodb.latch.wake"));
+        assert_eq!(latch.woken_key.as_deref(), Some("m_event"));
+        assert_eq!(ok.probes[1].wake, Some(WakeSpec { arg: 1 }));
+        let err = |body: String| crate::error_chain(&parse(body).unwrap_err());
+        // Names no probe, or one without `wake`.
+        assert!(err(waiter("innodb.nope", "")).contains("woken_by `innodb.nope`"));
+        let plain = probe("innodb.latch.wake", "count", "");
+        assert!(err(waiter("innodb.latch.wake", "") + &plain).contains("not a probe with `wake`"));
+        // A key without a waker; a timed or argument-less wake.
+        let keyed = probe("p", "latency", "latch = { arg = 1, woken_key = 'm_event' }");
+        assert!(err(keyed).contains("woken_key only with it"));
+        let timed = probe("innodb.latch.wake", "latency", "wake = { arg = 1 }");
+        assert!(err(timed).contains("measure = \"count\""));
+        let no_arg = probe("innodb.latch.wake", "count", "wake = { arg = 0 }");
+        assert!(err(no_arg).contains("wake needs arg in 1..=6"));
     }
 
     #[test]

@@ -113,7 +113,62 @@ const SYMBOLS_SHOWN: usize = 4;
 /// What a wait probe can say of who holds the latch: where the holder is
 /// read, or that this latch kind records none (so its waits get no
 /// waiter -> holder edge). Nothing for probes that are not latch waits.
-fn holder_line(p: &PlannedProbe) -> Option<String> {
+fn holder_line(p: &PlannedProbe, all: &[PlannedProbe]) -> Option<String> {
+    let spec = p.spec.latch.as_ref();
+    if let Some(w) = p.spec.wake {
+        return Some(format!(
+            "releases: a hit is a release that wakes waiters (argument {}: what they wait on); \
+             its thread is their holder",
+            w.arg
+        ));
+    }
+    let recorded = recorded_holder_line(p);
+    let woken = spec.and_then(|s| woken_line(p, s, all));
+    match (recorded, woken) {
+        (Some(r), Some(w)) if r.starts_with("holder: none") => Some(w),
+        (Some(r), Some(w)) => Some(format!("{r}; else {}", w.trim_start_matches("holder: "))),
+        (r, w) => r.or(w),
+    }
+}
+
+/// Where a waiter finds the release that ends its wait, if its latch
+/// names one (`woken_by`).
+fn woken_line(
+    p: &PlannedProbe,
+    spec: &crate::plan::catalog::LatchSpec,
+    all: &[PlannedProbe],
+) -> Option<String> {
+    let by = spec.woken_by.as_deref()?;
+    let resolved = all
+        .iter()
+        .find(|q| q.spec.name == by)
+        .is_some_and(|q| !q.resolution.symbols.is_empty());
+    if !resolved {
+        return Some(format!(
+            "holder: none: `{by}` (the release that wakes these waiters) is not in this binary"
+        ));
+    }
+    let via = match spec.woken_key.as_deref() {
+        None => String::new(),
+        Some(key) => {
+            let found = p.latch.as_ref().map_or(0, |l| l.layout.woken.len());
+            if found == 0 {
+                return Some(format!(
+                    "holder: none: no `{key}` member found in DWARF (what `{by}` is called on)"
+                ));
+            }
+            format!(
+                " through `{key}` ({found} of {} symbols)",
+                p.resolution.symbols.len()
+            )
+        }
+    };
+    Some(format!(
+        "holder: the thread whose release ends the wait, seen by `{by}`{via} (attach it too)"
+    ))
+}
+
+fn recorded_holder_line(p: &PlannedProbe) -> Option<String> {
     let spec = p.spec.latch.as_ref();
     let is_latch = spec.is_some()
         || (p.spec.cost == crate::plan::catalog::CostClass::Contended
@@ -218,7 +273,7 @@ pub fn render(i: &Inspection) -> String {
                     ));
                 }
             }
-            if let Some(line) = holder_line(p) {
+            if let Some(line) = holder_line(p, &i.probes) {
                 lines.push(line);
             }
             lines.join("\n")

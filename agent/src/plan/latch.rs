@@ -62,6 +62,11 @@ pub struct LatchLayout {
     /// Per function entry address: where the exclusive holder is.
     #[serde(default)]
     pub holders: HashMap<u64, HolderField>,
+    /// Per function entry address: the offset of the 8-byte member whose
+    /// value the release slow path is called on (the catalog's
+    /// `woken_key`, e.g. a mutex's `m_event`).
+    #[serde(default)]
+    pub woken: HashMap<u64, u32>,
 }
 
 /// Where an object keeps its exclusive holder's thread pointer (8 bytes
@@ -99,6 +104,7 @@ pub fn find_latch_layout(
     id_type: &str,
     created: Option<(&str, &str)>,
     holder: Option<HolderSpec<'_>>,
+    woken_key: Option<&str>,
 ) -> Result<LatchLayout, LatchError> {
     let mut layout = LatchLayout::default();
     // The holder recorded around the object, per the object's type name.
@@ -110,8 +116,16 @@ pub fn find_latch_layout(
         if layout.fields.contains_key(&low_pc)
             || layout.created.contains_key(&low_pc)
             || layout.holders.contains_key(&low_pc)
+            || layout.woken.contains_key(&low_pc)
         {
             return Ok(true);
+        }
+        if let Some(key) = woken_key {
+            if let Some(m) = named_member(dwarf, unit, object, key, 0, 0)? {
+                if m.byte_size == 8 && m.bit_size.is_none() {
+                    layout.woken.insert(low_pc, m.offset);
+                }
+            }
         }
         if let Some(around) = &around {
             if let Some(rel) = type_name(dwarf, unit, object)?.and_then(|n| around.get(&n)) {

@@ -245,11 +245,25 @@ fn plan_latch(
         // A `holder_in` class this binary does not have: no holder.
         .filter(|h| spec.holder_in.is_none() || !h.in_addresses.is_empty());
     let names_wanted = !spec.id_type.is_empty() || created.is_some();
-    match find_latch_layout(image, &addresses, spec.arg, &spec.id_type, created, holder) {
+    // Woken through the object itself: nothing to find in DWARF for that.
+    let woken_by_object = spec.woken_by.is_some() && spec.woken_key.is_none();
+    let woken_key = spec.woken_key.as_deref();
+    match find_latch_layout(
+        image,
+        &addresses,
+        spec.arg,
+        &spec.id_type,
+        created,
+        holder,
+        woken_key,
+    ) {
         Ok(layout)
             if !layout.fields.is_empty()
                 || !layout.created.is_empty()
-                || (!names_wanted && !layout.holders.is_empty()) =>
+                || (!names_wanted
+                    && (woken_by_object
+                        || !layout.holders.is_empty()
+                        || !layout.woken.is_empty())) =>
         {
             LatchPlan {
                 layout,
@@ -260,6 +274,9 @@ fn plan_latch(
             let mut wanted = Vec::new();
             if let (false, Some((thread, _))) = (names_wanted, spec.holder_members()) {
                 wanted.push(format!("`{thread}` holder member"));
+            }
+            if let (false, Some(key)) = (names_wanted, woken_key) {
+                wanted.push(format!("`{key}` member"));
             }
             if !spec.id_type.is_empty() {
                 wanted.push(format!("a `{}` member", spec.id_type));
@@ -276,6 +293,11 @@ fn plan_latch(
                 )),
             }
         }
+        // No DWARF is needed to tie waits to the thread whose release ends them.
+        Err(_) if woken_by_object && !names_wanted => LatchPlan {
+            layout: Default::default(),
+            unavailable: None,
+        },
         Err(e) => LatchPlan {
             layout: Default::default(),
             unavailable: Some(crate::error_chain(&e)),
