@@ -130,6 +130,11 @@ struct start_val {
 	/* What a release that ends this wait is called on (holder_field
 	 * woken); 0: none. */
 	__u64 wait_key;
+	/* Where the recorded holder took the latch (holder_site_at); 0: not
+	 * known. */
+	__u64 holder_file;
+	__u32 holder_line;
+	__u32 pad2;
 };
 
 struct stack_val {
@@ -252,6 +257,11 @@ struct holder_key {
 	__u64 holder_query_id;
 	__u32 slot;
 	__u32 holder_tid;
+	/* Where the holder took the latch, where the latch records it
+	 * (__FILE__ pointer, line); 0: not known. */
+	__u64 holder_file;
+	__u32 holder_line;
+	__u32 pad;
 };
 
 struct holder_val {

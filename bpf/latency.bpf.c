@@ -272,40 +272,53 @@ static __always_inline __u32 read_latch(struct pt_regs *ctx, __u64 cookie)
 	return id < 0xffffffffULL ? (__u32)id + 1 : 0;
 }
 
-/* The creation site stored in the latch object: two small reads of it,
- * the __FILE__ pointer and the line, never anything it points to. */
+/* A (__FILE__ pointer, line) pair stored in a latch object (where it was
+ * created, or last locked): two small reads, never anything the pointer
+ * points to. False if either read failed. */
+static __always_inline bool read_file_line(__u64 obj, struct created_field *f, __u64 *file,
+					   __u32 *line_out)
+{
+	__u64 line = 0;
+
+	if (!obj || bpf_probe_read_user(file, sizeof(*file), (void *)(obj + f->file_off)))
+		return false;
+	if (f->line_size == 8) {
+		if (bpf_probe_read_user(&line, 8, (void *)(obj + f->line_off)))
+			return false;
+	} else if (f->line_size == 4) {
+		if (bpf_probe_read_user(&line, 4, (void *)(obj + f->line_off)))
+			return false;
+	} else if (f->line_size == 2) {
+		if (bpf_probe_read_user(&line, 2, (void *)(obj + f->line_off)))
+			return false;
+	} else {
+		return false;
+	}
+	line >>= f->line_shift & 63;
+	if (f->line_bits && f->line_bits < 64)
+		line &= (1ULL << f->line_bits) - 1;
+	*line_out = (__u32)line;
+	return true;
+}
+
+/* The creation site stored in the latch object. */
 static __always_inline void read_created(struct pt_regs *ctx, __u64 cookie,
 					 struct callsite *site)
 {
 	__u32 slot = (__u32)COOKIE_SLOT(cookie);
 	struct created_field *f;
-	__u64 obj, line = 0;
+	__u64 file = 0;
+	__u32 line = 0;
 
 	if (!COOKIE_CREATED(cookie))
 		return;
 	f = bpf_map_lookup_elem(&created_at, &slot);
 	if (!f || !f->arg)
 		return;
-	obj = reg_arg(ctx, f->arg);
-	if (!obj || bpf_probe_read_user(&site->created_file, sizeof(site->created_file),
-					(void *)(obj + f->file_off)))
+	if (!read_file_line(reg_arg(ctx, f->arg), f, &file, &line))
 		return;
-	if (f->line_size == 8) {
-		if (bpf_probe_read_user(&line, 8, (void *)(obj + f->line_off)))
-			return;
-	} else if (f->line_size == 4) {
-		if (bpf_probe_read_user(&line, 4, (void *)(obj + f->line_off)))
-			return;
-	} else if (f->line_size == 2) {
-		if (bpf_probe_read_user(&line, 2, (void *)(obj + f->line_off)))
-			return;
-	} else {
-		return;
-	}
-	line >>= f->line_shift & 63;
-	if (f->line_bits && f->line_bits < 64)
-		line &= (1ULL << f->line_bits) - 1;
-	site->created_line = (__u32)line;
+	site->created_file = file;
+	site->created_line = line;
 }
 
 /* Only the pointers are kept: strings are read once, by userspace. */
@@ -433,6 +446,15 @@ struct {
 	__type(value, struct holder_field);
 } holder_at SEC(".maps");
 
+/* Per slot whose latch records where its exclusive holder took it
+ * (rw_lock_t::last_x_file_name, last_x_line): where. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct created_field);
+} holder_site_at SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -493,6 +515,7 @@ static __always_inline void woken_holder(struct start_val *held, __u32 self)
 static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct start_val *val)
 {
 	struct holder_field *f;
+	struct created_field *site;
 	__u32 key = (__u32)slot, tid = 0;
 	__u64 obj, valid = 0, tp = 0, self = 0, thd_ptr, qid = 0;
 
@@ -500,6 +523,9 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 	val->pad = 0;
 	val->holder_query_id = 0;
 	val->wait_key = 0;
+	val->holder_file = 0;
+	val->holder_line = 0;
+	val->pad2 = 0;
 	f = bpf_map_lookup_elem(&holder_at, &key);
 	if (!f || !f->arg)
 		return;
@@ -543,6 +569,12 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 	if (tid == (__u32)bpf_get_current_pid_tgid())
 		return;
 	val->holder_tid = tid;
+	site = bpf_map_lookup_elem(&holder_site_at, &key);
+	if (site && site->line_size &&
+	    !read_file_line(obj, site, &val->holder_file, &val->holder_line)) {
+		val->holder_file = 0;
+		val->holder_line = 0;
+	}
 	thd_ptr = thd_of(tp);
 	/* Without a query_id, the holder's statement number is its own
 	 * thread's: the holder is named by thread only. */
@@ -561,6 +593,8 @@ static __always_inline void add_holder(__u64 slot, __u64 waiter_qid, struct star
 		.holder_query_id = start->holder_query_id,
 		.slot = (__u32)slot,
 		.holder_tid = start->holder_tid,
+		.holder_file = start->holder_file,
+		.holder_line = start->holder_line,
 	};
 	struct holder_val zero = {};
 	struct holder_val *val;

@@ -506,10 +506,25 @@ impl Session {
                     })
                 });
                 let holder = holder_field(plan, planned, symbol, latch_plan);
+                let holder_site = latch_plan.and_then(|(_, plan)| {
+                    let f = plan.layout.holder_sites.get(&symbol.address)?;
+                    Some(crate::bpf::abi::CreatedField {
+                        file_off: f.file_offset,
+                        line_off: f.line_offset,
+                        arg: 0,
+                        line_size: f.line_size,
+                        line_shift: f.line_shift,
+                        line_bits: f.line_bits,
+                        pad: 0,
+                    })
+                });
                 let id = SlotId::of_index(self.slots.len());
                 let created = created.is_some_and(|f| self.set_created(id, f));
                 if let Some(h) = holder {
                     self.set_holder(id, h);
+                }
+                if let Some(site) = holder_site {
+                    self.set_holder_site(id, site);
                 }
                 let cookie = crate::bpf::abi::cookie(id, site_args, latch, created);
                 let measure = slot_measure(planned, symbol);
@@ -837,6 +852,14 @@ impl Session {
         }
     }
 
+    /// Tells the probes of `slot` where its latch records the exclusive
+    /// holder's lock site (read on the object the holder is read on).
+    fn set_holder_site(&mut self, slot: SlotId, field: crate::bpf::abi::CreatedField) {
+        if let Some(map) = self.map(bpf::maps::HOLDER_SITE_AT) {
+            let _ = map.update(&slot.key(), bytemuck::bytes_of(&field), MapFlags::ANY);
+        }
+    }
+
     /// Tells the probes of `slot` where its latch's creation site is;
     /// false if the map refused (then the cookie does not ask for it).
     fn set_created(&mut self, slot: SlotId, field: crate::bpf::abi::CreatedField) -> bool {
@@ -1053,7 +1076,8 @@ fn load_object(
             | bpf::maps::ENABLED
             | bpf::maps::STACK_EVERY
             | bpf::maps::CREATED_AT
-            | bpf::maps::HOLDER_AT => Some(slots),
+            | bpf::maps::HOLDER_AT
+            | bpf::maps::HOLDER_SITE_AT => Some(slots),
             _ => None,
         };
         if let Some(n) = size {

@@ -311,12 +311,17 @@ mirrors_holder_field!(HolderField);
 
 /// A waiter's statement and the latch holder it waited for.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct HolderKey {
     pub waiter_query_id: u64,
     pub holder_query_id: u64,
     pub slot: u32,
     pub holder_tid: u32,
+    /// Where the holder took the latch (`__FILE__` pointer, line), where
+    /// the latch records it; 0: not known.
+    pub holder_file: u64,
+    pub holder_line: u32,
+    pub pad: u32,
 }
 mirrors_holder_key!(HolderKey);
 

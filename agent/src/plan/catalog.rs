@@ -160,6 +160,14 @@ pub struct LatchSpec {
     /// there: BPF checks that what it reads is a thread pointer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder_in: Option<String>,
+    /// The members where the latch records where its exclusive holder took
+    /// it (`last_x_file_name`, `last_x_line` of `rw_lock_t`: what SHOW
+    /// ENGINE INNODB STATUS prints as "Last time write locked in file …
+    /// line …"), read with the holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_line: Option<String>,
     /// Where the latch records no holder (or not this one: a shared holder,
     /// a plain mutex): the catalog probe, with `wake`, whose hits release
     /// this latch while someone waits. A wait the release ends is tied to
@@ -186,6 +194,11 @@ impl LatchSpec {
             Some(name) => (name.trim(), true),
             None => (valid, false),
         }
+    }
+
+    /// The member names holding the holder's lock site, when both are given.
+    pub fn holder_site_members(&self) -> Option<(&str, &str)> {
+        self.holder_file.as_deref().zip(self.holder_line.as_deref())
     }
 
     /// The member names holding the creation site, when both are given.
@@ -438,11 +451,14 @@ impl CatalogFile {
                     || (blank(&l.holder) != blank(&l.holder_valid))
                     || (!blank(&l.holder_in) && !holder)
                     || (!blank(&l.woken_key) && !woken)
+                    || (blank(&l.holder_file) != blank(&l.holder_line))
+                    || (!blank(&l.holder_file) && !holder)
                 {
                     return invalid(format!(
                         "probe `{}`: latch needs arg in 1..=6 and a non-empty id_type, \
                          both created_file and created_line, both holder and holder_valid \
-                         (holder_in only with them), or woken_by (woken_key only with it)",
+                         (holder_in, holder_file and holder_line only with them), or woken_by \
+                         (woken_key only with it)",
                         p.name
                     ));
                 }

@@ -180,8 +180,18 @@ fn recorded_holder_line(p: &PlannedProbe) -> Option<String> {
                 .and_then(|s| s.holder_in.as_deref())
                 .map(|c| format!(" of the enclosing {} object", c.trim_end_matches("::*")))
                 .unwrap_or_default();
+            let site = match (
+                spec.and_then(|s| s.holder_site_members()),
+                p.latch.as_ref().map_or(0, |l| l.layout.holder_sites.len()),
+            ) {
+                (Some((file, line)), n) if n > 0 => {
+                    format!(", with where it took the latch (`{file}`/`{line}`)")
+                }
+                (Some((file, _)), _) => format!(", not where it took it (no `{file}` in DWARF)"),
+                (None, _) => String::new(),
+            };
             Some(format!(
-                "holder: `{thread}`{around} (valid while `{valid}`) read at the wait's start in {found} of {} symbols",
+                "holder: `{thread}`{around} (valid while `{valid}`){site} read at the wait's start in {found} of {} symbols",
                 p.resolution.symbols.len()
             ))
         }

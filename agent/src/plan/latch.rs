@@ -67,6 +67,10 @@ pub struct LatchLayout {
     /// `woken_key`, e.g. a mutex's `m_event`).
     #[serde(default)]
     pub woken: HashMap<u64, u32>,
+    /// Per function entry address: where the exclusive holder's lock site
+    /// (`__FILE__` pointer, line) is, next to the holder.
+    #[serde(default)]
+    pub holder_sites: HashMap<u64, CreatedField>,
 }
 
 /// Where an object keeps its exclusive holder's thread pointer (8 bytes
@@ -172,6 +176,13 @@ pub fn find_latch_layout(
                             valid_nonpositive: nonpositive,
                         },
                     );
+                    if let Some((file_member, line_member)) = holder.as_ref().and_then(|h| h.site) {
+                        let file = named_member(dwarf, unit, object, file_member, 0, 0)?;
+                        let line = named_member(dwarf, unit, object, line_member, 0, 0)?;
+                        if let Some(field) = file.zip(line).and_then(|(f, l)| created_field(f, l)) {
+                            layout.holder_sites.insert(low_pc, field);
+                        }
+                    }
                 }
             }
         }
@@ -198,6 +209,9 @@ pub struct HolderSpec<'a> {
     pub thread: &'a str,
     pub valid: &'a str,
     pub in_addresses: &'a [u64],
+    /// The members holding where the holder took the latch (`__FILE__`
+    /// pointer, line), next to `thread`.
+    pub site: Option<(&'a str, &'a str)>,
 }
 
 /// For each type nested in an outer class (the `this` of the methods at

@@ -241,6 +241,7 @@ fn plan_latch(
             thread,
             valid,
             in_addresses: &in_addresses,
+            site: spec.holder_site_members(),
         })
         // A `holder_in` class this binary does not have: no holder.
         .filter(|h| spec.holder_in.is_none() || !h.in_addresses.is_empty());
