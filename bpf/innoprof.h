@@ -134,7 +134,7 @@ struct start_val {
 	 * known. */
 	__u64 holder_file;
 	__u32 holder_line;
-	__u32 pad2;
+	__u32 holder_how; /* HOLDER_* */
 };
 
 struct stack_val {
@@ -261,8 +261,13 @@ struct holder_key {
 	 * (__FILE__ pointer, line); 0: not known. */
 	__u64 holder_file;
 	__u32 holder_line;
-	__u32 pad;
+	/* HOLDER_RECORDED: read from the latch at the wait's start;
+	 * HOLDER_RELEASED: the thread whose release fell in the wait. */
+	__u32 how;
 };
+
+#define HOLDER_RECORDED 0
+#define HOLDER_RELEASED 1
 
 struct holder_val {
 	__u64 calls;

@@ -506,6 +506,7 @@ static __always_inline void woken_holder(struct start_val *held, __u32 self)
 		return;
 	held->holder_tid = w->tid;
 	held->holder_query_id = w->query_id;
+	held->holder_how = HOLDER_RELEASED;
 }
 
 /* At a waiter's entry: the latch's exclusive holder, where the latch
@@ -525,7 +526,7 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 	val->wait_key = 0;
 	val->holder_file = 0;
 	val->holder_line = 0;
-	val->pad2 = 0;
+	val->holder_how = HOLDER_RECORDED;
 	f = bpf_map_lookup_elem(&holder_at, &key);
 	if (!f || !f->arg)
 		return;
@@ -595,6 +596,7 @@ static __always_inline void add_holder(__u64 slot, __u64 waiter_qid, struct star
 		.holder_tid = start->holder_tid,
 		.holder_file = start->holder_file,
 		.holder_line = start->holder_line,
+		.how = start->holder_how,
 	};
 	struct holder_val zero = {};
 	struct holder_val *val;

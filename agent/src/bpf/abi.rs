@@ -321,8 +321,14 @@ pub struct HolderKey {
     /// the latch records it; 0: not known.
     pub holder_file: u64,
     pub holder_line: u32,
-    pub pad: u32,
+    /// [`HOLDER_RECORDED`] or [`HOLDER_RELEASED`].
+    pub how: u32,
 }
+
+/// `HolderKey::how`: read from the latch at the wait's start.
+pub const HOLDER_RECORDED: u32 = 0;
+/// `HolderKey::how`: the thread whose release (a wake probe) fell in the wait.
+pub const HOLDER_RELEASED: u32 = 1;
 mirrors_holder_key!(HolderKey);
 
 /// A (statement, slot) pair counted apart in `stmt_stats`.
