@@ -14,7 +14,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "cpu.h"
+#include "innoprof.h"
 #include "maps.bpf.h"
+#include "statement.bpf.h"
 
 #define TASK_RUNNING 0x0000
 #define TASK_DEAD 0x0080 /* vmlinux.h carries no #defines */
@@ -217,6 +219,82 @@ static __always_inline __u32 walk_user(struct cpu_stack *stack, __u64 ip, __u64 
 	return w.flags;
 }
 
+struct role_search {
+	struct cpu_stack *s;
+	__u32 best;
+};
+
+/* One (frame, range) pair, as latency.bpf.c's role_step but over the
+ * sample's own walked user stack (no second walk). */
+static long role_step(__u64 i, void *data)
+{
+	struct role_search *x = data;
+	__u32 frame = i / MAX_ROLE_RANGES, idx = i % MAX_ROLE_RANGES;
+	struct role_range *r;
+	__u64 ip;
+
+	if (frame >= CPU_USER_DEPTH)
+		return 1;
+	ip = x->s->user[frame];
+	if (!ip)
+		return 1;
+	r = bpf_map_lookup_elem(&role_ranges, &idx);
+	if (!r || !r->end)
+		return 0;
+	/* A return address may be one past its call's last byte: inside. */
+	if (ip > r->start && ip <= r->end && (!x->best || r->role < x->best))
+		x->best = r->role;
+	return 0;
+}
+
+/* The sampled thread's role: the one the wait probes found (the map is
+ * theirs, shared), else found here from this sample's stack against the
+ * same marker ranges, once per thread, and kept for both. A stack whose
+ * walk was cut may lack its marker: then nothing is kept, and the next
+ * sample tries again. */
+static __always_inline __u32 sample_role(__u32 tid, struct cpu_stack *stack, __u32 flags)
+{
+	struct role_search x = { .s = stack };
+	__u32 *known = bpf_map_lookup_elem(&thread_role, &tid);
+
+	if (known)
+		return *known;
+	bpf_loop(CPU_USER_DEPTH * MAX_ROLE_RANGES, role_step, &x, 0);
+	if (x.best || !(flags & (CPU_STACK_UNWIND_STOP | CPU_STACK_TRUNCATED)))
+		bpf_map_update_elem(&thread_role, &tid, &x.best, BPF_NOEXIST);
+	return x.best;
+}
+
+/* The statement a sample of a connection thread belongs to, found as a
+ * wait probe's hit finds it (statement_of: the THD through the thread's
+ * TLS, its query_id, the text read once into the shared stmt_text), and
+ * its sample counted per statement. 0: statements off (the loader sets
+ * `thd` only when it shares the wait probes' maps), not a connection, or
+ * none readable. A handful of user-memory reads per sample: cheap at
+ * ~100 samples a second per CPU. */
+static __always_inline __u64 sample_statement(__u32 tid, struct cpu_stack *stack, __u32 flags)
+{
+	__u64 id, one = 0, *n;
+
+	if (!thd.how || !connection_role)
+		return 0;
+	if (sample_role(tid, stack, flags) != connection_role)
+		return 0;
+	id = statement_of(tid, connection_role);
+	if (!id) {
+		count(CNT_CONN_NO_STMT, 1);
+		return 0;
+	}
+	count(CNT_STMT_SAMPLES, 1);
+	n = lookup_or_init(&stmt_cpu, &id, &one);
+	if (!n) {
+		count(CNT_STMT_CPU_FULL, 1);
+		return id;
+	}
+	__sync_fetch_and_add(n, 1);
+	return id;
+}
+
 SEC("perf_event")
 int cpu_sample(struct bpf_perf_event_data *ctx)
 {
@@ -257,6 +335,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	if (flags & CPU_STACK_TRUNCATED)
 		count(CNT_TRUNCATED, 1);
 	key->flags = flags;
+	key->query_id = sample_statement((__u32)pid_tgid, key, flags);
 
 	val = lookup_or_init(&oncpu_counts, key, &one);
 	if (!val) {
@@ -297,6 +376,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev)
 	}
 	s->ts = 0;
 	s->stack.pad = 0;
+	s->stack.query_id = 0;
 	/* prev is still current here. */
 	bpf_get_current_comm(s->stack.comm, sizeof(s->stack.comm));
 	/* prev is still current: its user registers are saved at kernel entry. */

@@ -28,6 +28,13 @@
 struct cpu_stack {
 	__u32 flags;
 	__u32 pad;
+	/* On-CPU samples of a connection thread: its statement (statement.bpf.h;
+	 * 0: none, not a connection, or statements off). In the key rather than
+	 * in a separate counter, so that each sample's stack keeps its
+	 * statement (the profile's `statement` label); the price is one key
+	 * per (stack, statement run), so the map fills sooner on a busy server
+	 * (counted, CNT_ONCPU_FULL). Off-CPU stacks leave it 0. */
+	__u64 query_id;
 	char comm[16]; /* the thread's name, zero-padded */
 	__u64 user[CPU_USER_DEPTH]; /* innermost first, zero-terminated */
 	__u64 kern[CPU_KERN_DEPTH];
@@ -89,7 +96,10 @@ enum cpu_counter {
 	CNT_OFF_FULL = 10,        /* blocks lost: off-CPU stack map full */
 	CNT_OFF_START_FULL = 11,  /* blocks lost: per-thread start map full */
 	CNT_OFF_PREEMPTED = 12,   /* involuntary switches (runnable, not blocked) */
-	CNT_MAX = 13,
+	CNT_STMT_SAMPLES = 13,    /* on-CPU samples of a connection tied to a statement */
+	CNT_CONN_NO_STMT = 14,    /* on-CPU samples of a connection with no statement */
+	CNT_STMT_CPU_FULL = 15,   /* samples not counted per statement: stmt_cpu full */
+	CNT_MAX = 16,
 };
 
 #endif

@@ -62,7 +62,23 @@ struct {
 	__type(value, struct stmt_text);
 } stmt_text SEC(".maps");
 
-/* The text is read here first (it does not fit the BPF stack). */
+/* Per statement: the CPU sampler's on-CPU samples of it (cpu.bpf.c
+ * counts, userspace takes them with the wait counters, so a statement's
+ * samples meet its text in the same drain; the same samples are also in
+ * the sampler's stack map, keyed by statement, for the profile's labels).
+ * Declared here so that the drain finds it in the latency object, whose
+ * map the sampler reuses. Not preallocated: unused without the sampler. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_STMT_KEYS);
+	__type(key, __u64);
+	__type(value, __u64);
+} stmt_cpu SEC(".maps");
+
+/* The text is read here first (it does not fit the BPF stack). Each
+ * object keeps its own: a sample (a timer interrupt) may land in the
+ * middle of a uprobe's read on the same CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

@@ -79,6 +79,10 @@ pub struct StatementDelta {
     pub incident_wait_ns_per_sec: f64,
     pub baseline_executions_per_sec: f64,
     pub incident_executions_per_sec: f64,
+    /// On-CPU samples of the statement a second (0 without a CPU profile
+    /// tied to statements).
+    pub baseline_cpu_samples_per_sec: f64,
+    pub incident_cpu_samples_per_sec: f64,
 }
 
 /// Statements shown in `diff` (the largest changes of wait a second).
@@ -93,7 +97,7 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
     }
     let rates = |s: &serde_json::Value| {
         let secs = duration_s(s).max(1e-9);
-        let mut out: std::collections::BTreeMap<String, (String, f64, f64, f64)> =
+        let mut out: std::collections::BTreeMap<String, (String, f64, f64, f64, f64)> =
             std::collections::BTreeMap::new();
         for st in s["who"]["statements"].as_array().into_iter().flatten() {
             let (Some(id), Some(fp)) = (st["id"].as_str(), st["fingerprint"].as_str()) else {
@@ -107,6 +111,7 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
                     n("calls"),
                     n("wait_ns_total"),
                     n("executions"),
+                    n("cpu_samples"),
                 ),
             );
         }
@@ -116,7 +121,7 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
     let mut ids: Vec<&String> = b.keys().chain(a.keys()).collect();
     ids.sort();
     ids.dedup();
-    let zero = (String::new(), 0.0, 0.0, 0.0);
+    let zero = (String::new(), 0.0, 0.0, 0.0, 0.0);
     let mut out: Vec<StatementDelta> = ids
         .into_iter()
         .map(|id| {
@@ -132,6 +137,8 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
                 incident_calls_per_sec: y.1,
                 baseline_wait_ns_per_sec: x.2,
                 incident_wait_ns_per_sec: y.2,
+                baseline_cpu_samples_per_sec: x.4,
+                incident_cpu_samples_per_sec: y.4,
                 baseline_executions_per_sec: x.3,
                 incident_executions_per_sec: y.3,
             }
@@ -446,7 +453,11 @@ impl DiffReport {
         if !self.statements.is_empty() {
             let mut t = Table::new();
             t.load_preset(ASCII_MARKDOWN);
-            t.set_header([
+            // CPU columns only where a side tied CPU samples to statements.
+            let cpu = self.statements.iter().any(|d| {
+                d.baseline_cpu_samples_per_sec > 0.0 || d.incident_cpu_samples_per_sec > 0.0
+            });
+            let mut header = vec![
                 "statement",
                 "executions/s before",
                 "now",
@@ -454,9 +465,13 @@ impl DiffReport {
                 "now",
                 "wait/s before",
                 "now",
-            ]);
+            ];
+            if cpu {
+                header.extend(["CPU samples/s before", "now"]);
+            }
+            t.set_header(header);
             for d in &self.statements {
-                t.add_row([
+                let mut row = vec![
                     d.fingerprint.chars().take(70).collect(),
                     units::count(d.baseline_executions_per_sec),
                     units::count(d.incident_executions_per_sec),
@@ -464,9 +479,14 @@ impl DiffReport {
                     units::count(d.incident_calls_per_sec),
                     units::ns(d.baseline_wait_ns_per_sec as u64),
                     units::ns(d.incident_wait_ns_per_sec as u64),
-                ]);
+                ];
+                if cpu {
+                    row.push(units::count(d.baseline_cpu_samples_per_sec));
+                    row.push(units::count(d.incident_cpu_samples_per_sec));
+                }
+                t.add_row(row);
             }
-            right(&mut t, 1..7);
+            right(&mut t, 1..(7 + if cpu { 2 } else { 0 }));
             out.push_str(&format!(
                 "
 statements whose wait changed most (client connections' probe hits, per second):
@@ -1153,7 +1173,7 @@ mod tests {
         };
         let st = |id: &str, fp: &str, calls: u64, wait: u64| {
             serde_json::json!({"id": id, "fingerprint": fp, "calls": calls,
-                "wait_ns_total": wait, "executions": calls})
+                "wait_ns_total": wait, "executions": calls, "cpu_samples": calls * 2})
         };
         let before = summary(
             10.0,
@@ -1177,6 +1197,13 @@ mod tests {
             (10.0, 20.0)
         );
         assert_eq!(d[2].baseline_calls_per_sec, 0.0);
+        assert_eq!(
+            (
+                d[0].baseline_cpu_samples_per_sec,
+                d[0].incident_cpu_samples_per_sec
+            ),
+            (20.0, 40.0)
+        );
         // Without statements on one side: nothing to compare.
         let none = serde_json::json!({"duration_s": 10.0, "probes": []});
         assert!(statement_deltas(&none, &after).is_empty());

@@ -177,6 +177,7 @@ pub fn name_bundle(dir: &Path, opts: &NameOptions) -> Result<NamedBundle, NameRa
         let mut profile = NamedCpu::of(cpu, &mut symbolizer).into_profile(recorded);
         folded.extend(profile.files().map_err(BundleError::from)?);
         stacks.oncpu = std::mem::take(&mut profile.oncpu_stacks);
+        stacks.oncpu_statements = std::mem::take(&mut profile.oncpu_statements);
         stacks.offcpu = std::mem::take(&mut profile.offcpu_stacks);
         summary.cpu = Some(profile.summary);
     }

@@ -123,7 +123,13 @@ pub fn cpu_pprof(o: &BundleFile, c: &Context) -> Rendered {
         return Ok(Vec::new());
     };
     let (start_ms, duration_ns) = pprof_span(summary);
-    let p = pprof::cpu_profile(&stacks.oncpu, cpu.oncpu.frequency_hz, start_ms, duration_ns);
+    let p = pprof::cpu_profile(
+        &stacks.oncpu,
+        &stacks.oncpu_statements,
+        cpu.oncpu.frequency_hz,
+        start_ms,
+        duration_ns,
+    );
     one(o.name, pprof::encode_gz(&p))
 }
 

@@ -452,6 +452,9 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
         .into_iter()
         .map(|(k, v)| (SlotId::from_kernel(u64::from(k.slot)), k, v))
         .collect();
+    // CPU samples before texts too: the sampler writes a text before it
+    // counts the sample.
+    let cpu = take_hash::<u64, u64>(obj, bpf::maps::STMT_CPU)?;
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
     let mut lost = [0u64; 4];
@@ -468,6 +471,7 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
             holders_full: lost[3],
         },
         holders,
+        cpu,
     })
 }
 
@@ -482,6 +486,9 @@ pub struct StatementRows {
     /// Per (slot, waiter statement, holder thread and statement): the
     /// waits for a latch's exclusive holder.
     pub holders: Vec<(SlotId, HolderKey, StmtVal)>,
+    /// Per query_id: the CPU sampler's on-CPU samples of it (`stmt_cpu`,
+    /// filled only while the sampler shares these maps).
+    pub cpu: Vec<(u64, u64)>,
 }
 
 /// Connection hits not tied to a statement, since the start (totals).

@@ -18,6 +18,9 @@ pub const STACK_TRUNCATED: u32 = defines::CPU_STACK_TRUNCATED as u32;
 pub struct CpuStack {
     pub flags: u32,
     pub pad: u32,
+    /// On-CPU samples of a connection: its statement's id (as the wait
+    /// probes' `query_id`); 0: none, or statements off.
+    pub query_id: u64,
     /// The thread's name, zero-padded.
     pub comm: [u8; 16],
     pub user: [u64; USER_DEPTH],
@@ -52,6 +55,7 @@ impl std::fmt::Debug for CpuStack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuStack")
             .field("flags", &self.flags)
+            .field("query_id", &self.query_id)
             .field("thread", &self.thread())
             .field("user", &self.user_ips())
             .field("kern", &self.kernel_ips())
@@ -125,6 +129,9 @@ pub enum Counter {
     OffFull = defines::CNT_OFF_FULL as isize,
     OffStartFull = defines::CNT_OFF_START_FULL as isize,
     OffPreempted = defines::CNT_OFF_PREEMPTED as isize,
+    StmtSamples = defines::CNT_STMT_SAMPLES as isize,
+    ConnNoStmt = defines::CNT_CONN_NO_STMT as isize,
+    StmtCpuFull = defines::CNT_STMT_CPU_FULL as isize,
 }
 
 pub const COUNTERS: usize = defines::CNT_MAX as usize;

@@ -53,6 +53,31 @@ impl Default for CpuOptions {
     }
 }
 
+/// The wait probes' object whose statement maps the sampler shares
+/// (`bpf/statement.bpf.h`), and where the target's THDs are. With it, a
+/// sample of a connection thread is counted under its statement, whose
+/// text lands in the same `stmt_text` the statements drain takes, and
+/// its count in `stmt_cpu` (drained with the wait counters). Without it
+/// (no probes attached, statements off), samples have no statement.
+pub struct StatementShare<'a> {
+    pub latency: &'a Object,
+    pub thd: crate::bpf::abi::ThdLayout,
+}
+
+/// The latency object's maps the sampler reuses: the per-thread
+/// statement (so both number a statement alike and read its text once),
+/// the texts and CPU counts the drain takes, and the threads' roles.
+/// `stmt_scratch` and `stmt_lost` stay the sampler's own: a sample may
+/// interrupt a uprobe's use of the scratch on its CPU, and a sample with
+/// no statement is not a lost wait hit.
+const SHARED_MAPS: [&str; 5] = [
+    bpf::maps::STMT_NOW,
+    bpf::maps::STMT_TEXT,
+    bpf::maps::STMT_CPU,
+    bpf::maps::THREAD_ROLE,
+    bpf::maps::ROLE_RANGES,
+];
+
 /// Sampling and (optionally) switch tracing attached to one process.
 pub struct CpuProfiler {
     obj: Object,
@@ -65,6 +90,8 @@ pub struct CpuProfiler {
     /// Keeps the kernel's run statistics on (None: refused), so the
     /// programs' own cost is measured, not only modelled.
     run_stats_fd: Option<std::os::fd::OwnedFd>,
+    /// Samples carry their statement (see [`StatementShare`]).
+    statements: bool,
 }
 
 /// The profiler's programs' kernel-measured runs so far (None where run
@@ -83,12 +110,33 @@ impl CpuProfiler {
         Self::start_with(pid, opts, &UnwindTable::for_process(&maps))
     }
 
+    /// As [`Self::start`], samples of connections counted per statement
+    /// in `share`'s maps.
+    pub fn start_sharing(
+        pid: u32,
+        opts: &CpuOptions,
+        share: Option<StatementShare<'_>>,
+    ) -> Result<Self, CpuError> {
+        let maps = ProcessMaps::read(pid).map_err(|source| CpuError::Maps { pid, source })?;
+        Self::start_shared(pid, opts, &UnwindTable::for_process(&maps), share)
+    }
+
     /// Starts with unwind rows already built (`top` reuses them).
     pub fn start_with(pid: u32, opts: &CpuOptions, unwind: &UnwindTable) -> Result<Self, CpuError> {
+        Self::start_shared(pid, opts, unwind, None)
+    }
+
+    fn start_shared(
+        pid: u32,
+        opts: &CpuOptions,
+        unwind: &UnwindTable,
+        share: Option<StatementShare<'_>>,
+    ) -> Result<Self, CpuError> {
         if !(1..=10_000).contains(&opts.frequency_hz) {
             return Err(CpuError::Frequency(opts.frequency_hz));
         }
-        let mut obj = load_object(pid, opts, unwind.rows.len())?;
+        let statements = share.as_ref().is_some_and(|s| s.thd.how != 0);
+        let mut obj = load_object(pid, opts, unwind.rows.len(), share)?;
         // Before any program is attached: every run is then measured, so
         // the sampler's runs equal the ticks it counted.
         let run_stats = crate::bpf::run_stats::enable();
@@ -113,7 +161,14 @@ impl CpuProfiler {
                 files: unwind.modules.clone(),
             },
             run_stats_fd: run_stats,
+            statements,
         })
+    }
+
+    /// Whether samples are counted per statement (the wait probes' maps
+    /// shared, statements on).
+    pub fn statements(&self) -> bool {
+        self.statements
     }
 
     /// The programs' runs so far, as the kernel counts them.
@@ -174,6 +229,8 @@ impl CpuProfiler {
             exe_module: self.exe_module.clone(),
             unwind: self.unwind.clone(),
             programs: self.program_runs(),
+            statements: self.statements,
+            statement_names: Default::default(),
         })
     }
 }
@@ -193,6 +250,11 @@ pub struct RawCpuProfile {
     pub exe_module: Option<String>,
     pub unwind: UnwindInfo,
     pub programs: CpuProgramRuns,
+    /// Whether on-CPU stacks carry their statement (`CpuStack::query_id`).
+    pub statements: bool,
+    /// Per query id: its statement's fingerprint, the stacks' `statement`
+    /// label (the recorder fills it from the statements it drained).
+    pub statement_names: std::collections::HashMap<u64, String>,
 }
 
 impl RawCpuProfile {
@@ -255,6 +317,8 @@ impl RawCpuProfile {
                 sample: since(self.programs.sample, earlier.programs.sample),
                 switch: since(self.programs.switch, earlier.programs.switch),
             },
+            statements: self.statements,
+            statement_names: self.statement_names.clone(),
         }
     }
 }
@@ -295,8 +359,16 @@ fn load_rows(obj: &Object, rows: &[UnwindRow]) -> Result<(), CpuError> {
 /// threshold, the unwind rows' count) and sizes the unwind array, then
 /// loads it: the switch program only for off-CPU (it alone needs the
 /// kernel's BTF, and libbpf reads that only for a program that does).
-fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuError> {
+fn load_object(
+    pid: u32,
+    opts: &CpuOptions,
+    rows: usize,
+    share: Option<StatementShare<'_>>,
+) -> Result<Object, CpuError> {
     let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+    // Statements only with the wait probes' maps to share: `thd` stays
+    // off otherwise, and the sampler's own statement maps stay unused.
+    let share = share.filter(|s| s.thd.how != 0);
     let mut builder = ObjectBuilder::default();
     let mut open = builder.open_memory(CPU_OBJ).map_err(CpuError::Open)?;
     for mut m in open.maps_mut() {
@@ -317,6 +389,25 @@ fn load_object(pid: u32, opts: &CpuOptions, rows: usize) -> Result<Object, CpuEr
             ] {
                 crate::bpf::abi::write_rodata(CPU_OBJ, data, global, value)
                     .ok_or(CpuError::Global(global))?;
+            }
+            if let Some(share) = &share {
+                let role = crate::plan::thread_role::connection_role_id().to_ne_bytes();
+                for (global, value) in [
+                    (bpf::globals::THD, bytemuck::bytes_of(&share.thd)),
+                    (bpf::globals::CONNECTION_ROLE, &role[..]),
+                ] {
+                    crate::bpf::abi::write_rodata(CPU_OBJ, data, global, value)
+                        .ok_or(CpuError::Global(global))?;
+                }
+            }
+        } else if let Some(&shared) = SHARED_MAPS.iter().find(|&&n| n == name) {
+            if let Some(share) = &share {
+                let theirs = map(share.latency, shared)?;
+                m.reuse_fd(theirs.as_fd()).map_err(CpuError::Open)?;
+            } else if shared != bpf::maps::STMT_NOW {
+                // Unused: the smallest map the kernel makes (task storage
+                // has no size).
+                m.set_max_entries(1).map_err(CpuError::Open)?;
             }
         } else if name == bpf::maps::UNWIND_ROWS {
             m.set_max_entries(rows.max(1)).map_err(CpuError::Open)?;
@@ -534,7 +625,7 @@ mod tests {
                 kind: (i % 5) as u8,
             })
             .collect();
-        let obj = load_object(std::process::id(), &CpuOptions::default(), n).unwrap();
+        let obj = load_object(std::process::id(), &CpuOptions::default(), n, None).unwrap();
         let map = map(&obj, bpf::maps::UNWIND_ROWS).unwrap();
         update_batch(map.as_fd().as_raw_fd(), &rows).expect("batch update");
         for i in [0, 1, BATCH_ROWS - 1, BATCH_ROWS, BATCH_ROWS + 1, n - 1] {

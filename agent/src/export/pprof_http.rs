@@ -113,6 +113,7 @@ impl PendingProfile {
         let duration = Duration::from_secs_f64(raw.duration_s);
         let profile = pprof::cpu_profile(
             &named.oncpu_stacks,
+            &named.oncpu_statements,
             freq,
             self.started_unix_ms,
             duration.as_nanos() as i64,

@@ -430,6 +430,7 @@ mod tests {
                 ..StmtLost::default()
             },
             holders: vec![],
+            cpu: vec![],
         });
         let earlier = book.totals();
         // The interval (2 s): 7's UPDATE goes on a little; 8 runs two new
@@ -454,6 +455,7 @@ mod tests {
                 ..StmtLost::default()
             },
             holders: vec![],
+            cpu: vec![],
         });
         (earlier, book.totals())
     }

@@ -59,6 +59,9 @@ impl NamedStack {
 pub struct RecordedStacks {
     /// (stack, samples)
     pub oncpu: Vec<(NamedStack, u64)>,
+    /// Per `oncpu` stack (same order; shorter: none for the rest): its
+    /// statement's fingerprint, the pprof `statement` label.
+    pub oncpu_statements: Vec<Option<String>>,
     /// (stack, microseconds blocked)
     pub offcpu: Vec<(NamedStack, u64)>,
     /// Per probe with stacks, in the summary's order.

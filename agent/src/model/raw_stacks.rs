@@ -155,7 +155,16 @@ pub struct RawCpuSample {
     /// Innermost first.
     pub kernel: Vec<u64>,
     pub value: u64,
+    /// On-CPU samples of a connection: its statement's fingerprint, cut
+    /// to [`MAX_STATEMENT_LABEL`] bytes (the profile's `statement` label);
+    /// none when not a connection's, or not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<String>,
 }
+
+/// Longest `statement` label of a CPU sample: a fingerprint's first
+/// bytes tell the statement apart; the whole text is in summary.json.
+pub const MAX_STATEMENT_LABEL: usize = 256;
 
 /// What is wrong with a raw file, in one line.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +256,11 @@ impl RawStacks {
                     s.thread.as_ref().map_or(0, String::len),
                     64,
                 )?;
+                at_most(
+                    "statement label length",
+                    s.statement.as_ref().map_or(0, String::len),
+                    MAX_STATEMENT_LABEL + 4,
+                )?;
             }
             at_most(
                 "module name length",
@@ -308,6 +322,7 @@ mod tests {
                         user: vec![1; MAX_DEPTH + 1],
                         kernel: Vec::new(),
                         value: 1,
+                        statement: None,
                     }],
                     ..Default::default()
                 }),

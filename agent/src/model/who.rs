@@ -30,6 +30,45 @@ pub struct Who {
     /// at most [`MAX_BLOCKING`]. Empty where no probed latch records a holder.
     #[serde(default)]
     pub blocking: Vec<Blocking>,
+    /// The CPU profile's samples of client connections, by statement
+    /// (`statements[].cpu_samples`); none without a CPU profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<StatementCpu>,
+}
+
+/// How the CPU profile's on-CPU samples of connections were tied to
+/// statements.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StatementCpu {
+    /// Whether samples were tied to statements at all (the sampler shares
+    /// the wait probes' statement maps: statements on, a probe attached).
+    pub attributed: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Samples of connection threads tied to a statement, every statement
+    /// (also those past the list).
+    pub samples: u64,
+    /// Samples of connection threads with no statement to read (between
+    /// statements, or the THD not readable).
+    pub no_statement: u64,
+    /// Samples of a statement whose text was never read.
+    pub no_text: u64,
+}
+
+impl StatementCpu {
+    fn merge(a: &Option<Self>, b: &Option<Self>) -> Option<Self> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Self {
+                attributed: a.attributed || b.attributed,
+                note: b.note.clone().or_else(|| a.note.clone()),
+                samples: a.samples + b.samples,
+                no_statement: a.no_statement + b.no_statement,
+                no_text: a.no_text + b.no_text,
+            }),
+            (a, b) => b.clone().or_else(|| a.clone()),
+        }
+    }
 }
 
 pub const MAX_BLOCKING: usize = 30;
@@ -111,6 +150,10 @@ pub struct StatementResult {
     pub wait_ns_total: u64,
     /// Per probe, most wait first.
     pub probes: Vec<StatementProbe>,
+    /// The CPU profile's on-CPU samples of it (`record --cpu`; see
+    /// `who.cpu`): 0 without a CPU profile, or one not tied to statements.
+    #[serde(default)]
+    pub cpu_samples: u64,
     /// Per connection id: its calls of this statement (to name the users
     /// once the processlist is read; not kept in the bundle).
     #[serde(skip)]
@@ -175,6 +218,7 @@ impl Who {
                     s.connections += sa.connections;
                     s.calls += sa.calls;
                     s.wait_ns_total += sa.wait_ns_total;
+                    s.cpu_samples += sa.cpu_samples;
                     for u in &sa.users {
                         if !s.users.contains(u) {
                             s.users.push(u.clone());
@@ -241,6 +285,7 @@ impl Who {
                 holders_full: ua.holders_full + ub.holders_full,
             },
             blocking,
+            cpu: StatementCpu::merge(&a.cpu, &b.cpu),
         }
     }
 }
@@ -264,6 +309,7 @@ mod tests {
                 calls,
                 wait_ns_total: wait,
             }],
+            cpu_samples: 0,
             connection_calls: vec![],
         }
     }
@@ -350,5 +396,46 @@ mod tests {
             (m.blocking[0].calls, m.blocking[0].holder_connection),
             (4, Some(9))
         );
+        assert_eq!(m.cpu, None, "no CPU profile in either segment");
+    }
+
+    /// `--follow` with a CPU profile: a statement's samples add up across
+    /// segments, and so do the samples tied to none.
+    #[test]
+    fn segments_sum_cpu_samples_by_statement() {
+        let cpu = |samples, no_statement| StatementCpu {
+            attributed: true,
+            note: None,
+            samples,
+            no_statement,
+            no_text: 1,
+        };
+        let with_cpu = |n| StatementResult {
+            cpu_samples: n,
+            ..statement("u", 1, 10, "app", "redo")
+        };
+        let a = Who {
+            statements: vec![with_cpu(30)],
+            cpu: Some(cpu(30, 2)),
+            ..Default::default()
+        };
+        let b = Who {
+            statements: vec![with_cpu(12), statement("v", 1, 1, "app", "redo")],
+            cpu: Some(cpu(12, 5)),
+            ..Default::default()
+        };
+        let m = Who::merge_segments(&a, &b);
+        let u = m.statements.iter().find(|s| s.id == "u").unwrap();
+        assert_eq!(u.cpu_samples, 42);
+        assert_eq!(
+            m.cpu,
+            Some(StatementCpu {
+                no_text: 2,
+                ..cpu(42, 7)
+            })
+        );
+        // A segment without a CPU profile keeps the other's.
+        let plain = Who::default();
+        assert_eq!(Who::merge_segments(&plain, &a).cpu, a.cpu);
     }
 }

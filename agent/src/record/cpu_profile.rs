@@ -27,6 +27,9 @@ pub struct CpuProfile {
     pub offcpu_folded: Option<String>,
     /// The same stacks as named (for pprof): samples, microseconds.
     pub oncpu_stacks: Vec<(NamedStack, u64)>,
+    /// Per on-CPU stack (same order): its statement's fingerprint, where
+    /// known (the pprof `statement` label).
+    pub oncpu_statements: Vec<Option<String>>,
     pub offcpu_stacks: Vec<(NamedStack, u64)>,
 }
 
@@ -40,6 +43,10 @@ impl RawCpuProfile {
             user: s.user_ips(),
             kernel: s.kernel_ips(),
             value,
+            statement: (s.query_id != 0)
+                .then(|| self.statement_names.get(&s.query_id))
+                .flatten()
+                .map(|fp| statement_label(fp)),
         };
         RawCpuStacks {
             exe_module: self.exe_module.clone(),
@@ -134,6 +141,8 @@ pub struct NamedCpu {
     oncpu_folded: FoldedStacks,
     oncpu_top: TopSymbols,
     oncpu_stacks: Vec<(NamedStack, u64)>,
+    /// Per on-CPU stack (same order): its statement label.
+    oncpu_statements: Vec<Option<String>>,
     probe_handling_samples: u64,
     /// Folded, top table, stacks (microseconds blocked).
     offcpu: Option<(FoldedStacks, TopSymbols, Vec<(NamedStack, u64)>)>,
@@ -145,6 +154,7 @@ impl NamedCpu {
         let mut on_folded = FoldedStacks::default();
         let mut on_top = TopBuilder::new(SelfFrame::Leaf);
         let mut oncpu_stacks = Vec::with_capacity(raw.oncpu.len());
+        let mut oncpu_statements = Vec::with_capacity(raw.oncpu.len());
         let mut probe_handling_samples = 0;
         // Every kernel address at once, with whether its stack's first
         // address is exact (as `named_stack` is called below): the
@@ -168,6 +178,7 @@ impl NamedCpu {
             on_folded.add_frames(&frames, s.value);
             on_top.add(&frames, s.value);
             oncpu_stacks.push((named, s.value));
+            oncpu_statements.push(s.statement.clone());
         }
         let offcpu = raw.offcpu.as_ref().map(|stacks| {
             let mut folded = FoldedStacks::default();
@@ -192,6 +203,7 @@ impl NamedCpu {
             oncpu_folded: on_folded,
             oncpu_top: on_top.build("samples", TOP_ROWS),
             oncpu_stacks,
+            oncpu_statements,
             probe_handling_samples,
             offcpu,
         }
@@ -222,6 +234,7 @@ impl NamedCpu {
             oncpu_folded: self.oncpu_folded.render(),
             offcpu_folded,
             oncpu_stacks: self.oncpu_stacks,
+            oncpu_statements: self.oncpu_statements,
             offcpu_stacks,
         }
     }
@@ -252,6 +265,20 @@ impl CpuProfile {
         }
         Ok(out)
     }
+}
+
+/// A fingerprint as a stack's `statement` label: its first
+/// [`MAX_STATEMENT_LABEL`] bytes (at a character boundary), `…` where cut.
+fn statement_label(fingerprint: &str) -> String {
+    use crate::model::raw_stacks::MAX_STATEMENT_LABEL;
+    if fingerprint.len() <= MAX_STATEMENT_LABEL {
+        return fingerprint.to_string();
+    }
+    let mut end = MAX_STATEMENT_LABEL;
+    while !fingerprint.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &fingerprint[..end])
 }
 
 fn push_svg(

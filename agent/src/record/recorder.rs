@@ -149,10 +149,21 @@ impl Recorder {
         };
         debug_phase("after probes attached");
         // On failure the session drops here, detaching its probes.
+        // Samples of connections count under their statements where the
+        // wait probes read statements: the sampler shares their maps, so
+        // the statements' drain takes both.
+        let share =
+            session
+                .as_ref()
+                .filter(|_| plan.thd.is_ok())
+                .map(|s| crate::cpu::StatementShare {
+                    latency: s.object(),
+                    thd: opts.thd,
+                });
         let cpu = plan
             .cpu
             .as_ref()
-            .map(|o| CpuProfiler::start(plan.target.pid, o))
+            .map(|o| CpuProfiler::start_sharing(plan.target.pid, o, share))
             .transpose()?;
         let maps = ProcessMaps::read(plan.target.pid).unwrap_or_default();
         let started_unix_ms = SystemTime::now()
@@ -214,7 +225,9 @@ impl Recorder {
             host,
             exited_threads: None,
             statements,
-            statements_busy: false,
+            // Busy until a drain says otherwise: a busy server fills the
+            // maps within the first second, before a drain could tell.
+            statements_busy: true,
         })
     }
 
@@ -439,6 +452,34 @@ impl Recorder {
         book.result(how, &probe_of)
     }
 
+    /// The CPU profile's statements: its stacks' query ids named by the
+    /// book (the `statement` label), and `who.cpu` said from the sampler's
+    /// counters, or why its samples have no statement.
+    fn name_statements(
+        &self,
+        mut raw: crate::cpu::RawCpuProfile,
+        who: Option<&mut crate::model::who::Who>,
+    ) -> crate::cpu::RawCpuProfile {
+        use crate::cpu::abi::Counter;
+        let book = self.statements.as_ref().map(|(b, _)| b);
+        if let Some(book) = book.filter(|_| raw.statements) {
+            raw.statement_names = book.cpu_fingerprints();
+        }
+        let cpu = crate::model::who::StatementCpu {
+            attributed: raw.statements,
+            note: (!raw.statements).then(|| {
+                "CPU samples not tied to statements: the wait probes read none here (no probe attached, or statements off)".to_string()
+            }),
+            samples: raw.counter(Counter::StmtSamples),
+            no_statement: raw.counter(Counter::ConnNoStmt),
+            no_text: book.map_or(0, |b| b.cpu_no_text()),
+        };
+        if let Some(who) = who {
+            who.cpu = Some(cpu);
+        }
+        raw
+    }
+
     /// Detaches the uprobes now (`finish` would), so a last read of the
     /// counters sees the final totals `finish` reports.
     /// The plan, once the recorder is done with (its probes detach as the
@@ -538,8 +579,14 @@ impl Recorder {
             session.detach();
         }
         debug_phase("after detach");
+        // The sampler stops before the last drain: every sample it counted
+        // per statement is then in the drain, and so is the fingerprint of
+        // every query id its stacks hold.
+        let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
+        debug_phase("after CPU profiler stop");
         self.drain_statements_now(true);
-        let who = self.session.is_some().then(|| self.who());
+        let mut who = self.session.is_some().then(|| self.who());
+        let cpu_raw = cpu_raw.map(|raw| raw.map(|r| self.name_statements(r, who.as_mut())));
         let snapshot = match &self.session {
             Some(session) => crate::collect::read(session),
             None => Ok(collect::MapsSnapshot::default()),
@@ -557,8 +604,6 @@ impl Recorder {
             }
             _ => None,
         };
-        let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
-        debug_phase("after CPU profiler stop");
         let snapshot = snapshot?;
         let cpu_raw = cpu_raw?;
         if self.plan.target.is_alive() {

@@ -573,6 +573,7 @@ fn name_cpu_profile(
         Some(mut c) => {
             collected.folded.extend(c.files()?);
             collected.stacks.oncpu = std::mem::take(&mut c.oncpu_stacks);
+            collected.stacks.oncpu_statements = std::mem::take(&mut c.oncpu_statements);
             collected.stacks.offcpu = std::mem::take(&mut c.offcpu_stacks);
             Some(c)
         }

@@ -242,7 +242,11 @@ fn merge_overhead(sa: &Summary, sb: &Summary, watched_a: f64, watched: f64) -> O
 /// probes' appended per probe (a probe only one segment has is added).
 fn merge_stacks(a: RecordedStacks, b: RecordedStacks) -> RecordedStacks {
     let mut stacks = a;
+    // Statements stay beside their stacks: the first segment's list is
+    // padded to its stacks before the second's are appended.
+    stacks.oncpu_statements.resize(stacks.oncpu.len(), None);
     stacks.oncpu.extend(b.oncpu);
+    stacks.oncpu_statements.extend(b.oncpu_statements);
     stacks.offcpu.extend(b.offcpu);
     for set in b.probes {
         match stacks.probes.iter_mut().find(|s| s.probe == set.probe) {

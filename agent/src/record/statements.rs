@@ -31,6 +31,15 @@ const MAX_DIGESTS: usize = 10_000;
 /// counts as [`OTHER_CONNECTION`] and a new edge is not kept (counted).
 const MAX_CONNECTIONS_KEPT: usize = 10_000;
 const MAX_EDGES_KEPT: usize = 10_000;
+/// Statement runs (query ids) remembered with their fingerprint because
+/// the CPU sampler counted them, so that the CPU profile's stacks, keyed
+/// by query id and read at the end, can be labelled: one per run that had
+/// a sample, so at most the samples taken (99 a second per CPU). Past it,
+/// a stack's statement is not named (its count in `cpu_samples` stays).
+const MAX_CPU_IDS: usize = 1 << 18;
+/// Statements kept in the summary for their CPU samples even when their
+/// wait is not among the [`MAX_STATEMENTS`] most.
+const CPU_STATEMENTS_KEPT: usize = 10;
 /// The connection id that stands for every connection past the bound.
 pub const OTHER_CONNECTION: u64 = u64::MAX;
 
@@ -89,6 +98,12 @@ pub struct StatementBook {
     edges_dropped: u64,
     no_text: u64,
     lost: StmtLost,
+    /// Per fingerprint: the CPU sampler's on-CPU samples of it.
+    cpu: HashMap<u32, u64>,
+    /// Query ids with CPU samples, and their fingerprint (see [`MAX_CPU_IDS`]).
+    cpu_ids: HashMap<u64, u32>,
+    /// CPU samples of a query id whose text was never read.
+    cpu_no_text: u64,
 }
 
 impl StatementBook {
@@ -140,6 +155,18 @@ impl StatementBook {
                 .entry(digest)
                 .or_default()
                 .add(v);
+        }
+        for &(query_id, samples) in &rows.cpu {
+            let Some(seen) = self.seen.get_mut(&query_id) else {
+                self.cpu_no_text += samples;
+                continue;
+            };
+            // A long statement sampled at every drain stays remembered.
+            seen.last_drain = self.drains;
+            *self.cpu.entry(seen.digest).or_default() += samples;
+            if self.cpu_ids.len() < MAX_CPU_IDS || self.cpu_ids.contains_key(&query_id) {
+                self.cpu_ids.insert(query_id, seen.digest);
+            }
         }
         for (slot, k, v) in &rows.holders {
             let waiter = self.seen.get(&k.waiter_query_id).map(|s| s.digest);
@@ -210,6 +237,20 @@ impl StatementBook {
         Some(d)
     }
 
+    /// Per query id the CPU sampler counted: its statement's fingerprint
+    /// (the CPU profile's `statement` label).
+    pub fn cpu_fingerprints(&self) -> HashMap<u64, String> {
+        self.cpu_ids
+            .iter()
+            .map(|(&id, &d)| (id, self.digests[d as usize].fingerprint.clone()))
+            .collect()
+    }
+
+    /// CPU samples of statements whose text was never read.
+    pub fn cpu_no_text(&self) -> u64 {
+        self.cpu_no_text
+    }
+
     /// The cumulative counts as they stand, whole (not cut to the
     /// summary's top lists), for live views that take the difference of
     /// two ([`crate::live::statements`]).
@@ -244,13 +285,17 @@ impl StatementBook {
             p.calls += acc.calls;
             p.wait_ns += acc.wait_ns;
         }
+        // Statements sampled on CPU that hit no probe are statements too.
+        for &d in self.cpu.keys() {
+            per_digest.entry(d).or_default();
+        }
         let mut conn_calls: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         for (conn, per) in &self.conns {
             for (d, acc) in per {
                 conn_calls.entry(*d).or_default().push((*conn, acc.calls));
             }
         }
-        let mut statements: Vec<StatementResult> = per_digest
+        let statements: Vec<StatementResult> = per_digest
             .into_iter()
             .map(|(d, (acc, probes))| {
                 let digest = &self.digests[d as usize];
@@ -275,15 +320,14 @@ impl StatementBook {
                     calls: acc.calls,
                     wait_ns_total: acc.wait_ns,
                     probes,
+                    cpu_samples: self.cpu.get(&d).copied().unwrap_or(0),
                     connection_calls: conn_calls.remove(&d).unwrap_or_default(),
                 }
             })
             .collect();
-        statements.sort_by(|a, b| {
-            (b.wait_ns_total, b.calls, &a.id).cmp(&(a.wait_ns_total, a.calls, &b.id))
-        });
-        let statements_more = statements.len().saturating_sub(MAX_STATEMENTS) as u64;
-        statements.truncate(MAX_STATEMENTS);
+        let total = statements.len();
+        let statements = keep_statements(statements);
+        let statements_more = (total - statements.len()) as u64;
 
         let mut connections: Vec<ConnectionResult> = self
             .conns
@@ -354,8 +398,36 @@ impl StatementBook {
                 no_text: self.no_text,
                 holders_full: self.lost.holders_full + self.edges_dropped,
             },
+            // Set by the recorder, which knows the sampler's counters.
+            cpu: None,
         }
     }
+}
+
+/// The summary's statements: the [`MAX_STATEMENTS`] with the most wait
+/// (then calls), and the [`CPU_STATEMENTS_KEPT`] with the most CPU
+/// samples among the rest, so that a statement that burns CPU without
+/// waiting is not cut; most wait first.
+fn keep_statements(mut statements: Vec<StatementResult>) -> Vec<StatementResult> {
+    let by_wait = |a: &StatementResult, b: &StatementResult| {
+        (b.wait_ns_total, b.calls, b.cpu_samples, &a.id).cmp(&(
+            a.wait_ns_total,
+            a.calls,
+            a.cpu_samples,
+            &b.id,
+        ))
+    };
+    statements.sort_by(by_wait);
+    if statements.len() <= MAX_STATEMENTS {
+        return statements;
+    }
+    let mut rest = statements.split_off(MAX_STATEMENTS);
+    rest.retain(|s| s.cpu_samples > 0);
+    rest.sort_by(|a, b| (b.cpu_samples, &a.id).cmp(&(a.cpu_samples, &b.id)));
+    rest.truncate(CPU_STATEMENTS_KEPT);
+    statements.extend(rest);
+    statements.sort_by(by_wait);
+    statements
 }
 
 /// A [`StatementBook`]'s cumulative counts ([`StatementBook::totals`]).
@@ -486,6 +558,7 @@ pub(crate) mod tests {
             texts: vec![],
             lost: StmtLost::default(),
             holders: vec![],
+            cpu: vec![],
         };
         book.add(StatementRows {
             stats: vec![(10, s1, v)],
@@ -508,6 +581,82 @@ pub(crate) mod tests {
         );
     }
 
+    /// CPU samples drained by query id add up per fingerprint, with the
+    /// wait counts or alone (a statement that burns CPU and hits no
+    /// probe); a sampled query id keeps its fingerprint for the profile's
+    /// labels; samples of an id with no text are counted apart.
+    #[test]
+    fn cpu_samples_add_up_per_fingerprint() {
+        let mut book = StatementBook::new(false);
+        let s1 = SlotId::of_index(0);
+        let v = StmtVal {
+            calls: 2,
+            wait_ns: 20,
+        };
+        book.add(StatementRows {
+            stats: vec![(10, s1, v)],
+            texts: vec![
+                (10, text(7, "UPDATE t SET k=k+1 WHERE id=5")),
+                (11, text(7, "UPDATE t SET k=k+1 WHERE id=6")),
+                (12, text(8, "SELECT SUM(k) FROM t WHERE id > 7")),
+            ],
+            cpu: vec![(10, 3), (11, 4), (12, 40)],
+            ..StatementRows::default()
+        });
+        // Next drain: 12 runs on (sampled only), 77 was never read.
+        book.add(StatementRows {
+            cpu: vec![(12, 9), (77, 5)],
+            ..StatementRows::default()
+        });
+        let who = book.result("how".into(), &HashMap::from([(s1, "a".to_string())]));
+        let by_fp = |fp: &str| who.statements.iter().find(|s| s.fingerprint == fp).unwrap();
+        let upd = by_fp("UPDATE t SET k=k+? WHERE id=?");
+        assert_eq!((upd.calls, upd.cpu_samples), (2, 7));
+        let sum = by_fp("SELECT SUM(k) FROM t WHERE id > ?");
+        assert_eq!((sum.calls, sum.wait_ns_total, sum.cpu_samples), (0, 0, 49));
+        assert_eq!(
+            who.statements[0].fingerprint, upd.fingerprint,
+            "most wait first"
+        );
+        assert_eq!(book.cpu_no_text(), 5);
+        let labels = book.cpu_fingerprints();
+        assert_eq!(labels.len(), 3);
+        assert_eq!(labels[&12], "SELECT SUM(k) FROM t WHERE id > ?");
+        assert_eq!(labels[&11], labels[&10]);
+    }
+
+    /// Past the top statements by wait, the ones with the most CPU
+    /// samples are kept too (a CPU-bound statement that never waits).
+    #[test]
+    fn cpu_heavy_statements_are_kept_past_the_wait_list() {
+        let st = |i: u64, wait: u64, cpu: u64| StatementResult {
+            id: format!("{i:016x}"),
+            fingerprint: format!("SELECT {i}"),
+            sample: None,
+            executions: 1,
+            connections: 1,
+            users: vec![],
+            calls: 1,
+            wait_ns_total: wait,
+            probes: vec![],
+            cpu_samples: cpu,
+            connection_calls: vec![],
+        };
+        let mut all: Vec<StatementResult> = (0..MAX_STATEMENTS as u64 + 20)
+            .map(|i| st(i, 1000 + i, 0))
+            .collect();
+        all.push(st(900, 0, 500));
+        all.push(st(901, 1, 0));
+        let kept = keep_statements(all);
+        assert_eq!(kept.len(), MAX_STATEMENTS + 1);
+        assert_eq!(
+            kept.last().unwrap().cpu_samples,
+            500,
+            "the CPU-bound one, last by wait"
+        );
+        assert!(kept.iter().all(|s| s.fingerprint != "SELECT 901"));
+    }
+
     #[test]
     fn hits_add_up_per_fingerprint_probe_and_connection() {
         let mut book = StatementBook::new(false);
@@ -519,6 +668,7 @@ pub(crate) mod tests {
             holder_query_id: holder,
             slot: 1,
             holder_tid: tid,
+            ..Default::default()
         };
         book.add(StatementRows {
             stats: vec![(10, s1, v(3, 300)), (11, s1, v(1, 100)), (12, s2, v(5, 50))],
@@ -532,6 +682,7 @@ pub(crate) mod tests {
                 (s2, key(12, 10, 0), v(2, 40)),
                 (s2, key(12, 0, 555), v(1, 5)),
             ],
+            cpu: vec![],
         });
         // The second drain: query 10 goes on; 99 has no text.
         book.add(StatementRows {
@@ -542,6 +693,7 @@ pub(crate) mod tests {
                 ..StmtLost::default()
             },
             holders: vec![(s2, key(12, 10, 0), v(1, 10))],
+            cpu: vec![],
         });
         let probes = HashMap::from([(s1, "a".to_string()), (s2, "b".to_string())]);
         let users = HashMap::from([(

@@ -397,9 +397,12 @@ pub fn decode_gz(bytes: &[u8]) -> Option<Profile> {
 
 /// On-CPU samples (weights: samples): values `samples/count` and
 /// `cpu/nanoseconds` (a sample stands for one period of the sampling
-/// clock).
+/// clock); label `statement` (the fingerprint) on a connection's samples
+/// where `statements[i]` knows it, so `pprof -tagfocus statement=…`
+/// picks one statement's CPU.
 pub fn cpu_profile(
     stacks: &[(NamedStack, u64)],
+    statements: &[Option<String>],
     frequency_hz: u64,
     start_ms: u64,
     duration_ns: i64,
@@ -409,8 +412,12 @@ pub fn cpu_profile(
     b.period("cpu", "nanoseconds", period_ns)
         .time(unix_ns(start_ms), duration_ns)
         .default_sample_type("samples");
-    for (stack, n) in stacks {
-        b.add(stack, &[*n as i64, *n as i64 * period_ns], &[]);
+    for (i, (stack, n)) in stacks.iter().enumerate() {
+        let labels: Vec<(&str, &str)> = match statements.get(i) {
+            Some(Some(fp)) => vec![("statement", fp.as_str())],
+            _ => Vec::new(),
+        };
+        b.add(stack, &[*n as i64, *n as i64 * period_ns], &labels);
     }
     b.build()
 }
@@ -563,7 +570,16 @@ mod tests {
                 1,
             ),
         ];
-        let p = decode(&encode_gz(&cpu_profile(&stacks, 100, 1_000, 2_000_000_000)));
+        // The first stack's statement known, the second's not (and the
+        // list may be shorter than the stacks).
+        let statements = [Some("SELECT c FROM t WHERE id=?".to_string())];
+        let p = decode(&encode_gz(&cpu_profile(
+            &stacks,
+            &statements,
+            100,
+            1_000,
+            2_000_000_000,
+        )));
         assert_eq!(p.string_table[0], "");
         assert_eq!(p.sample.len(), 2);
         let leaf = p.sample[0].location_id[0];
@@ -593,9 +609,15 @@ mod tests {
                 .map(|l| (string(&p, l.key).to_string(), string(&p, l.str).to_string()))
                 .collect()
         };
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let mut first = label(&p.sample[0]);
+        first.sort();
         assert_eq!(
-            label(&p.sample[0]),
-            [("thread".to_string(), "connection".to_string())]
+            first,
+            [
+                pair("statement", "SELECT c FROM t WHERE id=?"),
+                pair("thread", "connection"),
+            ]
         );
         assert!(label(&p.sample[1]).is_empty());
     }

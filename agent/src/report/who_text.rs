@@ -26,36 +26,54 @@ pub fn render(who: Option<&Who>) -> String {
     let mut out = String::new();
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN);
-    table.set_header([
+    // CPU samples only where the CPU profile tied its samples to statements.
+    let cpu = who.cpu.as_ref().filter(|c| c.attributed);
+    let mut header = vec![
         "statement",
         "id",
         "users",
         "executions",
         "calls",
         "total wait",
-        "most on",
-    ]);
+    ];
+    if cpu.is_some() {
+        header.push("CPU samples");
+    }
+    header.push("most on");
+    table.set_header(header);
     for s in who.statements.iter().take(TOP) {
         let most = s
             .probes
             .first()
             .map(|p| p.probe.clone())
             .unwrap_or_default();
-        table.add_row([
+        let mut row = vec![
             cut(&s.fingerprint, FINGERPRINT_CHARS),
             s.id.clone(),
             s.users.join(", "),
             s.executions.to_string(),
             s.calls.to_string(),
             units::ns(s.wait_ns_total),
-            most,
-        ]);
+        ];
+        if cpu.is_some() {
+            row.push(s.cpu_samples.to_string());
+        }
+        row.push(most);
+        table.add_row(row);
     }
-    right_align(&mut table, 3..6);
+    right_align(&mut table, 3..(6 + usize::from(cpu.is_some())));
     out.push_str(&format!(
         "statements (client connections' probe hits by statement fingerprint; executions \
          that hit a probe):\n{table}\n"
     ));
+    if let Some(c) = cpu {
+        out.push_str(&format!(
+            "(CPU samples: on-CPU samples of a connection running the statement; {} in all, {} of connections running none)\n",
+            c.samples, c.no_statement
+        ));
+    } else if let Some(note) = who.cpu.as_ref().and_then(|c| c.note.as_ref()) {
+        out.push_str(&format!("({note})\n"));
+    }
     if who.statements.len() > TOP || who.statements_more > 0 {
         out.push_str(&format!(
             "({} more statements in summary.json)\n",

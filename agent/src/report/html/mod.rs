@@ -628,6 +628,10 @@ fn statements(s: &Summary) -> Markup {
     };
     let dash = || "-".to_string();
     let tables = who.attributed && !who.statements.is_empty();
+    // A CPU samples column only where the CPU profile's samples were tied
+    // to statements (a column of zeros would say they ran on no CPU).
+    let cpu = who.cpu.as_ref().filter(|c| c.attributed);
+    let cpu_note = who.cpu.as_ref().and_then(|c| c.note.clone());
     html! {
         h2 #statements { "Statements and connections" }
         @if !who.attributed {
@@ -637,9 +641,11 @@ fn statements(s: &Summary) -> Markup {
         } @else {
             p.note { "Each client connection's probe hit, tied to the statement its thread was running (the server's own THD, read at the hit), grouped by fingerprint (literals as ?). Executions are those that hit a probe. Click a column to sort. Read as: " (who.how) "."
                 @if !who.blocking.is_empty() { " Who holds the latches they wait for: " a href="#blocking" { "Who blocks whom" } "." }
+                @if let Some(c) = cpu { " CPU samples: the CPU profile's on-CPU samples of the connection while it ran the statement (" (c.samples) " in all; " (c.no_statement) " of connections running none)." }
+                @if let Some(note) = &cpu_note { " " (note) "." }
             }
             table.data.sortable {
-                thead { tr { th { "statement" } th { "users" } th.n { "executions" } th.n { "connections" } th.n { "calls" } th.n { "total wait" } th { "per probe" } } }
+                thead { tr { th { "statement" } th { "users" } th.n { "executions" } th.n { "connections" } th.n { "calls" } th.n { "total wait" } @if cpu.is_some() { th.n { "CPU samples" } } th { "per probe" } } }
                 tbody {
                     @for st in &who.statements {
                         tr {
@@ -649,6 +655,7 @@ fn statements(s: &Summary) -> Markup {
                             td.n data-v=(st.connections) { (st.connections) }
                             td.n data-v=(st.calls) { (st.calls) }
                             td.n data-v=(st.wait_ns_total) { (units::ns(st.wait_ns_total)) }
+                            @if cpu.is_some() { td.n data-v=(st.cpu_samples) { (st.cpu_samples) } }
                             td { @for (i, p) in st.probes.iter().take(4).enumerate() { @if i > 0 { ", " } (p.probe) " " (p.calls) } }
                         }
                     }

@@ -233,6 +233,7 @@ fn with_blocking(blocking: Vec<crate::model::who::Blocking>) -> Summary {
             calls: 10,
             wait_ns_total: 9_000_000,
             probes: vec![],
+            cpu_samples: 0,
             connection_calls: vec![],
         }],
         blocking,
