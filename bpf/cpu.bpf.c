@@ -274,12 +274,24 @@ static __always_inline __u32 sample_role(__u32 tid, struct cpu_stack *stack, __u
  * ~100 samples a second per CPU. */
 static __always_inline __u64 sample_statement(__u32 tid, struct cpu_stack *stack, __u32 flags)
 {
-	__u64 id, one = 0, *n;
+	__u64 id, one = 0, *n, thd_ptr, len = 0;
 
 	if (!thd.how || !connection_role)
 		return 0;
 	if (sample_role(tid, stack, flags) != connection_role)
 		return 0;
+	/* Only while the THD holds a query text. Between statements (the
+	 * server empties it at a statement's end) and at a statement's start
+	 * (its query_id set before its text), statement_of would tie the
+	 * sample to an id whose text is read empty, and that empty text
+	 * would stay the id's for every later hit of it. A wait probe rarely
+	 * fires in those windows; a sample lands anywhere. */
+	thd_ptr = current_thd();
+	if (!thd_ptr ||
+	    bpf_probe_read_user(&len, sizeof(len), (void *)(thd_ptr + thd.query_len_off)) || !len) {
+		count(CNT_CONN_NO_STMT, 1);
+		return 0;
+	}
 	id = statement_of(tid, connection_role);
 	if (!id) {
 		count(CNT_CONN_NO_STMT, 1);

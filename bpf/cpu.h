@@ -97,7 +97,7 @@ enum cpu_counter {
 	CNT_OFF_START_FULL = 11,  /* blocks lost: per-thread start map full */
 	CNT_OFF_PREEMPTED = 12,   /* involuntary switches (runnable, not blocked) */
 	CNT_STMT_SAMPLES = 13,    /* on-CPU samples of a connection tied to a statement */
-	CNT_CONN_NO_STMT = 14,    /* on-CPU samples of a connection with no statement */
+	CNT_CONN_NO_STMT = 14,    /* on-CPU samples of a connection between statements (no query text or THD) */
 	CNT_STMT_CPU_FULL = 15,   /* samples not counted per statement: stmt_cpu full */
 	CNT_MAX = 16,
 };

@@ -105,7 +105,10 @@ fn ps_count(server: &Server, id: u64, event: &str) -> u64 {
         .unwrap_or_else(|_| panic!("performance_schema count: {out:?}"))
 }
 
-fn who_waits_and_runs_what(server_name: &str) {
+/// `cpu`: also profile CPU (the sampler then ties each sample of a
+/// connection to its statement, through the wait probes' maps), and check
+/// where the samples landed.
+fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
     let _k = kernel_lock();
     // Redo flushed at each commit (the default): every UPDATE waits for it.
     // performance_schema on, in this test only: what it lists per thread
@@ -162,7 +165,11 @@ fn who_waits_and_runs_what(server_name: &str) {
     std::thread::sleep(Duration::from_secs(2));
 
     let pid = server.pid.to_string();
-    let mut rec = Recording::start(&["--pid", &pid, "--duration", "6s", "--no-cpu"]);
+    let mut args = vec!["--pid", &pid, "--duration", "6s"];
+    if !cpu {
+        args.push("--no-cpu");
+    }
+    let mut rec = Recording::start(&args);
     rec.wait_attached();
     let updates_before = ps_count(&server, rw_id, "statement/sql/update");
     let (code, stdout, rec) = rec.finish();
@@ -259,10 +266,11 @@ fn who_waits_and_runs_what(server_name: &str) {
         ro_digests.contains(&squeezed(SELECT)),
         "performance_schema's digests for app_ro: {ro_digests:?}"
     );
-    // Every statement innoprof attributed is of a kind performance_schema
-    // counts for its user's threads (its history keeps only the last 10 a
-    // thread ran: a snapshot's COMMIT is long gone from it).
-    for st in &who.statements {
+    // Every statement innoprof attributed hits to is of a kind
+    // performance_schema counts for its user's threads (its history keeps
+    // only the last 10 a thread ran: a snapshot's COMMIT is long gone from
+    // it). Statements seen only on CPU have no hits, hence no users.
+    for st in who.statements.iter().filter(|st| st.calls > 0) {
         let kind = format!(
             "statement/sql/{}",
             st.fingerprint
@@ -302,6 +310,11 @@ fn who_waits_and_runs_what(server_name: &str) {
         assert_eq!(b.holder_fingerprint.as_deref(), Some(UPDATE), "{b:?}");
         assert_eq!(b.holder_connection, Some(rw_id), "{b:?}");
     }
+    if cpu {
+        cpu_samples_land_on_the_load(&s, who, &rec);
+    } else {
+        assert!(who.cpu.is_none(), "no CPU profile: {:?}", who.cpu);
+    }
     // No literal is kept without --statement-text.
     assert!(!who.text_kept && who.statements.iter().all(|st| st.sample.is_none()));
     let text = std::fs::read_to_string(rec.out.join("summary.txt")).unwrap();
@@ -312,19 +325,95 @@ fn who_waits_and_runs_what(server_name: &str) {
     );
 }
 
+/// The CPU profile's samples of the connections, by statement: the
+/// busy connections' statements (app_rw's UPDATE, app_ro's version-walking
+/// SELECT) have them, the one the idle connection ran before the
+/// recording (`SELECT 1`, blocked in its read since) has none, and the
+/// same statements label the samples of cpu.pb.gz.
+fn cpu_samples_land_on_the_load(s: &innoprof::model::summary::Summary, who: &Who, rec: &Recording) {
+    let cpu = who.cpu.as_ref().expect("who.cpu with a CPU profile");
+    assert!(cpu.attributed, "{cpu:?}");
+    let on_statements: u64 = who.statements.iter().map(|st| st.cpu_samples).sum();
+    let mut by_cpu: Vec<_> = who
+        .statements
+        .iter()
+        .filter(|st| st.cpu_samples > 0)
+        .collect();
+    by_cpu.sort_by_key(|st| std::cmp::Reverse(st.cpu_samples));
+    let samples = s.cpu.as_ref().expect("summary.json has cpu").oncpu.samples;
+    println!(
+        "CPU samples: {samples} of the target, {} tied to statements ({on_statements} on the \
+         listed ones), {} of connections running none; by statement: {:?}",
+        cpu.samples,
+        cpu.no_statement,
+        by_cpu
+            .iter()
+            .map(|st| (st.fingerprint.as_str(), st.cpu_samples))
+            .collect::<Vec<_>>()
+    );
+    assert!(on_statements > 0, "no CPU sample on a statement: {cpu:?}");
+    // A sample between statements (or before a statement's text is set)
+    // ties nothing: no statement is known by an empty text.
+    assert!(
+        who.statements.iter().all(|st| !st.fingerprint.is_empty()),
+        "a statement with no text"
+    );
+    // The listed statements' samples are among those the sampler tied to
+    // a statement (the rest: statements not listed, or whose text the
+    // drain never saw), and those among the target's.
+    assert!(
+        on_statements <= cpu.samples && cpu.samples <= samples,
+        "{cpu:?}"
+    );
+    let top = by_cpu[0].fingerprint.as_str();
+    assert!(
+        top == UPDATE || top == SELECT,
+        "the statement with the most CPU samples is not the load's: {top}"
+    );
+    let idle = who
+        .statements
+        .iter()
+        .find(|st| st.fingerprint == "SELECT ?");
+    assert!(
+        idle.is_none_or(|st| st.cpu_samples == 0),
+        "the idle connection's statement has CPU samples: {idle:?}"
+    );
+    // cpu.pb.gz: the busy statements label samples.
+    let gz = std::fs::read(rec.out.join("cpu.pb.gz")).expect("cpu.pb.gz");
+    let p = innoprof::report::pprof::decode_gz(&gz).expect("a gzipped profile");
+    let mut labelled: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    for sample in &p.sample {
+        for l in &sample.label {
+            if p.string_table[l.key as usize] == "statement" {
+                *labelled
+                    .entry(p.string_table[l.str as usize].clone())
+                    .or_default() += sample.value[0];
+            }
+        }
+    }
+    println!("cpu.pb.gz samples by statement label: {labelled:?}");
+    assert!(
+        labelled.get(top).copied().unwrap_or(0) > 0,
+        "no sample of cpu.pb.gz labelled {top}: {labelled:?}"
+    );
+    assert!(!labelled.contains_key("SELECT ?"), "{labelled:?}");
+}
+
+/// With a CPU profile too: its samples are tied to statements (see
+/// [`cpu_samples_land_on_the_load`]).
 #[test]
 fn who_mariadb_10_2_11_pthread_key() {
-    who_waits_and_runs_what("mariadb-10.2.11");
+    who_waits_and_runs_what("mariadb-10.2.11", true);
 }
 
 #[test]
 fn who_mariadb_11_4_5_tls() {
-    who_waits_and_runs_what("mariadb-11.4.5");
+    who_waits_and_runs_what("mariadb-11.4.5", false);
 }
 
 #[test]
 fn who_mysql_5_6_24_pthread_key() {
-    who_waits_and_runs_what("mysql-5.6.24");
+    who_waits_and_runs_what("mysql-5.6.24", false);
 }
 
 /// MySQL 8.0.15 ships without DWARF: the THD's members come from the
@@ -333,5 +422,5 @@ fn who_mysql_5_6_24_pthread_key() {
 /// statements are told apart by their text, and the summary says so.
 #[test]
 fn who_mysql_8_0_15_without_dwarf() {
-    who_waits_and_runs_what("mysql-8.0.15");
+    who_waits_and_runs_what("mysql-8.0.15", false);
 }
