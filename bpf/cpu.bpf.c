@@ -28,6 +28,9 @@ const volatile __u32 unwind_rows_len = 0;
 /* Halvings that narrow unwind_rows_len rows to one (at most 24): a known
  * constant, so the verifier walks the search exactly that many times. */
 const volatile __u32 unwind_steps = 0;
+/* 1: on-CPU stacks are keyed by statement too (see cpu_stack.query_id);
+ * 0: statements are counted in stmt_cpu only. */
+const volatile __u8 stmt_in_key = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -348,6 +351,8 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 		count(CNT_TRUNCATED, 1);
 	key->flags = flags;
 	key->query_id = sample_statement((__u32)pid_tgid, key, flags);
+	if (!stmt_in_key)
+		key->query_id = 0;
 
 	val = lookup_or_init(&oncpu_counts, key, &one);
 	if (!val) {

@@ -62,6 +62,11 @@ impl Default for CpuOptions {
 pub struct StatementShare<'a> {
     pub latency: &'a Object,
     pub thd: crate::bpf::abi::ThdLayout,
+    /// Whether on-CPU stacks are keyed by statement too (each sample keeps
+    /// its statement: the pprof label), or statements only counted. A key
+    /// per (stack, statement run) fills the stack map sooner: fine for a
+    /// bounded `record`, not for views that sample without end (`top`).
+    pub key_stacks: bool,
 }
 
 /// The latency object's maps the sampler reuses: the per-thread
@@ -395,6 +400,7 @@ fn load_object(
                 for (global, value) in [
                     (bpf::globals::THD, bytemuck::bytes_of(&share.thd)),
                     (bpf::globals::CONNECTION_ROLE, &role[..]),
+                    (bpf::globals::STMT_IN_KEY, &[u8::from(share.key_stacks)][..]),
                 ] {
                     crate::bpf::abi::write_rodata(CPU_OBJ, data, global, value)
                         .ok_or(CpuError::Global(global))?;

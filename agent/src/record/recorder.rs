@@ -159,6 +159,11 @@ impl Recorder {
                 .map(|s| crate::cpu::StatementShare {
                     latency: s.object(),
                     thd: opts.thd,
+                    // Stacks keyed by statement only where they are written out
+                    // at a bounded end (`record`); `top` and `serve` sample
+                    // without end, and a key per statement run would fill the
+                    // stack map.
+                    key_stacks: stacks == StackCapture::Always,
                 });
         let cpu = plan
             .cpu
