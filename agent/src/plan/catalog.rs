@@ -285,7 +285,14 @@ impl ProbeSpec {
     pub fn is_default(&self) -> bool {
         match self.default {
             Some(explicit) => explicit,
-            None => matches!(self.cost, CostClass::Contended | CostClass::Rare) && !self.inline,
+            // A release probe comes with the waits it names holders for
+            // (see `select_with_counters`), not on its own: os_event_set
+            // runs for every event of the server, not only latch releases.
+            None => {
+                matches!(self.cost, CostClass::Contended | CostClass::Rare)
+                    && !self.inline
+                    && self.wake.is_none()
+            }
         }
     }
 
@@ -556,6 +563,20 @@ impl CatalogFile {
                 }
             }
         }
+        // A wait whose holder is found by its release brings that release's
+        // probe: without it the wait names no holder.
+        let wakers: Vec<String> = out
+            .iter()
+            .filter_map(|p| p.latch.as_ref()?.woken_by.clone())
+            .collect();
+        for by in wakers {
+            if out.iter().any(|p| p.name == by) {
+                continue;
+            }
+            if let Some(w) = self.probes.iter().find(|p| p.name == by) {
+                out.push(w.clone());
+            }
+        }
         Ok((out, counters))
     }
 
@@ -780,11 +801,14 @@ mod tests {
             [
                 "innodb.redo.write_up_to",
                 "innodb.redo.flush",
-                "innodb.mutex.enter"
+                "innodb.mutex.enter",
+                // The release that names mutex.enter's holders.
+                "innodb.event.set"
             ]
         );
         let mixed = f.select("default,innodb.mutex.enter").unwrap();
-        assert_eq!(mixed.len(), f.select("default").unwrap().len() + 1);
+        // The mutex enter and the release probe it brings.
+        assert_eq!(mixed.len(), f.select("default").unwrap().len() + 2);
         let err = f
             .select("innodb.nope")
             .map_err(|e| crate::error_chain(&e))
@@ -1056,10 +1080,33 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_brings_the_release_probe_that_names_its_holder() {
+        let names = |family, version, selection: &str| {
+            let f = Catalog::builtin()
+                .for_server(&server(family, version))
+                .unwrap()
+                .clone();
+            let probes = f.select(selection).unwrap();
+            probes.into_iter().map(|p| p.name).collect::<Vec<_>>()
+        };
+        let five_six = names(Family::Mysql, "5.6.24", "innodb.mutex.wait");
+        assert_eq!(five_six, ["innodb.mutex.wait", "innodb.latch.wake"]);
+        assert!(names(Family::Mysql, "5.6.24", "default").contains(&"innodb.latch.wake".into()));
+        // os_event_set runs for every event: only with the (opt-in) mutex
+        // enter it names holders for.
+        let default = names(Family::Mariadb, "10.2.11", "default");
+        assert!(!default.contains(&"innodb.event.set".into()), "{default:?}");
+        let with_mutex = names(Family::Mariadb, "10.2.11", "innodb.mutex.enter");
+        assert_eq!(with_mutex, ["innodb.mutex.enter", "innodb.event.set"]);
+        let ten_six = names(Family::Mariadb, "11.4.5", "default");
+        assert!(ten_six.contains(&"innodb.latch.wake".into()), "{ten_six:?}");
+    }
+
+    #[test]
     fn wake_probes_and_woken_by_are_validated() {
         let head = "[server]\nfamily='mysql'\nmin_version='5.6'\nmax_version='5.6'\n";
         let probe = |name: &str, measure: &str, extra: &str| {
-            format!("[[probe]]\nname='{name}'\nsymbols=['f']\nmeasure='{measure}'\ncost='contended'\n{extra}\n")
+            format!("[[probe]]\nname='{name}'\nsymbols=['some_fn']\nmeasure='{measure}'\ncost='contended'\n{extra}\n")
         };
         let parse = |body: String| CatalogFile::parse("t.toml", &format!("{head}{body}"));
         let waiter = |by: &str, key: &str| {

@@ -164,7 +164,7 @@ fn woken_line(
         }
     };
     Some(format!(
-        "holder: the thread whose release ends the wait, seen by `{by}`{via} (attach it too)"
+        "holder: the thread whose release ends the wait, seen by `{by}`{via} (attached with this probe)"
     ))
 }
 
