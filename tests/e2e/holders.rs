@@ -52,6 +52,10 @@ fn holders_of_a_hot_row(
     released_by: &[&str],
     select_waits: bool,
 ) {
+    // The probes whose latches record no holder: every edge is by release.
+    let released_only: &[&str] = &["innodb.mutex.wait", "innodb.mutex.enter"];
+    // rw_lock_t records its writer's lock site; sux_lock (10.6+) does not.
+    let sites = !server_name.starts_with("mariadb-11");
     let _k = kernel_lock();
     let server = Server::start(server_name, &[]);
     server.sysbench_ok(&[
@@ -121,6 +125,19 @@ fn holders_of_a_hot_row(
         wait_ns(&by_update) as f64 >= 0.95 * wait_ns(&readers) as f64,
         "{readers:#?}"
     );
+    // Where the latch records where its holder took it (rw_lock_t's
+    // last_x_file_name/last_x_line), the UPDATE's lock site is a source line.
+    if sites {
+        let site = by_update
+            .iter()
+            .find_map(|b| b.holder_site.as_deref())
+            .unwrap_or_else(|| panic!("no lock site: {by_update:#?}"));
+        let (file, line) = site.rsplit_once(':').expect("file:line");
+        assert!(
+            file.contains('.') && line.parse::<u32>().is_ok_and(|l| l > 0),
+            "{site}"
+        );
+    }
     if select_waits {
         assert!(
             readers
@@ -147,6 +164,9 @@ fn holders_of_a_hot_row(
         who.blocking
     );
     for b in &released {
+        if released_only.contains(&b.probe.as_str()) {
+            assert!(b.released, "{b:?}");
+        }
         let conn = b
             .holder_connection
             .expect("a statement's holder has a connection");

@@ -130,14 +130,26 @@ pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidenc
 pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> {
     let who = summary.who.as_ref()?;
     let mut by_holder: Vec<(String, u64, u64)> = Vec::new();
+    let (mut released, mut edges) = (0u64, 0u64);
     for e in who.blocking.iter().filter(|e| e.probe == probe) {
         let name = match (&e.holder_fingerprint, e.holder_connection, e.holder_thread) {
             (Some(f), Some(c), _) => format!("{f} (connection {c})"),
             (Some(f), None, _) => f.clone(),
             (None, Some(c), _) => format!("connection {c}, between statements"),
-            (None, None, Some(t)) => format!("thread {t} (running no statement)"),
+            (None, None, Some(t)) => match &e.holder_role {
+                Some(role) => format!("{role} (thread {t})"),
+                None => format!("thread {t} (running no statement)"),
+            },
             (None, None, None) => continue,
         };
+        let name = match &e.holder_site {
+            Some(site) => format!("{name} at {site}"),
+            None => name,
+        };
+        edges += e.calls;
+        if e.released {
+            released += e.calls;
+        }
         match by_holder.iter_mut().find(|h| h.0 == name) {
             Some(h) => {
                 h.1 += e.wait_ns_total;
@@ -146,10 +158,19 @@ pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> 
             None => by_holder.push((name, e.wait_ns_total, e.calls)),
         }
     }
-    let (wait, calls): (u64, u64) = by_holder
+    // Every edge's waits, where the recording kept the totals (the list
+    // keeps the biggest edges only).
+    let listed = by_holder
         .iter()
         .fold((0, 0), |(w, c), h| (w + h.1, c + h.2));
-    if calls == 0 {
+    let (wait, calls) = who
+        .blocking_totals
+        .iter()
+        .find(|t| t.probe == probe)
+        .map_or(listed, |t| {
+            (t.wait_ns_total.max(listed.0), t.calls.max(listed.1))
+        });
+    if calls == 0 || by_holder.is_empty() {
         return None;
     }
     by_holder.sort_by(|a, b| (b.1, b.2).cmp(&(a.1, a.2)).then_with(|| a.0.cmp(&b.0)));
@@ -165,9 +186,19 @@ pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> 
         .take(n)
         .map(|h| format!("{:.0} % {}", share(h), h.0))
         .collect();
+    let how = if released == 0 {
+        String::new()
+    } else if released == edges {
+        " (each the thread whose release ended the wait)".to_string()
+    } else {
+        format!(
+            " ({} of them by the thread whose release ended the wait)",
+            thousands(released as f64)
+        )
+    };
     Some(Evidence {
         text: format!(
-            "held, for the {} waits at {probe} tied to a holder, by: {}",
+            "held, for the {} waits at {probe} tied to a holder{how}, by: {}",
             thousands(calls as f64),
             parts.join("; ")
         ),

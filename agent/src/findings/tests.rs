@@ -505,6 +505,7 @@ fn holders_at_a_probe_are_named_by_statement_and_connection() {
         holder_thread: thread,
         calls: wait / 10,
         wait_ns_total: wait,
+        ..Default::default()
     };
     s.who = Some(Who {
         attributed: true,
@@ -539,4 +540,24 @@ fn holders_at_a_probe_are_named_by_statement_and_connection() {
          20 % thread 4242 (running no statement)"
     );
     assert_eq!(e.anchor, "blocking");
+    // With every edge's totals (the list keeps the biggest), a background
+    // holder by its role, a lock site, and holders found by release.
+    let who = s.who.as_mut().unwrap();
+    who.blocking_totals = vec![crate::model::who::BlockingTotal {
+        probe: "innodb.rwlock.s_wait".into(),
+        calls: 200,
+        wait_ns_total: 2_000,
+    }];
+    who.blocking[0].holder_site = Some("btr0cur.cc:1234".into());
+    who.blocking[2].holder_role = Some("purge coordinator".into());
+    who.blocking[2].released = true;
+    let e = crate::findings::measure::holders_at(&s, "innodb.rwlock.s_wait", 3).unwrap();
+    assert_eq!(
+        e.text,
+        "held, for the 200 waits at innodb.rwlock.s_wait tied to a holder \
+         (20 of them by the thread whose release ended the wait), by: \
+         25 % UPDATE t SET k=k+? WHERE id=? (connection 31) at btr0cur.cc:1234; \
+         15 % UPDATE t SET k=k+? WHERE id=? (connection 31); \
+         10 % purge coordinator (thread 4242)"
+    );
 }

@@ -23,13 +23,18 @@ pub struct Who {
     pub connections_more: u64,
     /// Client connections' calls tied to no statement, and why.
     pub unattributed: Unattributed,
-    /// Waits for a latch's exclusive holder, where the latch records it
-    /// (`rw_lock_t::writer_thread` in MySQL 5.6-5.7, MariaDB 10.2-10.5;
-    /// `sux_lock::writer` in MariaDB 10.6+):
+    /// Waits for a latch's holder: its exclusive holder where the latch
+    /// records it (`rw_lock_t::writer_thread` in MySQL 5.6-5.7, MariaDB
+    /// 10.2-10.5; `sux_lock::writer` in MariaDB 10.6+), else the thread
+    /// whose release ended the wait (`released`):
     /// waiter's statement -> holder's statement or thread. Most wait first,
     /// at most [`MAX_BLOCKING`]. Empty where no probed latch records a holder.
     #[serde(default)]
     pub blocking: Vec<Blocking>,
+    /// Per probe, every wait tied to a holder (all edges, also those past
+    /// `blocking`).
+    #[serde(default)]
+    pub blocking_totals: Vec<BlockingTotal>,
     /// The CPU profile's samples of client connections, by statement
     /// (`statements[].cpu_samples`); none without a CPU profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,7 +79,7 @@ impl StatementCpu {
 pub const MAX_BLOCKING: usize = 30;
 
 /// One waiter -> holder edge of a probe's latch waits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Blocking {
     pub probe: String,
     /// The waiting statement's id (`statements[].id`); none for a
@@ -90,6 +95,51 @@ pub struct Blocking {
     /// The holder's kernel thread id, when it ran no statement (a
     /// background thread, or a connection between statements).
     pub holder_thread: Option<u32>,
+    /// That thread's role (`purge coordinator`, `page cleaner`, ...),
+    /// where it is known (the thread hit a probe during the recording).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_role: Option<String>,
+    /// Where the holder took the latch (`btr0cur.cc:1234`), where the
+    /// latch records it (`rw_lock_t::last_x_file_name`/`last_x_line`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_site: Option<String>,
+    /// The holder is the thread whose release ended the wait (a release
+    /// probe: mutexes, latches held shared), not one read from the latch
+    /// at the wait's start (its exclusive holder).
+    #[serde(default)]
+    pub released: bool,
+    /// The raw lock site (`__FILE__` pointer, line), named into
+    /// `holder_site` when the recording ends.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub raw_site: Option<(u64, u32)>,
+    pub calls: u64,
+    pub wait_ns_total: u64,
+}
+
+impl Blocking {
+    /// The holder as a reader names it: its statement, or its thread (by
+    /// role where known).
+    pub fn holder_label(&self, width: usize) -> String {
+        match (
+            &self.holder_fingerprint,
+            self.holder_thread,
+            &self.holder_role,
+        ) {
+            (Some(f), _, _) => crate::text::cut(f, width),
+            (None, Some(tid), Some(role)) => format!("{role} (thread {tid})"),
+            (None, Some(tid), None) => format!("thread {tid} (no statement)"),
+            (None, None, _) => "-".into(),
+        }
+    }
+}
+
+/// Every waiter -> holder edge of a probe, summed (`blocking` keeps the
+/// biggest only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BlockingTotal {
+    pub probe: String,
+    /// Waits tied to a holder.
     pub calls: u64,
     pub wait_ns_total: u64,
 }
@@ -97,6 +147,26 @@ pub struct Blocking {
 pub const MAX_STATEMENTS: usize = 50;
 
 impl Who {
+    /// Names each thread holder by its role (`roles`: thread id -> role
+    /// id, as the BPF side found them) and each raw lock site by `site`.
+    pub fn name_holders(
+        &mut self,
+        roles: &std::collections::HashMap<u32, u32>,
+        mut site: impl FnMut(u64, u32) -> String,
+    ) {
+        for b in &mut self.blocking {
+            if let Some(tid) = b.holder_thread.filter(|_| b.holder_statement.is_none()) {
+                b.holder_role = roles
+                    .get(&tid)
+                    .filter(|r| **r != 0)
+                    .map(|r| crate::plan::thread_role::role(*r).0.to_string());
+            }
+            if let Some((file, line)) = b.raw_site {
+                b.holder_site = Some(site(file, line));
+            }
+        }
+    }
+
     /// Names each connection's user, host and db, and each statement's
     /// users (most calls first), from the processlist rows `conns`.
     pub fn name_users(
@@ -262,12 +332,23 @@ impl Who {
                 None => blocking.push(Blocking {
                     holder_connection: None,
                     holder_thread: None,
+                    holder_role: None,
                     ..ea.clone()
                 }),
             }
         }
         blocking.sort_by_key(|e| std::cmp::Reverse((e.wait_ns_total, e.calls)));
         blocking.truncate(MAX_BLOCKING);
+        let mut blocking_totals = b.blocking_totals.clone();
+        for ta in &a.blocking_totals {
+            match blocking_totals.iter_mut().find(|t| t.probe == ta.probe) {
+                Some(t) => {
+                    t.calls += ta.calls;
+                    t.wait_ns_total += ta.wait_ns_total;
+                }
+                None => blocking_totals.push(ta.clone()),
+            }
+        }
 
         let (ua, ub) = (&a.unattributed, &b.unattributed);
         Who {
@@ -285,6 +366,7 @@ impl Who {
                 holders_full: ua.holders_full + ub.holders_full,
             },
             blocking,
+            blocking_totals,
             cpu: StatementCpu::merge(&a.cpu, &b.cpu),
         }
     }
@@ -325,6 +407,7 @@ mod tests {
             holder_thread: None,
             calls,
             wait_ns_total: calls * 10,
+            ..Default::default()
         }
     }
 

@@ -471,7 +471,7 @@ impl CatalogFile {
                 }
                 if let Some(by) = l.woken_by.as_deref().filter(|b| !b.trim().is_empty()) {
                     let waker = self.probes.iter().find(|q| q.name == by);
-                    if !waker.is_some_and(|q| q.wake.is_some()) {
+                    if waker.is_none_or(|q| q.wake.is_none()) {
                         return invalid(format!(
                             "probe `{}`: woken_by `{by}` is not a probe with `wake` in {}",
                             p.name, self.file

@@ -611,6 +611,15 @@ impl Recorder {
         };
         let snapshot = snapshot?;
         let cpu_raw = cpu_raw?;
+        if let Some(who) = who.as_mut() {
+            let mut namer = crate::symbolize::callsite::CallsiteNamer::new(
+                self.plan.target.pid,
+                &self.plan.image,
+            );
+            who.name_holders(&snapshot.thread_roles, |file, line| {
+                namer.file_line(file, line)
+            });
+        }
         if self.plan.target.is_alive() {
             // Libraries loaded during the run are in the fresher map.
             if let Ok(m) = ProcessMaps::read(self.plan.target.pid) {

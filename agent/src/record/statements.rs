@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use crate::bpf::abi::{SlotId, StmtText, StmtVal};
 use crate::collect::{StatementRows, StmtLost};
 use crate::model::who::{
-    Blocking, ConnectionResult, StatementProbe, StatementResult, Unattributed, Who, MAX_BLOCKING,
-    MAX_CONNECTIONS, MAX_STATEMENTS,
+    Blocking, BlockingTotal, ConnectionResult, StatementProbe, StatementResult, Unattributed, Who,
+    MAX_BLOCKING, MAX_CONNECTIONS, MAX_STATEMENTS,
 };
 
 /// A `query_id` unseen for this many drains and this long is forgotten
@@ -66,6 +66,14 @@ enum Holder {
     Thread(u32),
 }
 
+/// How a holder was found: read from the latch (with its lock site, where
+/// the latch records it), or by its release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct HeldHow {
+    released: bool,
+    site: Option<(u64, u32)>,
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Acc {
     calls: u64,
@@ -92,8 +100,9 @@ pub struct StatementBook {
     digests: Vec<Digest>,
     rows: HashMap<(u32, SlotId), Acc>,
     conns: HashMap<u64, HashMap<u32, Acc>>,
-    /// Per (slot, waiter's statement, holder): waits for a latch's holder.
-    edges: HashMap<(SlotId, Option<u32>, Holder), Acc>,
+    /// Per (slot, waiter's statement, holder, how and where it held the
+    /// latch): waits for a latch's holder.
+    edges: HashMap<(SlotId, Option<u32>, Holder, HeldHow), Acc>,
     /// Waits whose edge was past [`MAX_EDGES_KEPT`].
     edges_dropped: u64,
     no_text: u64,
@@ -177,7 +186,11 @@ impl StatementBook {
                 },
                 _ => Holder::Thread(k.holder_tid),
             };
-            let key = (*slot, waiter, holder);
+            let how = HeldHow {
+                released: k.how == crate::bpf::abi::HOLDER_RELEASED,
+                site: (k.holder_file != 0).then_some((k.holder_file, k.holder_line)),
+            };
+            let key = (*slot, waiter, holder, how);
             if self.edges.len() >= MAX_EDGES_KEPT && !self.edges.contains_key(&key) {
                 self.edges_dropped += v.calls;
                 continue;
@@ -360,7 +373,7 @@ impl StatementBook {
         let mut blocking: Vec<Blocking> = self
             .edges
             .iter()
-            .map(|(&(slot, waiter, holder), acc)| {
+            .map(|(&(slot, waiter, holder, how), acc)| {
                 let (holder, holder_connection, holder_thread) = match holder {
                     Holder::Statement { digest, conn } => (Some(digest), Some(conn), None),
                     Holder::Thread(tid) => (None, None, Some(tid)),
@@ -374,17 +387,36 @@ impl StatementBook {
                     holder_fingerprint: holder.map(fingerprint),
                     holder_connection,
                     holder_thread,
+                    released: how.released,
+                    raw_site: how.site,
                     calls: acc.calls,
                     wait_ns_total: acc.wait_ns,
+                    ..Default::default()
                 }
             })
             .collect();
+        let mut blocking_totals: Vec<BlockingTotal> = Vec::new();
+        for b in &blocking {
+            match blocking_totals.iter_mut().find(|t| t.probe == b.probe) {
+                Some(t) => {
+                    t.calls += b.calls;
+                    t.wait_ns_total += b.wait_ns_total;
+                }
+                None => blocking_totals.push(BlockingTotal {
+                    probe: b.probe.clone(),
+                    calls: b.calls,
+                    wait_ns_total: b.wait_ns_total,
+                }),
+            }
+        }
+        blocking_totals.sort_by(|a, b| a.probe.cmp(&b.probe));
         blocking.sort_by(|a, b| {
             (b.wait_ns_total, b.calls, &a.probe).cmp(&(a.wait_ns_total, a.calls, &b.probe))
         });
         blocking.truncate(MAX_BLOCKING);
         Who {
             blocking,
+            blocking_totals,
             how,
             attributed: true,
             text_kept: self.keep_text,
@@ -692,7 +724,28 @@ pub(crate) mod tests {
                 no_thd: 6,
                 ..StmtLost::default()
             },
-            holders: vec![(s2, key(12, 10, 0), v(1, 10))],
+            holders: vec![
+                (s2, key(12, 10, 0), v(1, 10)),
+                // The same holder found by its release, and one with its
+                // lock site: edges of their own.
+                (
+                    s2,
+                    crate::bpf::abi::HolderKey {
+                        how: crate::bpf::abi::HOLDER_RELEASED,
+                        ..key(12, 10, 0)
+                    },
+                    v(1, 2),
+                ),
+                (
+                    s2,
+                    crate::bpf::abi::HolderKey {
+                        holder_file: 0x1000,
+                        holder_line: 77,
+                        ..key(12, 10, 0)
+                    },
+                    v(1, 1),
+                ),
+            ],
             cpu: vec![],
         });
         let probes = HashMap::from([(s1, "a".to_string()), (s2, "b".to_string())]);
@@ -724,7 +777,7 @@ pub(crate) mod tests {
         assert!(who.statements.iter().all(|s| s.sample.is_none()));
         // Waits for a holder: summed over drains, the holder's statement
         // and connection named; a holder with no statement by its thread.
-        assert_eq!(who.blocking.len(), 2);
+        assert_eq!(who.blocking.len(), 4);
         let b = &who.blocking[0];
         assert_eq!(b.probe, "b");
         assert_eq!(
@@ -739,6 +792,21 @@ pub(crate) mod tests {
             (b.holder_connection, b.calls, b.wait_ns_total),
             (Some(7), 3, 50)
         );
+        assert!(!b.released && b.raw_site.is_none());
         assert_eq!(who.blocking[1].holder_thread, Some(555));
+        assert_eq!(
+            (who.blocking[2].released, who.blocking[2].wait_ns_total),
+            (true, 2)
+        );
+        assert_eq!(who.blocking[3].raw_site, Some((0x1000, 77)));
+        // Every edge of the probe, summed.
+        assert_eq!(
+            who.blocking_totals,
+            [crate::model::who::BlockingTotal {
+                probe: "b".into(),
+                calls: 6,
+                wait_ns_total: 58,
+            }]
+        );
     }
 }

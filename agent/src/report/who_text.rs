@@ -118,6 +118,8 @@ pub fn render(who: Option<&Who>) -> String {
             "waiting statement",
             "held by",
             "holder connection",
+            "found",
+            "taken at",
             "waits",
             "total wait",
         ]);
@@ -127,20 +129,33 @@ pub fn render(who: Option<&Who>) -> String {
                 b.waiter_fingerprint
                     .as_deref()
                     .map_or_else(|| "(no statement)".to_string(), |f| cut(f, 50)),
-                match (&b.holder_fingerprint, b.holder_thread) {
-                    (Some(f), _) => cut(f, 50),
-                    (None, Some(tid)) => format!("thread {tid} (no statement)"),
-                    (None, None) => dash(),
-                },
+                b.holder_label(50),
                 b.holder_connection.map_or_else(dash, |c| c.to_string()),
+                if b.released { "released" } else { "held" }.to_string(),
+                b.holder_site.clone().unwrap_or_else(dash),
                 b.calls.to_string(),
                 units::ns(b.wait_ns_total),
             ]);
         }
-        right_align(&mut table, 4..6);
+        right_align(&mut table, 6..8);
         out.push_str(&format!(
-            "who blocks (the latch's exclusive holder, or the writer queued ahead, read at each wait's start):\n{table}\n"
+            "who blocks (held: the latch's exclusive holder, or the writer queued ahead, read at the wait's start, \
+             and where it took the latch where the latch records it; released: the thread whose release ended the wait):\n{table}\n"
         ));
+        for t in &who.blocking_totals {
+            let listed: u64 = who
+                .blocking
+                .iter()
+                .filter(|b| b.probe == t.probe)
+                .map(|b| b.calls)
+                .sum();
+            if listed < t.calls {
+                out.push_str(&format!(
+                    "{}: {} waits tied to a holder in all, {} listed\n",
+                    t.probe, t.calls, listed
+                ));
+            }
+        }
     }
     let u = &who.unattributed;
     if u.map_full + u.no_thd + u.no_text > 0 {

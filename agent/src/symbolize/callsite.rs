@@ -128,9 +128,14 @@ impl<'a> CallsiteNamer<'a> {
 
     /// `btr0cur.cc:304`, the form SHOW ENGINE INNODB STATUS uses.
     pub fn label(&mut self, site: Callsite) -> String {
-        match self.file(site.file) {
-            Some(f) => format!("{}:{}", f.rsplit('/').next().unwrap_or(&f), site.line),
-            None => format!("{:#x}:{}", site.file, site.line),
+        self.file_line(site.file, site.line)
+    }
+
+    /// [`Self::label`] of a bare (`__FILE__` pointer, line).
+    pub fn file_line(&mut self, file: u64, line: u32) -> String {
+        match self.file(file) {
+            Some(f) => format!("{}:{}", f.rsplit('/').next().unwrap_or(&f), line),
+            None => format!("{file:#x}:{line}"),
         }
     }
 }

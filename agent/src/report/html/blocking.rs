@@ -152,7 +152,7 @@ fn holder_of(b: &Blocking) -> (HolderKey, Node) {
         (HolderKey::Statement(_), Some(f), _) => f.clone(),
         (HolderKey::Statement(_), None, Some(id)) => format!("statement {id}"),
         (HolderKey::Connection(c), _, _) => format!("connection {c}"),
-        (HolderKey::Thread(t), _, _) => format!("thread {t} (no statement)"),
+        (HolderKey::Thread(_), _, _) => b.holder_label(usize::MAX),
         _ => "unknown holder".to_string(),
     };
     let node = Node {

@@ -207,6 +207,7 @@ fn edge(
         holder_thread,
         calls,
         wait_ns_total,
+        ..Default::default()
     }
 }
 
