@@ -233,7 +233,6 @@ static long role_step(__u64 i, void *data)
 {
 	struct role_search *x = data;
 	__u32 frame = i / MAX_ROLE_RANGES, idx = i % MAX_ROLE_RANGES;
-	struct role_range *r;
 	__u64 ip;
 
 	if (frame >= CPU_USER_DEPTH)
@@ -241,12 +240,7 @@ static long role_step(__u64 i, void *data)
 	ip = x->s->user[frame];
 	if (!ip)
 		return 1;
-	r = bpf_map_lookup_elem(&role_ranges, &idx);
-	if (!r || !r->end)
-		return 0;
-	/* A return address may be one past its call's last byte: inside. */
-	if (ip > r->start && ip <= r->end && (!x->best || r->role < x->best))
-		x->best = r->role;
+	role_match(idx, ip, &x->best);
 	return 0;
 }
 

@@ -38,6 +38,20 @@ struct {
 	__type(value, struct role_range);
 } role_ranges SEC(".maps");
 
+/* One (frame, range) pair of a role search: a return address `ip` inside
+ * marker range `idx` makes its role the best so far when it is the first
+ * or a lower (more specific) one. For both role searches' bpf_loop steps
+ * (latency.bpf.c over a bpf_get_stack copy, cpu.bpf.c over the sample's
+ * own walked stack). */
+static __always_inline void role_match(__u32 idx, __u64 ip, __u32 *best)
+{
+	struct role_range *r = bpf_map_lookup_elem(&role_ranges, &idx);
+
+	/* A return address may be one past its call's last byte: inside. */
+	if (r && r->end && ip > r->start && ip <= r->end && (!*best || r->role < *best))
+		*best = r->role;
+}
+
 /* Where a connection's THD is and what is read in it (see innoprof.h);
  * `how` 0 leaves statements off. */
 const volatile struct thd_layout thd = {};
