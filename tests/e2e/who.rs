@@ -420,8 +420,9 @@ fn who_mysql_5_6_24_pthread_key() {
 
 /// MySQL 8.0.15 ships without DWARF: the THD's members come from the
 /// plugin API's accessors (`thd_get_thread_id`, `thd_query_unsafe`) and
-/// `current_thd` from `.dynsym`; it has no query_id accessor, so
-/// statements are told apart by their text, and the summary says so.
+/// `current_thd` from `.dynsym`; it has no query_id accessor, so the
+/// query id is where `dispatch_command` stores `++atomic_global_query_id`,
+/// and executions are counted as on the servers with DWARF.
 #[test]
 fn who_mysql_8_0_15_without_dwarf() {
     who_waits_and_runs_what("mysql-8.0.15", false);

@@ -179,6 +179,11 @@ pub struct LatchSpec {
     /// through `os_event_set(m_event)`); without it, the object itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub woken_key: Option<String>,
+    /// The type argument `arg` points to (`rw_lock_t`): where the binary
+    /// has no DWARF, the members above are looked up in the catalog's
+    /// `[[layout]]` of that object for the server's exact version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
 }
 
 impl LatchSpec {
@@ -329,6 +334,47 @@ pub struct ServerRange {
     pub sources: Vec<String>,
 }
 
+/// Where an object's members are in builds of exact versions that carry
+/// no DWARF (MySQL 8.0.15's binary), read from their machine code; latch
+/// specs naming the `object` use it when DWARF is missing:
+///
+/// ```toml
+/// [[layout]]
+/// object = "rw_lock_t"
+/// versions = ["8.0.15"]
+/// members = { writer_thread = { offset = 0x28, size = 8 }, last_x_line = { offset = 0x5c, size = 4, bits = 14 } }
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutSpec {
+    pub object: String,
+    /// Exact `MAJOR.MINOR.PATCH` versions whose code was read.
+    pub versions: Vec<String>,
+    pub members: std::collections::BTreeMap<String, MemberOffset>,
+}
+
+/// A member at `offset` of `size` bytes; a bit-field is `bits` wide,
+/// starting `shift` bits above the least significant bit of those bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberOffset {
+    pub offset: u32,
+    pub size: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bits: Option<u8>,
+    #[serde(default)]
+    pub shift: u8,
+}
+
+impl LayoutSpec {
+    /// Whether this layout was read from `server`'s exact version.
+    pub fn applies_to(&self, server: &ServerInfo) -> bool {
+        server
+            .version
+            .is_some_and(|v| self.versions.iter().any(|w| Version::parse(w) == Some(v)))
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CatalogFile {
@@ -337,6 +383,9 @@ pub struct CatalogFile {
     pub server: ServerRange,
     #[serde(rename = "probe")]
     pub probes: Vec<ProbeSpec>,
+    /// Member offsets of builds without DWARF.
+    #[serde(default, rename = "layout")]
+    pub layouts: Vec<LayoutSpec>,
     /// The `[[probe]]` entries with `measure = "counter"`.
     #[serde(skip)]
     pub counters: Vec<CounterSpec>,
@@ -350,6 +399,8 @@ struct RawCatalogFile {
     server: ServerRange,
     #[serde(rename = "probe")]
     entries: Vec<toml::Value>,
+    #[serde(default, rename = "layout")]
+    layouts: Vec<LayoutSpec>,
 }
 
 impl CatalogFile {
@@ -373,9 +424,11 @@ impl CatalogFile {
             file: file.to_string(),
             server: raw.server,
             probes,
+            layouts: raw.layouts,
             counters,
         };
         parsed.validate()?;
+        parsed.validate_layouts()?;
         Ok(parsed)
     }
 
@@ -479,6 +532,14 @@ impl CatalogFile {
                     }
                 }
             }
+            if let Some(object) = p.latch.as_ref().and_then(|l| l.object.as_deref()) {
+                if !self.layouts.iter().any(|l| l.object == object) {
+                    return invalid(format!(
+                        "probe `{}`: latch object `{object}` has no [[layout]] in {}",
+                        p.name, self.file
+                    ));
+                }
+            }
             if let Some(w) = p.wake {
                 if !(1..=6).contains(&w.arg) || p.measure != Measure::Count {
                     return invalid(format!(
@@ -489,6 +550,45 @@ impl CatalogFile {
             }
         }
         Ok(())
+    }
+
+    fn validate_layouts(&self) -> Result<(), CatalogError> {
+        for l in &self.layouts {
+            let exact = |v: &String| v.split('.').count() == 3 && Version::parse(v).is_some();
+            if l.versions.is_empty() || !l.versions.iter().all(exact) {
+                return Err(CatalogError::Invalid {
+                    file: self.file.clone(),
+                    reason: format!(
+                        "layout `{}`: versions must be exact MAJOR.MINOR.PATCH versions",
+                        l.object
+                    ),
+                });
+            }
+            for (name, m) in &l.members {
+                let whole = matches!(m.size, 1 | 2 | 4 | 8);
+                let fits = m.bits.is_none_or(|b| {
+                    b > 0 && u32::from(b) + u32::from(m.shift) <= u32::from(m.size) * 8
+                });
+                if !whole || !fits || (m.bits.is_none() && m.shift != 0) {
+                    return Err(CatalogError::Invalid {
+                        file: self.file.clone(),
+                        reason: format!(
+                            "layout `{}`: member `{name}` needs size 1, 2, 4 or 8 and bits \
+                             (with shift) inside it",
+                            l.object
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The `[[layout]]` of `object` read from `server`'s exact version.
+    pub fn layout_for(&self, object: &str, server: &ServerInfo) -> Option<&LayoutSpec> {
+        self.layouts
+            .iter()
+            .find(|l| l.object == object && l.applies_to(server))
     }
 
     pub fn covers(&self, server: &ServerInfo) -> bool {
@@ -1134,6 +1234,54 @@ mod tests {
         assert!(err(timed).contains("measure = \"count\""));
         let no_arg = probe("innodb.latch.wake", "count", "wake = { arg = 0 }");
         assert!(err(no_arg).contains("wake needs arg in 1..=6"));
+    }
+
+    #[test]
+    fn layouts_apply_to_their_exact_versions_and_are_validated() {
+        let head = "[server]\nfamily='mysql'\nmin_version='8.0'\nmax_version='8.0'\n";
+        let probe = "[[probe]]\nname='w'\nsymbols=['rw_lock_x_lock_func']\nmeasure='latency'\ncost='contended'\ndescription='d'\n\
+                     latch = { arg = 1, holder = 'writer_thread', holder_valid = 'lock_word<=0', object = 'rw_lock_t' }\n";
+        let parse = |layout: &str| {
+            CatalogFile::parse("t.toml", &format!("{head}{probe}{layout}"))
+                .map_err(|e| crate::error_chain(&e))
+        };
+        let ok = parse(
+            "[[layout]]\nobject='rw_lock_t'\nversions=['8.0.15']\n\
+             members = { writer_thread = { offset = 0x28, size = 8 }, last_x_line = { offset = 0x5c, size = 4, bits = 14 } }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ok.layouts[0].members["last_x_line"],
+            MemberOffset {
+                offset: 0x5c,
+                size: 4,
+                bits: Some(14),
+                shift: 0
+            }
+        );
+        assert!(ok
+            .layout_for("rw_lock_t", &server(Family::Mysql, "8.0.15"))
+            .is_some());
+        // Another patch release, another object: not this layout.
+        assert!(ok
+            .layout_for("rw_lock_t", &server(Family::Mysql, "8.0.16"))
+            .is_none());
+        assert!(ok
+            .layout_for("ib_mutex_t", &server(Family::Mysql, "8.0.15"))
+            .is_none());
+        // A latch naming an object without a layout.
+        assert!(parse("").unwrap_err().contains("has no [[layout]]"));
+        for (bad, says) in [
+            ("versions=['8.0']\nmembers = {}", "exact MAJOR.MINOR.PATCH"),
+            ("versions=[]\nmembers = {}", "exact MAJOR.MINOR.PATCH"),
+            ("versions=['8.0.15']\nmembers = { a = { offset = 0, size = 3 } }", "member `a`"),
+            ("versions=['8.0.15']\nmembers = { a = { offset = 0, size = 2, bits = 17 } }", "member `a`"),
+            ("versions=['8.0.15']\nmembers = { a = { offset = 0, size = 4, bits = 30, shift = 4 } }", "member `a`"),
+            ("versions=['8.0.15']\nmembers = { a = { offset = 0, size = 4, shift = 4 } }", "member `a`"),
+        ] {
+            let e = parse(&format!("[[layout]]\nobject='rw_lock_t'\n{bad}\n")).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

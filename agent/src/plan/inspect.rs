@@ -154,7 +154,8 @@ fn woken_line(
             let found = p.latch.as_ref().map_or(0, |l| l.layout.woken.len());
             if found == 0 {
                 return Some(format!(
-                    "holder: none: no `{key}` member found in DWARF (what `{by}` is called on)"
+                    "holder: none: no `{key}` member found in {} (what `{by}` is called on)",
+                    members_from(p)
                 ));
             }
             format!(
@@ -166,6 +167,15 @@ fn woken_line(
     Some(format!(
         "holder: the thread whose release ends the wait, seen by `{by}`{via} (attached with this probe)"
     ))
+}
+
+/// Where a probe's latch members were looked up: DWARF, or for a binary
+/// without it the catalog's layout of the object for this exact version.
+fn members_from(p: &PlannedProbe) -> String {
+    match p.latch.as_ref().and_then(|l| l.layout_from.as_deref()) {
+        Some(object) => format!("the catalog's `{object}` layout of this version, without DWARF"),
+        None => "DWARF".to_string(),
+    }
 }
 
 fn recorded_holder_line(p: &PlannedProbe) -> Option<String> {
@@ -187,16 +197,26 @@ fn recorded_holder_line(p: &PlannedProbe) -> Option<String> {
                 (Some((file, line)), n) if n > 0 => {
                     format!(", with where it took the latch (`{file}`/`{line}`)")
                 }
-                (Some((file, _)), _) => format!(", not where it took it (no `{file}` in DWARF)"),
+                (Some((file, _)), _) => {
+                    format!(
+                        ", not where it took it (no `{file}` in {})",
+                        members_from(p)
+                    )
+                }
                 (None, _) => String::new(),
             };
+            let from = match p.latch.as_ref().and_then(|l| l.layout_from.as_deref()) {
+                Some(_) => format!("; members from {}", members_from(p)),
+                None => String::new(),
+            };
             Some(format!(
-                "holder: `{thread}`{around} (valid while `{valid}`){site} read at the wait's start in {found} of {} symbols",
+                "holder: `{thread}`{around} (valid while `{valid}`){site} read at the wait's start in {found} of {} symbols{from}",
                 p.resolution.symbols.len()
             ))
         }
         Some((thread, _)) => Some(format!(
-            "holder: none: no `{thread}` member found in DWARF for these symbols"
+            "holder: none: no `{thread}` member found in {} for these symbols",
+            members_from(p)
         )),
         None if is_latch => Some(
             "holder: none: this latch kind records no holder (waits get no waiter -> holder edge)"
@@ -277,9 +297,13 @@ pub fn render(i: &Inspection) -> String {
                     (plan.layout.created.is_empty(), spec.created_members())
                 {
                     lines.push(format!(
-                        "latch named by creation site: {file}/{line} found in {} of {} symbols",
+                        "latch named by creation site: {file}/{line} found in {} of {} symbols{}",
                         plan.layout.created.len(),
                         r.symbols.len(),
+                        match plan.layout_from.as_deref() {
+                            Some(_) => format!(", from {}", members_from(p)),
+                            None => String::new(),
+                        }
                     ));
                 }
             }

@@ -124,13 +124,6 @@ pub fn find_latch_layout(
         {
             return Ok(true);
         }
-        if let Some(key) = woken_key {
-            if let Some(m) = named_member(dwarf, unit, object, key, 0, 0)? {
-                if m.byte_size == 8 && m.bit_size.is_none() {
-                    layout.woken.insert(low_pc, m.offset);
-                }
-            }
-        }
         if let Some(around) = &around {
             if let Some(rel) = type_name(dwarf, unit, object)?.and_then(|n| around.get(&n)) {
                 layout.holders.insert(
@@ -152,52 +145,146 @@ pub fn find_latch_layout(
                 }
             }
         }
-        if let Some((thread_member, valid)) = holder
-            .as_ref()
-            .filter(|h| h.in_addresses.is_empty())
-            .map(|h| (h.thread, h.valid))
-        {
+        let wants = ObjectWants::new(created, holder.as_ref(), woken_key);
+        let found = wants.find(&mut |name| named_member(dwarf, unit, object, name, 0, 0))?;
+        found.insert_at(&mut layout, low_pc);
+        Ok(true)
+    })?;
+    Ok(layout)
+}
+
+/// What a latch spec asks of the object its probe is called on, besides
+/// a latch id: its creation site, its exclusive holder (thread, validity
+/// member, lock site) and the member its release is called on.
+struct ObjectWants<'a> {
+    created: Option<(&'a str, &'a str)>,
+    holder: Option<HolderMembers<'a>>,
+    woken_key: Option<&'a str>,
+}
+
+/// The holder's thread member, its validity rule and its lock site members.
+type HolderMembers<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>);
+
+/// Where those are in one object type.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct ObjectFields {
+    created: Option<CreatedField>,
+    holder: Option<HolderField>,
+    holder_site: Option<CreatedField>,
+    woken: Option<u32>,
+}
+
+impl<'a> ObjectWants<'a> {
+    /// A holder recorded around the object (`holder_in`) is not the
+    /// object's own member: it is found apart.
+    fn new(
+        created: Option<(&'a str, &'a str)>,
+        holder: Option<&HolderSpec<'a>>,
+        woken_key: Option<&'a str>,
+    ) -> Self {
+        Self {
+            created,
+            holder: holder
+                .filter(|h| h.in_addresses.is_empty())
+                .map(|h| (h.thread, h.valid, h.site)),
+            woken_key,
+        }
+    }
+
+    /// Looks each wanted member up by name (in DWARF, or in a catalog
+    /// layout) and keeps those of a size and kind the probe can read.
+    fn find(
+        &self,
+        member: &mut dyn FnMut(&str) -> Result<Option<MemberPlace>, gimli::Error>,
+    ) -> Result<ObjectFields, gimli::Error> {
+        let mut found = ObjectFields::default();
+        if let Some(key) = self.woken_key {
+            if let Some(m) = member(key)? {
+                if m.byte_size == 8 && m.bit_size.is_none() {
+                    found.woken = Some(m.offset);
+                }
+            }
+        }
+        if let Some((thread_member, valid, site)) = self.holder {
             let (valid_member, nonpositive) =
                 crate::plan::catalog::LatchSpec::holder_valid_rule(valid);
-            let thread = named_member(dwarf, unit, object, thread_member, 0, 0)?;
-            let valid = named_member(dwarf, unit, object, valid_member, 0, 0)?;
+            let thread = member(thread_member)?;
+            let valid = member(valid_member)?;
             if let (Some(t), Some(v)) = (thread, valid) {
                 if t.byte_size == 8
                     && t.bit_size.is_none()
                     && v.bit_size.is_none()
                     && matches!(v.byte_size, 1 | 4 | 8)
                 {
-                    layout.holders.insert(
-                        low_pc,
-                        HolderField {
-                            thread_offset: t.offset,
-                            valid_offset: v.offset,
-                            valid_size: v.byte_size as u8,
-                            valid_nonpositive: nonpositive,
-                        },
-                    );
-                    if let Some((file_member, line_member)) = holder.as_ref().and_then(|h| h.site) {
-                        let file = named_member(dwarf, unit, object, file_member, 0, 0)?;
-                        let line = named_member(dwarf, unit, object, line_member, 0, 0)?;
-                        if let Some(field) = file.zip(line).and_then(|(f, l)| created_field(f, l)) {
-                            layout.holder_sites.insert(low_pc, field);
-                        }
+                    found.holder = Some(HolderField {
+                        thread_offset: t.offset,
+                        valid_offset: v.offset,
+                        valid_size: v.byte_size as u8,
+                        valid_nonpositive: nonpositive,
+                    });
+                    if let Some((file_member, line_member)) = site {
+                        let file = member(file_member)?;
+                        let line = member(line_member)?;
+                        found.holder_site = file.zip(line).and_then(|(f, l)| created_field(f, l));
                     }
                 }
             }
         }
-        if let Some((file_member, line_member)) = created {
-            let file = named_member(dwarf, unit, object, file_member, 0, 0)?;
-            let line = named_member(dwarf, unit, object, line_member, 0, 0)?;
-            if let (Some(file), Some(line)) = (file, line) {
-                if let Some(field) = created_field(file, line) {
-                    layout.created.insert(low_pc, field);
-                }
-            }
+        if let Some((file_member, line_member)) = self.created {
+            let file = member(file_member)?;
+            let line = member(line_member)?;
+            found.created = file.zip(line).and_then(|(f, l)| created_field(f, l));
         }
-        Ok(true)
-    })?;
-    Ok(layout)
+        Ok(found)
+    }
+}
+
+impl ObjectFields {
+    fn insert_at(self, layout: &mut LatchLayout, low_pc: u64) {
+        if let Some(w) = self.woken {
+            layout.woken.insert(low_pc, w);
+        }
+        if let Some(h) = self.holder {
+            layout.holders.insert(low_pc, h);
+        }
+        if let Some(s) = self.holder_site {
+            layout.holder_sites.insert(low_pc, s);
+        }
+        if let Some(c) = self.created {
+            layout.created.insert(low_pc, c);
+        }
+    }
+}
+
+/// The layout of a build without DWARF, from the catalog's `[[layout]]`
+/// of the object the probed functions are called on (read from that
+/// build's machine code): the same members at every address. A latch id
+/// (an enum's names) and a holder around the object need DWARF.
+pub fn fixed_latch_layout(
+    addresses: &[u64],
+    members: &BTreeMap<String, crate::plan::catalog::MemberOffset>,
+    created: Option<(&str, &str)>,
+    holder: Option<HolderSpec<'_>>,
+    woken_key: Option<&str>,
+) -> LatchLayout {
+    let wants = ObjectWants::new(created, holder.as_ref(), woken_key);
+    let mut lookup = |name: &str| {
+        Ok(members.get(name).map(|m| MemberPlace {
+            offset: m.offset,
+            byte_size: u64::from(m.size),
+            bit_size: m.bits.map(u64::from),
+            bit_offset: None,
+            data_bit_offset: m.bits.map(|_| u64::from(m.shift)),
+        }))
+    };
+    let Ok(found) = wants.find(&mut lookup) else {
+        return LatchLayout::default();
+    };
+    let mut layout = LatchLayout::default();
+    for &a in addresses {
+        found.insert_at(&mut layout, a);
+    }
+    layout
 }
 
 /// Where a latch records its exclusive holder (the catalog's `holder`,
@@ -828,6 +915,78 @@ mod tests {
             ..place(0, 4)
         };
         assert_eq!(created_field(place(0, 8), straddle), None);
+    }
+
+    #[test]
+    fn a_catalog_layout_gives_every_address_the_same_fields() {
+        use crate::plan::catalog::MemberOffset;
+        // MySQL 8.0.15's rw_lock_t, read from its code (probes/mysql-8.0.toml).
+        let m = |offset, size, bits| MemberOffset {
+            offset,
+            size,
+            bits,
+            shift: 0,
+        };
+        let members: BTreeMap<String, MemberOffset> = [
+            ("lock_word", m(0, 8, None)),
+            ("writer_thread", m(0x28, 8, None)),
+            ("cfile_name", m(0x40, 8, None)),
+            ("cline", m(0x58, 4, Some(13))),
+            ("last_x_file_name", m(0x50, 8, None)),
+            ("last_x_line", m(0x5c, 4, Some(14))),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let holder = HolderSpec {
+            thread: "writer_thread",
+            valid: "lock_word<=0",
+            in_addresses: &[],
+            site: Some(("last_x_file_name", "last_x_line")),
+        };
+        let layout = fixed_latch_layout(
+            &[0x1000, 0x2000],
+            &members,
+            Some(("cfile_name", "cline")),
+            Some(holder),
+            Some("m_event"),
+        );
+        for a in [0x1000, 0x2000] {
+            assert_eq!(
+                layout.holders[&a],
+                HolderField {
+                    thread_offset: 0x28,
+                    valid_offset: 0,
+                    valid_size: 8,
+                    valid_nonpositive: true
+                }
+            );
+            assert_eq!(
+                layout.created[&a],
+                CreatedField {
+                    file_offset: 0x40,
+                    line_offset: 0x58,
+                    line_size: 4,
+                    line_shift: 0,
+                    line_bits: 13
+                }
+            );
+            assert_eq!(
+                (
+                    layout.holder_sites[&a].file_offset,
+                    layout.holder_sites[&a].line_offset
+                ),
+                (0x50, 0x5c)
+            );
+        }
+        // No `m_event` member: no release key; a holder needs both members.
+        assert!(layout.woken.is_empty());
+        let no_valid = HolderSpec {
+            valid: "recursive",
+            ..holder
+        };
+        let layout = fixed_latch_layout(&[0x1000], &members, None, Some(no_valid), None);
+        assert!(layout.holders.is_empty() && layout.created.is_empty());
     }
 
     #[test]

@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::catalog::{
-    check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, ProbeSpec,
+    check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, LayoutSpec, ProbeSpec,
 };
-use crate::plan::latch::{find_latch_layout, HolderSpec, LatchLayout};
+use crate::plan::latch::{
+    find_latch_layout, fixed_latch_layout, HolderSpec, LatchError, LatchLayout,
+};
 use crate::plan::memcounters::{plan_counters, PlannedCounter};
 use crate::plan::server::ServerInfo;
 use crate::resolve::{ArgReads, ElfImage, Resolution, Resolver};
@@ -66,6 +68,10 @@ pub struct LatchPlan {
     pub layout: LatchLayout,
     /// Set when no symbol's latch could be located (no DWARF, no member).
     pub unavailable: Option<String>,
+    /// The catalog `[[layout]]` object the members came from, for a
+    /// binary without DWARF; none when DWARF gave them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout_from: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +108,8 @@ impl ProbeSet {
         let mut specs: Vec<ProbeSpec> = Vec::new();
         let mut counter_specs: Vec<CounterSpec> = Vec::new();
         let mut catalog_file = None;
+        // Member offsets of this exact build, for binaries without DWARF.
+        let mut layouts: Vec<LayoutSpec> = Vec::new();
         if let Some(selection) = selection {
             let file = catalog
                 .for_server(server)
@@ -111,6 +119,12 @@ impl ProbeSet {
                     server: server.to_string(),
                 })?;
             catalog_file = Some(file.file.clone());
+            layouts.extend(
+                file.layouts
+                    .iter()
+                    .filter(|l| l.applies_to(server))
+                    .cloned(),
+            );
             let (probes, counters) = file.select_with_counters(&selection)?;
             specs.extend(probes);
             counter_specs.extend(counters);
@@ -134,7 +148,7 @@ impl ProbeSet {
                     .latch
                     .as_ref()
                     .filter(|_| !resolution.symbols.is_empty())
-                    .map(|l| plan_latch(image, &mut resolver, &resolution, l));
+                    .map(|l| plan_latch(image, &mut resolver, &resolution, l, &layouts));
                 PlannedProbe {
                     resolution,
                     spec,
@@ -222,6 +236,7 @@ fn plan_latch(
     resolver: &mut Resolver<'_>,
     resolution: &Resolution,
     spec: &LatchSpec,
+    layouts: &[LayoutSpec],
 ) -> LatchPlan {
     let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
     let created = spec.created_members();
@@ -249,6 +264,10 @@ fn plan_latch(
     // Woken through the object itself: nothing to find in DWARF for that.
     let woken_by_object = spec.woken_by.is_some() && spec.woken_key.is_none();
     let woken_key = spec.woken_key.as_deref();
+    let fixed = spec
+        .object
+        .as_deref()
+        .and_then(|o| layouts.iter().find(|l| l.object == o));
     match find_latch_layout(
         image,
         &addresses,
@@ -269,6 +288,7 @@ fn plan_latch(
             LatchPlan {
                 layout,
                 unavailable: None,
+                layout_from: None,
             }
         }
         Ok(layout) => {
@@ -292,16 +312,44 @@ fn plan_latch(
                     wanted.join(" or "),
                     spec.arg
                 )),
+                layout_from: None,
+            }
+        }
+        // No DWARF, but the catalog read this build's layout of the object
+        // from its code: creation site, holder and release key from there.
+        Err(LatchError::NoDebugInfo) if fixed.is_some() => {
+            let members = &fixed.expect("checked").members;
+            let layout = fixed_latch_layout(&addresses, members, created, holder, woken_key);
+            // A latch id's names are an enum's: only DWARF has them.
+            let named = !names_wanted || !layout.created.is_empty();
+            let found = named || !layout.holders.is_empty() || !layout.woken.is_empty();
+            let object = spec.object.clone().unwrap_or_default();
+            LatchPlan {
+                layout,
+                unavailable: match (found, named) {
+                    (false, _) => Some(format!(
+                        "the binary has no DWARF, and the catalog's layout of `{object}` for this \
+                         version has none of the members this probe reads"
+                    )),
+                    (true, false) => Some(
+                        "the binary has no DWARF debug info (.debug_info); latch names need it"
+                            .to_string(),
+                    ),
+                    (true, true) => None,
+                },
+                layout_from: Some(object),
             }
         }
         // No DWARF is needed to tie waits to the thread whose release ends them.
         Err(_) if woken_by_object && !names_wanted => LatchPlan {
             layout: Default::default(),
             unavailable: None,
+            layout_from: None,
         },
         Err(e) => LatchPlan {
             layout: Default::default(),
             unavailable: Some(crate::error_chain(&e)),
+            layout_from: None,
         },
     }
 }

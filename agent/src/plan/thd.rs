@@ -238,6 +238,7 @@ fn accessor_members(image: &ElfImage) -> Result<Members, ThdError> {
                 .find(|l| l.dest == RAX && !l.lea && l.size == 8)
                 .map(|l| l.disp)
         })
+        .or_else(|| query_id_from_dispatch(image))
         .unwrap_or(NO_QUERY_ID);
     Ok(Members {
         conn_off: conn.0,
@@ -246,6 +247,135 @@ fn accessor_members(image: &ElfImage) -> Result<Members, ThdError> {
         query_off: text.0,
         query_len_off: text.1,
     })
+}
+
+/// `THD::query_id` from the code of `dispatch_command`, where no accessor
+/// gives it (MySQL 8.0 dropped `thd_get_query_id`): a statement's id is
+/// `++atomic_global_query_id` (a `lock xadd` on the global, then +1), which
+/// `THD::set_query_id` stores into the THD. The member is where that value
+/// is stored (8 bytes, not on the stack, a stack spill followed); every
+/// such store in the function must agree.
+fn query_id_from_dispatch(image: &ElfImage) -> Option<u64> {
+    let file = object::File::parse(image.binary_data()).ok()?;
+    let global = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok("atomic_global_query_id") && !s.is_undefined())?
+        .address();
+    let symbols = image.symbols();
+    let dispatch = symbols
+        .iter()
+        .find(|s| s.clone_suffix.is_none() && s.raw.starts_with("_Z16dispatch_commandP3THD"))?;
+    let len = usize::try_from(dispatch.size.min(MAX_DISPATCH_BYTES)).ok()?;
+    let code = image.bytes_at(dispatch.address, len)?;
+    let stores = query_id_stores(code, dispatch.address, global);
+    let first = *stores.first()?;
+    stores.iter().all(|&d| d == first).then_some(first)
+}
+
+/// `dispatch_command` is ~20 KB in MySQL 8.0.15.
+const MAX_DISPATCH_BYTES: u64 = 256 << 10;
+
+/// The displacements of the 8-byte stores, to memory off the stack, of the
+/// values `lock xadd` took from the global at `global` (its address put in
+/// a register by `lea`, or addressed RIP-relative).
+fn query_id_stores(code: &[u8], ip: u64, global: u64) -> Vec<u64> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    const CALL_CLOBBERED: [Register; 9] = [
+        Register::RAX,
+        Register::RCX,
+        Register::RDX,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+    ];
+    let mut out = Vec::new();
+    // Registers holding the global's address; registers and stack slots
+    // (rbp/rsp displacements) holding a fresh query id.
+    let mut address_in: Vec<Register> = Vec::new();
+    let mut id_in: Vec<Register> = Vec::new();
+    let mut id_at: Vec<(Register, i64)> = Vec::new();
+    let on_stack = |r: Register| matches!(r, Register::RBP | Register::RSP);
+    let mut decoder = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    while decoder.can_decode() {
+        let insn = decoder.decode();
+        if insn.is_invalid() {
+            break;
+        }
+        let mem_is_global = insn.op_kinds().any(|k| k == OpKind::Memory)
+            && insn.memory_index() == Register::None
+            && ((insn.is_ip_rel_memory_operand() && insn.ip_rel_memory_address() == global)
+                || (address_in.contains(&insn.memory_base()) && insn.memory_displacement64() == 0));
+        let reg0 = (insn.op_count() > 0 && insn.op0_kind() == OpKind::Register)
+            .then(|| insn.op0_register().full_register());
+        let reg1 = (insn.op_count() > 1 && insn.op1_kind() == OpKind::Register)
+            .then(|| insn.op1_register().full_register());
+        let mem_slot = (insn.op_kinds().any(|k| k == OpKind::Memory)
+            && insn.memory_index() == Register::None)
+            .then(|| (insn.memory_base(), insn.memory_displacement64() as i64));
+        match insn.mnemonic() {
+            Mnemonic::Xadd if mem_is_global && insn.op0_kind() == OpKind::Memory => {
+                if let Some(r) = reg1 {
+                    id_in.push(r);
+                }
+                continue;
+            }
+            Mnemonic::Lea if insn.is_ip_rel_memory_operand() => {
+                if let Some(r) = reg0 {
+                    id_in.retain(|&x| x != r);
+                    address_in.retain(|&x| x != r);
+                    if insn.ip_rel_memory_address() == global {
+                        address_in.push(r);
+                    }
+                }
+                continue;
+            }
+            // The id + 1 stays the id.
+            Mnemonic::Add if reg0.is_some_and(|r| id_in.contains(&r)) => continue,
+            Mnemonic::Mov if insn.op0_kind() == OpKind::Memory => {
+                if let Some(slot) = mem_slot {
+                    id_at.retain(|&x| x != slot);
+                }
+                if let (Some(r), Some((base, disp))) = (reg1, mem_slot) {
+                    if id_in.contains(&r) && insn.op1_register().size() == 8 {
+                        if on_stack(base) {
+                            id_at.push((base, disp));
+                        } else if base != Register::RIP && base != Register::None {
+                            out.push(disp as u64);
+                        }
+                    }
+                }
+                continue;
+            }
+            Mnemonic::Mov if insn.op1_kind() == OpKind::Memory => {
+                if let Some(r) = reg0 {
+                    id_in.retain(|&x| x != r);
+                    address_in.retain(|&x| x != r);
+                    if mem_slot.is_some_and(|slot| id_at.contains(&slot))
+                        && insn.op0_register().size() == 8
+                    {
+                        id_in.push(r);
+                    }
+                }
+                continue;
+            }
+            Mnemonic::Call => {
+                id_in.retain(|r| !CALL_CLOBBERED.contains(r));
+                address_in.retain(|r| !CALL_CLOBBERED.contains(r));
+                continue;
+            }
+            _ => {}
+        }
+        // Anything else written to a register ends what it held.
+        if let Some(r) = reg0 {
+            id_in.retain(|&x| x != r);
+            address_in.retain(|&x| x != r);
+        }
+    }
+    out
 }
 
 /// An accessor is a handful of instructions; this is ample.
@@ -588,6 +718,45 @@ mod tests {
         let moved = [0x48, 0x8b, 0x7f, 0x08, 0x8b, 0x87, 0x10, 0, 0, 0, 0xc3];
         let loads = thd_loads(&moved, 0x1000);
         assert!(loads.iter().all(|l| l.disp != 0x10), "{loads:?}");
+    }
+
+    #[test]
+    fn query_id_is_where_dispatch_command_stores_the_global_ids_increment() {
+        // MySQL 8.0.15's dispatch_command: lea rax,[rip+atomic_global_query_id];
+        // mov r13d,1; lock xadd [rax],r13; mov rsi,[rbx+0xde8]; add r13,1;
+        // call; mov [rbx+0x1fc8],r13.
+        const GLOBAL: u64 = 0x3355ca8;
+        let kept = [
+            &[0x48, 0x8d, 0x05, 0x03, 0xed, 0x63, 0x02][..],
+            &[0x41, 0xbd, 0x01, 0, 0, 0],
+            &[0xf0, 0x4c, 0x0f, 0xc1, 0x28],
+            &[0x48, 0x8b, 0xb3, 0xe8, 0x0d, 0, 0],
+            &[0x49, 0x83, 0xc5, 0x01],
+            &[0xe8, 0, 0, 0, 0],
+            &[0x4c, 0x89, 0xab, 0xc8, 0x1f, 0, 0],
+        ]
+        .concat();
+        assert_eq!(query_id_stores(&kept, 0xd16f9e, GLOBAL), vec![0x1fc8]);
+        // Another global: nothing.
+        assert!(query_id_stores(&kept, 0xd16f9e, GLOBAL + 8).is_empty());
+        // In rax (clobbered by a call), spilled to the stack and reloaded:
+        // lea rcx,[rip+global]; mov eax,1; lock xadd [rcx],rax; add rax,1;
+        // mov [rbp-0x1370],rax; call; mov [rbx+0x10],rax (the call's result);
+        // mov rax,[rbp-0x1370]; mov [rbx+0x1fc8],rax.
+        let spilled = [
+            &[0x48, 0x8d, 0x0d, 0x45, 0xc1, 0x63, 0x02][..],
+            &[0xb8, 0x01, 0, 0, 0],
+            &[0xf0, 0x48, 0x0f, 0xc1, 0x01],
+            &[0x48, 0x83, 0xc0, 0x01],
+            &[0x48, 0x89, 0x85, 0x90, 0xec, 0xff, 0xff],
+            &[0xe8, 0, 0, 0, 0],
+            &[0x48, 0x89, 0x43, 0x10],
+            &[0x48, 0x8b, 0x85, 0x90, 0xec, 0xff, 0xff],
+            &[0x48, 0x89, 0x83, 0xc8, 0x1f, 0, 0],
+        ]
+        .concat();
+        // The lea sits 0xd19b5c - 0xd16f9e further, as in the binary.
+        assert_eq!(query_id_stores(&spilled, 0xd19b5c, GLOBAL), vec![0x1fc8]);
     }
 
     #[test]
