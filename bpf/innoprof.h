@@ -280,6 +280,17 @@ struct stmt_key {
 	__u32 pad;
 };
 
+/* A (statement, slot, latch) triple counted apart in `stmt_latch`: the
+ * latch as the call site carries it (its id + 1, or its creation site). */
+struct stmt_latch_key {
+	__u64 query_id;
+	__u64 created_file;
+	__u32 slot;
+	__u32 latch;
+	__u32 created_line;
+	__u32 pad;
+};
+
 struct stmt_val {
 	__u64 calls;
 	__u64 wait_ns;
@@ -315,7 +326,8 @@ enum stmt_lost_reason {
 	STMT_LOST_TEXT_FULL = 1,  /* stmt_text full: a statement without text */
 	STMT_LOST_NO_THD = 2,     /* a connection's hit whose THD or query_id could not be read */
 	STMT_LOST_HOLDERS_FULL = 3, /* holder_stats full: a wait not tied to its holder */
-	STMT_LOST_MAX = 4,
+	STMT_LOST_LATCHES_FULL = 4, /* stmt_latch full: a latch hit not tied to its statement */
+	STMT_LOST_MAX = 5,
 };
 
 #endif

@@ -433,6 +433,15 @@ struct {
 	__type(value, struct stmt_val);
 } stmt_stats SEC(".maps");
 
+/* Per (statement, slot, latch): which statements wait on which latch.
+ * Preallocated, as stmt_stats. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_STMT_KEYS);
+	__type(key, struct stmt_latch_key);
+	__type(value, struct stmt_val);
+} stmt_latch SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_SLOTS);
@@ -617,6 +626,32 @@ static __always_inline void add_statement(__u64 slot, __u64 query_id, __u64 wait
 	val = lookup_or_init(&stmt_stats, &key, &zero);
 	if (!val) {
 		stmt_lose(STMT_LOST_KEYS_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&val->calls, 1);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+}
+
+/* Adds a statement's hit to its (statement, slot, latch) counter, for a
+ * probe whose call site names the latch. */
+static __always_inline void add_statement_latch(__u64 slot, __u64 query_id, struct callsite *site,
+						__u64 wait_ns)
+{
+	struct stmt_latch_key key = {
+		.query_id = query_id,
+		.created_file = site->created_file,
+		.slot = (__u32)slot,
+		.latch = site->latch,
+		.created_line = site->created_line,
+	};
+	struct stmt_val zero = {};
+	struct stmt_val *val;
+
+	if (!query_id || (!site->latch && !site->created_file))
+		return;
+	val = lookup_or_init(&stmt_latch, &key, &zero);
+	if (!val) {
+		stmt_lose(STMT_LOST_LATCHES_FULL);
 		return;
 	}
 	__sync_fetch_and_add(&val->calls, 1);
@@ -817,6 +852,7 @@ int lat_return(struct pt_regs *ctx)
 	role = role_of(ctx, (__u32)pid_tgid);
 	qid = statement_of((__u32)pid_tgid, role);
 	add_statement(key.slot, qid, delta);
+	add_statement_latch(key.slot, qid, &site, delta);
 	add_holder(key.slot, qid, &held, delta);
 	add_site(key.slot, site, role, delta);
 	add_stack(ctx, key.slot, site, role, delta);
@@ -841,6 +877,7 @@ int count_hit(struct pt_regs *ctx)
 	role = role_of(ctx, (__u32)pid_tgid);
 	qid = statement_of((__u32)pid_tgid, role);
 	add_statement(COOKIE_SLOT(cookie), qid, 0);
+	add_statement_latch(COOKIE_SLOT(cookie), qid, &site, 0);
 	note_release(ctx, COOKIE_SLOT(cookie), (__u32)pid_tgid, qid);
 	add_site(COOKIE_SLOT(cookie), site, role, 0);
 	add_stack(ctx, COOKIE_SLOT(cookie), site, role, 0);

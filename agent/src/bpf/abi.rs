@@ -342,6 +342,33 @@ pub struct StmtKey {
 }
 mirrors_stmt_key!(StmtKey);
 
+/// A (statement, slot, latch) triple counted apart in `stmt_latch`: the
+/// latch as a call site carries it (id + 1, or creation site).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StmtLatchKey {
+    pub query_id: u64,
+    pub created_file: u64,
+    pub slot: u32,
+    pub latch: u32,
+    pub created_line: u32,
+    pub pad: u32,
+}
+mirrors_stmt_latch_key!(StmtLatchKey);
+
+impl StmtLatchKey {
+    /// The latch as a [`Callsite`] with no caller, for the names call
+    /// sites' latches get.
+    pub fn latch_site(&self) -> Callsite {
+        Callsite {
+            latch: self.latch,
+            created_file: self.created_file,
+            created_line: self.created_line,
+            ..Callsite::default()
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct StmtVal {

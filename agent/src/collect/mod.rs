@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, HolderKey, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey,
-    StackVal, StmtKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
+    StackVal, StmtKey, StmtLatchKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
 };
 use crate::plan::catalog::Measure;
 
@@ -452,12 +452,23 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
         .into_iter()
         .map(|(k, v)| (SlotId::from_kernel(u64::from(k.slot)), k, v))
         .collect();
+    let latches = take_hash::<StmtLatchKey, StmtVal>(obj, bpf::maps::STMT_LATCH)?
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.query_id,
+                SlotId::from_kernel(u64::from(k.slot)),
+                k.latch_site(),
+                v,
+            )
+        })
+        .collect();
     // CPU samples before texts too: the sampler writes a text before it
     // counts the sample.
     let cpu = take_hash::<u64, u64>(obj, bpf::maps::STMT_CPU)?;
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
-    let mut lost = [0u64; 4];
+    let mut lost = [0u64; 5];
     for (i, total) in lost.iter_mut().enumerate() {
         *total = percpu_u64_sum(&lost_map, bpf::maps::STMT_LOST, i as u32)?;
     }
@@ -469,8 +480,10 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
             text_full: lost[1],
             no_thd: lost[2],
             holders_full: lost[3],
+            latches_full: lost[4],
         },
         holders,
+        latches,
         cpu,
     })
 }
@@ -486,6 +499,9 @@ pub struct StatementRows {
     /// Per (slot, waiter statement, holder thread and statement): the
     /// waits for a latch's exclusive holder.
     pub holders: Vec<(SlotId, HolderKey, StmtVal)>,
+    /// Per (query_id, slot, latch): a statement's hits on a latch, the
+    /// latch as a call site with no caller ([`StmtLatchKey::latch_site`]).
+    pub latches: Vec<(u64, SlotId, Callsite, StmtVal)>,
     /// Per query_id: the CPU sampler's on-CPU samples of it (`stmt_cpu`,
     /// filled only while the sampler shares these maps).
     pub cpu: Vec<(u64, u64)>,
@@ -502,6 +518,9 @@ pub struct StmtLost {
     pub no_thd: u64,
     /// `holder_stats` was full (a wait not tied to its holder).
     pub holders_full: u64,
+    /// `stmt_latch` was full (a latch hit not tied to its statement; the
+    /// statement's and the latch's own counts keep it).
+    pub latches_full: u64,
 }
 
 /// One BPF_MAP_LOOKUP_BATCH of at most `max` entries into `keys` and

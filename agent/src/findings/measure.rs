@@ -76,13 +76,13 @@ pub fn thousands(n: f64) -> String {
 /// None without statements or hits.
 pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> {
     let who = summary.who.as_ref().filter(|w| w.attributed)?;
-    let mut rows: Vec<(&crate::model::who::StatementResult, u64)> = who
+    let mut rows: Vec<(StatementName<'_>, u64)> = who
         .statements
         .iter()
         .filter_map(|s| {
             let p = s.probes.iter().find(|p| p.probe == probe)?;
             Some((
-                s,
+                StatementName::Full(s),
                 if p.wait_ns_total > 0 {
                     p.wait_ns_total
                 } else {
@@ -95,11 +95,75 @@ pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidenc
     if total == 0 {
         return None;
     }
-    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
-    let parts: Vec<String> = rows
-        .iter()
+    let parts = shares(&mut rows, total, n);
+    Some(Evidence {
+        text: format!("the statements waiting at {probe}: {}", parts.join("; ")),
+        anchor: "statements".into(),
+    })
+}
+
+/// Who waits on `latch` through `probe` (`who.latch_statements`): the
+/// statements' shares of its wait (calls where untimed), the `n` largest;
+/// None where no statement's hit on it was counted.
+pub fn statements_on_latch(
+    summary: &Summary,
+    probe: &str,
+    latch: &str,
+    n: usize,
+) -> Option<Evidence> {
+    let who = summary.who.as_ref().filter(|w| w.attributed)?;
+    let timed = who
+        .statements_on_latch(probe, latch)
+        .any(|r| r.wait_ns_total > 0);
+    let mut rows: Vec<(StatementName<'_>, u64)> = who
+        .statements_on_latch(probe, latch)
+        .map(|r| {
+            let name = match who.statements.iter().find(|s| s.id == r.statement) {
+                Some(s) => StatementName::Full(s),
+                None => StatementName::Fingerprint(&r.fingerprint),
+            };
+            (name, if timed { r.wait_ns_total } else { r.calls })
+        })
+        .collect();
+    let total: u64 = rows.iter().map(|(_, v)| v).sum();
+    if total == 0 {
+        return None;
+    }
+    let parts = shares(&mut rows, total, n);
+    Some(Evidence {
+        text: format!("the statements waiting on {latch}: {}", parts.join("; ")),
+        anchor: "statements".into(),
+    })
+}
+
+/// A statement as evidence names it: with its users and connections
+/// where the summary lists it, else by fingerprint.
+enum StatementName<'a> {
+    Full(&'a crate::model::who::StatementResult),
+    Fingerprint(&'a str),
+}
+
+impl StatementName<'_> {
+    fn key(&self) -> &str {
+        match self {
+            Self::Full(s) => &s.id,
+            Self::Fingerprint(f) => f,
+        }
+    }
+}
+
+/// `82 % under UPDATE ... (app_rw, 3 connections)` for the `n` largest
+/// shares of `total`, largest first.
+fn shares(rows: &mut [(StatementName<'_>, u64)], total: u64, n: usize) -> Vec<String> {
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.key().cmp(b.0.key())));
+    rows.iter()
         .take(n)
-        .map(|(s, v)| {
+        .map(|(name, v)| {
+            let share = 100.0 * *v as f64 / total as f64;
+            let s = match name {
+                StatementName::Full(s) => s,
+                StatementName::Fingerprint(f) => return format!("{share:.0} % under {f}"),
+            };
             let users = match s.users.as_slice() {
                 [] => String::new(),
                 [one] => format!("{one}, "),
@@ -110,17 +174,9 @@ pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidenc
             } else {
                 format!("{} connections", s.connections)
             };
-            format!(
-                "{:.0} % under {} ({users}{conns})",
-                100.0 * *v as f64 / total as f64,
-                s.fingerprint
-            )
+            format!("{share:.0} % under {} ({users}{conns})", s.fingerprint)
         })
-        .collect();
-    Some(Evidence {
-        text: format!("the statements waiting at {probe}: {}", parts.join("; ")),
-        anchor: "statements".into(),
-    })
+        .collect()
 }
 
 /// Who held the latch while `probe`'s waits waited, where the latch

@@ -561,3 +561,69 @@ fn holders_at_a_probe_are_named_by_statement_and_connection() {
          10 % purge coordinator (thread 4242)"
     );
 }
+
+/// The latch hot spot's waiting statements: those counted on that latch
+/// (`who.latch_statements`), with users and connections where the
+/// statement is listed, by fingerprint where not; none without rows for
+/// that (probe, latch).
+#[test]
+fn statements_on_a_latch_are_its_own_not_the_probes() {
+    use crate::model::who::{LatchStatement, StatementResult, Who};
+    let mut s = with_probe("innodb.rwlock.s_wait", 100, 0);
+    let row = |latch: &str, id: &str, fingerprint: &str, wait| LatchStatement {
+        probe: "innodb.rwlock.s_wait".into(),
+        latch: latch.into(),
+        statement: id.into(),
+        fingerprint: fingerprint.into(),
+        calls: wait / 10,
+        wait_ns_total: wait,
+        raw_latch: None,
+    };
+    s.who = Some(Who {
+        attributed: true,
+        statements: vec![StatementResult {
+            id: "s1".into(),
+            fingerprint: "SELECT c FROM t WHERE id=?".into(),
+            users: vec!["app_ro".into()],
+            connections: 4,
+            ..Default::default()
+        }],
+        latch_statements: vec![
+            row("buf0buf.cc:1433", "s1", "SELECT c FROM t WHERE id=?", 600),
+            row(
+                "buf0buf.cc:1433",
+                "u9",
+                "UPDATE t SET k=k+? WHERE id=?",
+                200,
+            ),
+            // Another latch of the probe: not this one's.
+            row(
+                "dict0dict.cc:1107",
+                "u9",
+                "UPDATE t SET k=k+? WHERE id=?",
+                9_000,
+            ),
+        ],
+        ..Who::default()
+    });
+    let e = crate::findings::measure::statements_on_latch(
+        &s,
+        "innodb.rwlock.s_wait",
+        "buf0buf.cc:1433",
+        2,
+    )
+    .unwrap();
+    assert_eq!(
+        e.text,
+        "the statements waiting on buf0buf.cc:1433: \
+         75 % under SELECT c FROM t WHERE id=? (app_ro, 4 connections); \
+         25 % under UPDATE t SET k=k+? WHERE id=?"
+    );
+    assert!(crate::findings::measure::statements_on_latch(
+        &s,
+        "innodb.mutex.wait",
+        "buf0buf.cc:1433",
+        2
+    )
+    .is_none());
+}

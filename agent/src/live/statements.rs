@@ -430,6 +430,7 @@ mod tests {
                 ..StmtLost::default()
             },
             holders: vec![],
+            latches: vec![],
             cpu: vec![],
         });
         let earlier = book.totals();
@@ -455,6 +456,7 @@ mod tests {
                 ..StmtLost::default()
             },
             holders: vec![],
+            latches: vec![],
             cpu: vec![],
         });
         (earlier, book.totals())

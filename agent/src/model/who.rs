@@ -39,6 +39,83 @@ pub struct Who {
     /// (`statements[].cpu_samples`); none without a CPU profile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<StatementCpu>,
+    /// Which statements hit which latch, per probe (a latch as the
+    /// probe's `latches` name it): most wait first, then most calls; at
+    /// most [`MAX_LATCH_STATEMENTS`].
+    #[serde(default)]
+    pub latch_statements: Vec<LatchStatement>,
+}
+
+/// A statement's hits on one latch through one probe.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LatchStatement {
+    pub probe: String,
+    /// The latch, named as in the probe's `latches` (`dict_sys_mutex`, or
+    /// its creation site `buf0buf.cc:1433 (buf_pool_init_instance)`).
+    pub latch: String,
+    /// The statement's id (`statements[].id`) and fingerprint.
+    pub statement: String,
+    pub fingerprint: String,
+    pub calls: u64,
+    pub wait_ns_total: u64,
+    /// The latch as read (id + 1, creation file pointer, line), named
+    /// into `latch` when the recording ends.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub raw_latch: Option<(u32, u64, u32)>,
+}
+
+pub const MAX_LATCH_STATEMENTS: usize = 50;
+
+impl Who {
+    /// Names each raw latch by `name` (probe, raw latch), then sums the
+    /// rows that come out the same (two latches created at one site) and
+    /// keeps the [`MAX_LATCH_STATEMENTS`] with the most wait.
+    pub fn name_latches(&mut self, mut name: impl FnMut(&str, (u32, u64, u32)) -> Option<String>) {
+        let mut rows: Vec<LatchStatement> = Vec::new();
+        for mut r in std::mem::take(&mut self.latch_statements) {
+            if let Some(raw) = r.raw_latch.take() {
+                r.latch = name(&r.probe, raw).unwrap_or_else(|| "?".into());
+            }
+            match rows
+                .iter_mut()
+                .find(|x| x.probe == r.probe && x.latch == r.latch && x.statement == r.statement)
+            {
+                Some(x) => {
+                    x.calls += r.calls;
+                    x.wait_ns_total += r.wait_ns_total;
+                }
+                None => rows.push(r),
+            }
+        }
+        sort_latch_statements(&mut rows);
+        rows.truncate(MAX_LATCH_STATEMENTS);
+        self.latch_statements = rows;
+    }
+
+    /// The statements that hit `latch` through `probe`, most wait first.
+    pub fn statements_on_latch<'a>(
+        &'a self,
+        probe: &'a str,
+        latch: &'a str,
+    ) -> impl Iterator<Item = &'a LatchStatement> + 'a {
+        self.latch_statements
+            .iter()
+            .filter(move |r| r.probe == probe && r.latch == latch)
+    }
+}
+
+/// Most wait first, then most calls, then by probe, latch and statement.
+pub fn sort_latch_statements(rows: &mut [LatchStatement]) {
+    rows.sort_by(|a, b| {
+        (b.wait_ns_total, b.calls, &a.probe, &a.latch, &a.statement).cmp(&(
+            a.wait_ns_total,
+            a.calls,
+            &b.probe,
+            &b.latch,
+            &b.statement,
+        ))
+    });
 }
 
 /// How the CPU profile's on-CPU samples of connections were tied to
@@ -199,7 +276,7 @@ impl Who {
 pub const MAX_CONNECTIONS: usize = 50;
 
 /// One statement fingerprint: every execution that hit a probe.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatementResult {
     /// 16 hex digits of the fingerprint's hash: the same statement has the
     /// same id in every recording (what `innoprof diff` matches).
@@ -269,6 +346,10 @@ pub struct Unattributed {
     /// Waits not tied to their latch's holder (the holder map full).
     #[serde(default)]
     pub holders_full: u64,
+    /// Latch hits not tied to their (statement, latch) row (its map
+    /// full); the statement's and the latch's own counts keep them.
+    #[serde(default)]
+    pub latches_full: u64,
 }
 
 impl Who {
@@ -364,10 +445,29 @@ impl Who {
                 no_thd: ua.no_thd + ub.no_thd,
                 no_text: ua.no_text + ub.no_text,
                 holders_full: ua.holders_full + ub.holders_full,
+                latches_full: ua.latches_full + ub.latches_full,
             },
             blocking,
             blocking_totals,
             cpu: StatementCpu::merge(&a.cpu, &b.cpu),
+            latch_statements: {
+                // Latch names and statement ids hold across processes.
+                let mut rows = b.latch_statements.clone();
+                for ra in &a.latch_statements {
+                    match rows.iter_mut().find(|r| {
+                        r.probe == ra.probe && r.latch == ra.latch && r.statement == ra.statement
+                    }) {
+                        Some(r) => {
+                            r.calls += ra.calls;
+                            r.wait_ns_total += ra.wait_ns_total;
+                        }
+                        None => rows.push(ra.clone()),
+                    }
+                }
+                sort_latch_statements(&mut rows);
+                rows.truncate(MAX_LATCH_STATEMENTS);
+                rows
+            },
         }
     }
 }

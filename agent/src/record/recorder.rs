@@ -619,6 +619,22 @@ impl Recorder {
             who.name_holders(&snapshot.thread_roles, |file, line| {
                 namer.file_line(file, line)
             });
+            // Latches as the probes' `latches` name them.
+            let latch_names: HashMap<&str, results::LatchNames> = self
+                .plan
+                .probes
+                .iter()
+                .map(|p| (p.spec.name.as_str(), results::LatchNames::new(p)))
+                .collect();
+            who.name_latches(|probe, (latch, created_file, created_line)| {
+                let site = crate::bpf::abi::Callsite {
+                    latch,
+                    created_file,
+                    created_line,
+                    ..Default::default()
+                };
+                latch_names.get(probe)?.of(&site, &mut namer)
+            });
         }
         if self.plan.target.is_alive() {
             // Libraries loaded during the run are in the fresher map.

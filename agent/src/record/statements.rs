@@ -10,8 +10,9 @@ use std::collections::{HashMap, HashSet};
 use crate::bpf::abi::{SlotId, StmtText, StmtVal};
 use crate::collect::{StatementRows, StmtLost};
 use crate::model::who::{
-    Blocking, BlockingTotal, ConnectionResult, StatementProbe, StatementResult, Unattributed, Who,
-    MAX_BLOCKING, MAX_CONNECTIONS, MAX_STATEMENTS,
+    sort_latch_statements, Blocking, BlockingTotal, ConnectionResult, LatchStatement,
+    StatementProbe, StatementResult, Unattributed, Who, MAX_BLOCKING, MAX_CONNECTIONS,
+    MAX_STATEMENTS,
 };
 
 /// A `query_id` unseen for this many drains and this long is forgotten
@@ -40,6 +41,9 @@ const MAX_CPU_IDS: usize = 1 << 18;
 /// Statements kept in the summary for their CPU samples even when their
 /// wait is not among the [`MAX_STATEMENTS`] most.
 const CPU_STATEMENTS_KEPT: usize = 10;
+/// (statement, latch) rows handed on to be named: latches of one name
+/// are summed after, so more than the summary keeps.
+const LATCH_ROWS_NAMED: usize = 1000;
 /// The connection id that stands for every connection past the bound.
 pub const OTHER_CONNECTION: u64 = u64::MAX;
 
@@ -105,6 +109,10 @@ pub struct StatementBook {
     edges: HashMap<(SlotId, Option<u32>, Holder, HeldHow), Acc>,
     /// Waits whose edge was past [`MAX_EDGES_KEPT`].
     edges_dropped: u64,
+    /// Per (statement, slot, raw latch): a statement's hits on a latch.
+    latch_rows: HashMap<(u32, SlotId, (u32, u64, u32)), Acc>,
+    /// Hits whose (statement, latch) row was past [`MAX_EDGES_KEPT`].
+    latch_rows_dropped: u64,
     no_text: u64,
     lost: StmtLost,
     /// Per fingerprint: the CPU sampler's on-CPU samples of it.
@@ -176,6 +184,21 @@ impl StatementBook {
             if self.cpu_ids.len() < MAX_CPU_IDS || self.cpu_ids.contains_key(&query_id) {
                 self.cpu_ids.insert(query_id, seen.digest);
             }
+        }
+        for (query_id, slot, site, v) in &rows.latches {
+            let Some(seen) = self.seen.get(query_id) else {
+                continue;
+            };
+            let key = (
+                seen.digest,
+                *slot,
+                (site.latch, site.created_file, site.created_line),
+            );
+            if self.latch_rows.len() >= MAX_EDGES_KEPT && !self.latch_rows.contains_key(&key) {
+                self.latch_rows_dropped += v.calls;
+                continue;
+            }
+            self.latch_rows.entry(key).or_default().add(v);
         }
         for (slot, k, v) in &rows.holders {
             let waiter = self.seen.get(&k.waiter_query_id).map(|s| s.digest);
@@ -414,7 +437,25 @@ impl StatementBook {
             (b.wait_ns_total, b.calls, &a.probe).cmp(&(a.wait_ns_total, a.calls, &b.probe))
         });
         blocking.truncate(MAX_BLOCKING);
+        // Raw latches are named (and rows of one name summed) when the
+        // recording ends; keep enough rows for that.
+        let mut latch_statements: Vec<LatchStatement> = self
+            .latch_rows
+            .iter()
+            .map(|(&(d, slot, raw), acc)| LatchStatement {
+                probe: probe_of.get(&slot).cloned().unwrap_or_else(|| "?".into()),
+                latch: String::new(),
+                statement: id_of(d),
+                fingerprint: self.digests[d as usize].fingerprint.clone(),
+                calls: acc.calls,
+                wait_ns_total: acc.wait_ns,
+                raw_latch: Some(raw),
+            })
+            .collect();
+        sort_latch_statements(&mut latch_statements);
+        latch_statements.truncate(LATCH_ROWS_NAMED);
         Who {
+            latch_statements,
             blocking,
             blocking_totals,
             how,
@@ -429,6 +470,7 @@ impl StatementBook {
                 no_thd: self.lost.no_thd,
                 no_text: self.no_text,
                 holders_full: self.lost.holders_full + self.edges_dropped,
+                latches_full: self.lost.latches_full + self.latch_rows_dropped,
             },
             // Set by the recorder, which knows the sampler's counters.
             cpu: None,
@@ -577,6 +619,79 @@ pub(crate) mod tests {
     /// A statement that pauses over several fast drains (a slow scan
     /// walking versions now and then) keeps its text: forgetting takes
     /// both FORGET_AFTER_DRAINS drains and FORGET_AFTER.
+    /// A statement's hits on a latch add up per fingerprint (two texts of
+    /// one fingerprint, two drains) and per raw latch; naming sums the
+    /// raw latches that come out the same (two latches created at one
+    /// site), and a hit of a statement never seen is not a row.
+    #[test]
+    fn latch_rows_add_up_per_fingerprint_and_named_latch() {
+        use crate::bpf::abi::Callsite;
+        let mut book = StatementBook::new(false);
+        let s1 = SlotId::of_index(0);
+        let v = |calls, wait_ns| StmtVal { calls, wait_ns };
+        let created = |file, line| Callsite {
+            created_file: file,
+            created_line: line,
+            ..Callsite::default()
+        };
+        let id = |n| Callsite {
+            latch: n,
+            ..Callsite::default()
+        };
+        book.add(StatementRows {
+            texts: vec![
+                (10, text(7, "SELECT c FROM t WHERE id=5")),
+                (11, text(8, "SELECT c FROM t WHERE id=9")),
+                (12, text(8, "UPDATE t SET k=k+1 WHERE id=9")),
+            ],
+            latches: vec![
+                (10, s1, created(0x100, 7), v(2, 200)),
+                (11, s1, created(0x100, 7), v(1, 100)),
+                (12, s1, created(0x100, 7), v(1, 50)),
+                (12, s1, id(3), v(4, 400)),
+                (99, s1, id(3), v(9, 900)),
+            ],
+            ..StatementRows::default()
+        });
+        book.add(StatementRows {
+            latches: vec![(10, s1, created(0x200, 7), v(1, 10))],
+            ..StatementRows::default()
+        });
+        let mut who = book.result("how".into(), &HashMap::from([(s1, "p".to_string())]));
+        // Named: latch id 3 (id + 1) is `lock_sys`; both creation files
+        // name the same site (two latches created by one line).
+        who.name_latches(|probe, (latch, file, line)| {
+            assert_eq!(probe, "p");
+            Some(match (latch, file, line) {
+                (3, 0, 0) => "lock_sys".to_string(),
+                (0, 0x100 | 0x200, 7) => "buf0buf.cc:7".to_string(),
+                other => panic!("{other:?}"),
+            })
+        });
+        let rows: Vec<(&str, &str, u64, u64)> = who
+            .latch_statements
+            .iter()
+            .map(|r| {
+                (
+                    r.latch.as_str(),
+                    r.fingerprint.as_str(),
+                    r.calls,
+                    r.wait_ns_total,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("lock_sys", "UPDATE t SET k=k+? WHERE id=?", 4, 400),
+                ("buf0buf.cc:7", "SELECT c FROM t WHERE id=?", 4, 310),
+                ("buf0buf.cc:7", "UPDATE t SET k=k+? WHERE id=?", 1, 50),
+            ]
+        );
+        assert!(who.latch_statements.iter().all(|r| r.raw_latch.is_none()));
+        assert_eq!(who.statements_on_latch("p", "buf0buf.cc:7").count(), 2);
+    }
+
     #[test]
     fn a_statement_pausing_over_fast_drains_keeps_its_text() {
         let mut book = StatementBook::new(false);
@@ -590,6 +705,7 @@ pub(crate) mod tests {
             texts: vec![],
             lost: StmtLost::default(),
             holders: vec![],
+            latches: vec![],
             cpu: vec![],
         };
         book.add(StatementRows {
@@ -714,6 +830,7 @@ pub(crate) mod tests {
                 (s2, key(12, 10, 0), v(2, 40)),
                 (s2, key(12, 0, 555), v(1, 5)),
             ],
+            latches: vec![],
             cpu: vec![],
         });
         // The second drain: query 10 goes on; 99 has no text.
@@ -746,6 +863,7 @@ pub(crate) mod tests {
                     v(1, 1),
                 ),
             ],
+            latches: vec![],
             cpu: vec![],
         });
         let probes = HashMap::from([(s1, "a".to_string()), (s2, "b".to_string())]);

@@ -157,6 +157,30 @@ pub fn render(who: Option<&Who>) -> String {
             }
         }
     }
+    if !who.latch_statements.is_empty() {
+        let mut table = Table::new();
+        table.load_preset(ASCII_MARKDOWN);
+        table.set_header(["latch", "probe", "statement", "calls", "total wait"]);
+        for r in who.latch_statements.iter().take(TOP) {
+            table.add_row([
+                cut(&r.latch, 50),
+                r.probe.clone(),
+                cut(&r.fingerprint, 60),
+                r.calls.to_string(),
+                units::ns(r.wait_ns_total),
+            ]);
+        }
+        right_align(&mut table, 3..5);
+        out.push_str(&format!(
+            "statements per latch (a statement's hits on one latch, named as in the latch tables):\n{table}\n"
+        ));
+        if who.unattributed.latches_full > 0 {
+            out.push_str(&format!(
+                "({} latch hits not tied to their statement: map full)\n",
+                who.unattributed.latches_full
+            ));
+        }
+    }
     let u = &who.unattributed;
     if u.map_full + u.no_thd + u.no_text > 0 {
         out.push_str(&format!(

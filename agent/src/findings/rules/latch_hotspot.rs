@@ -119,8 +119,10 @@ pub(super) fn check(s: &Summary) -> Option<Finding> {
             anchor: "callsites".into(),
         });
     }
-    // Which statements wait there (the probe's, over all its latches).
-    let statements = crate::findings::measure::statements_at(s, probe_name, 2);
+    // Which statements wait there: on this latch where the recording
+    // counted statements per latch, else the probe's over all its latches.
+    let statements = crate::findings::measure::statements_on_latch(s, probe_name, latch, 2)
+        .or_else(|| crate::findings::measure::statements_at(s, probe_name, 2));
     let has_statements = statements.is_some();
     evidence.extend(statements);
     // And who held it, where the latch records its holder.
