@@ -78,6 +78,9 @@ struct HeldHow {
     site: Option<(u64, u32)>,
 }
 
+/// A latch as a call site carries it: id + 1, creation file pointer, line.
+type RawLatch = (u32, u64, u32);
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Acc {
     calls: u64,
@@ -110,7 +113,7 @@ pub struct StatementBook {
     /// Waits whose edge was past [`MAX_EDGES_KEPT`].
     edges_dropped: u64,
     /// Per (statement, slot, raw latch): a statement's hits on a latch.
-    latch_rows: HashMap<(u32, SlotId, (u32, u64, u32)), Acc>,
+    latch_rows: HashMap<(u32, SlotId, RawLatch), Acc>,
     /// Hits whose (statement, latch) row was past [`MAX_EDGES_KEPT`].
     latch_rows_dropped: u64,
     no_text: u64,
