@@ -678,6 +678,24 @@ fn statements(s: &Summary) -> Markup {
                     }
                 }
             }
+            @if !who.latch_statements.is_empty() {
+                h3 #latch-statements { "Statements per latch" }
+                p.note { "Each statement's hits on one latch (named as in the latch tables), the " (who.latch_statements.len()) " with the most wait. Click a column to sort." }
+                table.data.sortable {
+                    thead { tr { th { "latch" } th { "probe" } th { "statement" } th.n { "calls" } th.n { "total wait" } } }
+                    tbody {
+                        @for r in &who.latch_statements {
+                            tr {
+                                td { (r.latch) }
+                                td { (r.probe) }
+                                td { code { (r.fingerprint) } }
+                                td.n data-v=(r.calls) { (r.calls) }
+                                td.n data-v=(r.wait_ns_total) { (units::ns(r.wait_ns_total)) }
+                            }
+                        }
+                    }
+                }
+            }
         }
         (blocking::section(s, who))
         @if tables || !who.blocking.is_empty() { script { (PreEscaped(SORT_JS)) } }

@@ -479,3 +479,32 @@ fn no_blocking_section_without_edges() {
     // The statements table still sorts.
     assert_eq!(html.matches("<script>").count(), 1);
 }
+
+/// Statements per latch: a sortable table inside "Statements and
+/// connections", one row per (latch, probe, statement); none without rows.
+#[test]
+fn statements_per_latch_are_a_sortable_table() {
+    let mut s = with_blocking(vec![]);
+    assert!(!page(&s).contains("id=\"latch-statements\""));
+    s.who.as_mut().unwrap().latch_statements = vec![crate::model::who::LatchStatement {
+        probe: S_LOCK.into(),
+        latch: "created in buf_block_init (buf0buf.cc:1021)".into(),
+        statement: crate::record::statements::statement_id(SELECT),
+        fingerprint: SELECT.into(),
+        calls: 7,
+        wait_ns_total: 3_000_000,
+        raw_latch: None,
+    }];
+    let html = page(&s);
+    let table = part(&html, "id=\"latch-statements\"", "</table>");
+    assert!(
+        table.contains("created in buf_block_init (buf0buf.cc:1021)"),
+        "{table}"
+    );
+    assert!(table.contains(S_LOCK) && table.contains(SELECT), "{table}");
+    assert!(table.contains("data-v=\"3000000\""), "{table}");
+    assert!(table.contains("table class=\"data sortable\""), "{table}");
+    assert!(
+        html.find("id=\"statements\"").unwrap() < html.find("id=\"latch-statements\"").unwrap()
+    );
+}
