@@ -91,15 +91,7 @@ pub fn statements_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidenc
             ))
         })
         .collect();
-    let total: u64 = rows.iter().map(|(_, v)| v).sum();
-    if total == 0 {
-        return None;
-    }
-    let parts = shares(&mut rows, total, n);
-    Some(Evidence {
-        text: format!("the statements waiting at {probe}: {}", parts.join("; ")),
-        anchor: "statements".into(),
-    })
+    shares_evidence(&mut rows, n, &format!("the statements waiting at {probe}"))
 }
 
 /// Who waits on `latch` through `probe` (`who.latch_statements`): the
@@ -125,15 +117,7 @@ pub fn statements_on_latch(
             (name, if timed { r.wait_ns_total } else { r.calls })
         })
         .collect();
-    let total: u64 = rows.iter().map(|(_, v)| v).sum();
-    if total == 0 {
-        return None;
-    }
-    let parts = shares(&mut rows, total, n);
-    Some(Evidence {
-        text: format!("the statements waiting on {latch}: {}", parts.join("; ")),
-        anchor: "statements".into(),
-    })
+    shares_evidence(&mut rows, n, &format!("the statements waiting on {latch}"))
 }
 
 /// A statement as evidence names it: with its users and connections
@@ -150,6 +134,24 @@ impl StatementName<'_> {
             Self::Fingerprint(f) => f,
         }
     }
+}
+
+/// "`what`: 82 % under UPDATE ... (app_rw, 3 connections); ..." for the
+/// `n` largest shares of the rows' values; None when they sum to 0.
+fn shares_evidence(
+    rows: &mut [(StatementName<'_>, u64)],
+    n: usize,
+    what: &str,
+) -> Option<Evidence> {
+    let total: u64 = rows.iter().map(|(_, v)| v).sum();
+    if total == 0 {
+        return None;
+    }
+    let parts = shares(rows, total, n);
+    Some(Evidence {
+        text: format!("{what}: {}", parts.join("; ")),
+        anchor: "statements".into(),
+    })
 }
 
 /// `82 % under UPDATE ... (app_rw, 3 connections)` for the `n` largest

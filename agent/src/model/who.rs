@@ -77,16 +77,7 @@ impl Who {
             if let Some(raw) = r.raw_latch.take() {
                 r.latch = name(&r.probe, raw).unwrap_or_else(|| "?".into());
             }
-            match rows
-                .iter_mut()
-                .find(|x| x.probe == r.probe && x.latch == r.latch && x.statement == r.statement)
-            {
-                Some(x) => {
-                    x.calls += r.calls;
-                    x.wait_ns_total += r.wait_ns_total;
-                }
-                None => rows.push(r),
-            }
+            add_latch_row(&mut rows, r);
         }
         sort_latch_statements(&mut rows);
         rows.truncate(MAX_LATCH_STATEMENTS);
@@ -102,6 +93,20 @@ impl Who {
         self.latch_statements
             .iter()
             .filter(move |r| r.probe == probe && r.latch == latch)
+    }
+}
+
+/// Adds `r` to the row of its (probe, latch, statement), or as a new one.
+fn add_latch_row(rows: &mut Vec<LatchStatement>, r: LatchStatement) {
+    match rows
+        .iter_mut()
+        .find(|x| x.probe == r.probe && x.latch == r.latch && x.statement == r.statement)
+    {
+        Some(x) => {
+            x.calls += r.calls;
+            x.wait_ns_total += r.wait_ns_total;
+        }
+        None => rows.push(r),
     }
 }
 
@@ -454,15 +459,7 @@ impl Who {
                 // Latch names and statement ids hold across processes.
                 let mut rows = b.latch_statements.clone();
                 for ra in &a.latch_statements {
-                    match rows.iter_mut().find(|r| {
-                        r.probe == ra.probe && r.latch == ra.latch && r.statement == ra.statement
-                    }) {
-                        Some(r) => {
-                            r.calls += ra.calls;
-                            r.wait_ns_total += ra.wait_ns_total;
-                        }
-                        None => rows.push(ra.clone()),
-                    }
+                    add_latch_row(&mut rows, ra.clone());
                 }
                 sort_latch_statements(&mut rows);
                 rows.truncate(MAX_LATCH_STATEMENTS);
