@@ -269,11 +269,6 @@ struct holder_key {
 #define HOLDER_RECORDED 0
 #define HOLDER_RELEASED 1
 
-struct holder_val {
-	__u64 calls;
-	__u64 wait_ns;
-};
-
 struct stmt_key {
 	__u64 query_id;
 	__u32 slot;

@@ -463,7 +463,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, MAX_HOLDER_KEYS);
 	__type(key, struct holder_key);
-	__type(value, struct holder_val);
+	__type(value, struct stmt_val);
 } holder_stats SEC(".maps");
 
 /* Per what a release slow path is called on (a latch, or its event): the
@@ -589,6 +589,21 @@ static __always_inline void read_holder(struct pt_regs *ctx, __u64 slot, struct 
 	}
 }
 
+/* One hit (and its wait) on a statement map's row, created on first use;
+ * a full map loses the hit under `lost`. */
+static __always_inline void count_stmt_val(void *map, const void *key, __u64 wait_ns, __u32 lost)
+{
+	struct stmt_val zero = {};
+	struct stmt_val *val = lookup_or_init(map, key, &zero);
+
+	if (!val) {
+		stmt_lose(lost);
+		return;
+	}
+	__sync_fetch_and_add(&val->calls, 1);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+}
+
 static __always_inline void add_holder(__u64 slot, __u64 waiter_qid, struct start_val *start,
 				       __u64 wait_ns)
 {
@@ -601,35 +616,17 @@ static __always_inline void add_holder(__u64 slot, __u64 waiter_qid, struct star
 		.holder_line = start->holder_line,
 		.how = start->holder_how,
 	};
-	struct holder_val zero = {};
-	struct holder_val *val;
 
-	if (!start->holder_tid)
-		return;
-	val = lookup_or_init(&holder_stats, &key, &zero);
-	if (!val) {
-		stmt_lose(STMT_LOST_HOLDERS_FULL);
-		return;
-	}
-	__sync_fetch_and_add(&val->calls, 1);
-	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+	if (start->holder_tid)
+		count_stmt_val(&holder_stats, &key, wait_ns, STMT_LOST_HOLDERS_FULL);
 }
 
 static __always_inline void add_statement(__u64 slot, __u64 query_id, __u64 wait_ns)
 {
 	struct stmt_key key = { .query_id = query_id, .slot = (__u32)slot };
-	struct stmt_val zero = {};
-	struct stmt_val *val;
 
-	if (!query_id)
-		return;
-	val = lookup_or_init(&stmt_stats, &key, &zero);
-	if (!val) {
-		stmt_lose(STMT_LOST_KEYS_FULL);
-		return;
-	}
-	__sync_fetch_and_add(&val->calls, 1);
-	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+	if (query_id)
+		count_stmt_val(&stmt_stats, &key, wait_ns, STMT_LOST_KEYS_FULL);
 }
 
 /* Adds a statement's hit to its (statement, slot, latch) counter, for a
@@ -644,18 +641,9 @@ static __always_inline void add_statement_latch(__u64 slot, __u64 query_id, stru
 		.latch = site->latch,
 		.created_line = site->created_line,
 	};
-	struct stmt_val zero = {};
-	struct stmt_val *val;
 
-	if (!query_id || (!site->latch && !site->created_file))
-		return;
-	val = lookup_or_init(&stmt_latch, &key, &zero);
-	if (!val) {
-		stmt_lose(STMT_LOST_LATCHES_FULL);
-		return;
-	}
-	__sync_fetch_and_add(&val->calls, 1);
-	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+	if (query_id && (site->latch || site->created_file))
+		count_stmt_val(&stmt_latch, &key, wait_ns, STMT_LOST_LATCHES_FULL);
 }
 
 /* Adds a hit to its (slot, thread) counter. */

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::catalog::{
-    check_pattern, Catalog, CatalogError, CounterSpec, LatchSpec, LayoutSpec, ProbeSpec,
+    check_pattern, Catalog, CatalogError, CatalogFile, CounterSpec, LatchSpec, LayoutSpec,
+    ProbeSpec,
 };
 use crate::plan::latch::{
     find_latch_layout, fixed_latch_layout, HolderSpec, LatchError, LatchLayout,
@@ -108,8 +109,8 @@ impl ProbeSet {
         let mut specs: Vec<ProbeSpec> = Vec::new();
         let mut counter_specs: Vec<CounterSpec> = Vec::new();
         let mut catalog_file = None;
-        // Member offsets of this exact build, for binaries without DWARF.
-        let mut layouts: Vec<LayoutSpec> = Vec::new();
+        // Its `[[layout]]`s: member offsets for binaries without DWARF.
+        let mut layouts_in: Option<&CatalogFile> = None;
         if let Some(selection) = selection {
             let file = catalog
                 .for_server(server)
@@ -119,12 +120,7 @@ impl ProbeSet {
                     server: server.to_string(),
                 })?;
             catalog_file = Some(file.file.clone());
-            layouts.extend(
-                file.layouts
-                    .iter()
-                    .filter(|l| l.applies_to(server))
-                    .cloned(),
-            );
+            layouts_in = Some(file);
             let (probes, counters) = file.select_with_counters(&selection)?;
             specs.extend(probes);
             counter_specs.extend(counters);
@@ -148,7 +144,13 @@ impl ProbeSet {
                     .latch
                     .as_ref()
                     .filter(|_| !resolution.symbols.is_empty())
-                    .map(|l| plan_latch(image, &mut resolver, &resolution, l, &layouts));
+                    .map(|l| {
+                        let fixed = l
+                            .object
+                            .as_deref()
+                            .and_then(|o| layouts_in?.layout_for(o, server));
+                        plan_latch(image, &mut resolver, &resolution, l, fixed)
+                    });
                 PlannedProbe {
                     resolution,
                     spec,
@@ -236,7 +238,7 @@ fn plan_latch(
     resolver: &mut Resolver<'_>,
     resolution: &Resolution,
     spec: &LatchSpec,
-    layouts: &[LayoutSpec],
+    fixed: Option<&LayoutSpec>,
 ) -> LatchPlan {
     let addresses: Vec<u64> = resolution.symbols.iter().map(|s| s.address).collect();
     let created = spec.created_members();
@@ -264,11 +266,7 @@ fn plan_latch(
     // Woken through the object itself: nothing to find in DWARF for that.
     let woken_by_object = spec.woken_by.is_some() && spec.woken_key.is_none();
     let woken_key = spec.woken_key.as_deref();
-    let fixed = spec
-        .object
-        .as_deref()
-        .and_then(|o| layouts.iter().find(|l| l.object == o));
-    match find_latch_layout(
+    let found = find_latch_layout(
         image,
         &addresses,
         spec.arg,
@@ -276,7 +274,32 @@ fn plan_latch(
         created,
         holder,
         woken_key,
-    ) {
+    );
+    // No DWARF, but the catalog read this build's layout of the object
+    // from its code: creation site, holder and release key from there.
+    if let (Err(LatchError::NoDebugInfo), Some(fixed)) = (&found, fixed) {
+        let layout = fixed_latch_layout(&addresses, &fixed.members, created, holder, woken_key);
+        // A latch id's names are an enum's: only DWARF has them.
+        let named = !names_wanted || !layout.created.is_empty();
+        let found = named || !layout.holders.is_empty() || !layout.woken.is_empty();
+        let object = fixed.object.clone();
+        return LatchPlan {
+            layout,
+            unavailable: match (found, named) {
+                (false, _) => Some(format!(
+                    "the binary has no DWARF, and the catalog's layout of `{object}` for this \
+                     version has none of the members this probe reads"
+                )),
+                (true, false) => Some(
+                    "the binary has no DWARF debug info (.debug_info); latch names need it"
+                        .to_string(),
+                ),
+                (true, true) => None,
+            },
+            layout_from: Some(object),
+        };
+    }
+    match found {
         Ok(layout)
             if !layout.fields.is_empty()
                 || !layout.created.is_empty()
@@ -313,31 +336,6 @@ fn plan_latch(
                     spec.arg
                 )),
                 layout_from: None,
-            }
-        }
-        // No DWARF, but the catalog read this build's layout of the object
-        // from its code: creation site, holder and release key from there.
-        Err(LatchError::NoDebugInfo) if fixed.is_some() => {
-            let members = &fixed.expect("checked").members;
-            let layout = fixed_latch_layout(&addresses, members, created, holder, woken_key);
-            // A latch id's names are an enum's: only DWARF has them.
-            let named = !names_wanted || !layout.created.is_empty();
-            let found = named || !layout.holders.is_empty() || !layout.woken.is_empty();
-            let object = spec.object.clone().unwrap_or_default();
-            LatchPlan {
-                layout,
-                unavailable: match (found, named) {
-                    (false, _) => Some(format!(
-                        "the binary has no DWARF, and the catalog's layout of `{object}` for this \
-                         version has none of the members this probe reads"
-                    )),
-                    (true, false) => Some(
-                        "the binary has no DWARF debug info (.debug_info); latch names need it"
-                            .to_string(),
-                    ),
-                    (true, true) => None,
-                },
-                layout_from: Some(object),
             }
         }
         // No DWARF is needed to tie waits to the thread whose release ends them.
