@@ -53,7 +53,13 @@ fn holders_of_a_hot_row(
     select_waits: bool,
 ) {
     // The probes whose latches record no holder: every edge is by release.
-    let released_only: &[&str] = &["innodb.mutex.wait", "innodb.mutex.enter"];
+    // MariaDB 10.6+'s mutex waits also read sux_lock::writer where the
+    // mutex is a latch's (catalog `holder_in`): not only by release there.
+    let released_only: &[&str] = if server_name.starts_with("mariadb-11") {
+        &["innodb.mutex.enter"]
+    } else {
+        &["innodb.mutex.wait", "innodb.mutex.enter"]
+    };
     // rw_lock_t records its writer's lock site; sux_lock (10.6+) does not.
     let sites = !server_name.starts_with("mariadb-11");
     let _k = kernel_lock();
@@ -240,8 +246,10 @@ fn holders_of_a_hot_row(
             who.latch_statements
         );
         for r in &rows {
+            // innoprof's own SHOW ENGINE INNODB STATUS may wait too.
             assert!(
-                [UPDATE, SELECT, "COMMIT"].contains(&r.fingerprint.as_str()),
+                [UPDATE, SELECT, "COMMIT"].contains(&r.fingerprint.as_str())
+                    || r.fingerprint.starts_with("SHOW "),
                 "{r:?}"
             );
             assert!(!r.latch.is_empty() && r.latch != "?", "{r:?}");
@@ -257,11 +265,20 @@ fn holders_of_a_hot_row(
         // between the two maps' drains is in the next drain of one of
         // them, and a hit adding to an entry as it is taken may be lost
         // to either. The final drain (probes detached) takes the rest.
+        // Each map also loses the hits it had no room for, counted: the
+        // statement map (one row per execution and probe) fills first
+        // under 100,000 SELECTs a second.
+        let u = &who.unattributed;
+        println!(
+            "{server_name}: {on_latches} hits on latches, {on_probe} on the probe; \
+             lost: {} (statement map full), {} (latch map full)",
+            u.map_full, u.latches_full
+        );
         assert!(
             who.statements_more == 0
-                && on_latches * 100 >= on_probe * 95
-                && on_latches * 100 <= on_probe * 105 + 300,
-            "{on_latches} hits on latches, {on_probe} on the probe"
+                && (on_latches + u.latches_full) * 100 >= on_probe * 95
+                && on_latches * 100 <= (on_probe + u.map_full) * 105 + 300,
+            "{on_latches} hits on latches, {on_probe} on the probe, {u:?}"
         );
         assert!(text.contains("statements per latch"), "{text}");
     }
