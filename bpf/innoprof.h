@@ -286,6 +286,13 @@ struct stmt_latch_key {
 	__u32 pad;
 };
 
+/* A stack counter (stack_counts' key) and the statement of the hit that
+ * took its stack: the hits that stack carried, per statement (stack_stmt). */
+struct stack_stmt_key {
+	struct stack_key stack;
+	__u64 query_id;
+};
+
 struct stmt_val {
 	__u64 calls;
 	__u64 wait_ns;
@@ -322,7 +329,8 @@ enum stmt_lost_reason {
 	STMT_LOST_NO_THD = 2,     /* a connection's hit whose THD or query_id could not be read */
 	STMT_LOST_HOLDERS_FULL = 3, /* holder_stats full: a wait not tied to its holder */
 	STMT_LOST_LATCHES_FULL = 4, /* stmt_latch full: a latch hit not tied to its statement */
-	STMT_LOST_MAX = 5,
+	STMT_LOST_STACKS_FULL = 5, /* stack_stmt full: a stack's hits not tied to its statement */
+	STMT_LOST_MAX = 6,
 };
 
 #endif

@@ -734,8 +734,39 @@ static __always_inline __u64 take_stack(void *ctx, struct stack_ips *buf)
 	return h;
 }
 
+/* Not preallocated: one entry per (stack taken, statement), at most once per
+ * `stack_interval_ns` per CPU and slot, drained with the statement maps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct stack_stmt_key);
+	__type(value, struct stack_val);
+} stack_stmt SEC(".maps");
+
+/* The hits a stack just taken carries, under the statement of the hit that
+ * took it (the wait profile's `statement` label): as its stack and role,
+ * the sampled hit's statement stands for the hits since the last stack. */
+static __always_inline void add_stack_statement(struct stack_key *key, __u64 query_id,
+						__u64 count, __u64 wait_ns)
+{
+	struct stack_stmt_key k = { .stack = *key, .query_id = query_id };
+	struct stack_val zero = {};
+	struct stack_val *val;
+
+	if (!query_id)
+		return;
+	val = lookup_or_init(&stack_stmt, &k, &zero);
+	if (!val) {
+		stmt_lose(STMT_LOST_STACKS_FULL);
+		return;
+	}
+	__sync_fetch_and_add(&val->count, count);
+	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+}
+
 static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u32 role,
-				      __u64 wait_ns)
+				      __u64 query_id, __u64 wait_ns)
 {
 	struct stack_key key = { .slot = slot, .site = site, .role = role };
 	struct stack_scratch *scratch;
@@ -777,6 +808,7 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 	if (st)
 		st->stacks++;
 	add_folded(&key, hold->pend_count, hold->pend_wait);
+	add_stack_statement(&key, query_id, hold->pend_count, hold->pend_wait);
 	hold->pend_count = 0;
 	hold->pend_wait = 0;
 	hold->last_ns = now;
@@ -843,7 +875,7 @@ int lat_return(struct pt_regs *ctx)
 	add_statement_latch(key.slot, qid, &site, delta);
 	add_holder(key.slot, qid, &held, delta);
 	add_site(key.slot, site, role, delta);
-	add_stack(ctx, key.slot, site, role, delta);
+	add_stack(ctx, key.slot, site, role, qid, delta);
 	return 0;
 }
 
@@ -868,7 +900,7 @@ int count_hit(struct pt_regs *ctx)
 	add_statement_latch(COOKIE_SLOT(cookie), qid, &site, 0);
 	note_release(ctx, COOKIE_SLOT(cookie), (__u32)pid_tgid, qid);
 	add_site(COOKIE_SLOT(cookie), site, role, 0);
-	add_stack(ctx, COOKIE_SLOT(cookie), site, role, 0);
+	add_stack(ctx, COOKIE_SLOT(cookie), site, role, qid, 0);
 	return 0;
 }
 

@@ -312,6 +312,8 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
         assert_eq!(b.holder_fingerprint.as_deref(), Some(UPDATE), "{b:?}");
         assert_eq!(b.holder_connection, Some(rw_id), "{b:?}");
     }
+    waits_profile_labels_the_load(&s, &rec, redo, commits, UPDATE);
+    waits_profile_labels_the_load(&s, &rec, walk, walks, SELECT);
     if cpu {
         cpu_samples_land_on_the_load(&s, who, &rec);
     } else {
@@ -324,6 +326,54 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
     let html = std::fs::read_to_string(rec.out.join("report.html")).unwrap();
     assert!(
         html.contains("id=\"statements\"") && html.contains("SELECT c FROM sbtest1 WHERE id=?")
+    );
+}
+
+/// waits.pb.gz: `probe`'s stacks carry a `statement` label, the statement
+/// whose hit took the stack standing for the hits the stack carried. The
+/// labelled calls are at most the probe's calls (two maps counting the
+/// same hits), most of the connections' (only a stack being taken when
+/// another hit comes, or the last hits on a CPU, go unlabelled), and
+/// nearly all on the statement that makes the probe's hits.
+fn waits_profile_labels_the_load(
+    s: &innoprof::model::summary::Summary,
+    rec: &Recording,
+    probe: &str,
+    calls: u64,
+    statement: &str,
+) {
+    let all = s.probes.iter().find(|p| p.name == probe).unwrap().calls;
+    let gz = std::fs::read(rec.out.join("waits.pb.gz")).expect("waits.pb.gz");
+    let p = innoprof::report::pprof::decode_gz(&gz).expect("a gzipped profile");
+    let label = |sample: &innoprof::report::pprof::Sample, key: &str| {
+        sample
+            .label
+            .iter()
+            .find(|l| p.string_table[l.key as usize] == key)
+            .map(|l| p.string_table[l.str as usize].clone())
+    };
+    let mut by_statement: std::collections::HashMap<String, u64> = Default::default();
+    for sample in &p.sample {
+        if label(sample, "probe").as_deref() != Some(probe) {
+            continue;
+        }
+        if let Some(st) = label(sample, "statement") {
+            *by_statement.entry(st).or_default() += sample.value[0] as u64;
+        }
+    }
+    let labelled: u64 = by_statement.values().sum();
+    let on = by_statement.get(statement).copied().unwrap_or(0);
+    println!(
+        "waits.pb.gz {probe}: {labelled} calls labelled ({calls} of connections, {all} in all), \
+         {on} on {statement}: {by_statement:?}"
+    );
+    assert!(
+        labelled <= all && labelled as f64 >= 0.8 * calls as f64,
+        "{labelled} labelled calls of {calls}: {by_statement:?}"
+    );
+    assert!(
+        on as f64 >= 0.9 * labelled as f64,
+        "{on} of {labelled} labelled calls on {statement}: {by_statement:?}"
     );
 }
 

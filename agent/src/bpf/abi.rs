@@ -369,6 +369,16 @@ impl StmtLatchKey {
     }
 }
 
+/// A stack counter and the statement of the hit that took its stack
+/// (`stack_stmt`): the hits that stack carried, per statement.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StackStmtKey {
+    pub stack: StackKey,
+    pub query_id: u64,
+}
+mirrors_stack_stmt_key!(StackStmtKey);
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct StmtVal {

@@ -9,7 +9,8 @@ use serde::Serialize;
 use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, HolderKey, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey,
-    StackVal, StmtKey, StmtLatchKey, StmtText, StmtVal, ThreadKey, ThreadVal, DROP_REASONS,
+    StackStmtKey, StackVal, StmtKey, StmtLatchKey, StmtText, StmtVal, ThreadKey, ThreadVal,
+    DROP_REASONS,
 };
 use crate::plan::catalog::Measure;
 
@@ -73,6 +74,45 @@ pub struct StackSample {
     pub role: u32,
     pub count: u64,
     pub wait_ns: u64,
+    /// Its counter's key in `stack_counts`.
+    pub key: StackKey,
+    /// The fingerprint of the statement whose hits these are, when the
+    /// statement book split the counter ([`StackSample::split`]).
+    pub statement: Option<String>,
+}
+
+impl StackSample {
+    /// This counter split by statement: a sample per `(fingerprint, calls,
+    /// wait)` part, and one without a statement for the rest (hits of
+    /// threads with no statement, or not tied to one). The parts never
+    /// take more than the counter holds.
+    pub fn split(self, parts: &[(String, u64, u64)]) -> Vec<StackSample> {
+        let (mut count, mut wait_ns) = (self.count, self.wait_ns);
+        let mut out = Vec::with_capacity(parts.len() + 1);
+        for (fingerprint, c, w) in parts {
+            let c = (*c).min(count);
+            if c == 0 {
+                continue;
+            }
+            let w = (*w).min(wait_ns);
+            count -= c;
+            wait_ns -= w;
+            out.push(StackSample {
+                count: c,
+                wait_ns: w,
+                statement: Some(fingerprint.clone()),
+                ..self.clone()
+            });
+        }
+        if count > 0 {
+            out.push(StackSample {
+                count,
+                wait_ns,
+                ..self
+            });
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -464,11 +504,15 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
         })
         .collect();
     // CPU samples before texts too: the sampler writes a text before it
-    // counts the sample.
+    // counts the sample. And stacks: a hit reads its text before its stack.
     let cpu = take_hash::<u64, u64>(obj, bpf::maps::STMT_CPU)?;
+    let stacks = take_hash::<StackStmtKey, StackVal>(obj, bpf::maps::STACK_STMT)?
+        .into_iter()
+        .map(|(k, v)| (k.stack, k.query_id, v))
+        .collect();
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
-    let mut lost = [0u64; 5];
+    let mut lost = [0u64; 6];
     for (i, total) in lost.iter_mut().enumerate() {
         *total = percpu_u64_sum(&lost_map, bpf::maps::STMT_LOST, i as u32)?;
     }
@@ -481,10 +525,12 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
             no_thd: lost[2],
             holders_full: lost[3],
             latches_full: lost[4],
+            stacks_full: lost[5],
         },
         holders,
         latches,
         cpu,
+        stacks,
     })
 }
 
@@ -505,6 +551,9 @@ pub struct StatementRows {
     /// Per query_id: the CPU sampler's on-CPU samples of it (`stmt_cpu`,
     /// filled only while the sampler shares these maps).
     pub cpu: Vec<(u64, u64)>,
+    /// Per (stack counter, query_id): the hits a stack taken by that
+    /// statement's hit carried (`stack_stmt`).
+    pub stacks: Vec<(StackKey, u64, StackVal)>,
 }
 
 /// Connection hits not tied to a statement, since the start (totals).
@@ -521,6 +570,9 @@ pub struct StmtLost {
     /// `stmt_latch` was full (a latch hit not tied to its statement; the
     /// statement's and the latch's own counts keep it).
     pub latches_full: u64,
+    /// `stack_stmt` was full (a stack's hits not tied to its statement;
+    /// its own counts keep them).
+    pub stacks_full: u64,
 }
 
 /// One BPF_MAP_LOOKUP_BATCH of at most `max` entries into `keys` and
@@ -730,6 +782,8 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Coll
             role: key.role,
             count: val.count,
             wait_ns: val.wait_ns,
+            key,
+            statement: None,
         });
     }
     Ok(stacks)

@@ -432,6 +432,7 @@ mod tests {
             holders: vec![],
             latches: vec![],
             cpu: vec![],
+            stacks: vec![],
         });
         let earlier = book.totals();
         // The interval (2 s): 7's UPDATE goes on a little; 8 runs two new
@@ -458,6 +459,7 @@ mod tests {
             holders: vec![],
             latches: vec![],
             cpu: vec![],
+            stacks: vec![],
         });
         (earlier, book.totals())
     }

@@ -127,6 +127,11 @@ pub struct RawProbeSample {
     pub latch: Option<String>,
     /// The call site's label, as the host named it.
     pub callsite: Option<String>,
+    /// The fingerprint of the statement whose hit took the stack (it
+    /// stands for the hits the stack carried), where known: the wait
+    /// profile's `statement` label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<String>,
 }
 
 /// The CPU profile's stacks.
@@ -165,6 +170,19 @@ pub struct RawCpuSample {
 /// Longest `statement` label of a CPU sample: a fingerprint's first
 /// bytes tell the statement apart; the whole text is in summary.json.
 pub const MAX_STATEMENT_LABEL: usize = 256;
+
+/// A fingerprint as a stack's `statement` label: its first
+/// [`MAX_STATEMENT_LABEL`] bytes (at a character boundary), `…` where cut.
+pub fn statement_label(fingerprint: &str) -> String {
+    if fingerprint.len() <= MAX_STATEMENT_LABEL {
+        return fingerprint.to_string();
+    }
+    let mut end = MAX_STATEMENT_LABEL;
+    while !fingerprint.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &fingerprint[..end])
+}
 
 /// What is wrong with a raw file, in one line.
 #[derive(Debug, thiserror::Error)]
@@ -243,6 +261,11 @@ impl RawStacks {
                 let text = [Some(&s.function), s.latch.as_ref(), s.callsite.as_ref()];
                 let longest = text.iter().flatten().map(|t| t.len()).max().unwrap_or(0);
                 at_most("label length", longest, MAX_TEXT)?;
+                at_most(
+                    "statement label length",
+                    s.statement.as_ref().map_or(0, String::len),
+                    MAX_STATEMENT_LABEL + 4,
+                )?;
             }
         }
         if let Some(cpu) = &self.cpu {

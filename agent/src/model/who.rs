@@ -355,6 +355,10 @@ pub struct Unattributed {
     /// full); the statement's and the latch's own counts keep them.
     #[serde(default)]
     pub latches_full: u64,
+    /// Stack hits not tied to their statement (the wait profile's
+    /// `statement` label; its map full); the stacks' counts keep them.
+    #[serde(default)]
+    pub stacks_full: u64,
 }
 
 impl Who {
@@ -451,6 +455,7 @@ impl Who {
                 no_text: ua.no_text + ub.no_text,
                 holders_full: ua.holders_full + ub.holders_full,
                 latches_full: ua.latches_full + ub.latches_full,
+                stacks_full: ua.stacks_full + ub.stacks_full,
             },
             blocking,
             blocking_totals,

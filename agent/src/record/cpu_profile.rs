@@ -46,7 +46,7 @@ impl RawCpuProfile {
             statement: (s.query_id != 0)
                 .then(|| self.statement_names.get(&s.query_id))
                 .flatten()
-                .map(|fp| statement_label(fp)),
+                .map(|fp| crate::model::raw_stacks::statement_label(fp)),
         };
         RawCpuStacks {
             exe_module: self.exe_module.clone(),
@@ -265,20 +265,6 @@ impl CpuProfile {
         }
         Ok(out)
     }
-}
-
-/// A fingerprint as a stack's `statement` label: its first
-/// [`MAX_STATEMENT_LABEL`] bytes (at a character boundary), `…` where cut.
-fn statement_label(fingerprint: &str) -> String {
-    use crate::model::raw_stacks::MAX_STATEMENT_LABEL;
-    if fingerprint.len() <= MAX_STATEMENT_LABEL {
-        return fingerprint.to_string();
-    }
-    let mut end = MAX_STATEMENT_LABEL;
-    while !fingerprint.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &fingerprint[..end])
 }
 
 fn push_svg(

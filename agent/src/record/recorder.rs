@@ -426,6 +426,18 @@ impl Recorder {
         self.statements.as_ref().map(|(book, _)| book.totals())
     }
 
+    /// Stack counters split by statement, as the book has them (see
+    /// [`StatementBook::split_stacks`]); whole when statements are not read.
+    pub(super) fn split_stacks(
+        &self,
+        samples: Vec<crate::collect::StackSample>,
+    ) -> Vec<crate::collect::StackSample> {
+        match &self.statements {
+            Some((book, _)) => book.split_stacks(samples),
+            None => samples,
+        }
+    }
+
     /// The statements as they stand, for the summary's `who`.
     fn who(&self) -> crate::model::who::Who {
         let how = match &self.plan.thd {
@@ -609,7 +621,8 @@ impl Recorder {
             }
             _ => None,
         };
-        let snapshot = snapshot?;
+        let mut snapshot = snapshot?;
+        snapshot.stacks = self.split_stacks(std::mem::take(&mut snapshot.stacks));
         let cpu_raw = cpu_raw?;
         if let Some(who) = who.as_mut() {
             let mut namer = crate::symbolize::callsite::CallsiteNamer::new(

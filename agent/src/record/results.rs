@@ -970,6 +970,10 @@ pub(crate) fn raw_probe_stacks(
                 wait_ns: sample.wait_ns,
                 latch: latches.of(&sample.site, namer),
                 callsite: (sample.site.file != 0).then(|| namer.label(sample.site)),
+                statement: sample
+                    .statement
+                    .as_deref()
+                    .map(crate::model::raw_stacks::statement_label),
             })
         })
         .collect();
@@ -1031,6 +1035,10 @@ pub fn fold_raw(
         if let Some(site) = &sample.callsite {
             stack.push_marker(marker(format!("[{site}]")));
             labels.push(("callsite".to_string(), site.clone()));
+        }
+        // A label, not a frame: folded files stay one line per stack.
+        if let Some(fingerprint) = &sample.statement {
+            labels.push(("statement".to_string(), fingerprint.clone()));
         }
         let frames = stack.folded_names();
         by_count.add(&frames, sample.count);

@@ -26,10 +26,10 @@ pub struct StackWindow {
     started: Instant,
 }
 
-type StackIdentity = (SlotId, Vec<u64>, Callsite, u32);
+type StackIdentity = (SlotId, Vec<u64>, Callsite, u32, Option<String>);
 
 fn stack_identity(s: &crate::collect::StackSample) -> StackIdentity {
-    (s.slot, s.ips.clone(), s.site, s.role)
+    (s.slot, s.ips.clone(), s.site, s.role, s.statement.clone())
 }
 
 /// A stack window left open this long past its deadline is closed by the
@@ -62,19 +62,23 @@ impl Recorder {
         probes: &[usize],
         until: Instant,
     ) -> Result<Option<StackWindow>, RecordError> {
-        let Some(session) = self.session.as_mut() else {
+        let (Some(session), Some((_, None))) = (self.session.as_ref(), self.stack_gate.as_ref())
+        else {
+            // No session, stacks not on demand, or a window open already.
             return Ok(None);
         };
-        let Some((gate, deadline)) = self.stack_gate.as_mut() else {
-            return Ok(None);
-        };
-        if deadline.is_some() {
-            return Ok(None);
-        }
-        let start = crate::collect::read_stacks(session)?
+        let start = crate::collect::read_stacks(session)?;
+        self.drain_statements_now(true);
+        let start = self
+            .split_stacks(start)
             .iter()
             .map(|s| (stack_identity(s), (s.count, s.wait_ns)))
             .collect();
+        let (Some(session), Some((gate, deadline))) =
+            (self.session.as_mut(), self.stack_gate.as_mut())
+        else {
+            return Ok(None);
+        };
         let on: Vec<(SlotId, u32)> = probes
             .iter()
             .flat_map(|&probe| session.slots_of(probe))
@@ -103,6 +107,11 @@ impl Recorder {
             return Ok((Vec::new(), elapsed));
         };
         let end = crate::collect::read_stacks(session)?;
+        self.drain_statements_now(true);
+        let end = self.split_stacks(end);
+        if let Some((book, _)) = self.statements.as_mut() {
+            book.forget_stacks();
+        }
         self.stacks_off();
         let moved = moved_since(&window.start, end);
         Ok((self.name_probe_stacks(&window.probes, &moved), elapsed))
@@ -169,6 +178,8 @@ mod tests {
             role,
             count,
             wait_ns,
+            key: bytemuck::Zeroable::zeroed(),
+            statement: None,
         }
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::bpf::abi::{SlotId, StmtText, StmtVal};
+use crate::bpf::abi::{SlotId, StackKey, StmtText, StmtVal};
 use crate::collect::{StatementRows, StmtLost};
 use crate::model::who::{
     sort_latch_statements, Blocking, BlockingTotal, ConnectionResult, LatchStatement,
@@ -38,6 +38,11 @@ const MAX_EDGES_KEPT: usize = 10_000;
 /// a sample, so at most the samples taken (99 a second per CPU). Past it,
 /// a stack's statement is not named (its count in `cpu_samples` stays).
 const MAX_CPU_IDS: usize = 1 << 18;
+/// (stack counter, statement) rows kept for the wait profile's
+/// `statement` label: one per stack taken by a statement's hit, so at most
+/// one per millisecond per CPU and probe. Past it, a stack's hits keep no
+/// statement (counted in `who.unattributed.stacks_full`).
+const MAX_STACK_ROWS: usize = 1 << 16;
 /// Statements kept in the summary for their CPU samples even when their
 /// wait is not among the [`MAX_STATEMENTS`] most.
 const CPU_STATEMENTS_KEPT: usize = 10;
@@ -124,6 +129,10 @@ pub struct StatementBook {
     cpu_ids: HashMap<u64, u32>,
     /// CPU samples of a query id whose text was never read.
     cpu_no_text: u64,
+    /// Per (stack counter, statement): the hits its stacks carried.
+    stacks: HashMap<(StackKey, u32), Acc>,
+    /// Stack hits whose row was past [`MAX_STACK_ROWS`].
+    stacks_dropped: u64,
 }
 
 impl StatementBook {
@@ -187,6 +196,20 @@ impl StatementBook {
             if self.cpu_ids.len() < MAX_CPU_IDS || self.cpu_ids.contains_key(&query_id) {
                 self.cpu_ids.insert(query_id, seen.digest);
             }
+        }
+        for (key, query_id, v) in &rows.stacks {
+            let Some(seen) = self.seen.get(query_id) else {
+                continue;
+            };
+            let row = (*key, seen.digest);
+            if self.stacks.len() >= MAX_STACK_ROWS && !self.stacks.contains_key(&row) {
+                self.stacks_dropped += v.count;
+                continue;
+            }
+            self.stacks.entry(row).or_default().add(&StmtVal {
+                calls: v.count,
+                wait_ns: v.wait_ns,
+            });
         }
         for (query_id, slot, site, v) in &rows.latches {
             let Some(seen) = self.seen.get(query_id) else {
@@ -283,6 +306,43 @@ impl StatementBook {
             .iter()
             .map(|(&id, &d)| (id, self.digests[d as usize].fingerprint.clone()))
             .collect()
+    }
+
+    /// The probes' stack counters split by statement: each counter's
+    /// hits under the statement whose hit took its stack (the wait
+    /// profile's `statement` label), the rest without one.
+    pub fn split_stacks(
+        &self,
+        samples: Vec<crate::collect::StackSample>,
+    ) -> Vec<crate::collect::StackSample> {
+        let mut parts: HashMap<StackKey, Vec<(String, u64, u64)>> = HashMap::new();
+        for ((key, digest), acc) in &self.stacks {
+            parts.entry(*key).or_default().push((
+                self.digests[*digest as usize].fingerprint.clone(),
+                acc.calls,
+                acc.wait_ns,
+            ));
+        }
+        samples
+            .into_iter()
+            .flat_map(|s| match parts.get_mut(&s.key) {
+                Some(p) => {
+                    // The most waited first, so a part the counter cannot
+                    // hold (a hit lost in a drain) is the least.
+                    p.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+                    s.split(p)
+                }
+                None => vec![s],
+            })
+            .collect()
+    }
+
+    /// Forgets the stack rows (`serve`, once a stacks window has closed:
+    /// stacks are taken only in windows, and a window's split is the
+    /// difference of two, so a row from before it is not needed, and
+    /// `serve`, which runs for days, keeps no more than one window's).
+    pub fn forget_stacks(&mut self) {
+        self.stacks.clear();
     }
 
     /// CPU samples of statements whose text was never read.
@@ -474,6 +534,7 @@ impl StatementBook {
                 no_text: self.no_text,
                 holders_full: self.lost.holders_full + self.edges_dropped,
                 latches_full: self.lost.latches_full + self.latch_rows_dropped,
+                stacks_full: self.lost.stacks_full + self.stacks_dropped,
             },
             // Set by the recorder, which knows the sampler's counters.
             cpu: None,
@@ -624,6 +685,71 @@ pub(crate) mod tests {
     /// both FORGET_AFTER_DRAINS drains and FORGET_AFTER.
     /// A statement's hits on a latch add up per fingerprint (two texts of
     /// one fingerprint, two drains) and per raw latch; naming sums the
+    /// Stack counters split by the statement whose hit took the stack:
+    /// runs of one fingerprint add up over drains, a statement never seen
+    /// labels nothing, the rest of a counter stays unlabelled, and the
+    /// parts never take more than the counter holds.
+    #[test]
+    fn stacks_split_by_statement() {
+        use crate::bpf::abi::{StackKey, StackVal};
+        use crate::collect::StackSample;
+        let mut book = StatementBook::new(false);
+        let key = |hash| StackKey {
+            slot: 0,
+            stack_hash: hash,
+            ..bytemuck::Zeroable::zeroed()
+        };
+        let v = |count, wait_ns| StackVal { count, wait_ns };
+        book.add(StatementRows {
+            texts: vec![
+                (10, text(7, "SELECT c FROM t WHERE id=5")),
+                (11, text(8, "UPDATE t SET k=k+1 WHERE id=9")),
+            ],
+            stacks: vec![
+                (key(1), 10, v(3, 300)),
+                (key(1), 11, v(1, 100)),
+                (key(2), 11, v(5, 50)),
+                (key(2), 99, v(7, 70)),
+            ],
+            ..StatementRows::default()
+        });
+        book.add(StatementRows {
+            texts: vec![(12, text(7, "SELECT c FROM t WHERE id=6"))],
+            stacks: vec![(key(1), 12, v(2, 200))],
+            ..StatementRows::default()
+        });
+        let sample = |hash, count, wait_ns| StackSample {
+            slot: SlotId::of_index(0),
+            ips: vec![0x10, 0x20],
+            site: Default::default(),
+            role: 1,
+            count,
+            wait_ns,
+            key: key(hash),
+            statement: None,
+        };
+        let mut got: Vec<(u64, Option<String>, u64, u64)> = book
+            .split_stacks(vec![sample(1, 10, 1000), sample(2, 4, 40), sample(3, 1, 1)])
+            .into_iter()
+            .map(|s| (s.key.stack_hash, s.statement, s.count, s.wait_ns))
+            .collect();
+        got.sort();
+        let select = Some("SELECT c FROM t WHERE id=?".to_string());
+        let update = Some("UPDATE t SET k=k+? WHERE id=?".to_string());
+        assert_eq!(
+            got,
+            vec![
+                (1, None, 4, 400),
+                (1, select, 5, 500),
+                (1, update.clone(), 1, 100),
+                // The part is more than the counter (a hit lost as the
+                // row was taken): the counter caps it.
+                (2, update, 4, 40),
+                (3, None, 1, 1),
+            ]
+        );
+    }
+
     /// raw latches that come out the same (two latches created at one
     /// site), and a hit of a statement never seen is not a row.
     #[test]
@@ -710,6 +836,7 @@ pub(crate) mod tests {
             holders: vec![],
             latches: vec![],
             cpu: vec![],
+            stacks: vec![],
         };
         book.add(StatementRows {
             stats: vec![(10, s1, v)],
@@ -835,6 +962,7 @@ pub(crate) mod tests {
             ],
             latches: vec![],
             cpu: vec![],
+            stacks: vec![],
         });
         // The second drain: query 10 goes on; 99 has no text.
         book.add(StatementRows {
@@ -868,6 +996,7 @@ pub(crate) mod tests {
             ],
             latches: vec![],
             cpu: vec![],
+            stacks: vec![],
         });
         let probes = HashMap::from([(s1, "a".to_string()), (s2, "b".to_string())]);
         let users = HashMap::from([(
