@@ -162,7 +162,23 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
         let _ = ro_in.write_all(reads.as_bytes());
         ro_in
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // Until both loads run (performance_schema counts their statements):
+    // on a loaded host a client can take seconds to start.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (selects, updates) = (
+            ps_count(&server, ro_id, "statement/sql/select"),
+            ps_count(&server, rw_id, "statement/sql/update"),
+        );
+        if selects >= 40 && updates >= 100 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the loads did not start: {selects} SELECTs, {updates} UPDATEs"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     let pid = server.pid.to_string();
     let mut args = vec!["--pid", &pid, "--duration", "6s"];
@@ -172,10 +188,12 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
     let mut rec = Recording::start(&args);
     rec.wait_attached();
     let updates_before = ps_count(&server, rw_id, "statement/sql/update");
+    let selects_before = ps_count(&server, ro_id, "statement/sql/select");
     let (code, stdout, rec) = rec.finish();
     assert_eq!(code, Some(0), "{}", rec.stderr());
     // performance_schema's view of the same threads, right after.
     let updates_after = ps_count(&server, rw_id, "statement/sql/update");
+    let selects_during = ps_count(&server, ro_id, "statement/sql/select") - selects_before;
     let (rw_digests, ro_digests) = (ps_digests(&server, "app_rw"), ps_digests(&server, "app_ro"));
     drop(reader);
     let s = rec.summary();
@@ -250,7 +268,10 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
     // Version walks: on app_ro's SELECT.
     let walk = "innodb.undo.prev_version";
     let (walks, walk_wait) = connection_share(&s, walk);
-    assert!(walks > 100, "{walks} versions walked");
+    assert!(
+        walks > 100,
+        "{walks} versions walked; app_ro ran {selects_during} SELECTs meanwhile"
+    );
     let (on_select, wait_on_select) = on_statement(who, SELECT, walk);
     assert!(
         on_select as f64 >= 0.95 * walks as f64 && wait_on_select as f64 >= 0.95 * walk_wait as f64,

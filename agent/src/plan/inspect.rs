@@ -124,11 +124,18 @@ fn holder_line(p: &PlannedProbe, all: &[PlannedProbe]) -> Option<String> {
     }
     let recorded = recorded_holder_line(p);
     let woken = spec.and_then(|s| woken_line(p, s, all));
-    match (recorded, woken) {
+    let line = match (recorded, woken) {
         (Some(r), Some(w)) if r.starts_with("holder: none") => Some(w),
         (Some(r), Some(w)) => Some(format!("{r}; else {}", w.trim_start_matches("holder: "))),
         (r, w) => r.or(w),
+    }?;
+    if line.starts_with("holder: none") {
+        return Some(line);
     }
+    // Said where a holder is named, so no one reads its wait as its hold.
+    Some(format!(
+        "{line}; hold time not measured (the latch is taken by an inline compare-and-swap no probe sees)"
+    ))
 }
 
 /// Where a waiter finds the release that ends its wait, if its latch

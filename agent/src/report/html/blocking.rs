@@ -97,7 +97,8 @@ pub fn section(s: &Summary, who: &Who) -> Markup {
     html! {
         h3 #blocking { "Who blocks whom" }
         p.note {
-            "An edge ties a wait to the latch's exclusive holder (or the writer queued ahead of the readers) read at the wait's start, where the latch records one (rw_lock_t::writer_thread in MySQL 5.6–5.7 and MariaDB 10.2–10.5, sux_lock::writer in MariaDB 10.6+); mutexes and other latch kinds record no holder, so their waits have no edge. "
+            "An edge ties a wait to the latch's exclusive holder (or the writer queued ahead of the readers) read at the wait's start, where the latch records one (rw_lock_t::writer_thread in MySQL 5.6–8.0 and MariaDB 10.2–10.5, sux_lock::writer in MariaDB 10.6+), or to the thread whose release woke the waiters (the release's slow path, taken only when someone waits; summary.txt and summary.json's who.blocking[].released say which); a latch kind with neither has no edge (innoprof probes says which). "
+            "Hold time is not measured: a latch is taken on an inline compare-and-swap that no probe sees; what is shown is the wait each holder caused. "
             "Holders on the left, waiting statements on the right, line width by wait time; hover a box or a line for the whole statement and the holder's connections."
         }
         @if who.blocking.len() >= MAX_BLOCKING {
