@@ -190,15 +190,8 @@ pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> 
     let mut by_holder: Vec<(String, u64, u64)> = Vec::new();
     let (mut released, mut edges) = (0u64, 0u64);
     for e in who.blocking.iter().filter(|e| e.probe == probe) {
-        let name = match (&e.holder_fingerprint, e.holder_connection, e.holder_thread) {
-            (Some(f), Some(c), _) => format!("{f} (connection {c})"),
-            (Some(f), None, _) => f.clone(),
-            (None, Some(c), _) => format!("connection {c}, between statements"),
-            (None, None, Some(t)) => match &e.holder_role {
-                Some(role) => format!("{role} (thread {t})"),
-                None => format!("thread {t} (running no statement)"),
-            },
-            (None, None, None) => continue,
+        let Some(name) = e.holder_name() else {
+            continue;
         };
         let name = match &e.holder_site {
             Some(site) => format!("{name} at {site}"),

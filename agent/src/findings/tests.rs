@@ -537,7 +537,7 @@ fn holders_at_a_probe_are_named_by_statement_and_connection() {
         e.text,
         "held, for the 100 waits at innodb.rwlock.s_wait tied to a holder, by: \
          80 % UPDATE t SET k=k+? WHERE id=? (connection 31); \
-         20 % thread 4242 (running no statement)"
+         20 % thread 4242 (no statement)"
     );
     assert_eq!(e.anchor, "blocking");
     // With every edge's totals (the list keeps the biggest), a background

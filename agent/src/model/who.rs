@@ -214,6 +214,24 @@ impl Blocking {
             (None, None, _) => "-".into(),
         }
     }
+
+    /// The holder in a line of prose (a finding's): its statement and
+    /// connection, a connection between statements, or a thread by its
+    /// role. None when no holder is known.
+    pub fn holder_name(&self) -> Option<String> {
+        let whole = || self.holder_label(usize::MAX);
+        match (
+            self.holder_fingerprint.is_some(),
+            self.holder_connection,
+            self.holder_thread,
+        ) {
+            (true, Some(c), _) => Some(format!("{} (connection {c})", whole())),
+            (true, None, _) => Some(whole()),
+            (false, Some(c), _) => Some(format!("connection {c}, between statements")),
+            (false, None, Some(_)) => Some(whole()),
+            (false, None, None) => None,
+        }
+    }
 }
 
 /// Every waiter -> holder edge of a probe, summed (`blocking` keeps the

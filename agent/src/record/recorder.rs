@@ -624,31 +624,6 @@ impl Recorder {
         let mut snapshot = snapshot?;
         snapshot.stacks = self.split_stacks(std::mem::take(&mut snapshot.stacks));
         let cpu_raw = cpu_raw?;
-        if let Some(who) = who.as_mut() {
-            let mut namer = crate::symbolize::callsite::CallsiteNamer::new(
-                self.plan.target.pid,
-                &self.plan.image,
-            );
-            who.name_holders(&snapshot.thread_roles, |file, line| {
-                namer.file_line(file, line)
-            });
-            // Latches as the probes' `latches` name them.
-            let latch_names: HashMap<&str, results::LatchNames> = self
-                .plan
-                .probes
-                .iter()
-                .map(|p| (p.spec.name.as_str(), results::LatchNames::new(p)))
-                .collect();
-            who.name_latches(|probe, (latch, created_file, created_line)| {
-                let site = crate::bpf::abi::Callsite {
-                    latch,
-                    created_file,
-                    created_line,
-                    ..Default::default()
-                };
-                latch_names.get(probe)?.of(&site, &mut namer)
-            });
-        }
         if self.plan.target.is_alive() {
             // Libraries loaded during the run are in the fresher map.
             if let Ok(m) = ProcessMaps::read(self.plan.target.pid) {
@@ -684,9 +659,9 @@ impl Recorder {
             started_unix_ms: self.started_unix_ms,
             duration_s,
             end_reason,
+            who,
         })?;
         recording.host = Some(self.host.clone().ended());
-        recording.summary.who = who;
         Ok(recording)
     }
 }

@@ -71,6 +71,8 @@ pub(crate) struct Finished<'a> {
     pub started_unix_ms: u128,
     pub duration_s: f64,
     pub end_reason: EndReason,
+    /// The statements, their holders and latches not yet named.
+    pub who: Option<crate::model::who::Who>,
 }
 
 /// Builds the recording from what the recorder collected, in the order
@@ -98,6 +100,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         started_unix_ms,
         duration_s,
         end_reason,
+        who,
     } = finished;
     let pricing = Pricing {
         hit_cost,
@@ -119,6 +122,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         duration_s,
     }
     .results(&mut symbolizer, &mut namer, &mut collected);
+    let who = who.map(|w| name_who(w, plan, &snapshot, &mut namer));
     let probes_cost_pct: f64 = results.iter().map(|r| r.overhead_pct_of_core).sum();
     debug_phase("after probe results");
     let cpu = name_cpu_profile(cpu_raw, &mut symbolizer, &mut collected)?;
@@ -142,6 +146,7 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         drops: snapshot.drops,
         cpu: cpu.map(|c| c.summary),
         overhead,
+        who,
         ..bare_summary(plan, results, duration_s, end_reason)
     };
     summary.findings = crate::findings::evaluate(&summary);
@@ -162,6 +167,34 @@ pub(crate) fn build(finished: Finished) -> Result<Recording, FlameGraphError> {
         host: None,
         raw: Some(raw),
     })
+}
+
+/// The holders' threads (by role), their lock sites and the latches of
+/// `who` named, as the probes' call sites and latch tables name them.
+fn name_who(
+    mut who: crate::model::who::Who,
+    plan: &RecordingPlan,
+    snapshot: &MapsSnapshot,
+    namer: &mut CallsiteNamer,
+) -> crate::model::who::Who {
+    who.name_holders(&snapshot.thread_roles, |file, line| {
+        namer.file_line(file, line)
+    });
+    let latch_names: HashMap<&str, LatchNames> = plan
+        .probes
+        .iter()
+        .map(|p| (p.spec.name.as_str(), LatchNames::new(p)))
+        .collect();
+    who.name_latches(|probe, (latch, created_file, created_line)| {
+        let site = Callsite {
+            latch,
+            created_file,
+            created_line,
+            ..Default::default()
+        };
+        latch_names.get(probe)?.of(&site, namer)
+    });
+    who
 }
 
 /// Every executable mapping of the target, with its file's build id, load

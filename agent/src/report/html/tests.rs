@@ -301,7 +301,8 @@ fn blocking_graph_merges_a_holder_statements_connections() {
         html.contains("href=\"#blocking\""),
         "linked from the statements' note"
     );
-    assert!(html.contains("rw_lock_t::writer_thread in MySQL 5.6–5.7 and MariaDB 10.2–10.5, sux_lock::writer in MariaDB 10.6+"));
+    assert!(html.contains("rw_lock_t::writer_thread in MySQL 5.6–8.0 and MariaDB 10.2–10.5, sux_lock::writer in MariaDB 10.6+"));
+    assert!(html.contains("Hold time is not measured"));
     let g = part(&html, "id=\"blocking-innodb.rwlock.x_lock\"", "<h");
     assert!(
         g.contains("18 waits on a recorded holder, 10.00 ms (50% of the probe's wait)"),
