@@ -286,11 +286,13 @@ struct stmt_latch_key {
 	__u32 pad;
 };
 
-/* A stack counter (stack_counts' key) and the statement of the hit that
- * took its stack: the hits that stack carried, per statement (stack_stmt). */
-struct stack_stmt_key {
+/* A stack counter (stack_counts' key), the statement of the hit that took
+ * its stack, and the hits that stack carried (a stack_stmt record). */
+struct stack_stmt_rec {
 	struct stack_key stack;
 	__u64 query_id;
+	__u64 count;
+	__u64 wait_ns;
 };
 
 struct stmt_val {

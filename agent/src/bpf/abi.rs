@@ -369,15 +369,17 @@ impl StmtLatchKey {
     }
 }
 
-/// A stack counter and the statement of the hit that took its stack
-/// (`stack_stmt`): the hits that stack carried, per statement.
+/// A stack counter, the statement of the hit that took its stack, and
+/// the hits that stack carried (a `stack_stmt` ring record).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct StackStmtKey {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct StackStmtRec {
     pub stack: StackKey,
     pub query_id: u64,
+    pub count: u64,
+    pub wait_ns: u64,
 }
-mirrors_stack_stmt_key!(StackStmtKey);
+mirrors_stack_stmt_rec!(StackStmtRec);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]

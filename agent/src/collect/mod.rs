@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, HolderKey, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey,
-    StackStmtKey, StackVal, StmtKey, StmtLatchKey, StmtText, StmtVal, ThreadKey, ThreadVal,
+    StackStmtRec, StackVal, StmtKey, StmtLatchKey, StmtText, StmtVal, ThreadKey, ThreadVal,
     DROP_REASONS,
 };
 use crate::plan::catalog::Measure;
@@ -479,6 +479,26 @@ pub(crate) fn take_hash<K: bytemuck::Pod, V: bytemuck::Pod>(
     Ok(out)
 }
 
+/// Every record in a ring buffer map now (what BPF wrote since the last
+/// take), each a `T`.
+fn take_ring<T: bytemuck::Pod>(obj: &Object, name: &'static str) -> Result<Vec<T>, CollectError> {
+    let m = map(obj, name)?;
+    let out = std::cell::RefCell::new(Vec::new());
+    let mut builder = libbpf_rs::RingBufferBuilder::new();
+    builder
+        .add(&m, |data: &[u8]| {
+            if let Some(r) = from_bytes::<T>(data) {
+                out.borrow_mut().push(r);
+            }
+            0
+        })
+        .map_err(read_err(name))?;
+    let ring = builder.build().map_err(read_err(name))?;
+    ring.consume().map_err(read_err(name))?;
+    drop(ring);
+    Ok(out.into_inner())
+}
+
 /// The statements' rows taken out of their maps (`stmt_stats`,
 /// `stmt_text`), and the hits lost per [`StmtLost`] reason so far.
 pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError> {
@@ -506,9 +526,15 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
     // CPU samples before texts too: the sampler writes a text before it
     // counts the sample. And stacks: a hit reads its text before its stack.
     let cpu = take_hash::<u64, u64>(obj, bpf::maps::STMT_CPU)?;
-    let stacks = take_hash::<StackStmtKey, StackVal>(obj, bpf::maps::STACK_STMT)?
+    let stacks = take_ring::<StackStmtRec>(obj, bpf::maps::STACK_STMT)?
         .into_iter()
-        .map(|(k, v)| (k.stack, k.query_id, v))
+        .map(|r| {
+            let v = StackVal {
+                count: r.count,
+                wait_ns: r.wait_ns,
+            };
+            (r.stack, r.query_id, v)
+        })
         .collect();
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;

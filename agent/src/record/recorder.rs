@@ -106,6 +106,9 @@ pub const DRAIN_STATEMENTS_EVERY: Duration = Duration::from_secs(1);
 /// losing statements: at every look of the recording loop (every 250 ms
 /// in `record`), which is at least this far apart.
 pub const DRAIN_STATEMENTS_BUSY: Duration = Duration::from_millis(200);
+/// Stack records (`stack_stmt`, ~23,000 fit) in one drain that make the
+/// next drains come at the busy pace.
+const STACK_RECORDS_BUSY: usize = 4096;
 
 impl Recorder {
     pub fn start(mut plan: RecordingPlan, stacks: StackCapture) -> Result<Self, RecordError> {
@@ -412,6 +415,7 @@ impl Recorder {
         *last = Instant::now();
         if let Ok(rows) = crate::collect::take_statements(session) {
             self.statements_busy = rows.stats.len() >= crate::bpf::abi::MAX_STMT_KEYS / 4
+                || rows.stacks.len() >= STACK_RECORDS_BUSY
                 || rows.texts.len() >= crate::bpf::abi::MAX_STMT_TEXTS / 4
                 || rows.lost.keys_full + rows.lost.text_full > book.lost_so_far();
             book.add(rows);
