@@ -562,6 +562,23 @@ fn debian_stripped_mariadb_degrades_clearly() {
     // The connection markers are exported too (do_command,
     // dispatch_command in .dynsym): commits are still tied to connections.
     assert_roles(&s, 2, 1.0);
+    // And to their statement, without DWARF: the THD's members from the
+    // plugin accessors, the query id from `thd_query_id`. Each sysbench
+    // transaction ends in one COMMIT, so executions are exactly the
+    // commits (without the query id, a connection's COMMITs with no hit
+    // between them counted as one).
+    let who = s.who.as_ref().expect("who");
+    assert!(who.how.contains("query_id +0x"), "{}", who.how);
+    let commits = who
+        .statements
+        .iter()
+        .find(|st| st.fingerprint == "COMMIT")
+        .unwrap_or_else(|| panic!("no COMMIT: {who:?}"));
+    assert_eq!(
+        (commits.calls, commits.executions),
+        (commit.calls, commit.calls),
+        "{who:?}"
+    );
     let samples = s.cpu.as_ref().unwrap().oncpu.samples;
     assert!(samples > 20, "CPU profile recorded: {samples} samples");
     assert!(

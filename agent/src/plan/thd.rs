@@ -198,7 +198,8 @@ fn thd_members(image: &ElfImage) -> Result<Members, ThdError> {
 /// from the THD (`rdi`) into the return registers. `thd_get_thread_id`
 /// gives the connection id; `thd_query_unsafe` (a `LEX_CSTRING` in
 /// rax:rdx) or `thd_query_string` (a pointer to the `LEX_STRING {str,
-/// length}`) the query text; `thd_get_query_id` (MariaDB) the query id.
+/// length}`) the query text; `thd_get_query_id` or `thd_query_id` (MariaDB,
+/// Debian's stripped 10.11 among them) the query id.
 /// Where no accessor gives the query id, statements are told apart by
 /// their text changing ([`NO_QUERY_ID`]).
 fn accessor_members(image: &ElfImage) -> Result<Members, ThdError> {
@@ -232,14 +233,18 @@ fn accessor_members(image: &ElfImage) -> Result<Members, ThdError> {
             Some((at.disp, at.disp + 8))
         })
         .ok_or(ThdError::NoAccessor("thd_query_unsafe or thd_query_string"))?;
-    let query_id_off = loads(&["_Z16thd_get_query_idPK3THD", "thd_get_query_id"])
-        .and_then(|l| {
-            l.iter()
-                .find(|l| l.dest == RAX && !l.lea && l.size == 8)
-                .map(|l| l.disp)
-        })
-        .or_else(|| query_id_from_dispatch(image))
-        .unwrap_or(NO_QUERY_ID);
+    let query_id_off = loads(&[
+        "_Z16thd_get_query_idPK3THD",
+        "thd_get_query_id",
+        "thd_query_id",
+    ])
+    .and_then(|l| {
+        l.iter()
+            .find(|l| l.dest == RAX && !l.lea && l.size == 8)
+            .map(|l| l.disp)
+    })
+    .or_else(|| query_id_from_dispatch(image))
+    .unwrap_or(NO_QUERY_ID);
     Ok(Members {
         conn_off: conn.0,
         conn_size: conn.1,
