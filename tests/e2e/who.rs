@@ -337,6 +337,20 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
     waits_profile_labels_the_load(&s, &rec, walk, walks, SELECT);
     if cpu {
         cpu_samples_land_on_the_load(&s, who, &rec);
+        // Per connection too: app_rw's UPDATEs burn CPU, and a statement
+        // seen only on CPU (app_rw's or app_ro's `DO SLEEP(?)`) names its user.
+        assert!(rw.cpu_samples > 0, "{rw:?}");
+        let on_conns: u64 = who.connections.iter().map(|c| c.cpu_samples).sum();
+        let cpu = who.cpu.as_ref().unwrap();
+        assert!(on_conns <= cpu.samples, "{on_conns} > {}", cpu.samples);
+        for st in who.statements.iter().filter(|st| st.cpu_samples > 0) {
+            assert!(
+                st.users.iter().all(|u| u == "app_rw" || u == "app_ro") && !st.users.is_empty(),
+                "{} sampled on CPU, users {:?}",
+                st.fingerprint,
+                st.users
+            );
+        }
     } else {
         assert!(who.cpu.is_none(), "no CPU profile: {:?}", who.cpu);
     }

@@ -350,10 +350,15 @@ pub struct ConnectionResult {
     pub db: Option<String>,
     pub calls: u64,
     pub wait_ns_total: u64,
-    /// Distinct statements (fingerprints) it ran that hit a probe.
+    /// Distinct statements (fingerprints) it ran that hit a probe or
+    /// were sampled on CPU.
     pub statements: u64,
     /// The id of its statement with the most wait (then calls).
     pub top_statement: Option<String>,
+    /// The CPU profile's on-CPU samples of it while it ran a statement
+    /// (see `who.cpu`); 0 without a CPU profile.
+    #[serde(default)]
+    pub cpu_samples: u64,
 }
 
 /// Client connections' calls not tied to a statement.
@@ -552,6 +557,7 @@ mod tests {
                 wait_ns_total: 101,
                 statements: 2,
                 top_statement: Some("u".into()),
+                cpu_samples: 0,
             }],
             unattributed: Unattributed {
                 no_thd: 2,

@@ -90,6 +90,8 @@ type RawLatch = (u32, u64, u32);
 struct Acc {
     calls: u64,
     wait_ns: u64,
+    /// The CPU sampler's on-CPU samples (per connection rows only).
+    cpu: u64,
 }
 
 impl Acc {
@@ -193,6 +195,16 @@ impl StatementBook {
             // A long statement sampled at every drain stays remembered.
             seen.last_drain = self.drains;
             *self.cpu.entry(seen.digest).or_default() += samples;
+            let mut conn = seen.conn;
+            if self.conns.len() >= MAX_CONNECTIONS_KEPT && !self.conns.contains_key(&conn) {
+                conn = OTHER_CONNECTION;
+            }
+            self.conns
+                .entry(conn)
+                .or_default()
+                .entry(seen.digest)
+                .or_default()
+                .cpu += samples;
             if self.cpu_ids.len() < MAX_CPU_IDS || self.cpu_ids.contains_key(&query_id) {
                 self.cpu_ids.insert(query_id, seen.digest);
             }
@@ -434,6 +446,7 @@ impl StatementBook {
             .map(|(&id, per)| {
                 let calls = per.values().map(|a| a.calls).sum();
                 let wait_ns_total = per.values().map(|a| a.wait_ns).sum();
+                let cpu_samples = per.values().map(|a| a.cpu).sum();
                 let top = per
                     .iter()
                     .max_by_key(|(d, a)| (a.wait_ns, a.calls, std::cmp::Reverse(**d)))
@@ -447,6 +460,7 @@ impl StatementBook {
                     wait_ns_total,
                     statements: per.len() as u64,
                     top_statement: top,
+                    cpu_samples,
                 }
             })
             .collect();
@@ -861,8 +875,9 @@ pub(crate) mod tests {
 
     /// CPU samples drained by query id add up per fingerprint, with the
     /// wait counts or alone (a statement that burns CPU and hits no
-    /// probe); a sampled query id keeps its fingerprint for the profile's
-    /// labels; samples of an id with no text are counted apart.
+    /// probe) and per connection; a sampled query id keeps its fingerprint
+    /// for the profile's labels; samples of an id with no text are counted
+    /// apart.
     #[test]
     fn cpu_samples_add_up_per_fingerprint() {
         let mut book = StatementBook::new(false);
@@ -897,6 +912,16 @@ pub(crate) mod tests {
             "most wait first"
         );
         assert_eq!(book.cpu_no_text(), 5);
+        // Per connection too: 7 ran the UPDATEs (3 + 4 samples), 8 the
+        // SELECT seen only on CPU (49), which is then a statement of
+        // connection 8's, so its users are named.
+        let conn = |id: u64| who.connections.iter().find(|c| c.id == id).unwrap();
+        assert_eq!((conn(7).calls, conn(7).cpu_samples), (2, 7));
+        assert_eq!(
+            (conn(8).calls, conn(8).cpu_samples, conn(8).statements),
+            (0, 49, 1)
+        );
+        assert_eq!(sum.connection_calls, vec![(8, 0)]);
         let labels = book.cpu_fingerprints();
         assert_eq!(labels.len(), 3);
         assert_eq!(labels[&12], "SELECT SUM(k) FROM t WHERE id > ?");

@@ -89,6 +89,7 @@ pub fn render(who: Option<&Who>) -> String {
         "db",
         "calls",
         "total wait",
+        "CPU samples",
         "top statement",
     ]);
     let dash = || "-".to_string();
@@ -105,10 +106,11 @@ pub fn render(who: Option<&Who>) -> String {
             c.db.clone().unwrap_or_else(dash),
             c.calls.to_string(),
             units::ns(c.wait_ns_total),
+            c.cpu_samples.to_string(),
             top,
         ]);
     }
-    right_align(&mut table, 4..6);
+    right_align(&mut table, 4..7);
     out.push_str(&format!("connections (processlist ids):\n{table}\n"));
     if !who.blocking.is_empty() {
         let mut table = Table::new();

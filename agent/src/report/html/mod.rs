@@ -663,7 +663,7 @@ fn statements(s: &Summary) -> Markup {
             }
             @if who.statements_more > 0 { p.note { (who.statements_more) " more statements with fewer hits are not listed." } }
             table.data.sortable {
-                thead { tr { th.n { "connection" } th { "user" } th { "host" } th { "db" } th.n { "calls" } th.n { "total wait" } th { "top statement" } } }
+                thead { tr { th.n { "connection" } th { "user" } th { "host" } th { "db" } th.n { "calls" } th.n { "total wait" } @if cpu.is_some() { th.n { "CPU samples" } } th { "top statement" } } }
                 tbody {
                     @for c in &who.connections {
                         tr {
@@ -673,6 +673,7 @@ fn statements(s: &Summary) -> Markup {
                             td { (c.db.clone().unwrap_or_else(dash)) }
                             td.n data-v=(c.calls) { (c.calls) }
                             td.n data-v=(c.wait_ns_total) { (units::ns(c.wait_ns_total)) }
+                            @if cpu.is_some() { td.n data-v=(c.cpu_samples) { (c.cpu_samples) } }
                             td { code { (c.top_statement.as_ref().and_then(|id| who.statements.iter().find(|st| &st.id == id)).map_or_else(dash, |st| st.fingerprint.clone())) } }
                         }
                     }
