@@ -766,8 +766,10 @@ struct {
 } stack_stmt SEC(".maps");
 
 /* A ring carries no type: this puts stack_stmt_rec in the object's BTF, for
- * the build's check of its Rust mirror (as libbpf-tools do for events). */
-const struct stack_stmt_rec *unused_stack_stmt_rec __attribute__((unused));
+ * the build's check of its Rust mirror (as libbpf-tools do for events).
+ * Read-only (.rodata, with the settings): a writable global would be a .bss
+ * map of its own, one more descriptor for nothing. */
+const volatile struct stack_stmt_rec *const volatile unused_stack_stmt_rec = 0;
 
 /* The hits a stack just taken carries, under the statement of the hit that
  * took it (the wait profile's `statement` label): as its stack and role,
