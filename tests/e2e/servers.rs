@@ -564,9 +564,12 @@ fn debian_stripped_mariadb_degrades_clearly() {
     assert_roles(&s, 2, 1.0);
     // And to their statement, without DWARF: the THD's members from the
     // plugin accessors, the query id from `thd_query_id`. Each sysbench
-    // transaction ends in one COMMIT, so executions are exactly the
-    // commits (without the query id, a connection's COMMITs with no hit
-    // between them counted as one).
+    // transaction ends in one COMMIT, so executions are the commits
+    // (without the query id, a connection's COMMITs with no hit between
+    // them counted as one). The CPU sampler counts the executions it
+    // samples too: a COMMIT sampled on CPU whose commit call fell just
+    // outside the probes' attach is an execution without a call, at most
+    // one per connection at each end.
     let who = s.who.as_ref().expect("who");
     assert!(who.how.contains("query_id +0x"), "{}", who.how);
     let commits = who
@@ -574,10 +577,14 @@ fn debian_stripped_mariadb_degrades_clearly() {
         .iter()
         .find(|st| st.fingerprint == "COMMIT")
         .unwrap_or_else(|| panic!("no COMMIT: {who:?}"));
-    assert_eq!(
-        (commits.calls, commits.executions),
-        (commit.calls, commit.calls),
-        "{who:?}"
+    assert_eq!(commits.calls, commit.calls, "{who:?}");
+    assert!(
+        commits.executions >= commits.calls
+            && commits.executions <= commits.calls + 2 * commits.connections,
+        "{} COMMIT executions for {} commits on {} connections",
+        commits.executions,
+        commits.calls,
+        commits.connections
     );
     let samples = s.cpu.as_ref().unwrap().oncpu.samples;
     assert!(samples > 20, "CPU profile recorded: {samples} samples");
