@@ -526,16 +526,7 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
     // CPU samples before texts too: the sampler writes a text before it
     // counts the sample. And stacks: a hit reads its text before its stack.
     let cpu = take_hash::<u64, u64>(obj, bpf::maps::STMT_CPU)?;
-    let stacks = take_ring::<StackStmtRec>(obj, bpf::maps::STACK_STMT)?
-        .into_iter()
-        .map(|r| {
-            let v = StackVal {
-                count: r.count,
-                wait_ns: r.wait_ns,
-            };
-            (r.stack, r.query_id, v)
-        })
-        .collect();
+    let stacks = take_ring::<StackStmtRec>(obj, bpf::maps::STACK_STMT)?;
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
     let mut lost = [0u64; 6];
@@ -577,9 +568,9 @@ pub struct StatementRows {
     /// Per query_id: the CPU sampler's on-CPU samples of it (`stmt_cpu`,
     /// filled only while the sampler shares these maps).
     pub cpu: Vec<(u64, u64)>,
-    /// Per (stack counter, query_id): the hits a stack taken by that
-    /// statement's hit carried (`stack_stmt`).
-    pub stacks: Vec<(StackKey, u64, StackVal)>,
+    /// Per stack taken by a statement's hit: its counter, the query_id
+    /// and the hits the stack carried (`stack_stmt`'s records).
+    pub stacks: Vec<StackStmtRec>,
 }
 
 /// Connection hits not tied to a statement, since the start (totals).

@@ -209,18 +209,18 @@ impl StatementBook {
                 self.cpu_ids.insert(query_id, seen.digest);
             }
         }
-        for (key, query_id, v) in &rows.stacks {
-            let Some(seen) = self.seen.get(query_id) else {
+        for r in &rows.stacks {
+            let Some(seen) = self.seen.get(&r.query_id) else {
                 continue;
             };
-            let row = (*key, seen.digest);
+            let row = (r.stack, seen.digest);
             if self.stacks.len() >= MAX_STACK_ROWS && !self.stacks.contains_key(&row) {
-                self.stacks_dropped += v.count;
+                self.stacks_dropped += r.count;
                 continue;
             }
             self.stacks.entry(row).or_default().add(&StmtVal {
-                calls: v.count,
-                wait_ns: v.wait_ns,
+                calls: r.count,
+                wait_ns: r.wait_ns,
             });
         }
         for (query_id, slot, site, v) in &rows.latches {
@@ -697,15 +697,13 @@ pub(crate) mod tests {
     /// A statement that pauses over several fast drains (a slow scan
     /// walking versions now and then) keeps its text: forgetting takes
     /// both FORGET_AFTER_DRAINS drains and FORGET_AFTER.
-    /// A statement's hits on a latch add up per fingerprint (two texts of
-    /// one fingerprint, two drains) and per raw latch; naming sums the
     /// Stack counters split by the statement whose hit took the stack:
     /// runs of one fingerprint add up over drains, a statement never seen
     /// labels nothing, the rest of a counter stays unlabelled, and the
     /// parts never take more than the counter holds.
     #[test]
     fn stacks_split_by_statement() {
-        use crate::bpf::abi::{StackKey, StackVal};
+        use crate::bpf::abi::{StackKey, StackStmtRec};
         use crate::collect::StackSample;
         let mut book = StatementBook::new(false);
         let key = |hash| StackKey {
@@ -713,23 +711,28 @@ pub(crate) mod tests {
             stack_hash: hash,
             ..bytemuck::Zeroable::zeroed()
         };
-        let v = |count, wait_ns| StackVal { count, wait_ns };
+        let rec = |hash, query_id, count, wait_ns| StackStmtRec {
+            stack: key(hash),
+            query_id,
+            count,
+            wait_ns,
+        };
         book.add(StatementRows {
             texts: vec![
                 (10, text(7, "SELECT c FROM t WHERE id=5")),
                 (11, text(8, "UPDATE t SET k=k+1 WHERE id=9")),
             ],
             stacks: vec![
-                (key(1), 10, v(3, 300)),
-                (key(1), 11, v(1, 100)),
-                (key(2), 11, v(5, 50)),
-                (key(2), 99, v(7, 70)),
+                rec(1, 10, 3, 300),
+                rec(1, 11, 1, 100),
+                rec(2, 11, 5, 50),
+                rec(2, 99, 7, 70),
             ],
             ..StatementRows::default()
         });
         book.add(StatementRows {
             texts: vec![(12, text(7, "SELECT c FROM t WHERE id=6"))],
-            stacks: vec![(key(1), 12, v(2, 200))],
+            stacks: vec![rec(1, 12, 2, 200)],
             ..StatementRows::default()
         });
         let sample = |hash, count, wait_ns| StackSample {
@@ -764,6 +767,8 @@ pub(crate) mod tests {
         );
     }
 
+    /// A statement's hits on a latch add up per fingerprint (two texts of
+    /// one fingerprint, two drains) and per raw latch; naming sums the
     /// raw latches that come out the same (two latches created at one
     /// site), and a hit of a statement never seen is not a row.
     #[test]
