@@ -246,19 +246,20 @@ static long role_step(__u64 i, void *data)
 
 /* The sampled thread's role: the one the wait probes found (the map is
  * theirs, shared), else found here from this sample's stack against the
- * same marker ranges, once per thread, and kept for both. A stack whose
- * walk was cut may lack its marker: then nothing is kept, and the next
- * sample tries again. */
+ * same marker ranges, and kept for both. A stack whose walk was cut may
+ * lack its marker: then nothing is kept, and the next sample tries again;
+ * a whole walk without one counts as one of the thread's ROLE_MAX_TRIES. */
 static __always_inline __u32 sample_role(__u32 tid, struct cpu_stack *stack, __u32 flags)
 {
 	struct role_search x = { .s = stack };
 	__u32 *known = bpf_map_lookup_elem(&thread_role, &tid);
+	int settled = settled_role(known);
 
-	if (known)
-		return *known;
+	if (settled >= 0)
+		return settled;
 	bpf_loop(CPU_USER_DEPTH * MAX_ROLE_RANGES, role_step, &x, 0);
 	if (x.best || !(flags & (CPU_STACK_UNWIND_STOP | CPU_STACK_TRUNCATED)))
-		bpf_map_update_elem(&thread_role, &tid, &x.best, BPF_NOEXIST);
+		keep_role(tid, known, x.best);
 	return x.best;
 }
 

@@ -173,6 +173,17 @@ enum drop_reason {
  * `role_ranges`; an entry with end 0 ends the list. */
 #define MAX_ROLE_RANGES 64
 
+/* `thread_role`'s value: the role id in its low bits. While that is 0 (no
+ * marker found yet) the high bits count the walks that found none: a
+ * stack is walked again at the thread's next hits, up to ROLE_MAX_TRIES
+ * walks, before the thread is kept as unknown. One walk is not enough: a
+ * stack caught in code without frame pointers or unwind rows (libc, a
+ * plugin) can end early, cleanly and without its marker, and a thread
+ * kept unknown from it would never be told again. */
+#define ROLE_ID_MASK 0xffff
+#define ROLE_TRIES_SHIFT 16
+#define ROLE_MAX_TRIES 16
+
 struct role_range {
 	__u64 start;
 	__u64 end;

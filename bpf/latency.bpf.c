@@ -398,18 +398,22 @@ static long role_step(__u64 i, void *data)
 	return 0;
 }
 
-/* The thread's role: kept from its first hit, when its stack is walked
- * against the marker ranges once. 0: unknown (no marker on the stack, or
- * this CPU's buffer held by a preempted hit: then the next hit tries). */
+/* The thread's role: found by walking its stack against the marker
+ * ranges at its first hit, and kept. A walk without a marker is tried
+ * again at later hits, up to ROLE_MAX_TRIES (innoprof.h). 0: unknown (no
+ * marker yet, or this CPU's buffer held by a preempted hit: then the
+ * next hit tries). */
 static __always_inline __u32 role_of(void *ctx, __u32 tid)
 {
 	struct role_search x = {};
 	struct stack_scratch *scratch;
 	__u32 zero = 0, *known;
+	int settled;
 
 	known = bpf_map_lookup_elem(&thread_role, &tid);
-	if (known)
-		return *known;
+	settled = settled_role(known);
+	if (settled >= 0)
+		return settled;
 	scratch = bpf_map_lookup_elem(&role_scratch, &zero);
 	if (!scratch || __sync_val_compare_and_swap(&scratch->busy, 0, 1) != 0)
 		return 0;
@@ -419,7 +423,7 @@ static __always_inline __u32 role_of(void *ctx, __u32 tid)
 		bpf_loop(STACK_DEPTH * MAX_ROLE_RANGES, role_step, &x, 0);
 	}
 	scratch->busy = 0;
-	bpf_map_update_elem(&thread_role, &tid, &x.best, BPF_NOEXIST);
+	keep_role(tid, known, x.best);
 	return x.best;
 }
 

@@ -19,7 +19,8 @@
 #define EEXIST 17 /* vmlinux.h carries no errno values */
 #endif
 
-/* Per thread: its role, found at its first hit (`role_of`). LRU: `serve`
+/* Per thread: its role, found at its first hits (`role_of`; the value's
+ * encoding is in innoprof.h, ROLE_ID_MASK). LRU: `serve`
  * runs for days over a server whose connections come and go, and a full
  * map would make every new thread's every hit walk its stack; an evicted
  * thread that comes back is walked once more. */
@@ -29,6 +30,27 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } thread_role SEC(".maps");
+
+/* The settled role of a `thread_role` value, or -1 while the thread must
+ * be walked again (no marker found yet, fewer than ROLE_MAX_TRIES walks). */
+static __always_inline int settled_role(const __u32 *known)
+{
+	if (!known)
+		return -1;
+	if ((*known & ROLE_ID_MASK) || (*known >> ROLE_TRIES_SHIFT) >= ROLE_MAX_TRIES)
+		return *known & ROLE_ID_MASK;
+	return -1;
+}
+
+/* Keeps what a walk found: its role, or one more walk that found none. */
+static __always_inline void keep_role(__u32 tid, const __u32 *known, __u32 found)
+{
+	__u32 v = found;
+
+	if (!found)
+		v = ((known ? *known >> ROLE_TRIES_SHIFT : 0) + 1) << ROLE_TRIES_SHIFT;
+	bpf_map_update_elem(&thread_role, &tid, &v, BPF_ANY);
+}
 
 /* The marker functions' ranges in the target (see innoprof.h). */
 struct {

@@ -403,3 +403,57 @@ fn record_counted_until_stopped(pid: u32) -> Recording {
     );
     rec
 }
+
+/// A thread's role is walked again while no marker was found: a thread
+/// whose first stack has none (a connection caught logging in, or in code
+/// the walk cannot cross) and whose later stacks pass through
+/// `do_command` is a connection, every one of its calls with it (the
+/// per-thread counts take the role the thread has at the end). A thread
+/// that never shows a marker stays `unknown`, its calls all counted.
+#[test]
+fn a_thread_without_a_marker_at_first_is_walked_again() {
+    const LATE: u64 = 10;
+    const QUIET: u64 = 40;
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE]);
+    let args: Vec<String> = ["roles", &LATE.to_string(), &QUIET.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "3s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "all",
+        "--no-cpu",
+    ]);
+    rec.wait_attached();
+    let done: u64 = fx.run_calls().parse().unwrap();
+    assert_eq!(done, 1 + LATE + QUIET);
+    let (code, _, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "stderr: {}", rec.stderr());
+    let s = rec.summary();
+    let enter = probe(&s, "fixture.mutex.enter");
+    assert_eq!(enter.calls, done);
+    let mut roles: Vec<(&str, u64, u64)> = enter
+        .roles
+        .iter()
+        .map(|r| (r.role.as_str(), r.threads, r.calls))
+        .collect();
+    roles.sort_unstable();
+    assert_eq!(
+        roles,
+        [("connection", 1, 1 + LATE), ("unknown", 1, QUIET)],
+        "{:?}",
+        enter.roles
+    );
+}

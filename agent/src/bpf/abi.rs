@@ -246,6 +246,12 @@ impl std::ops::AddAssign<&ThreadVal> for ThreadVal {
 /// Marker functions' ranges a `role_ranges` entry holds (`MAX_ROLE_RANGES`).
 pub const MAX_ROLE_RANGES: usize = defines::MAX_ROLE_RANGES as usize;
 
+/// The role id a `thread_role` value holds: its low bits. The high bits
+/// count the walks that found no marker yet (innoprof.h, `ROLE_ID_MASK`).
+pub fn role_id(value: u32) -> u32 {
+    value & defines::ROLE_ID_MASK as u32
+}
+
 /// A marker function's addresses in the target and the role it marks
 /// (1-based; the lowest of a stack's markers wins; end 0 ends the list).
 #[repr(C)]

@@ -650,6 +650,7 @@ fn read_threads(
         .collect();
     let roles = read_hash::<u32, u32>(obj, bpf::maps::THREAD_ROLE)?
         .into_iter()
+        .map(|(tid, v)| (tid, crate::bpf::abi::role_id(v)))
         .collect();
     Ok((threads, roles))
 }
@@ -674,6 +675,7 @@ pub fn take_exited_threads(
     let rows = read_hash::<ThreadKey, ThreadVal>(obj, bpf::maps::THREAD_STATS)?;
     let roles: HashMap<u32, u32> = read_hash::<u32, u32>(obj, bpf::maps::THREAD_ROLE)?
         .into_iter()
+        .map(|(tid, v)| (tid, crate::bpf::abi::role_id(v)))
         .collect();
     let mut exited: HashMap<u32, bool> = HashMap::new();
     let stats = map(obj, bpf::maps::THREAD_STATS)?;

@@ -3,9 +3,10 @@
 //! Every thread of mysqld is called `mysqld`, so its name says nothing.
 //! What does is the code it runs: a connection's stack passes through
 //! `do_command`, a purge worker's starts in `srv_worker_thread`. The BPF
-//! side walks a thread's stack once, at its first hit, against the address
-//! ranges of these marker functions in the target ([`marker_ranges`]), and
-//! keeps the role it found for every later hit of that thread (its call
+//! side walks a thread's stack at its first hit (and its next ones while
+//! no marker is found, up to 16 walks) against the address ranges of these
+//! marker functions in the target ([`marker_ranges`]), and keeps the role
+//! it found for every later hit of that thread (its call
 //! sites, latches and stacks are keyed by it). A stack may hold markers of
 //! several roles (MariaDB 11.4's group commit runs `log_writer` inside a
 //! connection): the first role in [`ROLES`] wins.
@@ -36,8 +37,9 @@ pub enum RoleKind {
     /// A server thread (purge, page cleaner, log writer, ...): its waits
     /// are reported apart, never as the workload's contention.
     Background,
-    /// No marker on the thread's first stack (a stripped binary, a stack
-    /// deeper than the walk, a thread innoprof does not know).
+    /// No marker on the thread's stack in up to 16 walks (a stripped
+    /// binary, a stack deeper than the walk, a thread innoprof does not
+    /// know).
     Unknown,
 }
 
@@ -62,6 +64,16 @@ pub const ROLES: &[RoleSpec] = &[
             "dispatch_command",
             "do_handle_one_connection",
             "handle_one_connection",
+            // MySQL 5.7/8.0's thread per connection (static: found in full
+            // symbol tables only).
+            "handle_connection",
+            // A connection's set-up and end, outside `do_command`: a thread
+            // first caught logging in (8.0's authentication burns CPU the
+            // sampler sees) is a connection all the same. Exported in 8.0's
+            // stripped builds, where `handle_connection` is not.
+            "thd_prepare_connection",
+            "login_connection",
+            "end_connection",
             // MariaDB's thread pool (thread_handling=pool-of-threads).
             "tp_callback",
         ],
