@@ -1,5 +1,6 @@
 //! Reading the BPF maps into plain totals. Userspace reads only aggregates.
 
+use crate::bpf::layout::defines;
 use crate::bpf::layout::latency as bpf;
 use std::collections::HashMap;
 
@@ -529,20 +530,17 @@ pub fn take_statements(session: &Session) -> Result<StatementRows, CollectError>
     let stacks = take_ring::<StackStmtRec>(obj, bpf::maps::STACK_STMT)?;
     let texts = take_hash::<u64, StmtText>(obj, bpf::maps::STMT_TEXT)?;
     let lost_map = map(obj, bpf::maps::STMT_LOST)?;
-    let mut lost = [0u64; 6];
-    for (i, total) in lost.iter_mut().enumerate() {
-        *total = percpu_u64_sum(&lost_map, bpf::maps::STMT_LOST, i as u32)?;
-    }
+    let lost = |reason: u64| percpu_u64_sum(&lost_map, bpf::maps::STMT_LOST, reason as u32);
     Ok(StatementRows {
         stats,
         texts,
         lost: StmtLost {
-            keys_full: lost[0],
-            text_full: lost[1],
-            no_thd: lost[2],
-            holders_full: lost[3],
-            latches_full: lost[4],
-            stacks_full: lost[5],
+            keys_full: lost(defines::STMT_LOST_KEYS_FULL)?,
+            text_full: lost(defines::STMT_LOST_TEXT_FULL)?,
+            no_thd: lost(defines::STMT_LOST_NO_THD)?,
+            holders_full: lost(defines::STMT_LOST_HOLDERS_FULL)?,
+            latches_full: lost(defines::STMT_LOST_LATCHES_FULL)?,
+            stacks_full: lost(defines::STMT_LOST_STACKS_FULL)?,
         },
         holders,
         latches,

@@ -182,7 +182,7 @@ impl Statements {
                 let row = names.and_then(|n| n.get(&id));
                 ConnectionRow {
                     id,
-                    user: row.and_then(|r| r.user.clone()),
+                    user: row.and_then(|r| r.user_shown()),
                     host: row.and_then(|r| r.host.clone()),
                     db: row.and_then(|r| r.db.clone()),
                     wait_ns_per_s: per_s(total.wait_ns),
@@ -242,7 +242,7 @@ impl Statements {
             .iter()
             .map(|c| ConnectionRow {
                 id: c.id,
-                user: c.user.clone(),
+                user: c.user_shown(),
                 host: c.host.clone(),
                 db: c.db.clone(),
                 wait_ns_per_s: per_s(c.wait_ns_total),
@@ -273,17 +273,17 @@ impl Statements {
 /// The users of `conns` (connection, calls), most calls first; a
 /// connection the processlist did not list counts as `?`.
 fn users_of(conns: &[(u64, u64)], names: &HashMap<u64, Connection>) -> Vec<String> {
-    let mut per_user: HashMap<&str, u64> = HashMap::new();
+    let mut per_user: HashMap<String, u64> = HashMap::new();
     for (conn, calls) in conns {
         let user = names
             .get(conn)
-            .and_then(|c| c.user.as_deref())
-            .unwrap_or("?");
+            .and_then(|c| c.user_shown())
+            .unwrap_or_else(|| "?".into());
         *per_user.entry(user).or_default() += calls;
     }
-    let mut users: Vec<(&str, u64)> = per_user.into_iter().collect();
-    users.sort_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
-    users.into_iter().map(|(u, _)| u.to_string()).collect()
+    let mut users: Vec<(String, u64)> = per_user.into_iter().collect();
+    users.sort_by(|a, b| (b.1, &a.0).cmp(&(a.1, &b.0)));
+    users.into_iter().map(|(u, _)| u).collect()
 }
 
 fn sort_statements(rows: &mut [StatementRow]) {
@@ -549,6 +549,7 @@ mod tests {
             user: Some(user.into()),
             host: Some("localhost".into()),
             db: Some("sbtest".into()),
+            innoprof: false,
         };
         // Connection 7 is not in the processlist (it came and went).
         let names = HashMap::from([(8, row(8, "app_ro")), (9, row(9, "app_rw"))]);

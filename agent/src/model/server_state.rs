@@ -14,6 +14,27 @@ pub struct Connection {
     pub user: Option<String>,
     pub host: Option<String>,
     pub db: Option<String>,
+    /// innoprof's own connection, reading this state: its statements
+    /// (SHOW ENGINE INNODB STATUS, ...) are innoprof's, not the workload's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub innoprof: bool,
+}
+
+/// A connection's user as tables show it: innoprof's own marked as such
+/// (its statements are innoprof reading the server's state).
+pub fn user_shown(user: Option<&str>, innoprof: bool) -> Option<String> {
+    match (user, innoprof) {
+        (Some(u), true) => Some(format!("{u} (innoprof)")),
+        (None, true) => Some("innoprof".into()),
+        (u, false) => u.map(str::to_string),
+    }
+}
+
+impl Connection {
+    /// Its user as tables show it ([`user_shown`]).
+    pub fn user_shown(&self) -> Option<String> {
+        user_shown(self.user.as_deref(), self.innoprof)
+    }
 }
 
 /// One transaction, oldest first: information_schema.innodb_trx joined

@@ -278,6 +278,7 @@ impl Who {
                 c.user.clone_from(&row.user);
                 c.host.clone_from(&row.host);
                 c.db.clone_from(&row.db);
+                c.innoprof = row.innoprof;
             }
         }
         for s in &mut self.statements {
@@ -286,7 +287,7 @@ impl Who {
             for (conn, calls) in &s.connection_calls {
                 let user = conns
                     .get(conn)
-                    .and_then(|c| c.user.clone())
+                    .and_then(|c| c.user_shown())
                     .unwrap_or_else(|| "?".into());
                 *per_user.entry(user).or_default() += calls;
             }
@@ -296,6 +297,13 @@ impl Who {
         }
     }
 }
+impl ConnectionResult {
+    /// Its user as tables show it ("root (innoprof)" for innoprof's own).
+    pub fn user_shown(&self) -> Option<String> {
+        crate::model::server_state::user_shown(self.user.as_deref(), self.innoprof)
+    }
+}
+
 pub const MAX_CONNECTIONS: usize = 50;
 
 /// One statement fingerprint: every execution that hit a probe.
@@ -359,6 +367,10 @@ pub struct ConnectionResult {
     /// (see `who.cpu`); 0 without a CPU profile.
     #[serde(default)]
     pub cpu_samples: u64,
+    /// innoprof's own connection (reading the server's state at the start
+    /// and the end): its statements are innoprof's, not the workload's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub innoprof: bool,
 }
 
 /// Client connections' calls not tied to a statement.
@@ -558,6 +570,7 @@ mod tests {
                 statements: 2,
                 top_statement: Some("u".into()),
                 cpu_samples: 0,
+                innoprof: false,
             }],
             unattributed: Unattributed {
                 no_thd: 2,
@@ -610,6 +623,54 @@ mod tests {
 
     /// `--follow` with a CPU profile: a statement's samples add up across
     /// segments, and so do the samples tied to none.
+    /// innoprof's own connection (the server-state session) is named as
+    /// such, on the connection and in its statements' users.
+    #[test]
+    fn innoprofs_own_connection_is_named_as_such() {
+        use crate::model::server_state::Connection;
+        let conn = |id, innoprof| ConnectionResult {
+            id,
+            user: None,
+            host: None,
+            db: None,
+            calls: 1,
+            wait_ns_total: 1,
+            statements: 1,
+            top_statement: None,
+            cpu_samples: 0,
+            innoprof,
+        };
+        let mut show = statement("s", 1, 1, "", "p");
+        show.connection_calls = vec![(18, 1)];
+        let mut update = statement("u", 3, 3, "", "p");
+        update.connection_calls = vec![(11, 2), (18, 1)];
+        let mut who = Who {
+            statements: vec![show, update],
+            connections: vec![conn(11, false), conn(18, false)],
+            ..Default::default()
+        };
+        let row = |id, user: &str, innoprof| Connection {
+            id,
+            user: Some(user.into()),
+            host: None,
+            db: None,
+            innoprof,
+        };
+        let rows = std::collections::HashMap::from([
+            (11, row(11, "app_rw", false)),
+            (18, row(18, "root", true)),
+        ]);
+        who.name_users(&rows);
+        assert!(who.connections[1].innoprof && !who.connections[0].innoprof);
+        assert_eq!(
+            who.connections[1].user_shown().as_deref(),
+            Some("root (innoprof)")
+        );
+        assert_eq!(who.connections[0].user_shown().as_deref(), Some("app_rw"));
+        assert_eq!(who.statements[0].users, ["root (innoprof)"]);
+        assert_eq!(who.statements[1].users, ["app_rw", "root (innoprof)"]);
+    }
+
     #[test]
     fn segments_sum_cpu_samples_by_statement() {
         let cpu = |samples, no_statement| StatementCpu {

@@ -461,6 +461,7 @@ impl StatementBook {
                     statements: per.len() as u64,
                     top_statement: top,
                     cpu_samples,
+                    innoprof: false,
                 }
             })
             .collect();
@@ -1036,6 +1037,7 @@ pub(crate) mod tests {
                 user: Some("app_rw".into()),
                 host: None,
                 db: None,
+                innoprof: false,
             },
         )]);
         let mut who = book.result("how".into(), &probes);

@@ -101,7 +101,7 @@ pub fn render(who: Option<&Who>) -> String {
             .map_or_else(dash, |s| cut(&s.fingerprint, 50));
         table.add_row([
             c.id.to_string(),
-            c.user.clone().unwrap_or_else(dash),
+            c.user_shown().unwrap_or_else(dash),
             c.host.clone().unwrap_or_else(dash),
             c.db.clone().unwrap_or_else(dash),
             c.calls.to_string(),

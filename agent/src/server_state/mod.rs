@@ -435,15 +435,14 @@ impl Budgeted<'_> {
 
     /// The client connections but our own, up to [`MAX_CONNECTIONS`]
     /// (the busiest servers' thousands are cut, and said).
+    /// Our own connection is listed too, marked: the probes see its
+    /// statements, and they must not pass for a client's.
     fn connections(&mut self, snap: &mut Snapshot, own_id: Option<u64>) {
-        let own = own_id
-            .map(|id| format!("AND ID <> {id}"))
-            .unwrap_or_default();
         if let Some(rows) = self.run(
             "connections",
             &format!(
                 "SELECT ID, LEFT(USER, 80), LEFT(HOST, 80), LEFT(DB, 80) \
-                 FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Daemon' {own} \
+                 FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Daemon' \
                  ORDER BY ID LIMIT {MAX_CONNECTIONS}"
             ),
             snap,
@@ -451,11 +450,13 @@ impl Budgeted<'_> {
             snap.connections = rows
                 .iter()
                 .filter_map(|r| {
+                    let id = num(r, 0)?;
                     Some(crate::model::server_state::Connection {
-                        id: num(r, 0)?,
+                        id,
                         user: cell(r, 1),
                         host: cell(r, 2),
                         db: cell(r, 3),
+                        innoprof: Some(id) == own_id,
                     })
                 })
                 .collect();

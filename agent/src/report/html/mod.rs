@@ -668,7 +668,7 @@ fn statements(s: &Summary) -> Markup {
                     @for c in &who.connections {
                         tr {
                             td.n data-v=(c.id) { (c.id) }
-                            td { (c.user.clone().unwrap_or_else(dash)) }
+                            td { (c.user_shown().unwrap_or_else(dash)) }
                             td { (c.host.clone().unwrap_or_else(dash)) }
                             td { (c.db.clone().unwrap_or_else(dash)) }
                             td.n data-v=(c.calls) { (c.calls) }
