@@ -417,10 +417,7 @@ fn a_thread_without_a_marker_at_first_is_walked_again() {
     let _k = kernel_lock();
     let dir = tempfile::tempdir().unwrap();
     let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE]);
-    let args: Vec<String> = ["roles", &LATE.to_string(), &QUIET.to_string()]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args = ["roles", &LATE.to_string(), &QUIET.to_string()];
     let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
     let pid = fx.pid.to_string();
     let mut rec = Recording::start(&[

@@ -41,10 +41,7 @@ fn serve_counts_exactly_caps_callsites_and_exits_with_the_target() {
     const LIMIT: usize = 4;
     let dir = tempfile::tempdir().unwrap();
     let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE, FIXTURE_SLEEP_PROBE]);
-    let args: Vec<String> = ["phases", "600", "600", &SITES.to_string()]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args = ["phases", "600", "600", &SITES.to_string()];
     let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
     let pid = fx.pid.to_string();
     let limit = LIMIT.to_string();
@@ -190,10 +187,7 @@ fn serve_folds_exited_threads_out_of_its_thread_map() {
     const CALLS: u64 = 4;
     let dir = tempfile::tempdir().unwrap();
     let catalog = fixture_catalog(dir.path(), &[FIXTURE_MUTEX_PROBE, FIXTURE_SLEEP_PROBE]);
-    let args: Vec<String> = ["threads", &THREADS.to_string(), &CALLS.to_string()]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args = ["threads", &THREADS.to_string(), &CALLS.to_string()];
     let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
     let pid = fx.pid.to_string();
     let mut serve = Serve::start(&[

@@ -84,15 +84,12 @@ fn interval_deltas_add_up_and_follow_the_fixture_phases() {
         dir.path(),
         &[FIXTURE_MUTEX_PROBE, counted, FIXTURE_SLEEP_PROBE],
     );
-    let args: Vec<String> = [
+    let args = [
         "phases",
         &SLOW_MS.to_string(),
         &FAST_MS.to_string(),
         &SITES.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
     let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
     let pid = fx.pid.to_string();
     let mut rec = Recording::start(&[

@@ -227,7 +227,7 @@ impl Fixture {
     }
 
     /// Any fixture that prints "ready PID", then waits for "go".
-    pub fn spawn_with(binary: &Path, args: &[String]) -> Self {
+    pub fn spawn_with<S: AsRef<std::ffi::OsStr>>(binary: &Path, args: &[S]) -> Self {
         let mut child = Command::new(binary)
             .args(args)
             .stdin(Stdio::piped())

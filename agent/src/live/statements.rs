@@ -156,7 +156,9 @@ impl Statements {
                     calls_per_s: per_s(total.calls),
                     executions_per_s: per_s(executions(d)),
                     connections: conns.len() as u64,
-                    users: names.map(|n| users_of(&conns, n)).unwrap_or_default(),
+                    users: names
+                        .map(|n| crate::model::who::users_of(&conns, n))
+                        .unwrap_or_default(),
                     top_probe,
                 })
             })
@@ -268,22 +270,6 @@ impl Statements {
             unattributed_per_s: per_s(u.map_full + u.no_thd + u.no_text),
         }
     }
-}
-
-/// The users of `conns` (connection, calls), most calls first; a
-/// connection the processlist did not list counts as `?`.
-fn users_of(conns: &[(u64, u64)], names: &HashMap<u64, Connection>) -> Vec<String> {
-    let mut per_user: HashMap<String, u64> = HashMap::new();
-    for (conn, calls) in conns {
-        let user = names
-            .get(conn)
-            .and_then(|c| c.user_shown())
-            .unwrap_or_else(|| "?".into());
-        *per_user.entry(user).or_default() += calls;
-    }
-    let mut users: Vec<(String, u64)> = per_user.into_iter().collect();
-    users.sort_by(|a, b| (b.1, &a.0).cmp(&(a.1, &b.0)));
-    users.into_iter().map(|(u, _)| u).collect()
 }
 
 fn sort_statements(rows: &mut [StatementRow]) {

@@ -282,21 +282,31 @@ impl Who {
             }
         }
         for s in &mut self.statements {
-            let mut per_user: std::collections::HashMap<String, u64> =
-                std::collections::HashMap::new();
-            for (conn, calls) in &s.connection_calls {
-                let user = conns
-                    .get(conn)
-                    .and_then(|c| c.user_shown())
-                    .unwrap_or_else(|| "?".into());
-                *per_user.entry(user).or_default() += calls;
-            }
-            let mut users: Vec<(String, u64)> = per_user.into_iter().collect();
-            users.sort_by(|a, b| (b.1, &a.0).cmp(&(a.1, &b.0)));
-            s.users = users.into_iter().map(|(u, _)| u).collect();
+            s.users = users_of(&s.connection_calls, conns);
         }
     }
 }
+
+/// The users of `conns` (connection, calls), most calls first, as
+/// [`crate::model::server_state::Connection::user_shown`] names them; a
+/// connection the processlist did not list counts as `?`.
+pub fn users_of(
+    conns: &[(u64, u64)],
+    names: &std::collections::HashMap<u64, crate::model::server_state::Connection>,
+) -> Vec<String> {
+    let mut per_user: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for (conn, calls) in conns {
+        let user = names
+            .get(conn)
+            .and_then(|c| c.user_shown())
+            .unwrap_or_else(|| "?".into());
+        *per_user.entry(user).or_default() += calls;
+    }
+    let mut users: Vec<(String, u64)> = per_user.into_iter().collect();
+    users.sort_by(|a, b| (b.1, &a.0).cmp(&(a.1, &b.0)));
+    users.into_iter().map(|(u, _)| u).collect()
+}
+
 impl ConnectionResult {
     /// Its user as tables show it ("root (innoprof)" for innoprof's own).
     pub fn user_shown(&self) -> Option<String> {
