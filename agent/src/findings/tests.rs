@@ -224,6 +224,111 @@ fn slow_redo_flushes_fire_on_the_share_of_slow_ones() {
     assert!(evaluate(&s).is_empty());
 }
 
+/// The redo rule's claim is the commits': at innodb_flush_log_at_trx_commit=2
+/// (the demo's healthy baseline) slow background flushes are an info line
+/// that says so; where the who-waits table shows the slow flushes are the
+/// page cleaner's and the commits' own waits short, info too; commits
+/// that wait milliseconds at =1 still warn, weighed by the workload's
+/// waiting only.
+#[test]
+fn slow_redo_flushes_warn_only_where_commits_wait_for_them() {
+    use crate::model::server_state::{ServerState, Snapshot};
+    use crate::model::summary::{RoleKind, RoleResult};
+    let role = |role: &str, kind, calls, wait_ns_total| RoleResult {
+        role: role.into(),
+        kind,
+        threads: 1,
+        calls,
+        wait_ns_total,
+    };
+    // MariaDB 10.2's shape: the redo fsync (30 % of it >= 8 ms, 96 % of
+    // its wait the page cleaner's and the master thread's) and the
+    // commits' wait for the log (17 us each).
+    let recording = |settings: &[(&str, &str)], commit_wait_ns: u64| {
+        let mut s = with_probe("innodb.redo.flush", 46, 400_000_000);
+        s.probes[0].histogram = vec![bucket(1 << 20, 32), bucket(1 << 23, 14)];
+        s.probes[0].roles = vec![
+            role("page cleaner", RoleKind::Background, 30, 300_000_000),
+            role("master thread", RoleKind::Background, 12, 84_000_000),
+            role("connection", RoleKind::Connection, 4, 16_000_000),
+        ];
+        let mut commit = s.probes[0].clone();
+        commit.name = "innodb.redo.write_up_to".into();
+        commit.calls = 10_000;
+        commit.histogram = vec![bucket(1 << 14, 10_000)];
+        commit.roles = vec![
+            role("connection", RoleKind::Connection, 9_990, 9_990 * commit_wait_ns),
+            role("page cleaner", RoleKind::Background, 10, 50_000_000),
+        ];
+        commit.wait_ns_total = commit.roles.iter().map(|r| r.wait_ns_total).sum();
+        s.probes.push(commit);
+        if !settings.is_empty() {
+            let variables = settings
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            s.server_state = Some(ServerState {
+                end: Some(Snapshot {
+                    variables,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        s
+    };
+    let redo = |s: &Summary| {
+        evaluate(s)
+            .into_iter()
+            .find(|f| f.rule == "redo_flush_latency")
+            .expect("raised")
+    };
+    // The demo's baseline: commits do not flush, whatever the device does.
+    let relaxed = [
+        ("innodb_flush_log_at_trx_commit", "2"),
+        ("sync_binlog", "0"),
+        ("log_bin", "ON"),
+    ];
+    let f = redo(&recording(&relaxed, 16_800));
+    assert_eq!(f.severity, Severity::Info, "{f:?}");
+    assert!(f.title.contains("commits do not wait"), "{}", f.title);
+    let text: Vec<&str> = f.evidence.iter().map(|e| e.text.as_str()).collect();
+    assert!(
+        text.iter().any(|t| t.contains("96 % of its wait paid by background threads")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.starts_with("innodb_flush_log_at_trx_commit=2 sync_binlog=0: commits do not wait")),
+        "{text:?}"
+    );
+    // Even at a slow device (every commit would pay milliseconds), =2
+    // keeps commits out of it.
+    assert_eq!(redo(&recording(&relaxed, 12_000_000)).severity, Severity::Info);
+    // sync_binlog=1 with the binlog on: commits fsync the binlog; the
+    // roles decide (short commit waits here: info).
+    let binlog = [("innodb_flush_log_at_trx_commit", "2"), ("sync_binlog", "1"), ("log_bin", "ON")];
+    assert_eq!(redo(&recording(&binlog, 16_800)).severity, Severity::Info);
+    // No settings read: the roles alone (17 us per commit) say commits
+    // did not feel it.
+    let f = redo(&recording(&[], 16_800));
+    assert_eq!(f.severity, Severity::Info);
+    assert!(f.title.contains("well under a millisecond"), "{}", f.title);
+    // Durable commits that wait 12 ms each: the warning, weighed by the
+    // connections' waiting (9,990 x 12 ms in 10 s), not the page cleaner's.
+    let durable = [("innodb_flush_log_at_trx_commit", "1"), ("sync_binlog", "0")];
+    let f = redo(&recording(&durable, 12_000_000));
+    assert_eq!(f.severity, Severity::Warning, "{f:?}");
+    assert!((f.weight - 9_990.0 * 0.012 / 10.0).abs() < 1e-6, "{}", f.weight);
+    assert!(f.evidence.iter().any(|e| e
+        .text
+        .contains("the workload's 9,990 calls waited 12.00 ms on average")),
+        "{:?}", f.evidence);
+    // Durable, but the commits' waits short: the slow flushes were not
+    // theirs.
+    assert_eq!(redo(&recording(&durable, 16_800)).severity, Severity::Info);
+}
+
 /// The finding names the statements that wait where it looks, by their
 /// share of the probe's connection wait; none without statements.
 #[test]
