@@ -855,48 +855,26 @@ struct Rate {
     watched_share: f64,
 }
 
-/// Per second of the recording where the probe was on throughout (its
-/// counts are exact); for a probe the governor watched in windows, per
-/// second its estimate covers, or per second watched where the estimate's
-/// bound is too wide to quote (as summary.txt shows it). Dividing what a
-/// cut probe saw by the whole recording read sql.commit at 466.6/s where
+/// The probe's one rate ([`crate::model::summary::ProbeRate`], as
+/// summary.txt, the findings and `top DIR` show it): exact where it was
+/// on throughout, its estimate's over the seconds covered, or per second
+/// watched where the estimate's bound is too wide to quote. Dividing what
+/// a cut probe saw by the whole recording read sql.commit at 466.6/s where
 /// the server committed 1,391.7/s.
 fn probe_rate(p: &serde_json::Value, secs: f64) -> Rate {
-    let exact = Rate {
-        calls: p["calls"].as_u64().unwrap_or(0) as f64 / secs,
-        wait_ns: p["wait_ns_total"].as_u64().unwrap_or(0) as f64 / secs,
-        estimated: false,
-        watched_share: 1.0,
-    };
-    let Some(smp) =
-        serde_json::from_value::<crate::model::summary::Sampling>(p["sampling"].clone()).ok()
-    else {
-        return exact;
-    };
-    let e = &smp.estimate;
-    if crate::cost::estimate::too_wide(e) || e.covered_s <= 0.0 {
-        let watched: f64 = smp
-            .windows
-            .iter()
-            .map(|w| (w.end_s - w.start_s).max(0.0))
-            .sum();
-        if watched <= 0.0 {
-            return exact;
-        }
-        let seen: u64 = smp.windows.iter().map(|w| w.calls).sum();
-        let wait: u64 = smp.windows.iter().map(|w| w.wait_ns).sum();
-        return Rate {
-            calls: seen as f64 / watched,
-            wait_ns: wait as f64 / watched,
-            estimated: true,
-            watched_share: smp.attached_fraction,
-        };
-    }
+    let sampling =
+        serde_json::from_value::<crate::model::summary::Sampling>(p["sampling"].clone()).ok();
+    let rate = crate::model::summary::ProbeRate::of(
+        p["calls"].as_u64().unwrap_or(0),
+        p["wait_ns_total"].as_u64().unwrap_or(0),
+        secs,
+        sampling.as_ref(),
+    );
     Rate {
-        calls: e.calls / e.covered_s,
-        wait_ns: e.wait_ns / e.covered_s,
-        estimated: true,
-        watched_share: smp.attached_fraction,
+        calls: rate.calls_per_s,
+        wait_ns: rate.wait_ns_per_s,
+        estimated: sampling.is_some(),
+        watched_share: sampling.as_ref().map_or(1.0, |s| s.attached_fraction),
     }
 }
 

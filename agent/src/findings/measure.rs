@@ -18,17 +18,17 @@ pub fn watched_s(summary: &Summary, p: &ProbeResult) -> f64 {
     summary.duration_s * p.attached_fraction()
 }
 
-/// Calls per second while watched; None if it was never on.
+/// The probe's calls per second, as every surface shows it
+/// ([`ProbeResult::rate`]: exact, its estimate's, or per second watched);
+/// None if it was never on.
 pub fn watched_rate(summary: &Summary, p: &ProbeResult) -> Option<f64> {
-    let s = watched_s(summary, p);
-    (s > 0.0).then(|| p.calls as f64 / s)
+    (watched_s(summary, p) > 0.0).then(|| p.rate(summary.duration_s).calls_per_s)
 }
 
 /// Thread-seconds waited per second while watched (1.0: one thread
-/// waiting all the time).
+/// waiting all the time), from the same rate.
 pub fn waiting_threads(summary: &Summary, p: &ProbeResult) -> Option<f64> {
-    let s = watched_s(summary, p);
-    (s > 0.0).then(|| p.wait_ns_total as f64 / 1e9 / s)
+    (watched_s(summary, p) > 0.0).then(|| p.rate(summary.duration_s).wait_ns_per_s / 1e9)
 }
 
 /// An exact in-memory counter's rate (`innodb.trx_sys.trx_ids`).

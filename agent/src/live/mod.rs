@@ -308,8 +308,10 @@ impl Frame {
         }
     }
 
-    /// The same tables from a saved recording: rates over the whole
-    /// recording (a duty-cycled probe's calls/s is the governor's estimate).
+    /// The same tables from a saved recording: each probe at its one rate
+    /// ([`crate::model::summary::ProbeRate`], as summary.txt shows it), and
+    /// its latches and call sites per second the probe was watched (a cut
+    /// probe's rows divided by the whole recording would read as a drop).
     pub fn from_summary(summary: &Summary) -> Frame {
         let d = summary.duration_s;
         let per_s = |v: u64, s: f64| if s > 0.0 { v as f64 / s } else { 0.0 };
@@ -327,24 +329,21 @@ impl Frame {
             if on < 1.0 {
                 cut += 1;
             }
+            let rate = p.rate(d);
+            let watched = d * on;
             probes.push(ProbeRow {
                 name: p.name.clone(),
                 timed,
-                calls_per_s: p.calls_per_sec,
-                // Observed wait over the time the probe was on.
-                wait_ns_per_s: if timed {
-                    per_s(p.wait_ns_total, d * on)
-                } else {
-                    0.0
-                },
+                calls_per_s: rate.calls_per_s,
+                wait_ns_per_s: if timed { rate.wait_ns_per_s } else { 0.0 },
                 p99_ns: p.wait_ns_p99,
                 on_fraction: on,
             });
             latches.extend(p.latches.iter().map(|l| WaitRow {
                 probe: p.name.clone(),
                 name: l.latch.clone(),
-                calls_per_s: per_s(l.calls, d),
-                wait_ns_per_s: per_s(l.wait_ns_total, d),
+                calls_per_s: per_s(l.calls, watched),
+                wait_ns_per_s: per_s(l.wait_ns_total, watched),
             }));
             callsites.extend(p.callsites.iter().map(|c| WaitRow {
                 probe: p.name.clone(),
@@ -352,8 +351,8 @@ impl Frame {
                     Some(l) => format!("{} [{l}]", c.site),
                     None => c.site.clone(),
                 },
-                calls_per_s: per_s(c.calls, d),
-                wait_ns_per_s: per_s(c.wait_ns_total, d),
+                calls_per_s: per_s(c.calls, watched),
+                wait_ns_per_s: per_s(c.wait_ns_total, watched),
             }));
         }
         sort_by_wait(&mut latches);

@@ -414,6 +414,92 @@ impl ProbeResult {
     pub fn attached_fraction(&self) -> f64 {
         self.sampling.as_ref().map_or(1.0, |s| s.attached_fraction)
     }
+
+    /// Its one rate (see [`ProbeRate::of`]) over a recording of
+    /// `duration_s`.
+    pub fn rate(&self, duration_s: f64) -> ProbeRate {
+        ProbeRate::of(
+            self.calls,
+            self.wait_ns_total,
+            duration_s,
+            self.sampling.as_ref(),
+        )
+    }
+}
+
+/// How a probe's rate was had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateBasis {
+    /// On throughout: its counts over the recording, exact.
+    Exact,
+    /// Cut by the governor, its estimate quotable: the estimate over the
+    /// seconds it covers, with its bound.
+    Estimate,
+    /// Cut, its estimate too wide to quote (or none): what was seen per
+    /// second watched, with the windows' spread as its bound.
+    Watched,
+}
+
+/// A probe's calls and wait per second: the one rate every surface shows
+/// (summary.json's `calls_per_sec`, summary.txt, report.html, the
+/// findings, `top DIR`, `diff`), so a probe never reads as three rates.
+/// Prometheus exports the counters and their watched seconds instead,
+/// whose quotient (alerts.yml's `rate5m_watched`) is the same measure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbeRate {
+    pub calls_per_s: f64,
+    /// 95 % half-width of `calls_per_s`; 0 for an exact rate.
+    pub calls_bound_per_s: f64,
+    /// Thread-nanoseconds waited per second (1e9: one thread waiting all
+    /// the time).
+    pub wait_ns_per_s: f64,
+    pub basis: RateBasis,
+}
+
+impl ProbeRate {
+    /// From a probe's counts and its sampling: exact over the recording
+    /// when it was on throughout; the estimate's rate over the seconds it
+    /// covers where that estimate is quotable; else per second watched.
+    /// A total no surface may quote (too wide) is never divided into a
+    /// rate: dividing what a cut probe saw by the whole recording read
+    /// sql.commit at 466.6/s where the server committed 1,391.7/s.
+    pub fn of(calls: u64, wait_ns: u64, duration_s: f64, sampling: Option<&Sampling>) -> Self {
+        let per = |n: f64, secs: f64| if secs > 0.0 { n / secs } else { 0.0 };
+        let Some(smp) = sampling else {
+            return Self {
+                calls_per_s: per(calls as f64, duration_s),
+                calls_bound_per_s: 0.0,
+                wait_ns_per_s: per(wait_ns as f64, duration_s),
+                basis: RateBasis::Exact,
+            };
+        };
+        let e = &smp.estimate;
+        if !crate::cost::estimate::too_wide(e) && e.covered_s > 0.0 {
+            return Self {
+                calls_per_s: e.calls / e.covered_s,
+                calls_bound_per_s: e.calls_bound / e.covered_s,
+                wait_ns_per_s: e.wait_ns / e.covered_s,
+                basis: RateBasis::Estimate,
+            };
+        }
+        let (calls_per_s, calls_bound_per_s, wait_ns_per_s) = if smp.windows.is_empty() {
+            // No window kept (an older bundle): the attached share of the
+            // recording is the time watched.
+            let watched = duration_s * smp.attached_fraction;
+            (per(calls as f64, watched), 0.0, per(wait_ns as f64, watched))
+        } else {
+            let (rate, half) = crate::cost::estimate::watched_rate(&smp.windows);
+            let watched: f64 = smp.windows.iter().map(|w| (w.end_s - w.start_s).max(0.0)).sum();
+            let waited: u64 = smp.windows.iter().map(|w| w.wait_ns).sum();
+            (rate, half, per(waited as f64, watched))
+        };
+        Self {
+            calls_per_s,
+            calls_bound_per_s,
+            wait_ns_per_s,
+            basis: RateBasis::Watched,
+        }
+    }
 }
 
 pub use crate::plan::thread_role::RoleKind;
@@ -479,10 +565,11 @@ pub struct StackStats {
     /// `interval_ns`; N > 1: at times one such hit in N.
     #[serde(default = "one")]
     pub sampled_every_max: u32,
-    /// A stack was taken at most once per this many ns per CPU (0: every
-    /// hit's). Each stack taken carries the hits since the one before it
-    /// on its CPU, so a probe's folded total is exactly its calls (and
-    /// wait) while the split between its stacks is a sample.
+    /// τ of the stack sampling, ns (0: every hit's stack): a timed hit
+    /// waiting at least this long always took its stack, a shorter one
+    /// with probability wait/τ; a count-only probe took one at most once
+    /// per τ per CPU. The stacks are scaled to the probe's exact calls
+    /// and wait; their split is an unbiased sample.
     #[serde(default)]
     pub interval_ns: u64,
 }

@@ -752,10 +752,6 @@ fn describe_sampling(
                 mean_latency_ns,
             )
         });
-    // The rate over the time the estimate covers, not the whole recording.
-    if estimate.covered_s > 0.0 {
-        r.calls_per_sec = estimate.calls / estimate.covered_s;
-    }
     // Spread windows stand for up to a period past the last one: only a
     // probe whose windows stopped (a refused attach) is off at the end.
     let off_at_end_s = (!duty.on_at_end)
@@ -775,6 +771,9 @@ fn describe_sampling(
         off_at_end_s,
         projected_full_pct_of_core: duty.projected_full_cost * 100.0,
     });
+    // The probe's one rate (the estimate's over the time it covers, or per
+    // second watched where it is too wide), never over the whole recording.
+    r.calls_per_sec = r.rate(duration_s).calls_per_s;
 }
 
 /// Names for the latch ids a probe read (`dict_sys_mutex`).
