@@ -496,7 +496,7 @@ mod tests {
 
     #[test]
     fn csv_matches_the_contract() {
-        let series = TimeSeries {
+        let mut series = TimeSeries {
             format_version: crate::model::files::FORMAT_VERSION,
             interval_ms: 1000,
             started_unix_ms: 1,
@@ -523,12 +523,19 @@ mod tests {
                 },
             ],
         };
+        let mut unwatched = series.points[1].clone();
+        unwatched.t_ms = 2000;
+        unwatched.attached_ms = 0;
+        series.points.push(unwatched);
         let csv = String::from_utf8(series.to_csv()).unwrap();
+        // Rates per second watched: 2 calls in the 250 ms the probe was on
+        // are 8/s, not 2/s; an interval it was never on has no rate.
         assert_eq!(
             csv,
-            "t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns\n\
-             1000,innodb.mutex.enter,,3,40,1000,9,21600\n\
-             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250,0,0\n"
+            "t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns,calls_per_s,wait_ns_per_s\n\
+             1000,innodb.mutex.enter,,3,40,1000,9,21600,3.0,40.0\n\
+             1000,\"f(int, long)\",btr0cur.cc:304,2,0,250,0,0,8.0,0.0\n\
+             2000,\"f(int, long)\",btr0cur.cc:304,2,0,0,0,0,,\n"
         );
         let json: serde_json::Value = serde_json::from_slice(&series.to_json()).unwrap();
         assert_eq!(json["interval_ms"], 1000);

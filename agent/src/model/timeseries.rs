@@ -53,6 +53,20 @@ pub struct Point {
     pub cost_ns: u64,
 }
 
+impl Point {
+    /// Seconds of the interval the probe was watched (switched on): a cut
+    /// probe's counts are per this time, not per interval, or the
+    /// governor's duty cycle draws itself into the series. None for an
+    /// interval it was never on: a gap, not a zero. `legacy`: a series
+    /// written before `attached_ms` existed, watched whole.
+    pub fn watched_s(&self, interval_s: f64, legacy: bool) -> Option<f64> {
+        if legacy {
+            return (interval_s > 0.0).then_some(interval_s);
+        }
+        (self.attached_ms > 0).then(|| self.attached_ms as f64 / 1000.0)
+    }
+}
+
 impl TimeSeries {
     /// A saved `timeseries.json`.
     pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
@@ -69,15 +83,57 @@ impl TimeSeries {
         serde_json::to_vec_pretty(self).expect("time series serialises")
     }
 
-    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns`; the callsite is empty for a
-    /// probe's total. Quoted where a name needs it (ad-hoc probe
-    /// patterns can hold commas).
+    /// `t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns,
+    /// calls_per_s,wait_ns_per_s`; the callsite is empty for a probe's
+    /// total, and the two rates (per second watched, [`Point::watched_s`])
+    /// are empty for an interval the probe was never on. Quoted where a
+    /// name needs it (ad-hoc probe patterns can hold commas).
     pub fn to_csv(&self) -> Vec<u8> {
+        /// A point and its rates: the rates are the CSV's alone
+        /// (timeseries.json keeps the counts a rate is made from).
+        /// (csv cannot write a flattened struct: the fields again.)
+        #[derive(Serialize)]
+        struct Row<'a> {
+            t_ms: u64,
+            probe: &'a str,
+            callsite: Option<&'a str>,
+            calls: u64,
+            wait_ns: u64,
+            attached_ms: u64,
+            off_hits: u64,
+            cost_ns: u64,
+            calls_per_s: Option<f64>,
+            wait_ns_per_s: Option<f64>,
+        }
+        let legacy = self.legacy();
+        let interval_s = self.interval_ms as f64 / 1000.0;
         let mut w = csv::Writer::from_writer(Vec::new());
         for p in &self.points {
-            w.serialize(p).expect("CSV into memory");
+            let watched = p.watched_s(interval_s, legacy);
+            // Whole numbers to a thousandth: enough for a rate, and no
+            // float noise in the file.
+            let per = |n: u64| watched.map(|s| (n as f64 / s * 1000.0).round() / 1000.0);
+            w.serialize(Row {
+                t_ms: p.t_ms,
+                probe: &p.probe,
+                callsite: p.callsite.as_deref(),
+                calls: p.calls,
+                wait_ns: p.wait_ns,
+                attached_ms: p.attached_ms,
+                off_hits: p.off_hits,
+                cost_ns: p.cost_ns,
+                calls_per_s: per(p.calls),
+                wait_ns_per_s: per(p.wait_ns),
+            })
+            .expect("CSV into memory");
         }
         w.into_inner().expect("CSV into memory")
+    }
+
+    /// Written before `attached_ms` existed (every point has 0): each
+    /// interval is taken as watched whole.
+    pub fn legacy(&self) -> bool {
+        self.points.iter().all(|p| p.attached_ms == 0)
     }
 
     /// What the summary says about the series.

@@ -62,9 +62,11 @@ pub fn lines(lines: &[Line], y_title: &str, fmt: fn(f64) -> String) -> Markup {
     let plot_h = h - top - bottom;
     let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
     let x_max = xs.fold(0.0f64, f64::max).max(1e-9);
+    // A NaN y is an interval nothing watched: a gap in its line.
     let y_max = lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|y| y.is_finite())
         .fold(0.0f64, f64::max)
         .max(1e-9);
     let px = |x: f64| left + x / x_max * plot_w;
@@ -77,14 +79,16 @@ pub fn lines(lines: &[Line], y_title: &str, fmt: fn(f64) -> String) -> Markup {
             text x=(left - 4.0) y=(top + plot_h) text-anchor="end" { "0" }
             text x=(left) y=(top + plot_h + 14.0) text-anchor="middle" { "0 s" }
             text x=(left + plot_w) y=(top + plot_h + 14.0) text-anchor="middle" { (format!("{x_max:.0} s")) }
-            text x=(left + plot_w / 2.0) y=(h - 4.0) text-anchor="middle" class="axis" { (y_title) " per interval, by end of interval" }
+            text x=(left + plot_w / 2.0) y=(h - 4.0) text-anchor="middle" class="axis" { (y_title) ", by end of interval" }
             @for (i, l) in lines.iter().enumerate() {
                 @let colour = PALETTE[i % PALETTE.len()];
-                @let pts: Vec<String> = l.points.iter().map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
-                polyline points=(pts.join(" ")) fill="none" stroke=(colour) stroke-width="2" {
-                    title { (l.name) }
+                @for run in l.points.split(|p| !p.1.is_finite()).filter(|r| !r.is_empty()) {
+                    @let pts: Vec<String> = run.iter().map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y))).collect();
+                    polyline points=(pts.join(" ")) fill="none" stroke=(colour) stroke-width="2" {
+                        title { (l.name) }
+                    }
                 }
-                @for &(x, y) in &l.points {
+                @for &(x, y) in l.points.iter().filter(|p| p.1.is_finite()) {
                     circle cx=(format!("{:.1}", px(x))) cy=(format!("{:.1}", py(y))) r="2.5" fill=(colour) {
                         title { (l.name) " at " (format!("{x:.1}")) " s: " (fmt(y)) }
                     }
@@ -149,5 +153,19 @@ mod tests {
         let svg = lines(&[l], "wait", |v| format!("{v}")).into_string();
         assert!(svg.contains("PolicyMutex&lt;T&gt;::enter") && !svg.contains("<T>"));
         assert_eq!(svg.matches("<polyline").count(), 1);
+    }
+
+    /// An interval nothing watched (NaN) breaks the line: two runs, no
+    /// point drawn at 0 and no NaN in the page.
+    #[test]
+    fn an_unwatched_interval_is_a_gap_not_a_zero() {
+        let l = Line {
+            name: "innodb.undo.prev_version".into(),
+            points: vec![(1.0, 5.0), (2.0, f64::NAN), (3.0, 7.0), (4.0, 6.0)],
+        };
+        let svg = lines(&[l], "calls per second watched", |v| format!("{v}")).into_string();
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        assert_eq!(svg.matches("<circle").count(), 3, "{svg}");
+        assert!(!svg.contains("NaN"), "{svg}");
     }
 }

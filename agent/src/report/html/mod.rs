@@ -513,19 +513,19 @@ fn histograms(s: &Summary) -> Markup {
 }
 
 fn time_series(ts: &TimeSeries, counters: &[crate::model::summary::CounterResult]) -> Markup {
-    let secs = ts.interval_s();
     // Counters' rows (bytes of redo, ids) get a chart of their own: their
     // scale says nothing about the probes' calls.
     let is_counter = |name: &str| counters.iter().any(|c| c.name == name);
     let (counter_rate, rate): (Vec<_>, Vec<_>) = ts
-        .probe_lines(|p| p.calls as f64 / secs)
+        .probe_lines(|p| ts.per_watched_s(p, p.calls))
         .into_iter()
         .partition(|l| is_counter(&l.name));
     let wait: Vec<_> = ts
-        .probe_lines(|p| p.wait_ns as f64)
+        .probe_lines(|p| ts.per_watched_s(p, p.wait_ns))
         .into_iter()
         .filter(|l| !is_counter(&l.name))
         .collect();
+    let any = |l: &timeseries::Line| l.points.iter().any(|p| p.1 > 0.0);
     let with_sites: Vec<&str> = ts
         .probes()
         .into_iter()
@@ -537,21 +537,22 @@ fn time_series(ts: &TimeSeries, counters: &[crate::model::summary::CounterResult
         .collect();
     html! {
         h2 #timeseries { "Over time (" (ts.interval_ms) " ms intervals)" }
-        @if wait.iter().any(|l| l.points.iter().any(|p| p.1 > 0.0)) {
-            h3 { "Wait time per interval, by probe" }
-            (charts::lines(&wait, "wait time", |v| units::ns(v as u64)))
+        p.note { "Per second each probe was watched in the interval: a probe the overhead governor switched off part of the time reads at its rate while on, and an interval it was never on is a gap, not a zero." }
+        @if wait.iter().any(any) {
+            h3 { "Wait time per second watched, by probe" }
+            (charts::lines(&wait, "wait per second watched", |v| units::ns(v as u64)))
         }
         @if !rate.is_empty() {
-            h3 { "Calls per second, by probe" }
-            (charts::lines(&rate, "calls/s", units::count))
+            h3 { "Calls per second watched, by probe" }
+            (charts::lines(&rate, "calls per second watched", units::count))
         }
-        @for line in counter_rate.iter().filter(|l| l.points.iter().any(|p| p.1 > 0.0)) {
+        @for line in counter_rate.iter().filter(|l| any(l)) {
             h3 { "Per second: " (line.name) " (counter, exact)" }
             (charts::lines(std::slice::from_ref(line), "per s", units::count))
         }
         @for probe in with_sites {
-            h3 { "Wait time per interval by call site: " (probe) }
-            (charts::lines(&ts.callsite_lines(probe), "wait time", |v| units::ns(v as u64)))
+            h3 { "Wait time per second watched by call site: " (probe) }
+            (charts::lines(&ts.callsite_lines(probe), "wait per second watched", |v| units::ns(v as u64)))
         }
     }
 }

@@ -2,7 +2,9 @@
 //! it ([`crate::model::timeseries::TimeSeries`], whose doc states the file's
 //! contract): `t_ms` is the end of an interval in ms since the start;
 //! `calls`/`wait_ns` are deltas within it; `callsite` null is the probe's
-//! total.
+//! total. Every line is per second the probe was watched in the interval
+//! (`attached_ms`), with a gap where it was never on: a probe the governor
+//! cut reads at its rate while watched, not as the governor's duty cycle.
 
 pub use crate::model::timeseries::{Point, TimeSeries};
 
@@ -41,7 +43,14 @@ impl TimeSeries {
             .collect()
     }
 
-    /// One probe's call sites: wait per interval, per site.
+    /// `v` of `p` per second the probe was watched in that interval; NaN
+    /// (a gap in a chart) where it was never on.
+    pub fn per_watched_s(&self, p: &Point, v: u64) -> f64 {
+        p.watched_s(self.interval_s(), self.legacy())
+            .map_or(f64::NAN, |s| v as f64 / s)
+    }
+
+    /// One probe's call sites: wait per second watched, per site.
     pub fn callsite_lines(&self, probe: &str) -> Vec<Line> {
         let mut sites: Vec<&str> = Vec::new();
         for p in self.points.iter().filter(|p| p.probe == probe) {
@@ -59,28 +68,31 @@ impl TimeSeries {
                     .points
                     .iter()
                     .filter(|p| p.probe == probe && p.callsite.as_deref() == Some(site))
-                    .map(|p| (p.t_ms as f64 / 1000.0, p.wait_ns as f64))
+                    .map(|p| (p.t_ms as f64 / 1000.0, self.per_watched_s(p, p.wait_ns)))
                     .collect(),
             })
             .collect()
     }
 
-    /// The wait per interval of `probe`'s call sites named in `sites`,
-    /// summed: one latch's line. `None` when the series has none of them
-    /// (they were not among the probe's busiest, whose rows it keeps).
+    /// The wait per second watched of `probe`'s call sites named in
+    /// `sites`, summed: one latch's line. `None` when the series has none
+    /// of them (they were not among the probe's busiest, whose rows it
+    /// keeps).
     pub fn sites_line(&self, probe: &str, sites: &[&str], name: &str) -> Option<Line> {
-        let mut sums: Vec<(u64, u64)> = Vec::new();
+        // (end of interval, the probe's total row there, wait summed)
+        let mut sums: Vec<(u64, Option<&Point>, u64)> = Vec::new();
         let mut seen = false;
         for p in self.points.iter().filter(|p| p.probe == probe) {
-            let at = match sums.binary_search_by_key(&p.t_ms, |(t, _)| *t) {
+            let at = match sums.binary_search_by_key(&p.t_ms, |(t, _, _)| *t) {
                 Ok(i) => i,
                 Err(i) => {
-                    sums.insert(i, (p.t_ms, 0));
+                    sums.insert(i, (p.t_ms, None, 0));
                     i
                 }
             };
+            sums[at].1.get_or_insert(p);
             if p.callsite.as_deref().is_some_and(|c| sites.contains(&c)) {
-                sums[at].1 += p.wait_ns;
+                sums[at].2 += p.wait_ns;
                 seen = true;
             }
         }
@@ -88,7 +100,10 @@ impl TimeSeries {
             name: name.to_string(),
             points: sums
                 .into_iter()
-                .map(|(t, w)| (t as f64 / 1000.0, w as f64))
+                .map(|(t, row, w)| {
+                    let y = row.map_or(f64::NAN, |p| self.per_watched_s(p, w));
+                    (t as f64 / 1000.0, y)
+                })
                 .collect(),
         })
     }
