@@ -102,6 +102,11 @@ struct stack_hold {
 	__u64 pend_count; /* hits since then not yet in stack_counts */
 	__u64 pend_wait;  /* their wait, ns */
 	struct stack_key last;
+	/* Every hit that reached the sampler (stacks on), exactly: a timed
+	 * slot's stacks carry weighted samples (threshold sampling on the
+	 * wait, see add_stack), which userspace scales to these totals. */
+	__u64 seen_count;
+	__u64 seen_wait;
 };
 
 struct site_key {

@@ -793,8 +793,47 @@ static __always_inline void add_stack_statement(struct stack_key *key, __u64 que
 		stmt_lose(STMT_LOST_STACKS_FULL);
 }
 
+/* A uniform draw in [0, n): the high 32 bits of a 32 x 32 product, so no
+ * division and no modulo bias worth the name at n up to 2^32. */
+static __always_inline __u64 below(__u64 n)
+{
+	return ((__u64)bpf_get_prandom_u32() * n) >> 32;
+}
+
+/*
+ * Threshold sampling on the wait (a timed hit): a wait at least
+ * `stack_interval_ns` (tau) long always takes its stack; a shorter one with
+ * probability wait/tau, then weighted as tau of wait and tau/wait calls
+ * (rounded at random, so unbiased as an integer). Each stack taken is one
+ * hit's own, under its own labels (call site, latch, role, statement):
+ * no thread's wait is carried by another thread's stack, and every sum
+ * over the stacks (by latch, site, role, statement, frames) estimates the
+ * exact one without bias. Returns false when this hit takes no stack;
+ * else its weights in *count_w and *wait_w.
+ */
+static __always_inline bool wait_sampled(__u64 wait_ns, __u64 *count_w, __u64 *wait_w)
+{
+	/* below() draws from 32 bits: tau is at most ~4.3 s. */
+	__u64 tau = stack_interval_ns < 0xffffffffULL ? stack_interval_ns : 0xffffffffULL;
+	__u64 c, rem;
+
+	*count_w = 1;
+	*wait_w = wait_ns;
+	if (wait_ns >= tau)
+		return true;
+	if (!wait_ns || below(tau) >= wait_ns)
+		return false;
+	c = tau / wait_ns;
+	rem = tau - c * wait_ns;
+	if (below(wait_ns) < rem)
+		c++;
+	*count_w = c;
+	*wait_w = tau;
+	return true;
+}
+
 static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u32 role,
-				      __u64 query_id, __u64 wait_ns)
+				      __u64 query_id, __u64 wait_ns, bool timed)
 {
 	struct stack_key key = { .slot = slot, .site = site, .role = role };
 	struct stack_scratch *scratch;
@@ -814,6 +853,9 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 	scratch = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!hold || !scratch)
 		return;
+	/* Atomic: a preempted hit on this CPU may be mid-way. */
+	__sync_fetch_and_add(&hold->seen_count, 1);
+	__sync_fetch_and_add(&hold->seen_wait, wait_ns);
 	if (__sync_val_compare_and_swap(&scratch->busy, 0, 1) != 0) {
 		/* Another hit on this CPU is mid-way (it was preempted): this
 		 * one goes to the lost stack, so the folded totals still add up. */
@@ -821,9 +863,41 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		add_folded(&key, 1, wait_ns);
 		return;
 	}
+	now = bpf_ktime_get_ns();
+	if (timed) {
+		__u64 count_w, wait_w;
+
+		/* The first hit on a CPU always takes its stack (a slot with
+		 * hits has one); the rest by their wait, then one in `every`. */
+		if (hold->last_ns) {
+			if (!wait_sampled(wait_ns, &count_w, &wait_w) ||
+			    (every > 1 && bpf_get_prandom_u32() % every)) {
+				scratch->busy = 0;
+				return;
+			}
+			count_w *= every;
+			wait_w *= every;
+		} else {
+			count_w = 1;
+			wait_w = wait_ns;
+		}
+		key.stack_hash = take_stack(ctx, &scratch->stack);
+		st = bpf_map_lookup_elem(&stats, &skey);
+		if (st)
+			st->stacks++;
+		add_folded(&key, count_w, wait_w);
+		add_stack_statement(&key, query_id, count_w, wait_w);
+		hold->last_ns = now;
+		hold->last = key;
+		scratch->busy = 0;
+		return;
+	}
+	/* A count-only hit: the hits since the last stack on this CPU ride on
+	 * the next one taken (at most one per `stack_interval_ns`). Which hit
+	 * takes it is the first past a mark in time, so each stream's share of
+	 * the count is its share of the hits; there is no wait to misplace. */
 	hold->pend_count++;
 	hold->pend_wait += wait_ns;
-	now = bpf_ktime_get_ns();
 	/* The first hit on a CPU always takes its stack, so pending hits
 	 * always have a stack to go to. */
 	if (hold->last_ns && (now - hold->last_ns < stack_interval_ns ||
@@ -903,7 +977,7 @@ int lat_return(struct pt_regs *ctx)
 	add_statement_latch(key.slot, qid, &site, delta);
 	add_holder(key.slot, qid, &held, delta);
 	add_site(key.slot, site, role, delta);
-	add_stack(ctx, key.slot, site, role, qid, delta);
+	add_stack(ctx, key.slot, site, role, qid, delta, true);
 	return 0;
 }
 
@@ -928,7 +1002,7 @@ int count_hit(struct pt_regs *ctx)
 	add_statement_latch(COOKIE_SLOT(cookie), qid, &site, 0);
 	note_release(ctx, COOKIE_SLOT(cookie), (__u32)pid_tgid, qid);
 	add_site(COOKIE_SLOT(cookie), site, role, 0);
-	add_stack(ctx, COOKIE_SLOT(cookie), site, role, qid, 0);
+	add_stack(ctx, COOKIE_SLOT(cookie), site, role, qid, 0, false);
 	return 0;
 }
 

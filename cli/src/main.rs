@@ -159,9 +159,10 @@ struct RecordArgs {
     /// Do not capture stacks (cheaper; counts and latency only).
     #[arg(long, conflicts_with_all = ["max_stacks", "stack_interval"])]
     no_stacks: bool,
-    /// Take a probe's stack at most once per DURATION on each CPU; the hits in between
-    /// are added to the next stack taken, so folded totals stay exact and per-stack counts
-    /// are samples. `0`: every hit's stack (exact per stack, dearer on hot probes).
+    /// τ of the stack sampling: a wait of DURATION or more always takes its stack, a shorter
+    /// one with probability wait/DURATION (weighted for the hits it stands for); a count-only
+    /// probe takes one at most once per DURATION on each CPU. Folded totals stay exact, the
+    /// split between stacks is an unbiased sample. `0`: every hit's stack (dearer on hot probes).
     #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
     stack_interval: Duration,
     /// Measure what a probe hit costs on this host now, instead of reusing this boot's

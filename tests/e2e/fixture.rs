@@ -454,3 +454,96 @@ fn a_thread_without_a_marker_at_first_is_walked_again() {
         enter.roles
     );
 }
+
+/// The fixture's `fixture_wait(us)`.
+const FIXTURE_WAIT_PROBE: &str =
+    "name = 'fixture.wait'\nsymbols = ['fixture_wait']\nmeasure = 'latency'\ncost = 'rare'\n";
+
+/// Each weighted line of a folded file, split by whether its root is the
+/// connection role's marker: (connection's, the rest's).
+fn folded_split(folded: &str) -> (u64, u64) {
+    let (mut conn, mut rest) = (0, 0);
+    for line in folded.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        if stack.starts_with("[connection];") {
+            conn += n;
+        } else {
+            rest += n;
+        }
+    }
+    (conn, rest)
+}
+
+/// A connection making 20,000 waits of ~60 us beside a thread making 100
+/// of 10 ms, on one CPU and one probe: each stack is one hit's own, so the
+/// folded files split the wait (and the calls) between the two as the
+/// exact role table does, within 5 points. Under stacks taken once per ms
+/// per CPU carrying every hit since, the short waiter's stacks carried the
+/// long waits: the connection read ~97 % of the wait where it had ~55 %.
+#[test]
+fn a_frequent_short_waiter_does_not_take_a_rare_long_waiters_wait() {
+    const SHORT: u64 = 20_000;
+    const LONG: u64 = 100;
+    let _k = kernel_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = fixture_catalog(dir.path(), &[FIXTURE_WAIT_PROBE]);
+    let args = ["mixed", &SHORT.to_string(), &LONG.to_string()];
+    let mut fx = Fixture::spawn_with(&fixture_binary(true), &args);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start(&[
+        "--pid",
+        &pid,
+        "--force",
+        "--duration",
+        "6s",
+        "--catalog",
+        catalog.to_str().unwrap(),
+        "--probes",
+        "all",
+        "--no-cpu",
+    ]);
+    rec.wait_attached();
+    let done: u64 = fx.run_calls().parse().unwrap();
+    assert_eq!(done, SHORT + LONG);
+    let (code, _, rec) = rec.finish();
+    fx.exit();
+    assert_eq!(code, Some(0), "stderr: {}", rec.stderr());
+    let s = rec.summary();
+    let wait = probe(&s, "fixture.wait");
+    assert_eq!(wait.calls, SHORT + LONG);
+    let role = |name: &str| {
+        wait.roles
+            .iter()
+            .find(|r| r.role == name)
+            .unwrap_or_else(|| panic!("no {name} role: {:?}", wait.roles))
+    };
+    let (conn, other) = (role("connection"), role("unknown"));
+    assert_eq!((conn.calls, other.calls), (SHORT, LONG), "{:?}", wait.roles);
+    let exact_wait = conn.wait_ns_total as f64 / wait.wait_ns_total as f64;
+    let exact_calls = conn.calls as f64 / wait.calls as f64;
+
+    let (w_conn, w_rest) = folded_split(&rec.file("fixture.wait.folded"));
+    let (c_conn, c_rest) = folded_split(&rec.file("fixture.wait.count.folded"));
+    // The folded files add up to the probe's exact totals.
+    assert_eq!(w_conn + w_rest, wait.wait_ns_total);
+    assert_eq!(c_conn + c_rest, wait.calls);
+    let folded_wait = w_conn as f64 / (w_conn + w_rest) as f64;
+    let folded_calls = c_conn as f64 / (c_conn + c_rest) as f64;
+    println!(
+        "connection's share of fixture.wait: wait {:.1} % exact, {:.1} % in the stacks; calls {:.2} % exact, {:.2} % in the stacks ({} stacks)",
+        exact_wait * 100.0,
+        folded_wait * 100.0,
+        exact_calls * 100.0,
+        folded_calls * 100.0,
+        wait.stacks.distinct
+    );
+    assert!(
+        (folded_wait - exact_wait).abs() <= 0.05,
+        "wait: {folded_wait:.3} in the stacks, {exact_wait:.3} exact"
+    );
+    assert!(
+        (folded_calls - exact_calls).abs() <= 0.05,
+        "calls: {folded_calls:.4} in the stacks, {exact_calls:.4} exact"
+    );
+}

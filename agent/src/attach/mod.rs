@@ -252,8 +252,10 @@ pub struct SessionOptions {
     /// does until [`Session::set_stack_every`] says so (serve takes stacks
     /// only while a waits profile is asked for).
     pub stacks_from_start: bool,
-    /// A slot's stack is taken at most once per this many ns on each CPU;
-    /// the hits between carry over to the next one taken (0: every hit).
+    /// τ of the stack sampling, ns (BPF `wait_sampled`): a timed hit
+    /// waiting at least this long takes its stack, a shorter one with
+    /// probability wait/τ; a count-only slot at most once per τ on each
+    /// CPU, the hits between riding on the next (0: every hit).
     pub stack_interval_ns: u64,
     pub limits: MapLimits,
     /// The target's thread-role marker functions (`thread_role`); empty:

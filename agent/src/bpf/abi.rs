@@ -176,6 +176,10 @@ pub struct StackHold {
     pub pend_count: u64,
     pub pend_wait: u64,
     pub last: StackKey,
+    /// Every hit that reached the sampler, exactly (calls, wait ns): what
+    /// a slot's weighted stacks are scaled to.
+    pub seen_count: u64,
+    pub seen_wait: u64,
 }
 mirrors_stack_hold!(StackHold);
 

@@ -120,6 +120,9 @@ impl StackSample {
 pub struct MapsSnapshot {
     pub slots: HashMap<SlotId, SlotStats>,
     pub stacks: Vec<StackSample>,
+    /// Per slot, every hit that reached the stack sampler (calls, wait
+    /// ns), exactly: what [`scale_to_seen`] scales `stacks` to.
+    pub stack_seen: HashMap<SlotId, (u64, u64)>,
     /// Per (slot, call site): calls, total and max wait.
     pub sites: Vec<(SlotId, Callsite, SiteVal)>,
     /// The same per calling thread's role too (role id; 0: unknown).
@@ -338,9 +341,11 @@ fn read_in(obj: &Object, n_slots: usize) -> Result<MapsSnapshot, CollectError> {
         ..
     } = read_counters_in(obj, n_slots)?;
     let (threads, thread_roles) = read_threads(obj)?;
+    let StackRead { samples, seen } = read_stacks_in(obj, n_slots)?;
     Ok(MapsSnapshot {
         slots,
-        stacks: read_stacks_in(obj, n_slots)?,
+        stacks: samples,
+        stack_seen: seen,
         sites,
         site_roles,
         threads,
@@ -751,10 +756,114 @@ fn read_counters_in(obj: &Object, n_slots: usize) -> Result<Counters, CollectErr
     })
 }
 
+/// The stack counters as read, and what they are scaled to.
+#[derive(Debug, Clone, Default)]
+pub struct StackRead {
+    /// Weighted samples: a timed slot's stacks carry threshold-sampled
+    /// weights (estimates), a count-only slot's the hits themselves.
+    pub samples: Vec<StackSample>,
+    /// Per slot, every hit that reached the sampler: (calls, wait ns).
+    pub seen: HashMap<SlotId, (u64, u64)>,
+}
+
+impl StackRead {
+    /// What was seen since `earlier` (a window's share), per slot.
+    pub fn seen_since(&self, earlier: &HashMap<SlotId, (u64, u64)>) -> HashMap<SlotId, (u64, u64)> {
+        self.seen
+            .iter()
+            .map(|(slot, &(c, w))| {
+                let (c0, w0) = earlier.get(slot).copied().unwrap_or((0, 0));
+                (*slot, (c.saturating_sub(c0), w.saturating_sub(w0)))
+            })
+            .collect()
+    }
+}
+
+/// Scales each slot's stacks so that they add up to what the slot's
+/// sampler saw, exactly: the stacks of a timed slot are a threshold sample
+/// of its hits (BPF `wait_sampled`), whose weights estimate each stack's
+/// calls and wait without bias; scaled to the exact totals (a ratio
+/// estimate), the folded files still add up to the probe's calls and wait.
+/// Largest remainders keep the integers' sums exact. A slot that saw hits
+/// but kept no stack (a window opened after its CPUs' first stacks and too
+/// short to sample one) gets one stack without frames, carrying them all.
+pub fn scale_to_seen(samples: &mut Vec<StackSample>, seen: &HashMap<SlotId, (u64, u64)>) {
+    let mut by_slot: HashMap<SlotId, Vec<usize>> = HashMap::new();
+    for (i, s) in samples.iter().enumerate() {
+        by_slot.entry(s.slot).or_default().push(i);
+    }
+    for (&slot, &(calls, wait)) in seen {
+        let Some(idx) = by_slot.get(&slot) else {
+            if calls > 0 {
+                samples.push(StackSample {
+                    slot,
+                    ips: Vec::new(),
+                    site: Callsite::default(),
+                    role: 0,
+                    count: calls,
+                    wait_ns: wait,
+                    key: bytemuck::Zeroable::zeroed(),
+                    statement: None,
+                });
+            }
+            continue;
+        };
+        let counts: Vec<u64> = idx.iter().map(|&i| samples[i].count).collect();
+        let waits: Vec<u64> = idx.iter().map(|&i| samples[i].wait_ns).collect();
+        let new_counts = apportion(&counts, calls);
+        // Untimed weights (no wait anywhere) share the wait by calls.
+        let new_waits = if waits.iter().any(|&w| w > 0) {
+            apportion(&waits, wait)
+        } else {
+            apportion(&counts, wait)
+        };
+        for ((&i, c), w) in idx.iter().zip(new_counts).zip(new_waits) {
+            samples[i].count = c;
+            samples[i].wait_ns = w;
+        }
+    }
+    samples.retain(|s| s.count > 0 || s.wait_ns > 0);
+}
+
+/// `total` split in proportion to `weights`, in integers that add up to
+/// it exactly (largest remainders; ties to the earlier). All weights 0:
+/// all of it to the first.
+fn apportion(weights: &[u64], total: u64) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|&w| w as u128).sum();
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    if sum == 0 {
+        let mut out = vec![0; weights.len()];
+        out[0] = total;
+        return out;
+    }
+    let mut out = Vec::with_capacity(weights.len());
+    let mut rest: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    let mut given: u128 = 0;
+    for (i, &w) in weights.iter().enumerate() {
+        let exact = w as u128 * total as u128;
+        let q = exact / sum;
+        given += q;
+        out.push(q as u64);
+        rest.push((exact % sum, i));
+    }
+    let mut left = total as u128 - given;
+    rest.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in rest {
+        if left == 0 {
+            break;
+        }
+        out[i] += 1;
+        left -= 1;
+    }
+    out
+}
+
 /// The folded counters, plus what each CPU's sampler still holds for a
-/// slot (hits since its last stack), added to that last stack: the sum
-/// over a slot's stacks is then every hit it counted with stacks on.
-fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, CollectError> {
+/// slot (hits since its last stack), added to that last stack, and each
+/// slot's exact totals of the hits its sampler saw.
+fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectError> {
     let traces = map(obj, bpf::maps::STACKS)?;
     let mut folded: HashMap<StackKey, StackVal> =
         read_hash::<StackKey, StackVal>(obj, bpf::maps::STACK_COUNTS)?
@@ -762,12 +871,18 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Coll
             .collect();
     let hold = map(obj, bpf::maps::STACK_HOLD)?;
     let mut holds = Vec::new();
-    for_each_percpu_value(&hold, n_slots, |_, v| {
-        holds.push(from_bytes::<StackHold>(v))
+    for_each_percpu_value(&hold, n_slots, |slot, v| {
+        holds.push((slot, from_bytes::<StackHold>(v)))
     })
     .map_err(read_err(bpf::maps::STACK_HOLD))?;
-    for h in holds {
+    let mut seen: HashMap<SlotId, (u64, u64)> = HashMap::new();
+    for (slot, h) in holds {
         let h = h.ok_or(CollectError::Layout(bpf::maps::STACK_HOLD))?;
+        if h.seen_count > 0 {
+            let e = seen.entry(SlotId::of_index(slot)).or_default();
+            e.0 += h.seen_count;
+            e.1 += h.seen_wait;
+        }
         if h.pend_count == 0 && h.pend_wait == 0 {
             continue;
         }
@@ -803,7 +918,10 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<Vec<StackSample>, Coll
             statement: None,
         });
     }
-    Ok(stacks)
+    Ok(StackRead {
+        samples: stacks,
+        seen,
+    })
 }
 
 /// Calls and wait so far per slot (the governor's cheap live read).
@@ -817,7 +935,7 @@ pub fn read_counters(session: &Session) -> Result<Counters, CollectError> {
 }
 
 /// The stacks taken so far, with the hits each carries.
-pub fn read_stacks(session: &Session) -> Result<Vec<StackSample>, CollectError> {
+pub fn read_stacks(session: &Session) -> Result<StackRead, CollectError> {
     read_stacks_in(session.object(), session.slot_count())
 }
 
@@ -870,6 +988,63 @@ impl Counts {
 mod tests {
     use super::*;
     use libbpf_rs::{MapHandle, MapType};
+
+    fn sample(slot: usize, ip: u64, count: u64, wait_ns: u64) -> StackSample {
+        StackSample {
+            slot: SlotId::of_index(slot),
+            ips: vec![ip],
+            site: Callsite::default(),
+            role: 0,
+            count,
+            wait_ns,
+            key: bytemuck::Zeroable::zeroed(),
+            statement: None,
+        }
+    }
+
+    /// Largest remainders: the parts add up to the total exactly and keep
+    /// the weights' proportions.
+    #[test]
+    fn apportion_keeps_the_total_and_the_proportions() {
+        assert_eq!(apportion(&[1, 1, 1], 10), vec![4, 3, 3]);
+        assert_eq!(apportion(&[3, 1], 8), vec![6, 2]);
+        assert_eq!(apportion(&[0, 0], 5), vec![5, 0]);
+        assert_eq!(apportion(&[2, 0, 2], 3), vec![2, 0, 1]);
+        assert_eq!(apportion(&[u64::MAX, u64::MAX], u64::MAX).iter().sum::<u64>(), u64::MAX);
+        assert!(apportion(&[], 5).is_empty());
+    }
+
+    /// A slot's weighted stacks end at its exact totals, in the weights'
+    /// proportions; a slot whose stacks already add up is left as it is;
+    /// a slot that saw hits but kept no stack gets one without frames.
+    #[test]
+    fn stacks_are_scaled_to_what_their_slot_saw() {
+        let mut samples = vec![
+            sample(0, 1, 17, 1_000_000), // a short wait's sample: tau of wait
+            sample(0, 2, 1, 9_000_000),  // a long wait, taken whole
+            sample(1, 3, 5, 0),          // a count-only slot, exact already
+        ];
+        let seen: HashMap<SlotId, (u64, u64)> = [
+            (SlotId::of_index(0), (20, 10_500_000)),
+            (SlotId::of_index(1), (5, 0)),
+            (SlotId::of_index(2), (4, 40)),
+        ]
+        .into();
+        scale_to_seen(&mut samples, &seen);
+        let got: Vec<(usize, Vec<u64>, u64, u64)> = samples
+            .iter()
+            .map(|s| (s.slot.index(), s.ips.clone(), s.count, s.wait_ns))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, vec![1], 19, 1_050_000),
+                (0, vec![2], 1, 9_450_000),
+                (1, vec![3], 5, 0),
+                (2, vec![], 4, 40),
+            ]
+        );
+    }
 
     /// A hash map read in batches gives every entry once, across batches
     /// and with keys as large as the CPU profiler's.

@@ -627,6 +627,8 @@ impl Recorder {
         };
         let mut snapshot = snapshot?;
         snapshot.stacks = self.split_stacks(std::mem::take(&mut snapshot.stacks));
+        // Weighted samples to the exact totals each slot's sampler saw.
+        crate::collect::scale_to_seen(&mut snapshot.stacks, &snapshot.stack_seen);
         let cpu_raw = cpu_raw?;
         if self.plan.target.is_alive() {
             // Libraries loaded during the run are in the fresher map.

@@ -23,6 +23,8 @@ pub struct StackWindow {
     /// The stacks' counts when it opened: (slot, frames, site, thread) →
     /// (calls, wait ns).
     start: HashMap<StackIdentity, (u64, u64)>,
+    /// Per slot, what its sampler had seen when it opened.
+    seen_at_start: HashMap<SlotId, (u64, u64)>,
     started: Instant,
 }
 
@@ -67,7 +69,10 @@ impl Recorder {
             // No session, stacks not on demand, or a window open already.
             return Ok(None);
         };
-        let start = crate::collect::read_stacks(session)?;
+        let crate::collect::StackRead {
+            samples: start,
+            seen: seen_at_start,
+        } = crate::collect::read_stacks(session)?;
         self.drain_statements_now(true);
         let start = self
             .split_stacks(start)
@@ -92,6 +97,7 @@ impl Recorder {
         Ok(Some(StackWindow {
             probes: probes.to_vec(),
             start,
+            seen_at_start,
             started: Instant::now(),
         }))
     }
@@ -107,13 +113,15 @@ impl Recorder {
             return Ok((Vec::new(), elapsed));
         };
         let end = crate::collect::read_stacks(session)?;
+        let seen = end.seen_since(&window.seen_at_start);
         self.drain_statements_now(true);
-        let end = self.split_stacks(end);
+        let end = self.split_stacks(end.samples);
         if let Some((book, _)) = self.statements.as_mut() {
             book.forget_stacks();
         }
         self.stacks_off();
-        let moved = moved_since(&window.start, end);
+        let mut moved = moved_since(&window.start, end);
+        crate::collect::scale_to_seen(&mut moved, &seen);
         Ok((self.name_probe_stacks(&window.probes, &moved), elapsed))
     }
 
