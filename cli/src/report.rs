@@ -47,6 +47,9 @@ pub fn run(args: ReportArgs) -> Result<()> {
         };
         let named = name_raw::name_bundle(&args.dir, &opts)?;
         print!("{}", innoprof::report::table::render(&named.summary));
+        for note in &named.written.notes {
+            eprintln!("innoprof: note: {note}");
+        }
         for f in &named.files {
             let mark = match f {
                 FileOutcome::Named { .. } => "",
@@ -63,6 +66,9 @@ pub fn run(args: ReportArgs) -> Result<()> {
     }
     let (summary, written) = bundle::rerender(&args.dir)?;
     print!("{}", innoprof::report::table::render(&summary));
+    for note in &written.notes {
+        eprintln!("innoprof: note: {note}");
+    }
     eprintln!(
         "innoprof: wrote {} and {}",
         written.report.display(),

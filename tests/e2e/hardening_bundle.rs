@@ -424,3 +424,212 @@ fn terminal_sequences_in_a_bundle_are_shown_escaped() {
         );
     }
 }
+
+/// How a run of innoprof went: its output, wall time and peak RSS.
+struct Measured {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+    max_rss_mib: u64,
+}
+
+/// innoprof ARGS, with its own peak RSS (the child's rusage, by wait4 on
+/// its pid), failed if it runs past 60 s. Its output goes to files: a full
+/// pipe would stall it while the test waits for its exit.
+fn run_measured(args: &[&Path]) -> Measured {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let started = Instant::now();
+    let mut child = Command::new(innoprof())
+        .args(args)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let deadline = started + Duration::from_secs(60);
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    loop {
+        // SAFETY: our own child's pid, valid pointers for the call.
+        let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(rc >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if rc == pid {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("innoprof {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Measured {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: std::fs::read_to_string(&out).unwrap(),
+        stderr: std::fs::read_to_string(&err).unwrap(),
+        took: started.elapsed(),
+        // ru_maxrss is in KiB on Linux.
+        max_rss_mib: usage.ru_maxrss as u64 / 1024,
+    }
+}
+
+/// The shapes of a crafted folded file: one line of 4,000,000
+/// frames (35 MB), and 2,000,000 short distinct lines.
+fn crafted_folded() -> [(&'static str, String); 2] {
+    let mut deep = "frame_x;".repeat(4_000_000);
+    deep.pop();
+    deep.push_str(" 1000\n");
+    let mut wide = String::with_capacity(40 << 20);
+    for i in 0..2_000_000u32 {
+        wide.push_str(&format!("main;fn_{i:x};leaf 1\n"));
+    }
+    [("deep", deep), ("wide", wide)]
+}
+
+/// Bounds that hold with room on this VM (a debug build; the shapes take
+/// a few seconds and ~100-250 MiB) and fail on unbounded reading (52 s
+/// and 3.9 GB, 26 s and 1.0 GB).
+const MAX_SECONDS: u64 = 20;
+const MAX_RSS_MIB: u64 = 600;
+
+fn assert_bounded(what: &str, m: &Measured) {
+    assert!(m.status.success(), "{what}: {}", m.stderr);
+    eprintln!(
+        "{what}: {:.1} s, max RSS {} MiB",
+        m.took.as_secs_f64(),
+        m.max_rss_mib
+    );
+    assert!(
+        m.took < Duration::from_secs(MAX_SECONDS),
+        "{what}: {:?}",
+        m.took
+    );
+    assert!(m.max_rss_mib < MAX_RSS_MIB, "{what}: {} MiB", m.max_rss_mib);
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().len()
+}
+
+/// `diff` of a bundle whose oncpu.folded is crafted: bounded in time and
+/// memory, the outputs small, the cut said in one line (stdout and
+/// diff.txt, diff.json) and on the graph, totals kept.
+#[test]
+fn diff_of_a_crafted_folded_file_is_bounded() {
+    let root = tempfile::tempdir().unwrap();
+    let base = copy_bundle(root.path(), "base");
+    for (shape, text) in crafted_folded() {
+        let inc = copy_bundle(root.path(), &format!("inc-{shape}"));
+        std::fs::write(inc.join("oncpu.folded"), &text).unwrap();
+        let out = root.path().join(format!("diff-{shape}"));
+        let m = run_measured(&[Path::new("diff"), &base, &inc, Path::new("--out"), &out]);
+        assert_bounded(&format!("diff, {shape}"), &m);
+        let svg = out.join("diff.oncpu.svg");
+        let folded = std::fs::read_to_string(out.join("diff.oncpu.folded")).unwrap();
+        eprintln!(
+            "  diff.oncpu.svg {} bytes, diff.oncpu.folded {} bytes",
+            file_len(&svg),
+            folded.len()
+        );
+        assert!(file_len(&svg) <= 32 << 20, "{}", file_len(&svg));
+        // Totals exact: the incident's column sums to what it weighed.
+        let after: u64 = folded
+            .lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        let want = if shape == "deep" { 1000 } else { 2_000_000 };
+        assert_eq!(after, want, "{shape}");
+        let notes: Vec<&str> = m.stdout.lines().filter(|l| l.starts_with("note: ")).collect();
+        assert!(!notes.is_empty(), "{shape}: {}", m.stdout);
+        let diff_txt = std::fs::read_to_string(out.join("diff.txt")).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("diff.json")).unwrap()).unwrap();
+        assert!(!json["notes"].as_array().unwrap().is_empty());
+        match shape {
+            "deep" => {
+                assert_eq!(folded.matches("frame_x;").count(), 1, "{shape}");
+                assert!(file_len(&svg) < 2 << 20, "{}", file_len(&svg));
+                let line = folded.lines().find(|l| l.contains("frame_x")).unwrap();
+                assert_eq!(line.matches(';').count() + 1, 1024, "1,024 frames");
+                assert!(line.starts_with("frame_x;") && line.contains(";[truncated] "));
+                assert!(notes.iter().any(|n| n.contains("deeper than 1024 frames")));
+            }
+            _ => {
+                assert!(folded.contains("\n[truncated] "), "{shape}");
+                assert!(folded.lines().count() <= (1 << 18) + 1000, "{shape}");
+                assert!(notes.iter().any(|n| n.contains("folded into one [truncated] stack")));
+            }
+        }
+        assert!(notes.iter().all(|n| diff_txt.contains(n)), "{diff_txt}");
+        let svg_text = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg_text.contains("id=\"subtitle\""), "the cut is on the graph");
+        roxmltree::Document::parse(&svg_text).expect("well-formed SVG");
+        std::fs::remove_dir_all(&inc).unwrap();
+    }
+}
+
+/// `report DIR` re-renders a probe's flame graph from its folded file:
+/// crafted, it is drawn within the caps, and stderr says so in one line.
+#[test]
+fn report_of_a_crafted_folded_file_is_bounded() {
+    let root = tempfile::tempdir().unwrap();
+    for (shape, text) in crafted_folded() {
+        let b = copy_bundle(root.path(), &format!("report-{shape}"));
+        std::fs::write(b.join("fx_block_wait.folded"), &text).unwrap();
+        let m = run_measured(&[Path::new("report"), &b]);
+        assert_bounded(&format!("report, {shape}"), &m);
+        let html = file_len(&b.join("report.html"));
+        eprintln!("  report.html {html} bytes");
+        assert!(html < 64 << 20, "{html}");
+        let notes: Vec<&str> = m
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("innoprof: note: fx_block_wait.folded: cut to innoprof's caps"))
+            .collect();
+        assert_eq!(notes.len(), 1, "{}", m.stderr);
+        let want = if shape == "deep" { "deeper than 1024 frames" } else { "[truncated] stack" };
+        assert!(notes[0].contains(want), "{}", notes[0]);
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+}
+
+/// Control characters in a frame name (a terminal's colour escape, NUL,
+/// BEL, the C1 NEL) reach neither the SVG nor the folded file raw: the
+/// SVG is well-formed XML, and the folded line reads back to the same
+/// frames, escaped as the text outputs escape them.
+#[test]
+fn control_characters_in_frame_names_are_escaped_in_folded_and_svg() {
+    let frames = ["main", "evil\u{1b}[31m", "nul\u{0}", "bel\u{7}", "nel\u{85}x"];
+    let escaped = ["main", "evil\\x1b[31m", "nul\\x00", "bel\\x07", "nel\\u{85}x"];
+    let root = tempfile::tempdir().unwrap();
+    let base = copy_bundle(root.path(), "base");
+    let inc = copy_bundle(root.path(), "evil");
+    let path = inc.join("oncpu.folded");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&format!("{} 50\n", frames.join(";")));
+    std::fs::write(&path, text).unwrap();
+    let out = root.path().join("diff-evil");
+    let o = diff(&base, &inc, &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let raw = |c: char| c.is_control() && c != '\n';
+    let folded = std::fs::read_to_string(out.join("diff.oncpu.folded")).unwrap();
+    assert!(!folded.chars().any(raw), "raw control character in diff.oncpu.folded");
+    let line = folded.lines().find(|l| l.contains("evil")).unwrap();
+    let stack = line.rsplitn(3, ' ').nth(2).unwrap();
+    assert_eq!(stack.split(';').collect::<Vec<_>>(), escaped, "{line}");
+    let svg = std::fs::read_to_string(out.join("diff.oncpu.svg")).unwrap();
+    assert!(!svg.chars().any(|c| raw(c) && c != '\t'), "raw control character in the SVG");
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    let titles: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text())
+        .collect();
+    for name in &escaped[1..] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(&format!("{name} ("))),
+            "{name} in no title: {titles:?}"
+        );
+    }
+}

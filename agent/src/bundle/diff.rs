@@ -19,6 +19,7 @@ use crate::model::files::instance;
 use crate::model::files::FOLDED_FILES as FOLDED;
 use crate::model::top_symbols::{self, SelfFrame, TopSymbols};
 use crate::report::flamegraph::{self, FlameGraphError};
+use crate::report::folded_read::{self, Delta};
 use crate::report::{self, OutputError};
 use crate::text::units;
 
@@ -64,6 +65,9 @@ pub struct DiffReport {
     pub statements: Vec<StatementDelta>,
     /// The server's own state side by side, when both recordings read it.
     pub server_state: Option<crate::model::server_state::StateComparison>,
+    /// What innoprof's caps on reading a bundle cut (docs/OUTPUTS.md), one
+    /// line each; empty for any file innoprof wrote.
+    pub notes: Vec<String>,
     #[serde(skip)]
     files: Vec<(String, String)>,
 }
@@ -271,6 +275,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         findings: Vec::new(),
         findings_also_in_baseline: Vec::new(),
         server_state: None,
+        notes: Vec::new(),
         files: Vec::new(),
     };
     let mut shifts: Vec<CpuShift> = Vec::new();
@@ -282,6 +287,8 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         ) else {
             continue;
         };
+        let before = capped(before, &baseline.join(&name), &mut report.notes);
+        let after = capped(after, &incident.join(&name), &mut report.notes);
         let diff_folded = differential(&before, &after);
         let title = format!(
             "{kind} differential: {} -> {} (red grew, blue shrank)",
@@ -316,11 +323,18 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             diff_folded,
             (before_top.total, after_top.total),
             symbols,
+            &mut report.notes,
         )?;
         report.profiles.push(profile);
         report.files.extend(files);
     }
-    if let Some(waits) = wait_profile(baseline, incident, &base_summary, &inc_summary)? {
+    if let Some(waits) = wait_profile(
+        baseline,
+        incident,
+        &base_summary,
+        &inc_summary,
+        &mut report.notes,
+    )? {
         report.files.extend(waits.1);
         report.profiles.push(waits.0);
     }
@@ -378,6 +392,9 @@ impl DiffReport {
             self.baseline.display(),
             self.incident.display()
         );
+        for note in &self.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
         out.push_str(&crate::findings::render(&self.findings));
         if !self.findings_also_in_baseline.is_empty() {
             out.push_str(&format!(
@@ -597,10 +614,11 @@ fn wait_profile(
     incident: &Path,
     base_summary: &serde_json::Value,
     inc_summary: &serde_json::Value,
+    notes: &mut Vec<String>,
 ) -> Result<Option<(ProfileDiff, Vec<(String, String)>)>, DiffError> {
     let (Some(before), Some(after)) = (
-        wait_stacks(baseline, base_summary)?,
-        wait_stacks(incident, inc_summary)?,
+        wait_stacks(baseline, base_summary, notes)?,
+        wait_stacks(incident, inc_summary, notes)?,
     ) else {
         return Ok(None);
     };
@@ -622,6 +640,7 @@ fn wait_profile(
         diff_folded,
         (before_top.total, after_top.total),
         symbols,
+        notes,
     )
     .map(Some)
 }
@@ -635,10 +654,18 @@ fn drawn(
     diff_folded: String,
     (baseline_total, incident_total): (u64, u64),
     symbols: Vec<SymbolDelta>,
+    notes: &mut Vec<String>,
 ) -> Result<(ProfileDiff, Vec<(String, String)>), DiffError> {
     let folded_name = instance(FOLDED, &format!("diff.{kind}"));
     let svg_name = instance(DIFF_SVG_FILES, kind);
-    let svg = flamegraph::render(&diff_folded, title, unit)?;
+    // Both sides were read within the caps; their sum may be twice that.
+    let mut parsed = folded_read::parse::<Delta>(&diff_folded);
+    let diff_folded = parsed.to_text();
+    notes.extend(parsed.note(&folded_name));
+    let svg = flamegraph::render_differential(&diff_folded, title, unit)?;
+    if let Some(note) = svg.as_ref().and_then(|d| d.note.as_ref()) {
+        notes.push(format!("{svg_name}: {note}"));
+    }
     let profile = ProfileDiff {
         kind: kind.to_string(),
         unit: unit.to_string(),
@@ -649,19 +676,27 @@ fn drawn(
         symbols,
     };
     let mut files = vec![(folded_name, diff_folded)];
-    if let Some(svg) = svg {
+    if let Some(drawn) = svg {
         files.push((
             svg_name,
-            String::from_utf8(svg).expect("inferno writes UTF-8"),
+            String::from_utf8(drawn.svg).expect("inferno writes UTF-8"),
         ));
     }
     Ok((profile, files))
 }
 
 /// One recording's wait stacks, rooted at the probe, per second watched.
-fn wait_stacks(dir: &Path, summary: &serde_json::Value) -> Result<Option<String>, DiffError> {
+/// Each file is read within the caps, and once (a summary.json naming one
+/// file for every probe must not make the work grow with the probes), and
+/// the probes' stacks together are held to them too.
+fn wait_stacks(
+    dir: &Path,
+    summary: &serde_json::Value,
+    notes: &mut Vec<String>,
+) -> Result<Option<String>, DiffError> {
     let secs = duration_s(summary);
     let mut out = String::new();
+    let mut read = std::collections::HashSet::new();
     for p in summary["probes"].as_array().into_iter().flatten() {
         let (Some(name), Some(file)) = (p["name"].as_str(), p["stacks"]["folded_by_wait"].as_str())
         else {
@@ -677,31 +712,50 @@ fn wait_stacks(dir: &Path, summary: &serde_json::Value) -> Result<Option<String>
         }
         // Only a file the bundle names as folded stacks (`*.folded`), read
         // through the bundle's own checks.
-        if crate::model::files::describe(file).map(|f| f.name) != Some(FOLDED) {
+        if crate::model::files::describe(file).map(|f| f.name) != Some(FOLDED)
+            || !read.insert(file.to_string())
+        {
             continue;
         }
         let Some(text) = BundleDir::new(dir).read_text(file)? else {
             continue;
         };
+        let stacks = folded_read::parse::<u64>(&text);
+        drop(text);
+        notes.extend(stacks.note(&dir.join(file).display().to_string()));
         let share = p["sampling"]["attached_fraction"]
             .as_f64()
             .filter(|f| *f > 0.0 && *f <= 1.0)
             .unwrap_or(1.0);
         let watched = secs * share;
-        for line in text.lines() {
-            let Some((stack, weight)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(ns) = weight.parse::<u64>() else {
-                continue;
-            };
+        for (stack, ns) in stacks.stacks() {
             let per_s = (ns as f64 / watched).round() as u64;
             if per_s > 0 {
-                out.push_str(&format!("{name};{stack} {per_s}\n"));
+                out.push_str(name);
+                for frame in stacks.frames(stack) {
+                    out.push(';');
+                    out.push_str(frame);
+                }
+                out.push_str(&format!(" {per_s}\n"));
             }
         }
     }
-    Ok((!out.is_empty()).then_some(out))
+    if out.is_empty() {
+        return Ok(None);
+    }
+    let what = format!("{}: the wait probes' stacks", dir.display());
+    Ok(Some(capped(out, Path::new(&what), notes)))
+}
+
+/// `text` (a folded file read from `path`) within the caps on reading a
+/// bundle, its names printable, what was cut noted.
+fn capped(text: String, path: &Path, notes: &mut Vec<String>) -> String {
+    let mut stacks = folded_read::parse::<u64>(&text);
+    // Not held beside what was kept of it.
+    drop(text);
+    let out = stacks.to_text();
+    notes.extend(stacks.note(&path.display().to_string()));
+    out
 }
 
 /// inferno's difffolded, baseline scaled to the incident, lines sorted so
@@ -1136,6 +1190,7 @@ mod tests {
             probes: d,
             statements: Vec::new(),
             server_state: None,
+            notes: Vec::new(),
             files: Vec::new(),
         };
         assert!(r.render_raw().contains("~1000 "), "{}", r.render_raw());

@@ -42,6 +42,9 @@ pub struct Written {
     pub dir: PathBuf,
     pub tarball: PathBuf,
     pub report: PathBuf,
+    /// What innoprof's caps on reading a bundle cut of its files (`report
+    /// DIR`), one line each; none for a bundle innoprof wrote.
+    pub notes: Vec<String>,
 }
 
 /// What [`prepare`] found: whether OUT was there already. OUT is not
@@ -180,7 +183,7 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
         }
         None => None,
     };
-    let page = render_page(&summary, metadata.as_ref(), read)?;
+    let (page, notes) = render_page(&summary, metadata.as_ref(), read)?;
     report::write_file(&dir.join(SUMMARY_TXT), table::render(&summary).as_bytes())?;
     report::write_file(&dir.join(crate::model::files::REPORT_HTML), page.as_bytes())?;
     let tarball = tarball_path(dir).map_err(BundleError::Output)?;
@@ -190,6 +193,7 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
             dir: dir.into(),
             tarball,
             report: dir.join(crate::model::files::REPORT_HTML),
+            notes,
         },
     ))
 }
@@ -239,6 +243,7 @@ fn install(
         dir: out.into(),
         tarball,
         report: out.join(crate::model::files::REPORT_HTML),
+        notes: Vec::new(),
     })
 }
 

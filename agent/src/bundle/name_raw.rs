@@ -244,7 +244,7 @@ fn write_named(
         }
         None => None,
     };
-    let page = render_page(&recording.summary, metadata.as_ref(), |name| {
+    let (page, notes) = render_page(&recording.summary, metadata.as_ref(), |name| {
         match files.get(name) {
             Some(b) => Ok(Some(b.clone())),
             None => Ok(bundle.read(name)?),
@@ -255,6 +255,7 @@ fn write_named(
         dir: dir.into(),
         tarball: crate::bundle::tarball_path(dir).map_err(BundleError::Output)?,
         report: dir.join(REPORT_HTML),
+        notes,
     })
 }
 

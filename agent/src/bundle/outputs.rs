@@ -211,7 +211,7 @@ pub fn report_html(o: &BundleFile, c: &Context) -> Rendered {
         .files
         .get(METADATA_JSON)
         .map(|b| serde_json::from_slice(b).expect("metadata.json as just written"));
-    let page = render_page(&c.recording.summary, metadata.as_ref(), |n| {
+    let (page, _notes) = render_page(&c.recording.summary, metadata.as_ref(), |n| {
         Ok(c.files.get(n).cloned())
     })?;
     one(o.name, page.into_bytes())
@@ -223,12 +223,15 @@ fn pprof_span(summary: &Summary) -> (u64, i64) {
     (start_ms, (summary.duration_s * 1e9) as i64)
 }
 
-/// The page from the summary and the bundle's other files (`get` by name).
+/// The page from the summary and the bundle's other files (`get` by name),
+/// and what innoprof's caps on reading a bundle cut of them (one line
+/// each; none for files innoprof wrote).
 pub(crate) fn render_page(
     summary: &Summary,
     metadata: Option<&Metadata>,
     get: impl Fn(&str) -> Result<Option<Vec<u8>>, BundleError>,
-) -> Result<String, BundleError> {
+) -> Result<(String, Vec<String>), BundleError> {
+    let mut notes = Vec::new();
     let text = |name: &str| -> Result<Option<String>, BundleError> {
         Ok(get(name)?.map(|b| String::from_utf8_lossy(&b).into_owned()))
     };
@@ -287,20 +290,25 @@ pub(crate) fn render_page(
             ),
             None => format!("{}: {what} by stack", p.name),
         };
-        if let Some(svg) = flamegraph::render(&folded, &title, unit)? {
+        // Drawn within the caps; the graph's subtitle says what was cut.
+        if let Some(drawn) = flamegraph::render(&folded, &title, unit)? {
+            if let Some(note) = drawn.note {
+                notes.push(format!("{}: {note}", crate::text::printable(file)));
+            }
             probe_flames.push(FlameGraph {
                 title,
-                svg: String::from_utf8_lossy(&svg).into_owned(),
+                svg: String::from_utf8_lossy(&drawn.svg).into_owned(),
             });
         }
     }
-    Ok(html::render(&Page {
+    let page = html::render(&Page {
         summary,
         metadata,
         timeseries: timeseries.as_ref(),
         cpu_flamegraphs: &cpu_flames,
         probe_flamegraphs: &probe_flames,
-    }))
+    });
+    Ok((page, notes))
 }
 
 /// What a duty-cycled probe's stacks stand for: the calls seen while it

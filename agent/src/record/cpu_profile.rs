@@ -274,10 +274,10 @@ fn push_svg(
     title: &str,
     unit: &str,
 ) -> Result<(), FlameGraphError> {
-    if let Some(svg) = flamegraph::render(folded, title, unit)? {
+    if let Some(drawn) = flamegraph::render(folded, title, unit)? {
         out.push((
             name.to_string(),
-            String::from_utf8(svg).expect("inferno writes UTF-8"),
+            String::from_utf8(drawn.svg).expect("inferno writes UTF-8"),
         ));
     }
     Ok(())

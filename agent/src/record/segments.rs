@@ -667,10 +667,10 @@ fn regraph(
     else {
         return;
     };
-    let Ok(Some(bytes)) = crate::report::flamegraph::render(&text, title, unit) else {
+    let Ok(Some(drawn)) = crate::report::flamegraph::render(&text, title, unit) else {
         return;
     };
-    let rendered = String::from_utf8_lossy(&bytes).into_owned();
+    let rendered = String::from_utf8_lossy(&drawn.svg).into_owned();
     match files.iter_mut().find(|(f, _)| f == svg) {
         Some(entry) => entry.1 = rendered,
         None => files.push((svg.to_string(), rendered)),

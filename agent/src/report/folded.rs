@@ -65,22 +65,19 @@ impl FoldedStacks {
 }
 
 /// `;` separates frames and a newline ends a record; neither may appear
-/// inside a frame name.
+/// inside a frame name (each is written `:`). Other control characters
+/// are escaped as text outputs escape them ([`crate::text::printable`]):
+/// the folded file is shown in terminals, and its names reach the SVGs,
+/// where XML forbids them.
 fn push_sanitized(out: &mut String, frame: &str) {
     // Nearly every name has neither: one scan, one copy.
-    if memchr::memchr2(b';', b'\n', frame.as_bytes()).is_none() {
-        out.push_str(frame);
-        return;
-    }
-    for part in frame.split_inclusive([';', '\n']) {
-        match part.strip_suffix([';', '\n']) {
-            Some(text) => {
-                out.push_str(text);
-                out.push(':');
-            }
-            None => out.push_str(part),
-        }
-    }
+    let frame: std::borrow::Cow<'_, str> =
+        if memchr::memchr2(b';', b'\n', frame.as_bytes()).is_none() {
+            frame.into()
+        } else {
+            frame.replace([';', '\n'], ":").into()
+        };
+    out.push_str(&crate::text::printable(&frame));
 }
 
 #[cfg(test)]
@@ -119,5 +116,22 @@ mod tests {
             by_frames.render(),
             "main;a:b:c;mutex_enter:x [inlined];[unknown];do_syscall_64_[k] 3\n"
         );
+    }
+
+    /// A symbol name's control characters (a terminal's escape, NUL, BEL,
+    /// the C1 NEL) are written escaped, and the line reads back to the
+    /// same frames, escaped.
+    #[test]
+    fn control_characters_are_written_escaped() {
+        let names = ["evil\x1b[31m", "nul\x00", "bel\x07", "nel\u{85}x"];
+        let mut f = FoldedStacks::default();
+        f.add(&names.map(String::from), 2);
+        let text = f.render();
+        assert_eq!(text, "evil\\x1b[31m;nul\\x00;bel\\x07;nel\\u{85}x 2\n");
+        let back = crate::report::folded_read::parse::<u64>(&text);
+        let (stack, count) = back.stacks().next().unwrap();
+        let read: Vec<&str> = back.frames(stack).collect();
+        let want: Vec<String> = names.iter().map(|n| crate::text::printable(n).into()).collect();
+        assert_eq!((read, count), (want.iter().map(String::as_str).collect(), 2));
     }
 }

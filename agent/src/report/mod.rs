@@ -5,6 +5,7 @@ pub mod counter_table;
 pub mod cpu_table;
 pub mod flamegraph;
 pub mod folded;
+pub mod folded_read;
 pub mod frame_label;
 pub mod histograms;
 pub mod host_text;

@@ -15,9 +15,14 @@ use std::fmt::Write as _;
 /// Characters a terminal may act on rather than show: C0 controls, DEL,
 /// C1 controls (U+0080–U+009F: `U+009B` is CSI on some terminals), and the
 /// bidirectional overrides and isolates, which reorder what is shown
-/// (a name that reads as another).
+/// (a name that reads as another). Also U+FFFE and U+FFFF, the only other
+/// characters XML 1.0 forbids: frame names reach the flame graphs' SVG.
 fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{fffe}' | '\u{ffff}'
+        )
 }
 
 /// `s` with every control character (line breaks and tabs included)
@@ -191,6 +196,7 @@ mod tests {
         assert_eq!(printable("a\nb\tc\x7f"), "a\\x0ab\\x09c\\x7f");
         assert_eq!(printable("csi\u{9b}2J"), "csi\\u{9b}2J");
         assert_eq!(printable("abc\u{202e}cba"), "abc\\u{202e}cba");
+        assert_eq!(printable("x\u{fffe}\u{ffff}"), "x\\u{fffe}\\u{ffff}");
     }
 
     #[test]

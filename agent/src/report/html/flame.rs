@@ -70,7 +70,7 @@ mod tests {
         let svg = crate::report::flamegraph::render("main;work 3\n", "t", "samples")
             .unwrap()
             .unwrap();
-        let (doc, height) = srcdoc(std::str::from_utf8(&svg).unwrap());
+        let (doc, height) = srcdoc(std::str::from_utf8(&svg.svg).unwrap());
         assert!(height > 50, "{height}");
         assert!(doc.contains("<svg") && doc.contains("init(evt)") && doc.contains(">work<"));
         assert!(!doc.contains("<!--") && !doc.contains("DOCTYPE svg"));

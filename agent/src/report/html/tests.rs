@@ -53,7 +53,7 @@ fn page_has_tables_charts_and_escapes_binary_names() {
         .unwrap();
     let flames = [FlameGraph {
         title: "on-CPU <all>".into(),
-        svg: String::from_utf8(svg).unwrap(),
+        svg: String::from_utf8(svg.svg).unwrap(),
     }];
     let html = render(&Page {
         summary: &s,
