@@ -121,7 +121,7 @@ impl Metadata {
             pid: t.pid,
             placement: t.placement.clone(),
             started_unix_ms: started,
-            ended_unix_ms: started + (summary.duration_s * 1000.0).round() as u64,
+            ended_unix_ms: started.saturating_add((summary.duration_s * 1000.0).round() as u64),
             command_line: command_line.to_vec(),
             complete: summary.complete,
             end_reason: summary.end_reason,
