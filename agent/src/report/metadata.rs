@@ -145,7 +145,9 @@ impl Metadata {
             },
             dropped: Dropped {
                 drops: summary.drops.clone(),
-                stack_lost_calls: probes.iter().map(|p| p.stacks.lost_calls).sum(),
+                stack_lost_calls: crate::model::saturating_sum(
+                    probes.iter().map(|p| p.stacks.lost_calls),
+                ),
                 cpu_samples_lost: cpu.map_or(0, |c| c.oncpu.lost.map_full),
                 offcpu_blocks_lost: cpu
                     .and_then(|c| c.offcpu.as_ref())

@@ -23,13 +23,13 @@ const CRITICAL_SLOW_SHARE: f64 = 0.50;
 const MIN_FLUSHES: u64 = 20;
 
 fn slow_share(p: &ProbeResult) -> f64 {
-    let all: u64 = p.histogram.iter().map(|b| b.count).sum();
-    let slow: u64 = p
-        .histogram
-        .iter()
-        .filter(|b| b.low_ns >= SLOW_NS)
-        .map(|b| b.count)
-        .sum();
+    let all = crate::model::saturating_sum(p.histogram.iter().map(|b| b.count));
+    let slow = crate::model::saturating_sum(
+        p.histogram
+            .iter()
+            .filter(|b| b.low_ns >= SLOW_NS)
+            .map(|b| b.count),
+    );
     slow as f64 / all.max(1) as f64
 }
 
