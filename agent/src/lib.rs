@@ -85,10 +85,15 @@ pub fn join_causes<'a>(chain: impl Iterator<Item = &'a dyn std::error::Error>) -
         {
             continue;
         }
-        if !text.is_empty() {
+        if text.is_empty() {
+            text.push_str(&said);
+        } else {
+            // A cause goes on its parent's line: a line break in it is
+            // quoted input (a parser's message quoting a bundle's string),
+            // never a list of innoprof's own.
             text.push_str(": ");
+            text.push_str(&text::printable(&said));
         }
-        text.push_str(&said);
         parent = said;
     }
     // Errors quote what a target or a bundle said (a probe's name, a
@@ -116,5 +121,19 @@ mod tests {
         );
         let plain = std::io::Error::other("disk full");
         assert_eq!(super::error_chain(&plain), "disk full");
+    }
+
+    /// A cause quoting input with a line break (serde_json quotes the
+    /// bad string of a bundle) stays on the line; a message of
+    /// innoprof's own that lists things keeps its lines.
+    #[test]
+    fn a_cause_is_said_on_its_parents_line() {
+        let quoted = Wraps(Repeats(std::io::Error::other("unknown variant `a\nb`")));
+        assert_eq!(
+            super::error_chain(&quoted),
+            "attaching probe x: loading BPF: unknown variant `a\\x0ab`"
+        );
+        let list = std::io::Error::other("two servers:\n  1\n  2");
+        assert_eq!(super::error_chain(&list), "two servers:\n  1\n  2");
     }
 }

@@ -557,7 +557,10 @@ async fn record_segment(
     )
     .await?;
     innoprof::target::own_usage::debug_phase("after recording");
-    // When the recording's clock ends, not after detaching and symbolizing.
+    // The window ends with the recording's clock: the end snapshot (which
+    // a stopped server keeps waiting) is neither timed nor seen by the
+    // probes, as the start snapshot before attaching is not.
+    recorder.detach_probes();
     let state = state.finish();
     say_how_it_ended(end, target.pid, args.follow);
     finish_segment(recorder, end, state, series)

@@ -89,12 +89,18 @@ impl Capture {
     }
 
     /// The end snapshot with the start one; None when capture was off.
+    /// An end snapshot missing (the server did not answer) is said on
+    /// stderr in one line, as summary.json keeps it.
     pub fn finish(self) -> Option<ServerState> {
-        match self {
-            Capture::Off => None,
-            Capture::Failed(s) => Some(*s),
-            Capture::On(c) => Some(c.finish_within()),
-            Capture::Sampling(c) => Some(c.finish_within()),
+        let ended = match self {
+            Capture::Off => return None,
+            Capture::Failed(s) => return Some(*s),
+            Capture::On(c) => c.finish_within(),
+            Capture::Sampling(c) => c.finish_within(),
+        };
+        if let Some(e) = &ended.error {
+            eprintln!("innoprof: note: server state: {}", innoprof::text::printable(e));
         }
+        Some(ended)
     }
 }

@@ -146,7 +146,7 @@ pub fn write(
     );
     let summary = &recording.summary;
     let started_ms = u64::try_from(summary.started_unix_ms).unwrap_or(u64::MAX);
-    let ended_s = (started_ms + (summary.duration_s * 1000.0).round() as u64) / 1000;
+    let ended_s = started_ms.saturating_add((summary.duration_s * 1000.0).round() as u64) / 1000;
     install(out, &files, ended_s)
 }
 
@@ -155,10 +155,60 @@ pub fn read_summary(dir: &Path) -> Result<Summary, BundleError> {
     let bytes = BundleDir::new(dir)
         .read(SUMMARY_JSON)?
         .ok_or_else(|| BundleError::NotABundle(dir.into()))?;
-    crate::bundle::contract::check_version(&dir.join(SUMMARY_JSON), &bytes)?;
-    serde_json::from_slice(&bytes).map_err(|source| BundleError::Parse {
-        path: dir.join(SUMMARY_JSON),
+    parse_summary(&dir.join(SUMMARY_JSON), &bytes)
+}
+
+/// `summary.json`'s bytes as a [`Summary`] (`path` names it in errors):
+/// one written by a newer innoprof is refused.
+pub fn parse_summary(path: &Path, bytes: &[u8]) -> Result<Summary, BundleError> {
+    crate::bundle::contract::check_version(path, bytes)?;
+    serde_json::from_slice(bytes).map_err(|source| BundleError::Parse {
+        path: path.into(),
         source,
+    })
+}
+
+/// What `innoprof report DIR` writes, rendered from a saved bundle's files
+/// (read by name through `get`), nothing written yet.
+#[derive(Debug)]
+pub struct Rerendered {
+    /// summary.json as read, with today's findings.
+    pub summary: Summary,
+    pub summary_txt: String,
+    pub report_html: String,
+    /// What was cut reading the bundle's stacks (one line each).
+    pub notes: Vec<String>,
+}
+
+/// Renders summary.txt and report.html from a bundle's `summary.json`,
+/// `metadata.json` and the files they name, each read through `get`
+/// (`dir` names them in errors). Every value in them is the bundle's say,
+/// not innoprof's: out-of-range ones are shown as unusable, never trusted.
+pub fn render_saved(
+    dir: &Path,
+    get: impl Fn(&str) -> Result<Option<Vec<u8>>, BundleError>,
+) -> Result<Rerendered, BundleError> {
+    let parse_err = |name: &str| {
+        let path = dir.join(name);
+        move |source| BundleError::Parse { path, source }
+    };
+    let bytes = get(SUMMARY_JSON)?.ok_or_else(|| BundleError::NotABundle(dir.into()))?;
+    let mut summary = parse_summary(&dir.join(SUMMARY_JSON), &bytes)?;
+    // Findings from today's rules, also for a bundle recorded before them.
+    summary.findings = crate::findings::evaluate(&summary);
+    let metadata: Option<Metadata> = match get(METADATA_JSON)? {
+        Some(b) => {
+            crate::bundle::contract::check_version(&dir.join(METADATA_JSON), &b)?;
+            Some(serde_json::from_slice(&b).map_err(parse_err(METADATA_JSON))?)
+        }
+        None => None,
+    };
+    let (report_html, notes) = render_page(&summary, metadata.as_ref(), get)?;
+    Ok(Rerendered {
+        summary_txt: table::render(&summary),
+        summary,
+        report_html,
+        notes,
     })
 }
 
@@ -168,32 +218,20 @@ pub fn rerender(dir: &Path) -> Result<(Summary, Written), BundleError> {
     // summary.json names the other files: every read, by whatever name,
     // goes through BundleDir (no links, no paths, bounded size).
     let bundle = BundleDir::new(dir);
-    let read = |name: &str| -> Result<Option<Vec<u8>>, BundleError> { Ok(bundle.read(name)?) };
-    let parse_err = |name: &str| {
-        let path = dir.join(name);
-        move |source| BundleError::Parse { path, source }
-    };
-    let mut summary = read_summary(dir)?;
-    // Findings from today's rules, also for a bundle recorded before them.
-    summary.findings = crate::findings::evaluate(&summary);
-    let metadata: Option<Metadata> = match read(METADATA_JSON)? {
-        Some(b) => {
-            crate::bundle::contract::check_version(&dir.join(METADATA_JSON), &b)?;
-            Some(serde_json::from_slice(&b).map_err(parse_err(METADATA_JSON))?)
-        }
-        None => None,
-    };
-    let (page, notes) = render_page(&summary, metadata.as_ref(), read)?;
-    report::write_file(&dir.join(SUMMARY_TXT), table::render(&summary).as_bytes())?;
-    report::write_file(&dir.join(crate::model::files::REPORT_HTML), page.as_bytes())?;
+    let rendered = render_saved(dir, |name| Ok(bundle.read(name)?))?;
+    report::write_file(&dir.join(SUMMARY_TXT), rendered.summary_txt.as_bytes())?;
+    report::write_file(
+        &dir.join(crate::model::files::REPORT_HTML),
+        rendered.report_html.as_bytes(),
+    )?;
     let tarball = tarball_path(dir).map_err(BundleError::Output)?;
     Ok((
-        summary,
+        rendered.summary,
         Written {
             dir: dir.into(),
             tarball,
             report: dir.join(crate::model::files::REPORT_HTML),
-            notes,
+            notes: rendered.notes,
         },
     ))
 }

@@ -279,6 +279,10 @@ pub(crate) fn render_page(
             (None, None) => continue,
         };
         let Some(folded) = text(file)? else { continue };
+        // A file whose weights overflow the drawing's sums is no recording's.
+        if !crate::model::top_symbols::weights_fit(&folded) {
+            continue;
+        }
         // A duty-cycled probe's stacks are those of the calls it saw: said
         // on its graph as in waits.pb.gz's comment.
         let title = match &p.sampling {

@@ -143,7 +143,7 @@ fn shares_evidence(
     n: usize,
     what: &str,
 ) -> Option<Evidence> {
-    let total: u64 = rows.iter().map(|(_, v)| v).sum();
+    let total = crate::model::saturating_sum(rows.iter().map(|(_, v)| *v));
     if total == 0 {
         return None;
     }

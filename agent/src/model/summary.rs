@@ -490,8 +490,8 @@ impl ProbeRate {
         } else {
             let (rate, half) = crate::cost::estimate::watched_rate(&smp.windows);
             let watched: f64 = smp.windows.iter().map(|w| (w.end_s - w.start_s).max(0.0)).sum();
-            let waited: u64 = smp.windows.iter().map(|w| w.wait_ns).sum();
-            (rate, half, per(waited as f64, watched))
+            let waited: f64 = smp.windows.iter().map(|w| w.wait_ns as f64).sum();
+            (rate, half, per(waited, watched))
         };
         Self {
             calls_per_s,

@@ -91,7 +91,8 @@ impl TopBuilder {
         if weight == 0 {
             return;
         }
-        self.total += weight;
+        // Weights are a file's say (`from_folded`): they saturate.
+        self.total = self.total.saturating_add(weight);
         let functions: Vec<&Frame> = frames
             .iter()
             .map(|f| f.borrow())
@@ -114,13 +115,14 @@ impl TopBuilder {
                 .or_else(user_leaf),
         };
         if let Some(f) = leaf {
-            *weight_of(&mut self.by_self, &f.module, &f.name) += weight;
+            let w = weight_of(&mut self.by_self, &f.module, &f.name);
+            *w = w.saturating_add(weight);
         }
         self.stacks += 1;
         for f in &functions {
             let (total, last) = weight_of(&mut self.by_total, &f.module, &f.name);
             if *last != self.stacks {
-                *total += weight;
+                *total = total.saturating_add(weight);
                 *last = self.stacks;
             }
         }
@@ -232,6 +234,28 @@ pub fn parse_folded_frame(s: &str) -> Frame {
     }
 }
 
+/// Whether every weight of a folded text (the last column, and the one
+/// before it in the differential form), all summed, fits in an `i64`:
+/// what drawing its flame graph sums and subtracts (inferno counts in
+/// `usize` and `isize`). A recording's never come near; a bundle's file
+/// may say anything.
+pub fn weights_fit(text: &str) -> bool {
+    let mut sum: i64 = 0;
+    for line in text.lines() {
+        let mut columns = line.trim_end().rsplitn(3, ' ');
+        for _ in 0..2 {
+            let Some(n) = columns.next().and_then(|c| c.parse::<u64>().ok()) else {
+                break;
+            };
+            match i64::try_from(n).ok().and_then(|n| sum.checked_add(n)) {
+                Some(s) => sum = s,
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
 /// The full table of a folded file (every function).
 pub fn from_folded(text: &str, mode: SelfFrame, unit: &str) -> TopSymbols {
     let mut b = TopBuilder::new(mode);
@@ -278,6 +302,20 @@ fn short(name: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bundle's folded file may say any weight: the table saturates,
+    /// and a flame graph is drawn only where the sums fit.
+    #[test]
+    fn weights_past_u64_saturate_and_are_not_drawn() {
+        let huge = format!("main;a {m}\nmain;b {m}\n", m = u64::MAX);
+        let top = from_folded(&huge, SelfFrame::Leaf, "samples");
+        assert_eq!(top.total, u64::MAX);
+        assert!(!weights_fit(&huge));
+        assert!(!weights_fit(&format!("main;a 1 {}\n", i64::MAX as u64 + 1)));
+        assert!(!weights_fit(&format!("main;a {} 1\n", i64::MAX)));
+        assert!(weights_fit(&format!("main;a {}\nmain;b x\n", i64::MAX)));
+        assert!(weights_fit("main;a 3 5\nmain;b 2\n"));
+    }
 
     fn f(name: &str, module: &str, kind: FrameKind) -> Frame {
         Frame::new(name, module, kind)

@@ -40,6 +40,9 @@ pub struct Recorder {
     /// None with no uprobe probes (`--probes none`).
     pub(super) session: Option<Session>,
     pub(super) cpu: Option<CpuProfiler>,
+    /// The CPU profile as the window ended ([`Recorder::detach_probes`]),
+    /// its sampler stopped: what `finish` reports.
+    pub(super) cpu_at_end: Option<Result<crate::cpu::RawCpuProfile, crate::cpu::CpuError>>,
     pub(super) maps: ProcessMaps,
     pub(super) started: Instant,
     /// When detaching began (`detach_probes`, or `finish`): the end of the
@@ -209,6 +212,7 @@ impl Recorder {
             plan,
             session,
             cpu,
+            cpu_at_end: None,
             maps,
             started,
             detached_at: None,
@@ -509,11 +513,18 @@ impl Recorder {
         self.plan
     }
 
+    /// Ends the watched window: the in-memory counters read, the probes
+    /// detached and the CPU sampler stopped, so that what comes after (the
+    /// end snapshot's SQL, which a stopped server leaves waiting for
+    /// seconds; the results) is neither counted nor timed. Idempotent.
     pub fn detach_probes(&mut self) {
         self.mark_window_end();
         self.counters.finish();
         if let Some(session) = self.session.as_mut() {
             session.detach();
+        }
+        if let Some(cpu) = self.cpu.take() {
+            self.cpu_at_end = Some(cpu.stop());
         }
     }
 
@@ -603,7 +614,11 @@ impl Recorder {
         // The sampler stops before the last drain: every sample it counted
         // per statement is then in the drain, and so is the fingerprint of
         // every query id its stacks hold.
-        let cpu_raw = self.cpu.take().map(CpuProfiler::stop).transpose();
+        let cpu_raw = match self.cpu_at_end.take() {
+            Some(stopped) => Some(stopped),
+            None => self.cpu.take().map(CpuProfiler::stop),
+        }
+        .transpose();
         debug_phase("after CPU profiler stop");
         self.drain_statements_now(true);
         let mut who = self.session.is_some().then(|| self.who());

@@ -121,7 +121,7 @@ impl Metadata {
             pid: t.pid,
             placement: t.placement.clone(),
             started_unix_ms: started,
-            ended_unix_ms: started + (summary.duration_s * 1000.0).round() as u64,
+            ended_unix_ms: started.saturating_add((summary.duration_s * 1000.0).round() as u64),
             command_line: command_line.to_vec(),
             complete: summary.complete,
             end_reason: summary.end_reason,
@@ -145,7 +145,9 @@ impl Metadata {
             },
             dropped: Dropped {
                 drops: summary.drops.clone(),
-                stack_lost_calls: probes.iter().map(|p| p.stacks.lost_calls).sum(),
+                stack_lost_calls: crate::model::saturating_sum(
+                    probes.iter().map(|p| p.stacks.lost_calls),
+                ),
                 cpu_samples_lost: cpu.map_or(0, |c| c.oncpu.lost.map_full),
                 offcpu_blocks_lost: cpu
                     .and_then(|c| c.offcpu.as_ref())

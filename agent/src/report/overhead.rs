@@ -276,7 +276,7 @@ pub fn estimate(summary: &Summary) -> OverheadEstimate {
             c.count_stepped_ns,
         ),
         calibrated: summary.overhead.calibration_note.is_none(),
-        total_ns: probes.iter().map(|p| p.estimated_ns).sum(),
+        total_ns: crate::model::saturating_sum(probes.iter().map(|p| p.estimated_ns)),
         probes_pct_of_core: summary.overhead.probes_pct_of_core,
         probes,
     }

@@ -143,7 +143,7 @@ fn render_raw(summary: &Summary) -> String {
         out.push_str(&format!(
             "time series: {} intervals of {} written to {}\n",
             ts.intervals,
-            units::ns(ts.interval_ms * 1_000_000),
+            units::ns(ts.interval_ms.saturating_mul(1_000_000)),
             ts.files.join(", ")
         ));
     }
@@ -206,15 +206,18 @@ pub(crate) fn end_text(end: crate::model::summary::EndReason) -> &'static str {
 
 /// What the BPF maps could not hold, or nothing when all was recorded.
 fn drops_line(d: &crate::collect::Drops) -> String {
-    let not_taken = d.stack_map_full + d.stack_errors + d.stack_busy;
-    if not_taken
-        + d.stack_key_map_full
-        + d.inflight_map_full
-        + d.stats_map_full
-        + d.callsite_map_full
-        + d.returns_without_entry
-        + d.thread_map_full
-        == 0
+    // A bundle's counts may be anything: summed saturating.
+    let sum = |n: &[u64]| n.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let not_taken = sum(&[d.stack_map_full, d.stack_errors, d.stack_busy]);
+    if sum(&[
+        not_taken,
+        d.stack_key_map_full,
+        d.inflight_map_full,
+        d.stats_map_full,
+        d.callsite_map_full,
+        d.returns_without_entry,
+        d.thread_map_full,
+    ]) == 0
     {
         return String::new();
     }

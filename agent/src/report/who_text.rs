@@ -145,12 +145,12 @@ pub fn render(who: Option<&Who>) -> String {
              and where it took the latch where the latch records it; released: the thread whose release ended the wait):\n{table}\n"
         ));
         for t in &who.blocking_totals {
-            let listed: u64 = who
-                .blocking
-                .iter()
-                .filter(|b| b.probe == t.probe)
-                .map(|b| b.calls)
-                .sum();
+            let listed = crate::model::saturating_sum(
+                who.blocking
+                    .iter()
+                    .filter(|b| b.probe == t.probe)
+                    .map(|b| b.calls),
+            );
             if listed < t.calls {
                 out.push_str(&format!(
                     "{}: {} waits tied to a holder in all, {} listed\n",

@@ -56,7 +56,7 @@ pub enum ConnectError {
         user: String,
         path: String,
         #[source]
-        source: mysql::Error,
+        source: SqlError,
     },
     /// Not a refusal: no answer within [`QUERY_TIMEOUT`], or the
     /// connection broke.
@@ -65,9 +65,47 @@ pub enum ConnectError {
         user: String,
         path: String,
         #[source]
-        source: mysql::Error,
+        source: SqlError,
     },
 }
+
+/// A mysql crate error in plain words. Its own `Display` wraps the
+/// message in Rust-like text (`IoError { Resource temporarily unavailable
+/// (os error 11) }`), and its cause is reachable only through the
+/// deprecated `Error::cause`, so an error chain ended at that text. This
+/// one's text is the whole message (the driver's error stays in `.0`).
+#[derive(Debug)]
+pub struct SqlError(pub mysql::Error);
+
+impl SqlError {
+    /// No answer in time, or the connection broke: every later query on
+    /// the connection would fail (or wait) the same way.
+    pub fn is_unanswered(&self) -> bool {
+        matches!(self.0, mysql::Error::IoError(_))
+    }
+}
+
+impl std::fmt::Display for SqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        match &self.0 {
+            // The read timeout (SO_RCVTIMEO) reads as EAGAIN.
+            mysql::Error::IoError(e) if matches!(e.kind(), WouldBlock | TimedOut) => write!(
+                f,
+                "the server did not answer within {} s",
+                QUERY_TIMEOUT.as_secs()
+            ),
+            mysql::Error::IoError(e) => write!(f, "{e}"),
+            mysql::Error::CodecError(e) => write!(f, "{e}"),
+            mysql::Error::MySqlError(e) => write!(f, "{e}"),
+            mysql::Error::DriverError(e) => write!(f, "{e}"),
+            mysql::Error::UrlError(e) => write!(f, "{e}"),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+impl std::error::Error for SqlError {}
 
 /// The option-file groups the `mysql` and `mariadb` clients read, in
 /// either server family: MySQL's `[client]` and `[mysql]`, MariaDB's
@@ -430,10 +468,13 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<SqlSession, ConnectErro
     }
     .map_err(|source| {
         let (user, path) = (user.clone(), socket.clone());
-        match source {
+        let said_no = matches!(source, mysql::Error::MySqlError(_));
+        let source = SqlError(source);
+        if said_no {
             // The server answered, and said no (access denied, unknown user…).
-            mysql::Error::MySqlError(_) => ConnectError::Login { user, path, source },
-            _ => ConnectError::Unanswered { user, path, source },
+            ConnectError::Login { user, path, source }
+        } else {
+            ConnectError::Unanswered { user, path, source }
         }
     })?;
     Ok(SqlSession { conn, socket, user })
@@ -442,6 +483,26 @@ pub fn connect(pid: u32, source: &StateSource) -> Result<SqlSession, ConnectErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The driver's errors read as what happened, not as its debug text.
+    #[test]
+    fn sql_errors_read_plainly() {
+        let timeout = SqlError(mysql::Error::IoError(std::io::ErrorKind::WouldBlock.into()));
+        assert_eq!(
+            crate::error_chain(&timeout),
+            "the server did not answer within 3 s"
+        );
+        assert!(timeout.is_unanswered());
+        let broken = SqlError(mysql::Error::IoError(std::io::Error::from_raw_os_error(
+            libc::EPIPE,
+        )));
+        assert_eq!(broken.to_string(), "Broken pipe (os error 32)");
+        let driver = SqlError(mysql::Error::DriverError(
+            mysql::DriverError::PacketOutOfSync,
+        ));
+        assert!(!driver.is_unanswered());
+        assert!(!driver.to_string().contains("DriverError"), "{driver}");
+    }
 
     #[test]
     fn reads_client_sections_with_quotes_and_comments() {

@@ -23,7 +23,7 @@ use crate::model::server_state::{
     NoPkTable, PerfSchemaState, QueryError, ServerState, Snapshot, StatePoint, Transaction,
     SAMPLED_STATUS,
 };
-pub use connect::{connect, ConnectError, SqlSession, StateSource, QUERY_TIMEOUT};
+pub use connect::{connect, ConnectError, SqlError, SqlSession, StateSource, QUERY_TIMEOUT};
 
 pub const SNAPSHOT_BUDGET: Duration = Duration::from_secs(6);
 /// The oldest transactions kept per snapshot.
@@ -209,15 +209,27 @@ impl StateCapture {
         Ok(capture)
     }
 
-    /// Takes the end snapshot and returns both.
+    /// Takes the end snapshot and returns both. A server that did not
+    /// answer the end snapshot's first query (stopped, hung) has none:
+    /// the state says so in one line, as summary.txt and report.html show it.
     pub fn finish(mut self) -> ServerState {
-        let end = self.snapshot();
+        let (end, silent) = self.snapshot_answered();
+        let (end, error) = match silent {
+            true => (
+                None,
+                Some(format!(
+                    "the server did not answer within {} s: end snapshot skipped",
+                    QUERY_TIMEOUT.as_secs()
+                )),
+            ),
+            false => (Some(end), None),
+        };
         ServerState {
             socket: self.session.socket.clone(),
             user: self.session.user.clone(),
-            error: None,
+            error,
             start: self.start.take(),
-            end: Some(end),
+            end,
             samples: std::mem::take(&mut self.samples),
         }
     }
@@ -282,6 +294,12 @@ impl StateCapture {
     /// by [`QUERY_TIMEOUT`] and the whole by [`SNAPSHOT_BUDGET`]; a
     /// failing or skipped query is listed in the snapshot's `errors`.
     fn snapshot(&mut self) -> Snapshot {
+        self.snapshot_answered().0
+    }
+
+    /// [`Self::snapshot`], and whether the server answered none of its
+    /// queries for not answering at all (stopped, hung): not a refusal.
+    fn snapshot_answered(&mut self) -> (Snapshot, bool) {
         let began = Instant::now();
         let mut snap = Snapshot {
             taken_unix_ms: unix_ms(),
@@ -290,6 +308,9 @@ impl StateCapture {
         let mut sql = Budgeted {
             conn: &mut self.session.conn,
             began,
+            stopped: false,
+            answered: false,
+            unanswered: false,
         };
         sql.variables(&mut snap);
         sql.status(&mut snap);
@@ -299,7 +320,8 @@ impl StateCapture {
         sql.no_pk_tables(&mut snap);
         sql.performance_schema(&mut snap);
         snap.took_ms = began.elapsed().as_secs_f64() * 1e3;
-        snap
+        let silent = sql.unanswered && !sql.answered;
+        (snap, silent)
     }
 }
 
@@ -308,23 +330,58 @@ impl StateCapture {
 struct Budgeted<'c> {
     conn: &'c mut mysql::Conn,
     began: Instant,
+    /// The budget ran out, or the server stopped answering: the queries
+    /// left are not sent (each would wait [`QUERY_TIMEOUT`] again, on a
+    /// connection out of step), and only the first is listed.
+    stopped: bool,
+    /// Some query got an answer (rows or the server's refusal).
+    answered: bool,
+    /// A query got none in time, or the connection broke.
+    unanswered: bool,
 }
 
 impl Budgeted<'_> {
-    /// Runs `q` unless the budget is spent (then it is skipped, and said);
+    /// Runs `q` unless the snapshot stopped (the budget spent, or the
+    /// server not answering: said once, for the first query left out);
     /// a failure is noted in the snapshot's errors as `what`.
     fn run(&mut self, what: &str, q: &str, snap: &mut Snapshot) -> Option<Vec<mysql::Row>> {
+        if self.stopped {
+            return None;
+        }
         if self.began.elapsed() > SNAPSHOT_BUDGET {
+            self.stopped = true;
             snap.errors.push(QueryError {
                 what: what.into(),
                 error: format!(
-                    "skipped: the snapshot had taken {:.1} s already",
-                    self.began.elapsed().as_secs_f64()
+                    "skipped, with the queries after it: the snapshot had taken {:.1} s of its {} s",
+                    self.began.elapsed().as_secs_f64(),
+                    SNAPSHOT_BUDGET.as_secs()
                 ),
             });
             return None;
         }
-        query_noting(self.conn, what, q, &mut snap.errors)
+        match self.conn.query::<mysql::Row, _>(q) {
+            Ok(rows) => {
+                self.answered = true;
+                Some(rows)
+            }
+            Err(e) => {
+                let e = SqlError(e);
+                self.unanswered = e.is_unanswered();
+                self.answered |= !self.unanswered;
+                self.stopped = self.unanswered;
+                let rest = if self.stopped {
+                    "; the queries after it skipped"
+                } else {
+                    ""
+                };
+                snap.errors.push(QueryError {
+                    what: what.into(),
+                    error: format!("{}{rest}", crate::error_chain(&e)),
+                });
+                None
+            }
+        }
     }
 
     /// The [`VARIABLES`] the server has, by lowercase name.
@@ -550,7 +607,7 @@ fn query_noting(
         Err(e) => {
             errors.push(QueryError {
                 what: what.into(),
-                error: crate::error_chain(&e),
+                error: crate::error_chain(&SqlError(e)),
             });
             None
         }

@@ -63,7 +63,7 @@ fn rate_since_opened(s: &Summary, undo: &ProbeResult) -> Option<(f64, f64, f64)>
         .filter(|w| w.start_s >= opened + 1.0)
         .collect();
     let watched: f64 = after.iter().map(|w| w.end_s - w.start_s).sum();
-    let calls: u64 = after.iter().map(|w| w.calls).sum();
+    let calls = crate::model::saturating_sum(after.iter().map(|w| w.calls));
     (watched > 0.0).then(|| (calls as f64 / watched, opened, watched))
 }
 

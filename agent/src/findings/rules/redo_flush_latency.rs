@@ -38,13 +38,13 @@ const MIN_FLUSHES: u64 = 20;
 const COMMIT_SLOW_NS: u64 = 1_000_000;
 
 fn slow_share(p: &ProbeResult) -> f64 {
-    let all: u64 = p.histogram.iter().map(|b| b.count).sum();
-    let slow: u64 = p
-        .histogram
-        .iter()
-        .filter(|b| b.low_ns >= SLOW_NS)
-        .map(|b| b.count)
-        .sum();
+    let all = crate::model::saturating_sum(p.histogram.iter().map(|b| b.count));
+    let slow = crate::model::saturating_sum(
+        p.histogram
+            .iter()
+            .filter(|b| b.low_ns >= SLOW_NS)
+            .map(|b| b.count),
+    );
     slow as f64 / all.max(1) as f64
 }
 
@@ -101,12 +101,13 @@ impl Paid {
             };
         }
         let (mut calls, mut wait, mut background) = (0, 0, 0);
+        // Saturating: a bundle's numbers are its own say.
         for r in &p.roles {
             if r.kind == RoleKind::Background {
-                background += r.wait_ns_total;
+                background = r.wait_ns_total.saturating_add(background);
             } else {
-                calls += r.calls;
-                wait += r.wait_ns_total;
+                calls = r.calls.saturating_add(calls);
+                wait = r.wait_ns_total.saturating_add(wait);
             }
         }
         Self {
@@ -121,8 +122,12 @@ impl Paid {
     }
 
     fn background_share(&self) -> f64 {
-        self.background_wait_ns as f64
-            / (self.background_wait_ns + self.workload_wait_ns).max(1) as f64
+        let all = self.background_wait_ns as f64 + self.workload_wait_ns as f64;
+        if all > 0.0 {
+            self.background_wait_ns as f64 / all
+        } else {
+            0.0
+        }
     }
 }
 

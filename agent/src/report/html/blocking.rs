@@ -255,8 +255,8 @@ fn graph(probe: &str, edges: &[&Blocking]) -> ProbeGraph {
     });
     ProbeGraph {
         probe: probe.to_string(),
-        calls: edges.iter().map(|e| e.calls).sum(),
-        wait: edges.iter().map(|e| e.wait).sum(),
+        calls: crate::model::saturating_sum(edges.iter().map(|e| e.calls)),
+        wait: crate::model::saturating_sum(edges.iter().map(|e| e.wait)),
         holders,
         waiters,
         edges,
@@ -510,7 +510,7 @@ fn draw(g: &ProbeGraph) -> (Markup, Option<String>) {
             format!(
                 "{} {what} ({})",
                 rest.len(),
-                units::ns(rest.iter().map(|n| n.wait).sum())
+                units::ns(crate::model::saturating_sum(rest.iter().map(|n| n.wait)))
             )
         })
     };

@@ -19,13 +19,30 @@ pub const BAR_COLOUR: &str = "#4e79a7";
 /// (empty buckets between them drawn empty), counts on a linear axis.
 pub fn histogram(buckets: &[Bucket]) -> Markup {
     let (w, h, left, bottom, top) = (440.0, 190.0, 46.0, 34.0, 10.0);
-    let slot = |b: &Bucket| b.high_ns.trailing_zeros() as usize - 1;
-    let (Some(lo), Some(hi)) = (buckets.first().map(slot), buckets.last().map(slot)) else {
+    // A bucket's slot as the BPF side numbers them; none for a bucket no
+    // recording writes (summary.json is a bundle's say): an upper bound
+    // that is not a power of two from 2 ns to the last slot's.
+    let slot = |b: &Bucket| {
+        let s = (b.high_ns >= 2 && b.high_ns.is_power_of_two())
+            .then(|| b.high_ns.trailing_zeros() as usize - 1)?;
+        (s < crate::bpf::abi::HIST_SLOTS).then_some(s)
+    };
+    let slots: Vec<(usize, u64)> = buckets
+        .iter()
+        .filter_map(|b| Some((slot(b)?, b.count)))
+        .collect();
+    let (Some(lo), Some(hi)) = (
+        slots.iter().map(|s| s.0).min(),
+        slots.iter().map(|s| s.0).max(),
+    ) else {
         return html! { p.empty { "no calls" } };
     };
     let counts: Vec<(usize, u64)> = (lo..=hi)
         .map(|s| {
-            let c = buckets.iter().find(|b| slot(b) == s).map_or(0, |b| b.count);
+            let c = slots
+                .iter()
+                .filter(|x| x.0 == s)
+                .fold(0u64, |n, x| n.saturating_add(x.1));
             (s, c)
         })
         .collect();

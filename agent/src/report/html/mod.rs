@@ -120,12 +120,21 @@ fn with_contents(page: &str) -> String {
     }
 }
 
+/// A bundle's Unix time in ms as RFC 3339, or `-` where it is none
+/// (humantime writes years up to 9999 and fails past them).
+fn rfc3339_or_dash(ms: u64) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
+    match UNIX_EPOCH.checked_add(Duration::from_millis(ms)) {
+        Some(t) if write!(text, "{}", humantime::format_rfc3339_seconds(t)).is_ok() => text,
+        _ => "-".into(),
+    }
+}
+
 fn about(page: &Page) -> Markup {
     let s = page.summary;
     let t = &s.target;
-    let time = |ms: u64| {
-        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-    };
+    let time = rfc3339_or_dash;
     let m = page.metadata;
     html! {
         table.about {
@@ -138,7 +147,7 @@ fn about(page: &Page) -> Markup {
             }
             tr { th { "binary" } td { code { (t.binary) } @if let Some(id) = &t.build_id { " build-id " code { (id) } } } }
             tr { th { "recorded" } td {
-                (time(u64::try_from(s.started_unix_ms).unwrap_or(0))) " for " (format!("{:.1}", s.duration_s)) " s"
+                (time(u64::try_from(s.started_unix_ms).unwrap_or(u64::MAX))) " for " (format!("{:.1}", s.duration_s)) " s"
                 @if let Some(m) = m { " (until " (time(m.ended_unix_ms)) ")" }
             } }
             @if let Some(line) = table::segments_line(s) {

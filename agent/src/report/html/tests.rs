@@ -509,3 +509,17 @@ fn statements_per_latch_are_a_sortable_table() {
         html.find("id=\"statements\"").unwrap() < html.find("id=\"latch-statements\"").unwrap()
     );
 }
+
+/// A recording time past what RFC 3339 can write (the year 10000, or past
+/// u64 milliseconds) reads as "-": it used to panic `report`.
+#[test]
+fn a_start_time_out_of_range_reads_as_a_dash() {
+    assert_eq!(rfc3339_or_dash(1_763_800_000_000), "2025-11-22T08:26:40Z");
+    for ms in [253_402_300_800_000, u64::MAX] {
+        assert_eq!(rfc3339_or_dash(ms), "-", "{ms}");
+    }
+    let mut s = summary();
+    s.started_unix_ms = u128::MAX;
+    let html = page(&s);
+    assert!(html.contains("<td>- for 10.0 s"), "{html}");
+}
