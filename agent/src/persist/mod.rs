@@ -406,15 +406,29 @@ pub fn is_build_id(id: &str) -> bool {
 /// was derived from: `{prefix}-BUILDID.{ext}`, e.g. a debug file fetched
 /// from debuginfod (`resolve::debuginfod`), whose bytes its build id names
 /// (and which is checked against it before it is kept and when it is
-/// used). Capped by count and by total bytes, the least recently used file
-/// making room; written under an exclusively created temporary name of
-/// this process's and renamed.
+/// used). Capped by count, and by the bytes of everything in the
+/// directory (other kinds and names included, though only this kind's
+/// files are ever removed to make room), the least recently used file
+/// making room. Written as an unnamed file (`O_TMPFILE`) linked into
+/// place once whole, so a process killed mid-write leaves nothing; where
+/// the file system has no unnamed files, under a temporary name of this
+/// process's (`{prefix}-BUILDID.{ext}.tmp.PID`), which a later write
+/// removes once that process is gone.
 pub struct KeptById {
     dir: PathBuf,
     prefix: &'static str,
     ext: &'static str,
     max_files: usize,
     max_bytes: u64,
+}
+
+/// A file being written for [`KeptById`]: kept ([`KeptById::keep`]) or
+/// dropped ([`KeptById::discard`]).
+#[derive(Debug)]
+pub struct KeptTemp {
+    pub file: std::fs::File,
+    /// None: unnamed (`O_TMPFILE`), gone when closed unless linked.
+    name: Option<PathBuf>,
 }
 
 impl KeptById {
@@ -455,54 +469,158 @@ impl KeptById {
         Some((f, len, path))
     }
 
-    /// A new, empty temporary file for `id` in the directory (created 0700
-    /// if missing, then checked), created exclusively (0600, no symlink
-    /// followed), with its name: the caller writes it, then [`Self::keep`]s
-    /// or [`Self::discard`]s it.
-    pub fn create_temp(&self, id: &str) -> std::io::Result<(std::fs::File, PathBuf)> {
-        let final_path = self.path(id).ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a build id")
-        })?;
+    /// Removes `id`'s kept file (one that failed its check when used): only
+    /// in a trusted directory, only root's regular file of this kind's name.
+    pub fn remove(&self, id: &str) -> std::io::Result<()> {
+        let path = self.path(id).ok_or_else(not_a_build_id)?;
+        trusted_dir(&self.dir)?;
+        let meta = std::fs::symlink_metadata(&path)?;
+        if !(meta.is_file() && meta.uid() == 0) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{} is not a file innoprof kept", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)
+    }
+
+    /// A new, empty file for `id` in the directory (created 0700 if
+    /// missing, then checked), 0600: unnamed where the file system can
+    /// (`O_TMPFILE`), else created exclusively under a temporary name (no
+    /// symlink followed). Temporary names of processes no longer running
+    /// are removed first. The caller writes it, then [`Self::keep`]s or
+    /// [`Self::discard`]s it.
+    pub fn create_temp(&self, id: &str) -> std::io::Result<KeptTemp> {
+        let final_path = self.path(id).ok_or_else(not_a_build_id)?;
         ensure_dir(&self.dir)?;
-        let tmp = final_path.with_extension(format!("{}.tmp.{}", self.ext, std::process::id()));
-        let f = std::fs::OpenOptions::new()
+        self.remove_stale_temps();
+        let unnamed = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE | libc::O_NOFOLLOW)
+            .open(&self.dir);
+        match unnamed {
+            Ok(file) => return Ok(KeptTemp { file, name: None }),
+            // No unnamed files here (EOPNOTSUPP; EISDIR or EINVAL from
+            // kernels or file systems that predate them): a named one.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let tmp = self.temp_name(&final_path);
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
-        Ok((f, tmp))
+        Ok(KeptTemp {
+            file,
+            name: Some(tmp),
+        })
     }
 
-    /// Renames the temporary file `tmp` of [`Self::create_temp`] (of
-    /// `len` bytes) to `id`'s name, the least recently used files of the
-    /// kind removed first until the count and byte caps hold with it.
-    /// On failure the temporary file is removed (it is this call's own).
-    pub fn keep(&self, id: &str, tmp: &Path, len: u64) -> std::io::Result<PathBuf> {
-        let kept = self
-            .path(id)
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a build id"))
-            .and_then(|path| {
-                self.make_room(&path, len)?;
-                std::fs::rename(tmp, &path)?;
-                Ok(path)
-            });
+    fn temp_name(&self, final_path: &Path) -> PathBuf {
+        final_path.with_extension(format!("{}.tmp.{}", self.ext, std::process::id()))
+    }
+
+    /// Gives `tmp` of [`Self::create_temp`] (of `len` bytes) `id`'s name,
+    /// the least recently used files of the kind removed first until the
+    /// count and byte caps hold with it. On failure a named temporary file
+    /// is removed (it is this call's own); an unnamed one goes when closed.
+    pub fn keep(&self, id: &str, tmp: &KeptTemp, len: u64) -> std::io::Result<PathBuf> {
+        let kept = self.path(id).ok_or_else(not_a_build_id).and_then(|path| {
+            self.make_room(&path, len)?;
+            match &tmp.name {
+                Some(name) => std::fs::rename(name, &path)?,
+                None => self.link_unnamed(&tmp.file, &path)?,
+            }
+            Ok(path)
+        });
         if kept.is_err() {
             self.discard(tmp);
         }
         kept
     }
 
-    /// Removes a temporary file [`Self::create_temp`] made.
-    pub fn discard(&self, tmp: &Path) {
-        let _ = std::fs::remove_file(tmp);
+    /// Links the unnamed `file` in as `path`; over a file already there
+    /// (another run kept the same id meanwhile) through a temporary name
+    /// of this process's, renamed over it.
+    fn link_unnamed(&self, file: &std::fs::File, path: &Path) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let link = |to: &Path| {
+            rustix::fs::linkat(
+                rustix::fs::CWD,
+                fd_path.as_str(),
+                rustix::fs::CWD,
+                to,
+                rustix::fs::AtFlags::SYMLINK_FOLLOW,
+            )
+        };
+        match link(path) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::EXIST) => {
+                let tmp = self.temp_name(path);
+                link(&tmp)?;
+                std::fs::rename(&tmp, path).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&tmp);
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Drops a file [`Self::create_temp`] made (a named one is removed).
+    pub fn discard(&self, tmp: &KeptTemp) {
+        if let Some(name) = &tmp.name {
+            let _ = std::fs::remove_file(name);
+        }
+    }
+
+    /// Removes this kind's temporary files (`{prefix}-BUILDID.{ext}.tmp.PID`)
+    /// whose process is gone: what a process killed mid-write left under a
+    /// temporary name (this build writes unnamed files where it can).
+    fn remove_stale_temps(&self) {
+        if trusted_dir(&self.dir).is_err() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| self.temp_pid(n)) else {
+                continue;
+            };
+            let meta = std::fs::symlink_metadata(entry.path());
+            if meta.is_ok_and(|m| m.is_file() && m.uid() == 0) && !process_exists(pid) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// The PID in a temporary name of this kind, `{prefix}-ID.{ext}.tmp.PID`.
+    fn temp_pid(&self, name: &str) -> Option<i32> {
+        let rest = name.strip_prefix(self.prefix)?.strip_prefix('-')?;
+        let (id, pid) = rest.split_once(&format!(".{}.tmp.", self.ext))?;
+        if !is_build_id(id) || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        pid.parse().ok().filter(|&p| p > 0)
     }
 
     /// Before `path` (of `len` bytes) is kept: removes the least recently
     /// used files of this kind (other than `path`) until one more file of
-    /// `len` bytes fits both caps. Only in a trusted directory, only root's
-    /// regular files of this kind's name.
+    /// `len` bytes fits both caps, the byte cap counting every file in the
+    /// directory (what this kind cannot remove of it, the cap still
+    /// holds). Only in a trusted directory, only root's regular files of
+    /// this kind's name are removed.
     fn make_room(&self, path: &Path, len: u64) -> std::io::Result<()> {
         trusted_dir(&self.dir)?;
         let mut kept: Vec<_> = kept_files_named(&self.dir, self.prefix, self.ext, is_build_id)
@@ -511,17 +629,55 @@ impl KeptById {
             .collect();
         kept.sort_by_key(|&(_, modified, _)| modified);
         let mut count = kept.len();
-        let mut bytes: u64 = kept.iter().map(|k| k.2).sum();
+        // Everything but `path` (replaced): this kind's files and the rest.
+        let mut bytes = dir_bytes(&self.dir, path);
+        let others = bytes.saturating_sub(kept.iter().map(|k| k.2).sum());
+        if others.saturating_add(len) > self.max_bytes {
+            // No room even with every file of the kind gone: none is.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "{len} bytes more would pass the {} bytes kept there ({others} held by other files)",
+                    self.max_bytes
+                ),
+            ));
+        }
         for (old, _, old_len) in kept {
             if count < self.max_files.max(1) && bytes.saturating_add(len) <= self.max_bytes {
                 break;
             }
             std::fs::remove_file(old)?;
             count -= 1;
-            bytes -= old_len;
+            bytes = bytes.saturating_sub(old_len);
         }
         Ok(())
     }
+}
+
+fn not_a_build_id() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a build id")
+}
+
+/// The bytes of `dir`'s regular files (not following symlinks), `except`
+/// left out.
+fn dir_bytes(dir: &Path, except: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path() != except)
+        .filter_map(|e| std::fs::symlink_metadata(e.path()).ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Whether a process `pid` exists (signal 0: no signal is sent).
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Before `path` is written in `dir`: when it is not there and `dir`
@@ -696,10 +852,11 @@ mod tests {
         let kind = KeptById::in_dir(&dir, "dbg", "debug", 3, 100);
         assert!(kind.path("../etc").is_none() && kind.path("ABCD").is_none());
         let put = |id: &str, len: usize, age_h: u64| {
-            let (mut f, tmp) = kind.create_temp(id).unwrap();
-            f.write_all(&vec![b'x'; len]).unwrap();
+            let mut tmp = kind.create_temp(id).unwrap();
+            tmp.file.write_all(&vec![b'x'; len]).unwrap();
             let path = kind.keep(id, &tmp, len as u64).unwrap();
-            f.set_modified(SystemTime::now() - std::time::Duration::from_secs(age_h * 3600))
+            tmp.file
+                .set_modified(SystemTime::now() - std::time::Duration::from_secs(age_h * 3600))
                 .unwrap();
             path
         };
@@ -727,6 +884,54 @@ mod tests {
         // A directory open to others: nothing comes back from it.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(kind.open("aa04", 100).is_none());
+    }
+
+    /// The byte cap counts every file in the directory, though only the
+    /// kind's own are removed to make room; a temporary name whose process
+    /// is gone is removed at the next write, a live one's is not.
+    #[test]
+    fn kept_by_id_counts_every_byte_and_removes_dead_temporaries() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("kept");
+        let kind = KeptById::in_dir(&dir, "dbg", "debug", 8, 100);
+        let put = |id: &str, len: usize| {
+            let mut tmp = kind.create_temp(id)?;
+            tmp.file.write_all(&vec![b'x'; len])?;
+            kind.keep(id, &tmp, len as u64)
+        };
+        put("aa01", 30).unwrap();
+        write_own_file(&dir, &dir.join("notes.txt"), &[b'n'; 60]).unwrap();
+        // 30 + 60 held: 50 more does not fit even with aa01 gone, so
+        // nothing is removed; 40 fits once aa01 goes.
+        let err = put("aa02", 50).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull, "{err}");
+        assert!(dir.join("dbg-aa01.debug").exists(), "{err}");
+        put("aa03", 40).unwrap();
+        assert!(!dir.join("dbg-aa01.debug").exists());
+        assert!(
+            dir.join("notes.txt").exists(),
+            "another name is never removed"
+        );
+        assert_eq!(dir_bytes(&dir, Path::new("")), 100);
+
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let mut dead = dead;
+        dead.wait().unwrap();
+        let stale = dir.join(format!("dbg-aa04.debug.tmp.{dead_pid}"));
+        let live = dir.join(format!("dbg-aa05.debug.tmp.{}", std::process::id()));
+        let foreign = dir.join(format!("other-aa04.debug.tmp.{dead_pid}"));
+        for p in [&stale, &live, &foreign] {
+            write_own_file(&dir, p, b"t").unwrap();
+        }
+        drop(kind.create_temp("aa06").unwrap());
+        assert!(
+            !stale.exists(),
+            "the dead process's temporary file is removed"
+        );
+        assert!(live.exists() && foreign.exists());
+        // The unnamed file was never linked: nothing named aa06.
+        assert!(!dir.join("dbg-aa06.debug").exists());
     }
 
     /// A file's key holds across boots (no boot id in it) and tells a file

@@ -11,21 +11,36 @@
 //! and elfutils' client cache (`~/.cache/debuginfod_client/HEX/debuginfo`,
 //! or `DEBUGINFOD_CACHE_PATH`), filled by gdb or perf.
 //!
-//! Trust: what a server sends is streamed into an exclusively created
-//! temporary file in the kept directory (never into memory whole), at most
-//! `DEBUGINFOD_MAXSIZE` bytes (default 2 GiB), and used only if it is an
-//! ELF file with the very build id asked for (NT_GNU_BUILD_ID) and debug
-//! sections (`.debug_info` or `.symtab`); anything else is removed. Kept
-//! files follow the kept directory's rules (`persist`: root's directory,
-//! root's files nobody else can write, capped by count and bytes, least
-//! recently used first) and are checked again each time they are used.
+//! Trust: what a server sends, or any cache holds, is untrusted content,
+//! whoever owns the file (a kept file is root's; its bytes are the
+//! server's, and a server reads the build id to answer from the request).
+//! An answer is streamed into an unnamed file in the kept directory
+//! (`O_TMPFILE`: a fetch killed mid-body leaves nothing; never into memory
+//! whole), at most `DEBUGINFOD_MAXSIZE` bytes (default 2 GiB), and used
+//! only if it is an ELF file with the very build id asked for
+//! (NT_GNU_BUILD_ID), debug sections (`.debug_info` or `.symtab`), and
+//! compressed sections within innoprof's inflation caps
+//! ([`super::section::check_inflation`]: what each claims, its ratio, the
+//! total, and each zlib stream inflated against its claim); anything else
+//! is dropped. Kept files follow the kept directory's rules (`persist`:
+//! root's directory, root's files nobody else can write, capped by count
+//! and by the bytes of the whole directory, least recently used first),
+//! are checked again each time they are used, and removed when a check
+//! fails (innoprof wrote them).
 //!
-//! Time: one fetch is bounded as a whole (`DEBUGINFOD_MAXTIME`, default
-//! 60 s, shared by every server asked), and each connect and read may wait
-//! at most `DEBUGINFOD_TIMEOUT` (default 5 s, where elfutils waits 90 s):
-//! a server that accepts and never answers costs a recording 5 s, then it
-//! goes on without the names. A debug file is fetched once per host; later
-//! runs read it from the kept directory without the network.
+//! Time: the whole exchange (connects, requests, headers, bodies, every
+//! server and redirect) ends by one deadline, `DEBUGINFOD_MAXTIME`
+//! (default 60 s) after it starts; within it, each connect, each
+//! response's headers and each read of a body may take at most
+//! `DEBUGINFOD_TIMEOUT` (default 5 s, where elfutils waits 90 s): a server
+//! that accepts and never answers, or drips its headers, costs a
+//! recording 5 s, then it goes on without the names. It all happens
+//! before any probe is attached. A debug file is fetched once per host;
+//! later runs read it from the kept directory without the network.
+//!
+//! Redirects are followed by hand ([`follow_redirect`], at most
+//! [`MAX_REDIRECTS`]): only on the host and port of the URL configured,
+//! never from https to http.
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -48,6 +63,8 @@ pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
 const KEPT_FILES: usize = 8;
 /// ... and this many bytes together.
 const KEPT_BYTES: u64 = 4 << 30;
+/// Redirects followed in one exchange with a server.
+pub const MAX_REDIRECTS: usize = 4;
 const KEPT_PREFIX: &str = "debuginfod";
 const KEPT_EXT: &str = "debug";
 
@@ -97,6 +114,14 @@ pub enum DebuginfodError {
     Rejected { url: String, reason: Rejected },
     #[error("{url}: not asked: DEBUGINFOD_MAXTIME ({max_time:?}) spent")]
     OutOfTime { url: String, max_time: Duration },
+    #[error("{url}: redirected to {to}: {reason}; not followed")]
+    Redirect {
+        url: String,
+        to: String,
+        reason: RedirectRefused,
+    },
+    #[error("kept {path}: {reason}; removed")]
+    KeptRejected { path: PathBuf, reason: Rejected },
     #[error("cannot write the fetched file in {dir}")]
     Temp {
         dir: PathBuf,
@@ -118,6 +143,28 @@ pub enum Rejected {
     NoDebugSections,
     #[error("cannot map it: {0}")]
     Unreadable(String),
+    #[error(transparent)]
+    Inflates(super::section::InflateError),
+}
+
+/// Why a redirect is not followed: only to the host and port asked, never
+/// from https to http (see [`follow_redirect`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedirectRefused {
+    #[error("no Location")]
+    NoLocation,
+    #[error("not a URL")]
+    NotUrl,
+    #[error("not http or https")]
+    Scheme,
+    #[error("https to http")]
+    Downgrade,
+    #[error("another host than {0}")]
+    Host(String),
+    #[error("another port than {0}")]
+    Port(u16),
+    #[error("more than {MAX_REDIRECTS} redirects")]
+    TooMany,
 }
 
 /// Where a debug file by build id came from.
@@ -183,32 +230,40 @@ impl Debuginfod {
             return Err(Vec::new());
         }
         let kept = self.kept();
+        let mut failures = Vec::new();
         if let Some((file, _, path)) = kept.open(build_id, self.max_bytes) {
-            if verify(&file, build_id).is_ok() {
-                return Ok(Found {
-                    file,
-                    path,
-                    found_by: Source::Kept,
-                    url: None,
-                    note: None,
-                });
+            match verify(&file, build_id) {
+                Ok(()) => {
+                    return Ok(Found {
+                        file,
+                        path,
+                        found_by: Source::Kept,
+                        url: None,
+                        note: None,
+                    })
+                }
+                // innoprof wrote it; kept, it would fail every run.
+                Err(reason) => {
+                    drop(file);
+                    let _ = kept.remove(build_id);
+                    failures.push(DebuginfodError::KeptRejected { path, reason });
+                }
             }
         }
         if let Some(found) = self.in_elfutils_cache(build_id) {
             return Ok(found);
         }
+        // One deadline for the whole exchange, every server and redirect.
         let deadline = Instant::now() + self.max_time;
-        let mut failures = Vec::new();
         for url in &self.urls {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if deadline <= Instant::now() {
                 failures.push(DebuginfodError::OutOfTime {
                     url: url.clone(),
                     max_time: self.max_time,
                 });
                 continue;
             }
-            match self.fetch(url, build_id, left, &kept) {
+            match self.fetch(url, build_id, deadline, &kept) {
                 Ok(found) => return Ok(found),
                 Err(e) => failures.push(e),
             }
@@ -244,6 +299,48 @@ impl Debuginfod {
         })
     }
 
+    /// One GET of `at` (`url`'s, or a redirect of it), by `left` of the
+    /// exchange's deadline: connecting and the response's headers each
+    /// within the timeout too (a server that drips its headers a byte at a
+    /// time is cut there, not at the deadline), every read of the body
+    /// within the timeout, all of it (body included) by the deadline.
+    /// Redirects are answered, not followed (the caller follows them by
+    /// [`follow_redirect`]).
+    fn get(
+        &self,
+        url: &str,
+        at: &str,
+        left: Duration,
+    ) -> Result<ureq::http::Response<ureq::Body>, DebuginfodError> {
+        let wait = self.timeout.min(left);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(left))
+            .timeout_connect(Some(wait))
+            .timeout_recv_response(Some(wait))
+            .timeout_per_read(Some(self.timeout))
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .http_status_as_error(false)
+            .user_agent(format!("innoprof/{}", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        agent.get(at).call().map_err(|source| match source {
+            // Which limit ran out, in the variables' own terms.
+            ureq::Error::Timeout(what) => DebuginfodError::TimedOut {
+                url: url.to_string(),
+                what,
+                after: match what {
+                    ureq::Timeout::Global => left,
+                    _ => wait,
+                },
+            },
+            source => DebuginfodError::Http {
+                url: url.to_string(),
+                source,
+            },
+        })
+    }
+
     /// One server's answer, streamed to a temporary file in the kept
     /// directory (or, where that cannot be, to an unnamed one in the
     /// temporary directory, used for this run only), checked, then kept.
@@ -251,34 +348,48 @@ impl Debuginfod {
         &self,
         url: &str,
         build_id: &str,
-        left: Duration,
+        deadline: Instant,
         kept: &KeptById,
     ) -> Result<Found, DebuginfodError> {
         let full = format!("{}/buildid/{build_id}/debuginfo", url.trim_end_matches('/'));
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(left))
-            .timeout_connect(Some(self.timeout.min(left)))
-            .timeout_per_read(Some(self.timeout))
-            .http_status_as_error(false)
-            .user_agent(format!("innoprof/{}", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
-        let http = |source| match source {
-            // Which limit ran out, in the variables' own terms.
-            ureq::Error::Timeout(what) => DebuginfodError::TimedOut {
+        let asked = url::Url::parse(&full).map_err(|_| DebuginfodError::Redirect {
+            url: url.to_string(),
+            to: full.clone(),
+            reason: RedirectRefused::NotUrl,
+        })?;
+        let mut at = asked.clone();
+        let mut redirects = 0;
+        let response = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(DebuginfodError::OutOfTime {
+                    url: url.to_string(),
+                    max_time: self.max_time,
+                });
+            }
+            let response = self.get(url, at.as_str(), left)?;
+            if !response.status().is_redirection() || response.status() == 304 {
+                break response;
+            }
+            let location = response
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let refused = |reason| DebuginfodError::Redirect {
                 url: url.to_string(),
-                what,
-                after: match what {
-                    ureq::Timeout::Global => left,
-                    _ => self.timeout.min(left),
-                },
-            },
-            source => DebuginfodError::Http {
-                url: url.to_string(),
-                source,
-            },
+                to: location.chars().take(200).collect(),
+                reason,
+            };
+            if location.is_empty() {
+                return Err(refused(RedirectRefused::NoLocation));
+            }
+            redirects += 1;
+            if redirects > MAX_REDIRECTS {
+                return Err(refused(RedirectRefused::TooMany));
+            }
+            at = follow_redirect(&asked, &at, location).map_err(refused)?;
         };
-        let response = agent.get(&full).call().map_err(http)?;
         let status = response.status().as_u16();
         if status != 200 {
             return Err(DebuginfodError::Status {
@@ -298,26 +409,32 @@ impl Debuginfod {
         if announced.is_some_and(|n| n > self.max_bytes) {
             return Err(too_large());
         }
-        let (mut file, tmp, not_kept) = match kept.create_temp(build_id) {
-            Ok((f, tmp)) => (f, Some(tmp), None),
-            Err(e) => {
-                let dir = std::env::temp_dir();
-                let f = tempfile::tempfile_in(&dir).map_err(|source| DebuginfodError::Temp {
-                    dir: dir.clone(),
-                    source,
-                })?;
-                (
-                    f,
-                    None,
-                    Some(format!("not kept: {}: {e}", kept.dir().display())),
-                )
-            }
+        // Written where it is kept; where it cannot be, to an unnamed file
+        // in the temporary directory, for this run only.
+        let (tmp, not_kept) = match kept.create_temp(build_id) {
+            Ok(tmp) => (Some(tmp), None),
+            Err(e) => (
+                None,
+                Some(format!("not kept: {}: {e}", kept.dir().display())),
+            ),
         };
-        let discard = |tmp: &Option<PathBuf>| {
+        let discard = |tmp: &Option<persist::KeptTemp>| {
             if let Some(t) = tmp {
                 kept.discard(t);
             }
         };
+        let dir = match &tmp {
+            Some(_) => kept.dir().to_path_buf(),
+            None => std::env::temp_dir(),
+        };
+        let opened = match &tmp {
+            Some(t) => t.file.try_clone(),
+            None => tempfile::tempfile_in(&dir),
+        };
+        let mut file = opened.map_err(|source| {
+            discard(&tmp);
+            DebuginfodError::Temp { dir, source }
+        })?;
         let body = response.into_body().into_reader();
         let copied = copy_bounded(body, &mut file, self.max_bytes);
         let len = match copied {
@@ -381,6 +498,39 @@ pub fn is_http_url(url: &str) -> bool {
     })
 }
 
+/// Where a redirect from `at` to `location` leads, if it may be
+/// followed: an http or https URL on the host and port of `asked` (the URL
+/// the servers list gave), never from https to http (http to https on
+/// the same host, both on their default ports, is taken). So a server can
+/// send innoprof (root) nowhere it was not asked to go: not to another
+/// host, not to loopback, link-local or private addresses, not to another
+/// port of its own host (an admin port), unless the configured URL is one.
+pub fn follow_redirect(
+    asked: &url::Url,
+    at: &url::Url,
+    location: &str,
+) -> Result<url::Url, RedirectRefused> {
+    let to = at.join(location).map_err(|_| RedirectRefused::NotUrl)?;
+    if !matches!(to.scheme(), "http" | "https") {
+        return Err(RedirectRefused::Scheme);
+    }
+    if to.scheme() == "http" && (asked.scheme() == "https" || at.scheme() == "https") {
+        return Err(RedirectRefused::Downgrade);
+    }
+    if to.host() != asked.host() {
+        return Err(RedirectRefused::Host(
+            asked.host_str().unwrap_or_default().to_string(),
+        ));
+    }
+    let default_ports = asked.port().is_none() && to.port().is_none();
+    if !default_ports && to.port_or_known_default() != asked.port_or_known_default() {
+        return Err(RedirectRefused::Port(
+            asked.port_or_known_default().unwrap_or_default(),
+        ));
+    }
+    Ok(to)
+}
+
 /// Copies `from` into `to`, at most `max` bytes: the length, or None when
 /// there was more.
 fn copy_bounded(from: impl Read, to: &mut File, max: u64) -> std::io::Result<Option<u64>> {
@@ -391,12 +541,31 @@ fn copy_bounded(from: impl Read, to: &mut File, max: u64) -> std::io::Result<Opt
     Ok((n <= max).then_some(n))
 }
 
-/// Whether `file` is the debug file of `build_id`: an ELF file (only its
-/// headers, section table and notes are read, from a map) with that build
-/// id and DWARF or a symbol table.
+/// Whether `file` is the debug file of `build_id` ([`verify_identity`]),
+/// whose compressed sections inflate within innoprof's caps
+/// ([`super::section::file_inflation`], remembered for the run: the
+/// symbolizer asks again).
 pub fn verify(file: &File, build_id: &str) -> Result<(), Rejected> {
     let map = Mapped::of(file).map_err(|e| Rejected::Unreadable(e.to_string()))?;
-    let elf = object::File::parse(map.bytes()).map_err(|_| Rejected::NotElf)?;
+    let identity = verify_identity(map.bytes(), build_id);
+    map.release();
+    identity?;
+    super::section::file_inflation(file).map_err(Rejected::Inflates)?;
+    Ok(())
+}
+
+/// [`verify`] of a file's bytes, a pure function (nothing remembered).
+pub fn verify_bytes(data: &[u8], build_id: &str) -> Result<(), Rejected> {
+    verify_identity(data, build_id)?;
+    super::section::check_inflation(data, &super::section::INFLATE_CAPS)
+        .map_err(Rejected::Inflates)?;
+    Ok(())
+}
+
+/// Whether `data` is an ELF file (only its headers, section table and
+/// notes are read) with build id `build_id` and DWARF or a symbol table.
+pub fn verify_identity(data: &[u8], build_id: &str) -> Result<(), Rejected> {
+    let elf = object::File::parse(data).map_err(|_| Rejected::NotElf)?;
     if !matches!(elf.format(), object::BinaryFormat::Elf) {
         return Err(Rejected::NotElf);
     }

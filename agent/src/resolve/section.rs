@@ -152,6 +152,230 @@ pub fn compressed_sections(file: &object::File<'_>) -> Vec<String> {
         .collect()
 }
 
+/// What a file's compressed sections may inflate to, whoever owns the
+/// file: a section's header claims its inflated size, and blazesym
+/// allocates that claim and then inflates the stream to its end, whatever
+/// the claim said. Real DWARF passes with margin: MariaDB 11.4.5's largest
+/// section (`.debug_info`) is 206 MiB, all its DWARF ~280–400 MB
+/// depending on the build, and zlib or zstd shrink DWARF 3–12x (zlib's
+/// ceiling is ~1032:1, which a section of zeros reaches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InflateCaps {
+    /// One section's inflated size.
+    pub section: u64,
+    /// All compressed sections' inflated sizes together.
+    pub total: u64,
+    /// Inflated over compressed size, for a section claiming more than
+    /// `ratio_from`.
+    pub ratio: u64,
+    /// Below this claim the ratio is not asked: a small section's header
+    /// and framing outweigh its data (the total still counts it).
+    pub ratio_from: u64,
+}
+
+/// The caps innoprof applies (docs/RECORDING.md states them).
+pub const INFLATE_CAPS: InflateCaps = InflateCaps {
+    section: 1 << 30,
+    total: 2 << 30,
+    ratio: 64,
+    ratio_from: 1 << 20,
+};
+
+/// What a file's compressed sections claim, checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Inflation {
+    /// Compressed sections (`SHF_COMPRESSED` or GNU `.zdebug_*`).
+    pub sections: usize,
+    /// Their claimed inflated sizes, summed.
+    pub claimed: u64,
+}
+
+/// Why a file's compressed sections are not handed to a reader.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InflateError {
+    #[error("not an ELF file that parses")]
+    Unparsed,
+    #[error("section {name}'s compression header cannot be read")]
+    Header { name: String },
+    #[error("section {name}'s compressed data runs past the end of the file")]
+    PastEnd { name: String },
+    #[error("section {name} claims {claimed} bytes inflated, more than the {cap} a section may")]
+    SectionTooLarge {
+        name: String,
+        claimed: u64,
+        cap: u64,
+    },
+    #[error(
+        "section {name} claims {claimed} bytes inflated from {compressed}, more than {ratio}:1"
+    )]
+    Ratio {
+        name: String,
+        claimed: u64,
+        compressed: u64,
+        ratio: u64,
+    },
+    #[error(
+        "{sections} compressed sections claim {claimed} bytes inflated together, more than {cap}"
+    )]
+    TotalTooLarge {
+        sections: usize,
+        claimed: u64,
+        cap: u64,
+    },
+    #[error("section {name} inflates past the {claimed} bytes it claims")]
+    InflatesPast { name: String, claimed: u64 },
+}
+
+/// Checks every compressed section of the ELF file `data` against
+/// `caps` (each claim, its ratio, their total), then inflates each zlib
+/// section innoprof's own way (64 KiB at a time, discarded) to check its
+/// stream stops at its claim: what then reads the file (blazesym inflates
+/// to the stream's end) allocates no more than the claims. zstd sections
+/// are checked by their claims only: blazesym here has no zstd and
+/// refuses them unread; gimli's readers (`dwarf::sections`) read no
+/// compressed section at all. A pure function of the bytes.
+pub fn check_inflation(data: &[u8], caps: &InflateCaps) -> Result<Inflation, InflateError> {
+    let file = object::File::parse(data).map_err(|_| InflateError::Unparsed)?;
+    let mut claims = Vec::new();
+    let mut found = Inflation::default();
+    for section in file.sections() {
+        let name = || section.name().unwrap_or("(unnamed)").to_string();
+        let range = section
+            .compressed_file_range()
+            .map_err(|_| InflateError::Header { name: name() })?;
+        if range.format == object::CompressionFormat::None {
+            continue;
+        }
+        let (claimed, compressed) = (range.uncompressed_size, range.compressed_size);
+        if claimed > caps.section {
+            return Err(InflateError::SectionTooLarge {
+                name: name(),
+                claimed,
+                cap: caps.section,
+            });
+        }
+        if claimed > caps.ratio_from && claimed > compressed.saturating_mul(caps.ratio) {
+            return Err(InflateError::Ratio {
+                name: name(),
+                claimed,
+                compressed,
+                ratio: caps.ratio,
+            });
+        }
+        found.sections += 1;
+        found.claimed = found.claimed.saturating_add(claimed);
+        if found.claimed > caps.total {
+            return Err(InflateError::TotalTooLarge {
+                sections: found.sections,
+                claimed: found.claimed,
+                cap: caps.total,
+            });
+        }
+        let bytes = checked_range("", range.offset, compressed, data.len() as u64, u64::MAX)
+            .map_err(|_| InflateError::PastEnd { name: name() })?;
+        // Only the SHF_COMPRESSED zlib sections blazesym inflates; a GNU
+        // `.zdebug_*` section is read by nothing innoprof uses.
+        let shf_compressed = matches!(section.flags(),
+            object::SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_COMPRESSED) != 0);
+        if range.format == object::CompressionFormat::Zlib && shf_compressed {
+            claims.push((name(), bytes, claimed));
+        }
+    }
+    // Streams inflated only once every claim passed: the cheap checks
+    // first, and no CPU spent on a file refused anyway.
+    for (name, bytes, claimed) in claims {
+        if zlib_inflates_past(&data[bytes], claimed) {
+            return Err(InflateError::InflatesPast { name, claimed });
+        }
+    }
+    Ok(found)
+}
+
+/// [`check_inflation`] of an open file with [`INFLATE_CAPS`], mapped
+/// (its pages released after). Remembered for this process by the bytes
+/// checked, not by the file's name or identity: a CRC32 of every
+/// compressed section (its compression header included) with its name,
+/// the file's length, device and inode. Inflating a server's compressed
+/// DWARF to check it costs about as much as reading it (~5 ms per MB
+/// inflated in a debug build), and a recording asks for the same file at
+/// the fetch, the symbolizer's start and each symbolizer after; the CRC
+/// reads only the compressed bytes, and an inode reused for another
+/// file's bytes (a file removed, another written) is not taken for it.
+pub fn file_inflation(file: &std::fs::File) -> Result<Inflation, InflateError> {
+    use std::os::unix::fs::MetadataExt;
+    type Fingerprint = (u64, u64, u64, u32);
+    static CHECKED: std::sync::Mutex<Vec<(Fingerprint, Result<Inflation, InflateError>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let Ok(map) = super::mapped::Mapped::of(file) else {
+        return Err(InflateError::Unparsed);
+    };
+    let data = map.bytes();
+    let fingerprint = file.metadata().ok().and_then(|m| {
+        let elf = object::File::parse(data).ok()?;
+        let mut crc = crc32fast::Hasher::new();
+        for section in elf.sections() {
+            let compressed = section
+                .compressed_file_range()
+                .map_or(true, |r| r.format != object::CompressionFormat::None);
+            if compressed {
+                crc.update(section.name_bytes().unwrap_or_default());
+                let (offset, size) = section.file_range().unwrap_or_default();
+                let range = checked_range("", offset, size, data.len() as u64, u64::MAX).ok();
+                crc.update(range.map_or(&[][..], |r| &data[r]));
+            }
+        }
+        Some((m.dev(), m.ino(), m.len(), crc.finalize()))
+    });
+    let known = fingerprint.and_then(|key| {
+        let checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+        checked
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    });
+    let verdict = known.unwrap_or_else(|| check_inflation(data, &INFLATE_CAPS));
+    map.release();
+    if let Some(key) = fingerprint {
+        let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+        if !checked.iter().any(|(k, _)| *k == key) {
+            // A handful of files per run (a server, its libraries, a
+            // debug file): bounded anyway, oldest first out.
+            if checked.len() >= 64 {
+                let _oldest = checked.remove(0);
+            }
+            checked.push((key, verdict.clone()));
+        }
+    }
+    verdict
+}
+
+/// Whether the zlib stream `input` inflates to more than `claimed` bytes,
+/// found without holding more than 64 KiB of its output. A stream that
+/// is cut short or corrupt is not "past": its reader fails on it.
+fn zlib_inflates_past(input: &[u8], claimed: u64) -> bool {
+    let mut inflate = flate2::Decompress::new(true);
+    let mut out = vec![0u8; 64 << 10];
+    loop {
+        let consumed = inflate.total_in() as usize;
+        let before = inflate.total_out();
+        let status = inflate.decompress(
+            &input[consumed.min(input.len())..],
+            &mut out,
+            flate2::FlushDecompress::None,
+        );
+        if inflate.total_out() > claimed {
+            return true;
+        }
+        match status {
+            Ok(flate2::Status::StreamEnd) | Err(_) => return false,
+            Ok(_) if inflate.total_out() == before && inflate.total_in() as usize == consumed => {
+                return false
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +539,180 @@ mod tests {
                 .to_string(),
             "section .eh_frame lies outside every loaded segment"
         );
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod bombs {
+    //! ELF files whose compressed sections claim or inflate to more than
+    //! they should, built with `object`'s writer: the shapes a hostile
+    //! debuginfod server (or a crafted binary) sends.
+    use object::write::Object as Writer;
+    use object::{Architecture, BinaryFormat, Endianness, SectionKind};
+    use std::io::Write;
+
+    /// A zlib stream of `n` zero bytes (~1000:1).
+    pub fn zlib_zeros(n: usize) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        let chunk = vec![0u8; 1 << 20];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(chunk.len());
+            z.write_all(&chunk[..k]).unwrap();
+            left -= k;
+        }
+        z.finish().unwrap()
+    }
+
+    /// An ELF with build id `id` (a note), a plain `.debug_info` and the
+    /// `SHF_COMPRESSED` sections `compressed`: (name, the Elf64_Chdr's
+    /// ch_size, the zlib bytes after it).
+    pub fn elf_with(id: &[u8], compressed: &[(String, u64, Vec<u8>)]) -> Vec<u8> {
+        let mut obj = Writer::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+        let mut note = Vec::new();
+        note.extend_from_slice(&4u32.to_le_bytes());
+        note.extend_from_slice(&(id.len() as u32).to_le_bytes());
+        note.extend_from_slice(&object::elf::NT_GNU_BUILD_ID.to_le_bytes());
+        note.extend_from_slice(b"GNU\0");
+        note.extend_from_slice(id);
+        while note.len() % 4 != 0 {
+            note.push(0);
+        }
+        let s = obj.add_section(
+            Vec::new(),
+            b".note.gnu.build-id".to_vec(),
+            SectionKind::Note,
+        );
+        obj.append_section_data(s, &note, 4);
+        let s = obj.add_section(Vec::new(), b".debug_info".to_vec(), SectionKind::Debug);
+        obj.append_section_data(s, &[1, 2, 3, 4], 1);
+        for (name, claim, zlib) in compressed {
+            let s = obj.add_section(Vec::new(), name.as_bytes().to_vec(), SectionKind::Debug);
+            let mut data = Vec::new();
+            data.extend_from_slice(&object::elf::ELFCOMPRESS_ZLIB.to_le_bytes());
+            data.extend_from_slice(&0u32.to_le_bytes());
+            data.extend_from_slice(&claim.to_le_bytes());
+            data.extend_from_slice(&1u64.to_le_bytes());
+            data.extend_from_slice(zlib);
+            obj.append_section_data(s, &data, 1);
+            obj.section_mut(s).flags = object::SectionFlags::Elf {
+                sh_flags: u64::from(object::elf::SHF_COMPRESSED),
+            };
+        }
+        obj.write().unwrap()
+    }
+
+    /// Each shape, by name: a ratio bomb (16 MiB of zeros, claimed as
+    /// such: ~1000:1), a stream inflating past a small honest-looking
+    /// claim (16 MiB behind a 1 MiB claim, what blazesym would inflate to
+    /// the end), a 1 TiB claim in a tiny file, and 3,000 small sections
+    /// claiming 1 MiB each (3,000 MiB together).
+    pub fn shapes(id: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+        let zeros = zlib_zeros(16 << 20);
+        let tiny = zlib_zeros(64);
+        vec![
+            (
+                "ratio",
+                elf_with(id, &[(".debug_line".into(), 16 << 20, zeros.clone())]),
+            ),
+            (
+                "past its claim",
+                elf_with(id, &[(".debug_line".into(), 1 << 20, zeros)]),
+            ),
+            (
+                "1 TiB claim",
+                elf_with(id, &[(".debug_str".into(), 1 << 40, tiny.clone())]),
+            ),
+            (
+                "many sections",
+                elf_with(
+                    id,
+                    &(0..3000)
+                        .map(|i| (format!(".debug_x{i}"), 1 << 20, tiny.clone()))
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod inflation_tests {
+    use super::*;
+
+    /// Each bomb shape is refused, by the check that catches it, without
+    /// inflating more than 64 KiB at a time; the same shapes within the
+    /// caps pass; and a real compressed debug file (libc6-dbg's libc,
+    /// zlib) passes, every stream inflated to its claim.
+    #[test]
+    fn every_bomb_shape_is_refused_and_real_compressed_dwarf_passes() {
+        let shapes = bombs::shapes(&[1, 2, 3, 4]);
+        let verdicts: Vec<(&str, InflateError)> = shapes
+            .iter()
+            .map(|(what, elf)| (*what, check_inflation(elf, &INFLATE_CAPS).unwrap_err()))
+            .collect();
+        assert!(
+            matches!(&verdicts[0].1, InflateError::Ratio { claimed, ratio: 64, .. } if *claimed == 16 << 20),
+            "{verdicts:?}"
+        );
+        assert_eq!(
+            verdicts[1].1,
+            InflateError::InflatesPast {
+                name: ".debug_line".into(),
+                claimed: 1 << 20
+            }
+        );
+        assert!(
+            matches!(&verdicts[2].1, InflateError::SectionTooLarge { claimed, cap, .. } if *claimed == 1 << 40 && *cap == 1 << 30),
+            "{verdicts:?}"
+        );
+        assert!(
+            matches!(&verdicts[3].1, InflateError::TotalTooLarge { sections: 2049, cap, .. } if *cap == 2 << 30),
+            "{verdicts:?}"
+        );
+        for (what, e) in &verdicts {
+            assert!(!e.to_string().contains('\n'), "{what}: {e}");
+        }
+        // Honest sections pass: 16 MiB of zeros claimed as such under a
+        // ratio the caps allow, and a claim that matches its stream.
+        let lenient = InflateCaps {
+            ratio: 2000,
+            ..INFLATE_CAPS
+        };
+        assert_eq!(
+            check_inflation(&shapes[0].1, &lenient),
+            Ok(Inflation {
+                sections: 1,
+                claimed: 16 << 20
+            })
+        );
+        let exact = bombs::elf_with(
+            &[1],
+            &[(".debug_str".into(), 4096, bombs::zlib_zeros(4096))],
+        );
+        assert!(check_inflation(&exact, &INFLATE_CAPS).is_ok());
+        assert_eq!(
+            check_inflation(b"not elf", &INFLATE_CAPS),
+            Err(InflateError::Unparsed)
+        );
+
+        let libc =
+            std::fs::read("/usr/lib/debug/.build-id/".to_string() + &libc_debug_id() + ".debug")
+                .expect("libc6-dbg is installed");
+        let t = std::time::Instant::now();
+        let found = check_inflation(&libc, &INFLATE_CAPS).unwrap();
+        println!("libc6-dbg: {found:?} checked in {:?}", t.elapsed());
+        assert!(
+            found.sections >= 5 && found.claimed > libc.len() as u64,
+            "{found:?}"
+        );
+    }
+
+    /// libc's build id, as its debug file is named under .build-id/.
+    fn libc_debug_id() -> String {
+        let bytes = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let id = super::super::elf::hex(elf.build_id().unwrap().unwrap());
+        format!("{}/{}", &id[..2], &id[2..])
     }
 }

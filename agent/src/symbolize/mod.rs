@@ -804,27 +804,38 @@ enum Reads {
 }
 
 /// What blazesym may read of `file` (its DWARF only if `dwarf` and
-/// [`dwarf_allowed`]). blazesym inflates a compressed section whole, to
-/// whatever its data inflates to: in a file someone other than root can
-/// write, no compressed section is handed to it. Its DWARF is then not
-/// read; and where a section it reads without DWARF (the symbol tables)
-/// is compressed, nothing is.
+/// [`dwarf_allowed`]). blazesym allocates a compressed section's claimed
+/// size and inflates its stream to the end, so a file's bytes decide how
+/// much memory it takes, whoever owns the file (a debug file a debuginfod
+/// server sent is root's, its bytes are the server's). Compressed
+/// sections reach blazesym only when their claims and streams pass
+/// [`crate::resolve::section::file_inflation`], and only from a file only
+/// root can change (one someone else can write could change between the
+/// check and blazesym's read). Otherwise its DWARF is not read; and where
+/// a section it reads without DWARF (the symbol tables) is compressed,
+/// nothing is.
 fn blazesym_reads(file: &TargetFile, dwarf: bool) -> Reads {
     let compressed = compressed_sections(file);
-    if !compressed.is_empty() && !only_root_writes_file(file) {
-        let debug_only = compressed
-            .iter()
-            .all(|n| n.starts_with(".debug") || n.starts_with(".zdebug"));
-        return if debug_only {
-            Reads::Symbols
-        } else {
-            Reads::Nothing
-        };
-    }
-    if dwarf && dwarf_allowed(file) {
+    let wants = if dwarf && dwarf_allowed(file) {
         Reads::Dwarf
     } else {
         Reads::Symbols
+    };
+    let debug_only = compressed
+        .iter()
+        .all(|n| n.starts_with(".debug") || n.starts_with(".zdebug"));
+    // Nothing compressed that blazesym would read: no check to pay for
+    // (libc6-dbg's libc is read for its symbol table alone).
+    if compressed.is_empty() || (debug_only && wants == Reads::Symbols) {
+        return wants;
+    }
+    if only_root_writes_file(file) && crate::resolve::section::file_inflation(file.file()).is_ok() {
+        return wants;
+    }
+    if debug_only {
+        Reads::Symbols
+    } else {
+        Reads::Nothing
     }
 }
 

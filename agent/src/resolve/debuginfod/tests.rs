@@ -66,6 +66,12 @@ fn only_an_elf_of_the_build_id_asked_with_debug_sections_is_taken() {
         verify(&file_of(b"<html>404</html>"), HEX),
         Err(Rejected::NotElf)
     );
+    assert_eq!(verify_bytes(&elf(Some(ID), true), HEX), Ok(()));
+    for (what, bomb) in super::super::section::bombs::shapes(ID) {
+        let e = verify_bytes(&bomb, HEX).unwrap_err();
+        assert!(matches!(e, Rejected::Inflates(_)), "{what}: {e:?}");
+        assert_eq!(verify(&file_of(&bomb), HEX), Err(e), "{what}");
+    }
 }
 
 #[test]
@@ -99,9 +105,14 @@ fn serve(
             }
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let (status, body) = answer(&path);
+            // A redirect's body is its Location.
+            let location = match status {
+                300..=399 => format!("Location: {}\r\n", String::from_utf8_lossy(&body)),
+                _ => String::new(),
+            };
             let _ = write!(
                 conn,
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 {status} X\r\n{location}Content-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()
             );
             let _ = conn.write_all(&body);
@@ -231,4 +242,288 @@ fn a_silent_server_costs_the_timeout_only() {
     assert!(line.contains(&format!("{silent_url}: ")), "{line}");
     assert!(line.contains(&format!("{other_url}: ")), "{line}");
     drop((silent, other));
+}
+
+/// Each bomb shape a server may send (a ratio bomb, a stream past its
+/// claim, a 1 TiB claim, many sections) is refused in one line and leaves
+/// nothing kept; one planted as a kept file (as an earlier build kept it)
+/// is refused, said and removed, and the run after it is clean.
+#[test]
+fn a_bomb_is_refused_and_a_kept_one_removed() {
+    let d = tempfile::tempdir().unwrap();
+    let kept = d.path().join("kept");
+    for (what, bomb) in super::super::section::bombs::shapes(ID) {
+        let (url, _) = serve(move |_| (200, bomb.clone()));
+        let mut c = client(vec![url.clone()], &kept);
+        c.max_bytes = 64 << 20;
+        let line = failures_line(&c.find(HEX).unwrap_err());
+        assert!(
+            line.starts_with(&format!("{url}: "))
+                && line.contains(" sections claim ")
+                    | line.contains(" bytes it claims")
+                    | line.contains(" bytes inflated")
+                && line.ends_with("; not used"),
+            "{what}: {line}"
+        );
+        assert!(!line.contains('\n'));
+        assert!(
+            dir_names(&kept).is_empty(),
+            "{what}: {:?}",
+            dir_names(&kept)
+        );
+    }
+    let (_, bomb) = super::super::section::bombs::shapes(ID).remove(2);
+    persist::ensure_dir(&kept).unwrap();
+    let path = kept.join(format!("debuginfod-{HEX}.debug"));
+    persist::write_own_file(&kept, &path, &bomb).unwrap();
+    let line = failures_line(&client(vec![], &kept).find(HEX).unwrap_err());
+    assert_eq!(
+        line,
+        format!(
+            "kept {}: section .debug_str claims 1099511627776 bytes inflated, more than \
+             the 1073741824 a section may; removed",
+            path.display()
+        )
+    );
+    assert!(dir_names(&kept).is_empty(), "{:?}", dir_names(&kept));
+    assert!(client(vec![], &kept).find(HEX).unwrap_err().is_empty());
+}
+
+/// A server that drips its headers (a byte every 300 ms, so no read waits
+/// the timeout) is cut at the timeout after the request, not at the
+/// deadline; one that drips its body is cut at the deadline: each costs
+/// what the docs say, and leaves nothing kept.
+#[test]
+fn a_dripping_server_is_cut_at_the_timeout_or_the_deadline() {
+    let drip = |headers_too: bool| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                std::thread::spawn(move || {
+                    let head = b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n";
+                    if !headers_too {
+                        let _ = conn.write_all(head);
+                    }
+                    let bytes: &[u8] = if headers_too { head } else { &[0; 4096] };
+                    for b in bytes.iter().cycle() {
+                        std::thread::sleep(Duration::from_millis(300));
+                        if conn.write_all(&[*b]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    };
+    let d = tempfile::tempdir().unwrap();
+    let kept = d.path().join("kept");
+    let headers = drip(true);
+    let mut c = client(vec![headers.clone()], &kept);
+    c.timeout = Duration::from_secs(2);
+    c.max_time = Duration::from_secs(30);
+    let t = Instant::now();
+    let line = failures_line(&c.find(HEX).unwrap_err());
+    let took = t.elapsed();
+    assert!(
+        line.contains("timed out") && line.starts_with(&headers),
+        "{line}"
+    );
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(6),
+        "headers dripped for {took:?}: {line}"
+    );
+    let body = drip(false);
+    let mut c = client(vec![body.clone()], &kept);
+    c.timeout = Duration::from_secs(2);
+    c.max_time = Duration::from_secs(3);
+    let t = Instant::now();
+    let line = failures_line(&c.find(HEX).unwrap_err());
+    let took = t.elapsed();
+    assert!(line.starts_with(&body), "{line}");
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(7),
+        "body dripped for {took:?}: {line}"
+    );
+    assert!(dir_names(&kept).is_empty(), "{:?}", dir_names(&kept));
+}
+
+/// A redirect on the same server is followed; one to another port or
+/// another host name is not (said in one line, nothing asked there).
+#[test]
+fn redirects_stay_on_the_host_and_port_asked() {
+    let d = tempfile::tempdir().unwrap();
+    let good = elf(Some(ID), true);
+    let (elsewhere, elsewhere_asked) = serve(move |_| (200, good.clone()));
+    let good = elf(Some(ID), true);
+    let (url, _) = serve(move |p| {
+        if p.starts_with("/files/") {
+            (200, good.clone())
+        } else {
+            (302, format!("/files/{HEX}").into_bytes())
+        }
+    });
+    // The test server's 302 body is its Location (see `serve`).
+    let found = client(vec![url.clone()], &d.path().join("kept"))
+        .find(HEX)
+        .unwrap();
+    assert_eq!(found.url.as_deref(), Some(&*url));
+    let asked = |u: &str| url::Url::parse(u).unwrap();
+    let from = asked(&format!("{url}/buildid/{HEX}/debuginfo"));
+    assert_eq!(
+        follow_redirect(&from, &from, &format!("{elsewhere}/x")),
+        Err(RedirectRefused::Port(from.port().unwrap()))
+    );
+    let by_name = format!("http://localhost:{}/x", from.port().unwrap());
+    assert_eq!(
+        follow_redirect(&from, &from, &by_name),
+        Err(RedirectRefused::Host("127.0.0.1".into()))
+    );
+    let https = asked("https://debuginfod.example/buildid/x/debuginfo");
+    for (location, want) in [
+        (
+            "http://debuginfod.example/y",
+            Err(RedirectRefused::Downgrade),
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data",
+            Err(RedirectRefused::Downgrade),
+        ),
+        (
+            "https://169.254.169.254/latest",
+            Err(RedirectRefused::Host("debuginfod.example".into())),
+        ),
+        (
+            "https://debuginfod.example:8443/y",
+            Err(RedirectRefused::Port(443)),
+        ),
+        ("file:///etc/shadow", Err(RedirectRefused::Scheme)),
+        ("/y?z", Ok(asked("https://debuginfod.example/y?z"))),
+        (
+            "https://DEBUGINFOD.example/y",
+            Ok(asked("https://debuginfod.example/y")),
+        ),
+    ] {
+        assert_eq!(
+            follow_redirect(&https, &https, location),
+            want,
+            "{location}"
+        );
+    }
+    // http to https on the same host, default ports: an upgrade, taken.
+    let http = asked("http://debuginfod.example/buildid/x/debuginfo");
+    assert!(follow_redirect(&http, &http, "https://debuginfod.example/y").is_ok());
+
+    // Served: a 302 to another port of the same address is not followed.
+    let (porter, _) = serve({
+        let target = elsewhere.clone();
+        move |_| {
+            (
+                302,
+                format!("{target}/buildid/{HEX}/debuginfo").into_bytes(),
+            )
+        }
+    });
+    let line = failures_line(
+        &client(vec![porter.clone()], &d.path().join("kept3"))
+            .find(HEX)
+            .unwrap_err(),
+    );
+    assert_eq!(
+        line,
+        format!(
+            "{porter}: redirected to {elsewhere}/buildid/{HEX}/debuginfo: another port than {}; \
+             not followed",
+            url::Url::parse(&porter).unwrap().port().unwrap()
+        )
+    );
+    assert_eq!(
+        elsewhere_asked.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the other port was never asked"
+    );
+}
+
+/// What [`a_fetch_killed_mid_body_leaves_nothing`] runs in a child of its
+/// own, to be killed: a fetch from `INNOPROF_TEST_FETCH_URL` into
+/// `INNOPROF_TEST_FETCH_KEPT`. Not a test by itself (ignored; without the
+/// variables it does nothing).
+#[test]
+#[ignore]
+fn fetch_in_a_child() {
+    let (Some(url), Some(kept)) = (
+        std::env::var_os("INNOPROF_TEST_FETCH_URL"),
+        std::env::var_os("INNOPROF_TEST_FETCH_KEPT"),
+    ) else {
+        return;
+    };
+    let mut c = client(vec![url.into_string().unwrap()], Path::new(&kept));
+    c.max_bytes = 256 << 20;
+    c.max_time = Duration::from_secs(60);
+    let _ = c.find(HEX);
+}
+
+/// A fetch killed (SIGKILL) mid-body leaves nothing in the kept directory
+/// (the body goes to an unnamed file: nothing there has a name while it
+/// is written); a temporary file an older build left under its pid is
+/// removed by the next fetch, which keeps its file.
+#[test]
+fn a_fetch_killed_mid_body_leaves_nothing() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let d = tempfile::tempdir().unwrap();
+    let kept = d.path().join("kept");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let counter = sent.clone();
+    std::thread::spawn(move || {
+        let Ok((mut conn, _)) = listener.accept() else {
+            return;
+        };
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            200u64 << 20
+        );
+        let chunk = vec![7u8; 256 << 10];
+        while conn.write_all(&chunk).is_ok() {
+            counter.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "resolve::debuginfod::tests::fetch_in_a_child",
+            "--ignored",
+        ])
+        .env("INNOPROF_TEST_FETCH_URL", &url)
+        .env("INNOPROF_TEST_FETCH_KEPT", &kept)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sent.load(Ordering::SeqCst) < 8 << 20 {
+        assert!(Instant::now() < deadline, "the child never read 8 MiB");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Mid-body: 8 MiB written, and no name in the directory.
+    assert!(dir_names(&kept).is_empty(), "{:?}", dir_names(&kept));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(sent.load(Ordering::SeqCst) < 200 << 20, "killed mid-body");
+    assert!(dir_names(&kept).is_empty(), "{:?}", dir_names(&kept));
+
+    // An older build's temporary file, its process (the child) gone.
+    let stale = kept.join(format!("debuginfod-{HEX}.debug.tmp.{}", child.id()));
+    persist::write_own_file(&kept, &stale, &[0; 4096]).unwrap();
+    let good = elf(Some(ID), true);
+    let len = good.len() as u64;
+    let (server, _) = serve(move |_| (200, good.clone()));
+    let found = client(vec![server], &kept).find(HEX).unwrap();
+    assert_eq!(found.found_by, Source::Server);
+    assert_eq!(dir_names(&kept), [format!("debuginfod-{HEX}.debug")]);
+    assert_eq!(std::fs::metadata(&found.path).unwrap().len(), len);
 }
