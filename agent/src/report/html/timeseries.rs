@@ -80,7 +80,7 @@ impl TimeSeries {
                 }
             };
             if p.callsite.as_deref().is_some_and(|c| sites.contains(&c)) {
-                sums[at].1 += p.wait_ns;
+                sums[at].1 = sums[at].1.saturating_add(p.wait_ns);
                 seen = true;
             }
         }
