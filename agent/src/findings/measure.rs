@@ -197,14 +197,14 @@ pub fn holders_at(summary: &Summary, probe: &str, n: usize) -> Option<Evidence> 
             Some(site) => format!("{name} at {site}"),
             None => name,
         };
-        edges += e.calls;
+        edges = edges.saturating_add(e.calls);
         if e.released {
-            released += e.calls;
+            released = released.saturating_add(e.calls);
         }
         match by_holder.iter_mut().find(|h| h.0 == name) {
             Some(h) => {
-                h.1 += e.wait_ns_total;
-                h.2 += e.calls;
+                h.1 = h.1.saturating_add(e.wait_ns_total);
+                h.2 = h.2.saturating_add(e.calls);
             }
             None => by_holder.push((name, e.wait_ns_total, e.calls)),
         }

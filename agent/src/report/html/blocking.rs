@@ -223,8 +223,8 @@ fn graph(probe: &str, edges: &[&Blocking]) -> ProbeGraph {
             waiters.len() - 1
         });
         for n in [&mut holders[h], &mut waiters[w]] {
-            n.calls += b.calls;
-            n.wait += b.wait_ns_total;
+            n.calls = n.calls.saturating_add(b.calls);
+            n.wait = n.wait.saturating_add(b.wait_ns_total);
         }
         let e = merged.entry((h, w)).or_insert_with(|| Edge {
             holder: h,
@@ -233,8 +233,8 @@ fn graph(probe: &str, edges: &[&Blocking]) -> ProbeGraph {
             calls: 0,
             wait: 0,
         });
-        e.calls += b.calls;
-        e.wait += b.wait_ns_total;
+        e.calls = e.calls.saturating_add(b.calls);
+        e.wait = e.wait.saturating_add(b.wait_ns_total);
         if let Some(c) = b.holder_connection {
             e.connections.insert(c);
             holders[h].connections.insert(c);
@@ -415,8 +415,8 @@ fn draw(g: &ProbeGraph) -> (Markup, Option<String>) {
         let m = merged
             .entry((left_of[e.holder], right_of[e.waiter]))
             .or_default();
-        m.0 += e.calls;
-        m.1 += e.wait;
+        m.0 = m.0.saturating_add(e.calls);
+        m.1 = m.1.saturating_add(e.wait);
     }
     let mut lines: Vec<Line> = merged
         .into_iter()

@@ -92,7 +92,7 @@ impl TimeSeries {
             };
             sums[at].1.get_or_insert(p);
             if p.callsite.as_deref().is_some_and(|c| sites.contains(&c)) {
-                sums[at].2 += p.wait_ns;
+                sums[at].2 = sums[at].2.saturating_add(p.wait_ns);
                 seen = true;
             }
         }
