@@ -24,11 +24,25 @@ fn points(rec: &Recording) -> (Value, Vec<Value>) {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns")
+        Some("t_ms,probe,callsite,calls,wait_ns,attached_ms,off_hits,cost_ns,calls_per_s,wait_ns_per_s")
     );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), points.len(), "same rows in CSV and JSON");
     for (row, p) in rows.iter().zip(&points) {
+        // The two rates last: per second watched, empty where never on.
+        let mut fields: Vec<&str> = row.rsplitn(3, ',').collect();
+        let (wait_rate, calls_rate, row) = (fields.remove(0), fields.remove(0), fields.remove(0));
+        let on_s = u(&p["attached_ms"]) as f64 / 1000.0;
+        for (rate, n) in [(calls_rate, u(&p["calls"])), (wait_rate, u(&p["wait_ns"]))] {
+            if on_s > 0.0 {
+                let want = n as f64 / on_s;
+                let got: f64 = rate.parse().unwrap_or_else(|_| panic!("rate {rate:?} in {row}"));
+                assert!((got - want).abs() <= 0.001 + want * 1e-9, "{got} per s watched, {want} from {row}");
+            } else {
+                assert_eq!(rate, "", "no rate for an interval never watched: {row}");
+            }
+        }
+        let row = &row;
         let expected = format!(
             "{},{},{},{},{},{},{},{}",
             p["t_ms"],
