@@ -323,3 +323,279 @@ fn a_binary_without_a_build_id_is_said_to_have_none_and_nothing_is_asked() {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// A debug file with `build_id`, a plain `.debug_info`, and the
+/// `SHF_COMPRESSED` sections `compressed`: (name, the Elf64_Chdr's
+/// ch_size, the zlib bytes after it). Built with `object`'s writer.
+fn bomb(build_id: &[u8], compressed: &[(String, u64, Vec<u8>)]) -> Vec<u8> {
+    use object::write::Object;
+    use object::{Architecture, BinaryFormat, Endianness, SectionKind};
+    let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+    let mut note = Vec::new();
+    for word in [4, build_id.len() as u32, object::elf::NT_GNU_BUILD_ID] {
+        note.extend_from_slice(&word.to_le_bytes());
+    }
+    note.extend_from_slice(b"GNU\0");
+    note.extend_from_slice(build_id);
+    note.resize(note.len().div_ceil(4) * 4, 0);
+    let s = obj.add_section(
+        Vec::new(),
+        b".note.gnu.build-id".to_vec(),
+        SectionKind::Note,
+    );
+    obj.append_section_data(s, &note, 4);
+    let s = obj.add_section(Vec::new(), b".debug_info".to_vec(), SectionKind::Debug);
+    obj.append_section_data(s, &[1, 2, 3, 4], 1);
+    for (name, claim, zlib) in compressed {
+        let s = obj.add_section(Vec::new(), name.as_bytes().to_vec(), SectionKind::Debug);
+        let mut data = Vec::new();
+        data.extend_from_slice(&object::elf::ELFCOMPRESS_ZLIB.to_le_bytes());
+        data.extend_from_slice(&0u32.to_le_bytes());
+        data.extend_from_slice(&claim.to_le_bytes());
+        data.extend_from_slice(&1u64.to_le_bytes());
+        data.extend_from_slice(zlib);
+        obj.append_section_data(s, &data, 1);
+        obj.section_mut(s).flags = object::SectionFlags::Elf {
+            sh_flags: u64::from(object::elf::SHF_COMPRESSED),
+        };
+    }
+    obj.write().unwrap()
+}
+
+/// A zlib stream of `n` zero bytes (~1000:1).
+fn zlib_zeros(n: usize) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let chunk = vec![0u8; 1 << 20];
+    for _ in 0..n / chunk.len() {
+        z.write_all(&chunk).unwrap();
+    }
+    z.write_all(&chunk[..n % chunk.len()]).unwrap();
+    z.finish().unwrap()
+}
+
+/// Serves `body` as every answer, on a free port, until the test ends;
+/// the URL.
+fn serve_file(body: Vec<u8>) -> String {
+    use std::io::{BufRead, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let body = std::sync::Arc::new(body);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(&body);
+            });
+        }
+    });
+    url
+}
+
+/// Records the spin fixture run from `binary` (CPU stacks, named from
+/// its debug file), with `env`: the recording, and innoprof's peak RSS in
+/// KiB from the kernel's accounting of that one child (`wait4`).
+fn record_spin(binary: &Path, env: &[(&str, &str)]) -> (Recording, u64) {
+    let args: Vec<String> = ["hot", "1", "1000", "10", "20"].map(String::from).to_vec();
+    let mut fx = Fixture::spawn_with(binary, &args);
+    let pid = fx.pid.to_string();
+    let mut rec = Recording::start_env(
+        &[
+            "--pid",
+            &pid,
+            "--force",
+            "--probes",
+            "none",
+            "--duration",
+            "1s",
+        ],
+        env,
+    );
+    rec.wait_attached();
+    fx.run_calls();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(rec.child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for this child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(rec.child.id() as i32, &mut status, 0, &mut usage) };
+    fx.exit();
+    assert_eq!(waited, rec.child.id() as i32);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "innoprof: {status:#x} {}",
+        rec.stderr()
+    );
+    check_bundle(&rec.out);
+    (rec, usage.ru_maxrss as u64)
+}
+
+/// innoprof's peak RSS recording the spin fixture with its debug file:
+/// ~17 MiB (debug build). The bombs' claims are 256 MiB to 1 TiB: a
+/// bound far under any of them, with room for noise.
+const BOMB_PEAK_KIB: u64 = 64 << 10;
+
+/// A debuginfod server answers with each shape of decompression bomb
+/// for the spin fixture's build id: a ratio bomb (256 MiB of zeros,
+/// claimed), a stream inflating far past a 1 MiB claim, a 1 TiB claim in
+/// a tiny file, and 3,000 sections claiming 1 MiB each. Each recording
+/// stays under a small peak RSS, says why in one line, writes a complete
+/// bundle and keeps nothing; a bomb an earlier build kept is refused,
+/// said and removed, and the run after it is clean. The real debug file,
+/// zlib-compressed as distributions ship them, passes and names frames.
+#[test]
+fn decompression_bombs_from_a_server_or_the_kept_directory_cost_nothing() {
+    let _k = kernel_lock();
+    let work = tempfile::tempdir().unwrap();
+    let original = spin_binary();
+    let stripped = work.path().join("spin");
+    let debug = work.path().join("spin.debug");
+    for args in [
+        vec!["--only-keep-debug", "--compress-debug-sections=zlib"],
+        vec!["--strip-all"],
+    ] {
+        let out = if args[0] == "--strip-all" {
+            &stripped
+        } else {
+            &debug
+        };
+        let status = Command::new("objcopy")
+            .args(&args)
+            .arg(&original)
+            .arg(out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "objcopy {args:?}");
+    }
+    let image = innoprof::resolve::ElfImage::open(&stripped).unwrap();
+    let build_id = image
+        .build_id
+        .clone()
+        .expect("the spin fixture has a build id");
+    let id_bytes: Vec<u8> = (0..build_id.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&build_id[i..i + 2], 16).unwrap())
+        .collect();
+    let kept = work.path().join("kept");
+    let kept_file = kept.join(format!("debuginfod-{build_id}.debug"));
+    let no_elfutils = work.path().join("no-elfutils-cache");
+    let env = |url: &str| {
+        vec![
+            ("INNOPROF_CACHE_DIR", kept.to_str().unwrap().to_string()),
+            (
+                "INNOPROF_RUN_DIR",
+                work.path().join("run").to_str().unwrap().to_string(),
+            ),
+            (
+                "DEBUGINFOD_CACHE_PATH",
+                no_elfutils.to_str().unwrap().to_string(),
+            ),
+            ("DEBUGINFOD_URLS", url.to_string()),
+        ]
+    };
+    let record = |url: &str| {
+        let env = env(url);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        record_spin(&stripped, &env)
+    };
+
+    // The real, compressed debug file passes and names the hot function.
+    let real = serve_file(std::fs::read(&debug).unwrap());
+    let (rec, real_peak) = record(&real);
+    let origin = rec.summary().target.debug_origin;
+    assert_eq!(
+        origin.found_by,
+        Some(FoundBy::Debuginfod),
+        "{}",
+        rec.stderr()
+    );
+    assert!(rec.file("oncpu.folded").contains("spin_hot"));
+    std::fs::remove_file(&kept_file).unwrap();
+    println!("the real debug file: peak {real_peak} KiB");
+
+    let zeros = zlib_zeros(256 << 20);
+    let tiny = zlib_zeros(64);
+    let shapes = [
+        (
+            "ratio",
+            vec![(".debug_str".to_string(), 256 << 20, zeros.clone())],
+        ),
+        (
+            "past its claim",
+            vec![(".debug_str".to_string(), 1 << 20, zeros)],
+        ),
+        (
+            "1 TiB claim",
+            vec![(".debug_str".to_string(), 1 << 40, tiny.clone())],
+        ),
+        (
+            "many sections",
+            (0..3000)
+                .map(|i| (format!(".debug_x{i}"), 1 << 20, tiny.clone()))
+                .collect(),
+        ),
+    ];
+    let mut one_tib = Vec::new();
+    for (what, sections) in shapes {
+        let file = bomb(&id_bytes, &sections);
+        if what == "1 TiB claim" {
+            one_tib = file.clone();
+        }
+        let len = file.len();
+        let url = serve_file(file);
+        let (rec, peak) = record(&url);
+        println!("{what} ({len} bytes): peak {peak} KiB");
+        let note = rec.summary().target.debug_origin.note.unwrap_or_default();
+        assert!(
+            note.starts_with(&format!(
+                "no debug file of build id {build_id} from debuginfod: {url}: "
+            )) && note.contains("claim")
+                && note.ends_with("; not used")
+                && !note.contains('\n'),
+            "{what}: {note}"
+        );
+        assert!(rec.stderr().contains(&note), "{what}: {}", rec.stderr());
+        assert!(peak < BOMB_PEAK_KIB, "{what}: peak RSS {peak} KiB");
+        assert!(!kept_file.exists(), "{what}: kept");
+    }
+
+    // A bomb kept by an earlier build (root's file in root's directory),
+    // no server asked: refused, said, removed; the next run is clean.
+    std::fs::write(&kept_file, &one_tib).unwrap();
+    std::fs::set_permissions(
+        &kept_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let (rec, peak) = record("");
+    let note = rec.summary().target.debug_origin.note.unwrap_or_default();
+    assert_eq!(
+        note,
+        format!(
+            "no debug file of build id {build_id} from debuginfod: kept {}: section .debug_str \
+             claims 1099511627776 bytes inflated, more than the 1073741824 a section may; removed",
+            kept_file.display()
+        )
+    );
+    assert!(peak < BOMB_PEAK_KIB, "kept bomb: peak RSS {peak} KiB");
+    assert!(!kept_file.exists());
+    let (rec, _) = record("");
+    let origin = rec.summary().target.debug_origin;
+    assert_eq!(
+        (origin.found_by, origin.note),
+        (None, None),
+        "{}",
+        rec.stderr()
+    );
+}
