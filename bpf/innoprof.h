@@ -107,6 +107,11 @@ struct stack_hold {
 	 * wait, see add_stack), which userspace scales to these totals. */
 	__u64 seen_count;
 	__u64 seen_wait;
+	/* The weight of the stacks whose counter found stack_counts full
+	 * (DROP_STACK_KEY_FULL): not in any stack, so not scaled onto those
+	 * that are. */
+	__u64 lost_count;
+	__u64 lost_wait;
 };
 
 struct site_key {

@@ -683,14 +683,18 @@ static __always_inline void add_thread(__u64 pid_tgid, __u64 slot, __u64 wait_ns
 	__sync_fetch_and_add(&val->wait_ns, wait_ns);
 }
 
-/* Adds count and wait to the folded counter of `key`. */
-static __always_inline void add_folded(struct stack_key *key, __u64 count, __u64 wait_ns)
+/* Adds count and wait to the folded counter of `key`; a full map keeps
+ * them in the slot's lost weight. */
+static __always_inline void add_folded(struct stack_hold *hold, struct stack_key *key, __u64 count,
+				       __u64 wait_ns)
 {
 	struct stack_val zero_stack = {};
 	struct stack_val *val = lookup_or_init(&stack_counts, key, &zero_stack);
 
 	if (!val) {
 		count_drop(DROP_STACK_KEY_FULL);
+		__sync_fetch_and_add(&hold->lost_count, count);
+		__sync_fetch_and_add(&hold->lost_wait, wait_ns);
 		return;
 	}
 	__sync_fetch_and_add(&val->count, count);
@@ -860,7 +864,7 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		/* Another hit on this CPU is mid-way (it was preempted): this
 		 * one goes to the lost stack, so the folded totals still add up. */
 		count_drop(DROP_STACK_BUSY);
-		add_folded(&key, 1, wait_ns);
+		add_folded(hold, &key, 1, wait_ns);
 		return;
 	}
 	now = bpf_ktime_get_ns();
@@ -885,7 +889,7 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		st = bpf_map_lookup_elem(&stats, &skey);
 		if (st)
 			st->stacks++;
-		add_folded(&key, count_w, wait_w);
+		add_folded(hold, &key, count_w, wait_w);
 		add_stack_statement(&key, query_id, count_w, wait_w);
 		hold->last_ns = now;
 		hold->last = key;
@@ -909,7 +913,7 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 	st = bpf_map_lookup_elem(&stats, &skey);
 	if (st)
 		st->stacks++;
-	add_folded(&key, hold->pend_count, hold->pend_wait);
+	add_folded(hold, &key, hold->pend_count, hold->pend_wait);
 	add_stack_statement(&key, query_id, hold->pend_count, hold->pend_wait);
 	hold->pend_count = 0;
 	hold->pend_wait = 0;

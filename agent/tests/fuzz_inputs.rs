@@ -116,10 +116,7 @@ fn fuzz(target: &str, mut case: impl FnMut(&mut fastrand::Rng, &mut Vec<String>)
         ran += 1;
         read += u64::from(outcome.as_ref().is_ok_and(|r| *r));
         if outcome.is_err() {
-            let what: Vec<String> = log
-                .iter()
-                .map(|l| l.chars().take(300).collect())
-                .collect();
+            let what: Vec<String> = log.iter().map(|l| l.chars().take(300).collect()).collect();
             failures.push(format!(
                 "case {i} (INNOPROF_FUZZ_CASE={i}): {}\n    mutated: {}",
                 message.unwrap_or_default(),
@@ -328,7 +325,12 @@ fn mutate_once(root: &mut Value, seen: &[String], rng: &mut fastrand::Rng, log: 
 }
 
 /// A seed mutated 1 to 4 times, as the bytes of a file.
-fn mutated(seed: &Value, seen: &[String], rng: &mut fastrand::Rng, log: &mut Vec<String>) -> Vec<u8> {
+fn mutated(
+    seed: &Value,
+    seen: &[String],
+    rng: &mut fastrand::Rng,
+    log: &mut Vec<String>,
+) -> Vec<u8> {
     let mut v = seed.clone();
     for _ in 0..rng.usize(1..=4) {
         mutate_once(&mut v, seen, rng, log);
@@ -434,7 +436,11 @@ fn the_seeds_are_read_whole() {
     };
     let r = innoprof::bundle::render_saved(Path::new("/seed"), get).unwrap();
     assert!(r.report_html.contains("id=\"timeseries\""));
-    assert!(r.summary_txt.contains("innodb.mutex.enter"), "{}", r.summary_txt);
+    assert!(
+        r.summary_txt.contains("innodb.mutex.enter"),
+        "{}",
+        r.summary_txt
+    );
     let dir = scratch_dir();
     std::fs::write(dir.path().join("stacks.raw.json"), SEED_RAW).unwrap();
     innoprof::bundle::name_raw::read_raw(dir.path()).unwrap();
@@ -562,8 +568,8 @@ fn scratch_dir() -> tempfile::TempDir {
 }
 
 const BUILD_ID: [u8; 20] = [
-    0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc,
-    0xfe, 0x11, 0x22, 0x33, 0x44,
+    0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe,
+    0x11, 0x22, 0x33, 0x44,
 ];
 
 /// A small debug file: a build-id note, a function in `.text` and its
@@ -593,7 +599,11 @@ fn small_elf() -> Vec<u8> {
     note.extend_from_slice(&3u32.to_le_bytes()); // NT_GNU_BUILD_ID
     note.extend_from_slice(b"GNU\0");
     note.extend_from_slice(&BUILD_ID);
-    let id = obj.add_section(Vec::new(), b".note.gnu.build-id".to_vec(), SectionKind::Note);
+    let id = obj.add_section(
+        Vec::new(),
+        b".note.gnu.build-id".to_vec(),
+        SectionKind::Note,
+    );
     obj.append_section_data(id, &note, 4);
     let info = obj.add_section(Vec::new(), b".debug_info".to_vec(), SectionKind::Debug);
     obj.append_section_data(info, &[0x2a, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8, 1], 1);
@@ -617,7 +627,10 @@ fn the_small_elf_is_a_debug_file() {
     let image = innoprof::resolve::ElfImage::open(&path).unwrap();
     assert_eq!(image.build_id.as_deref(), Some(id.as_str()));
     assert!(image.symbols().iter().any(|s| s.raw == "_Z8row_readv"));
-    assert_eq!(image.debuglink(), Some(("mysqld.debug".into(), 0x1234_5678)));
+    assert_eq!(
+        image.debuglink(),
+        Some(("mysqld.debug".into(), 0x1234_5678))
+    );
 }
 
 /// ELF header and section header fields, by offset in an ELF64 file.
@@ -652,7 +665,14 @@ fn mutate_elf(bytes: &mut Vec<u8>, rng: &mut fastrand::Rng, log: &mut Vec<String
         (0x3c, 2),
         (0x3e, 2),
     ];
-    let section = [(0x04, 4), (0x18, 8), (0x20, 8), (0x28, 4), (0x30, 8), (0x38, 8)];
+    let section = [
+        (0x04, 4),
+        (0x18, 8),
+        (0x20, 8),
+        (0x28, 4),
+        (0x30, 8),
+        (0x38, 8),
+    ];
     for _ in 0..rng.usize(1..6) {
         let (at, width) = match rng.usize(0..5) {
             0 => header[rng.usize(0..header.len())],

@@ -99,7 +99,10 @@ impl Capture {
             Capture::Sampling(c) => c.finish_within(),
         };
         if let Some(e) = &ended.error {
-            eprintln!("innoprof: note: server state: {}", innoprof::text::printable(e));
+            eprintln!(
+                "innoprof: note: server state: {}",
+                innoprof::text::printable(e)
+            );
         }
         Some(ended)
     }

@@ -558,7 +558,11 @@ fn diff_of_a_crafted_folded_file_is_bounded() {
             .sum();
         let want = if shape == "deep" { 1000 } else { 2_000_000 };
         assert_eq!(after, want, "{shape}");
-        let notes: Vec<&str> = m.stdout.lines().filter(|l| l.starts_with("note: ")).collect();
+        let notes: Vec<&str> = m
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("note: "))
+            .collect();
         assert!(!notes.is_empty(), "{shape}: {}", m.stdout);
         let diff_txt = std::fs::read_to_string(out.join("diff.txt")).unwrap();
         let json: serde_json::Value =
@@ -575,14 +579,22 @@ fn diff_of_a_crafted_folded_file_is_bounded() {
                 assert!(notes.iter().any(|n| n.contains("deeper than 1024 frames")));
             }
             _ => {
-                assert!(folded.lines().any(|l| l.starts_with("[truncated] ")), "{shape}");
+                assert!(
+                    folded.lines().any(|l| l.starts_with("[truncated] ")),
+                    "{shape}"
+                );
                 assert!(folded.lines().count() <= (1 << 18) + 1000, "{shape}");
-                assert!(notes.iter().any(|n| n.contains("folded into one [truncated] stack")));
+                assert!(notes
+                    .iter()
+                    .any(|n| n.contains("folded into one [truncated] stack")));
             }
         }
         assert!(notes.iter().all(|n| diff_txt.contains(n)), "{diff_txt}");
         let svg_text = std::fs::read_to_string(&svg).unwrap();
-        assert!(svg_text.contains("id=\"subtitle\""), "the cut is on the graph");
+        assert!(
+            svg_text.contains("id=\"subtitle\""),
+            "the cut is on the graph"
+        );
         parse_svg(&svg_text);
         std::fs::remove_dir_all(&inc).unwrap();
     }
@@ -604,10 +616,16 @@ fn report_of_a_crafted_folded_file_is_bounded() {
         let notes: Vec<&str> = m
             .stderr
             .lines()
-            .filter(|l| l.starts_with("innoprof: note: fx_block_wait.folded: cut to innoprof's caps"))
+            .filter(|l| {
+                l.starts_with("innoprof: note: fx_block_wait.folded: cut to innoprof's caps")
+            })
             .collect();
         assert_eq!(notes.len(), 1, "{}", m.stderr);
-        let want = if shape == "deep" { "deeper than 1024 frames" } else { "[truncated] stack" };
+        let want = if shape == "deep" {
+            "deeper than 1024 frames"
+        } else {
+            "[truncated] stack"
+        };
         assert!(notes[0].contains(want), "{}", notes[0]);
         std::fs::remove_dir_all(&b).unwrap();
     }
@@ -619,8 +637,20 @@ fn report_of_a_crafted_folded_file_is_bounded() {
 /// frames, escaped as the text outputs escape them.
 #[test]
 fn control_characters_in_frame_names_are_escaped_in_folded_and_svg() {
-    let frames = ["main", "evil\u{1b}[31m", "nul\u{0}", "bel\u{7}", "nel\u{85}x"];
-    let escaped = ["main", "evil\\x1b[31m", "nul\\x00", "bel\\x07", "nel\\u{85}x"];
+    let frames = [
+        "main",
+        "evil\u{1b}[31m",
+        "nul\u{0}",
+        "bel\u{7}",
+        "nel\u{85}x",
+    ];
+    let escaped = [
+        "main",
+        "evil\\x1b[31m",
+        "nul\\x00",
+        "bel\\x07",
+        "nel\\u{85}x",
+    ];
     let root = tempfile::tempdir().unwrap();
     let base = copy_bundle(root.path(), "base");
     let inc = copy_bundle(root.path(), "evil");
@@ -633,12 +663,18 @@ fn control_characters_in_frame_names_are_escaped_in_folded_and_svg() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let raw = |c: char| c.is_control() && c != '\n';
     let folded = std::fs::read_to_string(out.join("diff.oncpu.folded")).unwrap();
-    assert!(!folded.chars().any(raw), "raw control character in diff.oncpu.folded");
+    assert!(
+        !folded.chars().any(raw),
+        "raw control character in diff.oncpu.folded"
+    );
     let line = folded.lines().find(|l| l.contains("evil")).unwrap();
     let stack = line.rsplitn(3, ' ').nth(2).unwrap();
     assert_eq!(stack.split(';').collect::<Vec<_>>(), escaped, "{line}");
     let svg = std::fs::read_to_string(out.join("diff.oncpu.svg")).unwrap();
-    assert!(!svg.chars().any(|c| raw(c) && c != '\t'), "raw control character in the SVG");
+    assert!(
+        !svg.chars().any(|c| raw(c) && c != '\t'),
+        "raw control character in the SVG"
+    );
     let doc = parse_svg(&svg);
     let titles: Vec<&str> = doc
         .descendants()

@@ -534,10 +534,14 @@ fn stack_frames_from_debug_file_match_original(
         unnamed(&got),
         unnamed(&bare)
     );
-    // The fixture's few functions have no inlined code at their middles.
+    // A server's thousands of functions have inlined code at some of
+    // their middles; the fixture's hundred or so (its std::thread code
+    // included) have none.
+    assert!(offsets.len() >= 10, "{offsets:?}");
     assert!(
-        offsets.len() >= 10 && (inlined > 0 || offsets.len() < 100),
-        "{offsets:?}"
+        inlined > 0 || funcs.len() < 1_000,
+        "{} functions: {offsets:?}",
+        funcs.len()
     );
     assert_eq!(unnamed(&want), 0);
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {

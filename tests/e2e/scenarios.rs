@@ -1260,13 +1260,20 @@ fn slow_redo_disk_commits_do_not_wait_for(server_name: &str, redo_flush_probe: &
     std::thread::sleep(Duration::from_secs(1));
     let (slow, commits) = record_with_counter(
         &server,
-        &["--probes", "innodb.redo.*,innodb.file.*,sql.commit", "--no-cpu"],
+        &[
+            "--probes",
+            "innodb.redo.*,innodb.file.*,sql.commit",
+            "--no-cpu",
+        ],
         &dir.join("slow-redo"),
         secs(5),
         "Com_commit",
     );
     redo_disk.throttle_writes(0);
-    let found = findings_of(&format!("S5 {server_name} relaxed, slow redo"), &slow.findings);
+    let found = findings_of(
+        &format!("S5 {server_name} relaxed, slow redo"),
+        &slow.findings,
+    );
     let share = share_at_least(&slow, redo_flush_probe, SLOW_NS);
     let flushes = probe(&slow, redo_flush_probe).calls;
     println!(
@@ -1275,7 +1282,9 @@ fn slow_redo_disk_commits_do_not_wait_for(server_name: &str, redo_flush_probe: &
     );
     assert!(commits > 100, "{commits} commits");
     assert!(
-        found.iter().all(|(_, severity)| *severity == Severity::Info),
+        found
+            .iter()
+            .all(|(_, severity)| *severity == Severity::Info),
         "a healthy load (commits do not flush) raised more than info: {found:?}"
     );
     // Where the background flushes were enough to judge the device (the

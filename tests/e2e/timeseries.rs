@@ -36,8 +36,13 @@ fn points(rec: &Recording) -> (Value, Vec<Value>) {
         for (rate, n) in [(calls_rate, u(&p["calls"])), (wait_rate, u(&p["wait_ns"]))] {
             if on_s > 0.0 {
                 let want = n as f64 / on_s;
-                let got: f64 = rate.parse().unwrap_or_else(|_| panic!("rate {rate:?} in {row}"));
-                assert!((got - want).abs() <= 0.001 + want * 1e-9, "{got} per s watched, {want} from {row}");
+                let got: f64 = rate
+                    .parse()
+                    .unwrap_or_else(|_| panic!("rate {rate:?} in {row}"));
+                assert!(
+                    (got - want).abs() <= 0.001 + want * 1e-9,
+                    "{got} per s watched, {want} from {row}"
+                );
             } else {
                 assert_eq!(rate, "", "no rate for an interval never watched: {row}");
             }

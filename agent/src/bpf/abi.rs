@@ -180,6 +180,10 @@ pub struct StackHold {
     /// a slot's weighted stacks are scaled to.
     pub seen_count: u64,
     pub seen_wait: u64,
+    /// The weight of stacks whose counter found the map full (calls, wait
+    /// ns): in no stack, so not scaled onto the stacks kept.
+    pub lost_count: u64,
+    pub lost_wait: u64,
 }
 mirrors_stack_hold!(StackHold);
 

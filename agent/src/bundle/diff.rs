@@ -287,6 +287,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
         ) else {
             continue;
         };
+        let read_from = report.notes.len();
         let before = capped(before, &baseline.join(&name), &mut report.notes);
         let after = capped(after, &incident.join(&name), &mut report.notes);
         let diff_folded = differential(&before, &after);
@@ -323,7 +324,7 @@ pub fn diff_dirs(baseline: &Path, incident: &Path) -> Result<DiffReport, DiffErr
             diff_folded,
             (before_top.total, after_top.total),
             symbols,
-            &mut report.notes,
+            (&mut report.notes, read_from),
         )?;
         report.profiles.push(profile);
         report.files.extend(files);
@@ -616,6 +617,7 @@ fn wait_profile(
     inc_summary: &serde_json::Value,
     notes: &mut Vec<String>,
 ) -> Result<Option<(ProfileDiff, Vec<(String, String)>)>, DiffError> {
+    let read_from = notes.len();
     let (Some(before), Some(after)) = (
         wait_stacks(baseline, base_summary, notes)?,
         wait_stacks(incident, inc_summary, notes)?,
@@ -640,7 +642,7 @@ fn wait_profile(
         diff_folded,
         (before_top.total, after_top.total),
         symbols,
-        notes,
+        (notes, read_from),
     )
     .map(Some)
 }
@@ -654,7 +656,7 @@ fn drawn(
     diff_folded: String,
     (baseline_total, incident_total): (u64, u64),
     symbols: Vec<SymbolDelta>,
-    notes: &mut Vec<String>,
+    (notes, read_from): (&mut Vec<String>, usize),
 ) -> Result<(ProfileDiff, Vec<(String, String)>), DiffError> {
     let folded_name = instance(FOLDED, &format!("diff.{kind}"));
     let svg_name = instance(DIFF_SVG_FILES, kind);
@@ -662,7 +664,7 @@ fn drawn(
     let mut parsed = folded_read::parse::<Delta>(&diff_folded);
     let diff_folded = parsed.to_text();
     notes.extend(parsed.note(&folded_name));
-    let svg = flamegraph::render_differential(&diff_folded, title, unit)?;
+    let svg = flamegraph::render_differential(&diff_folded, title, unit, &notes[read_from..])?;
     if let Some(note) = svg.as_ref().and_then(|d| d.note.as_ref()) {
         notes.push(format!("{svg_name}: {note}"));
     }

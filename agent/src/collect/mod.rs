@@ -762,7 +762,8 @@ pub struct StackRead {
     /// Weighted samples: a timed slot's stacks carry threshold-sampled
     /// weights (estimates), a count-only slot's the hits themselves.
     pub samples: Vec<StackSample>,
-    /// Per slot, every hit that reached the sampler: (calls, wait ns).
+    /// Per slot, every hit that reached the sampler, less the weight whose
+    /// stack counter found the map full: (calls, wait ns).
     pub seen: HashMap<SlotId, (u64, u64)>,
 }
 
@@ -875,13 +876,18 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectErro
         holds.push((slot, from_bytes::<StackHold>(v)))
     })
     .map_err(read_err(bpf::maps::STACK_HOLD))?;
-    let mut seen: HashMap<SlotId, (u64, u64)> = HashMap::new();
+    // Per slot: (seen calls, seen wait, lost calls, lost wait).
+    let mut sums: HashMap<SlotId, [u64; 4]> = HashMap::new();
     for (slot, h) in holds {
         let h = h.ok_or(CollectError::Layout(bpf::maps::STACK_HOLD))?;
         if h.seen_count > 0 {
-            let e = seen.entry(SlotId::of_index(slot)).or_default();
-            e.0 += h.seen_count;
-            e.1 += h.seen_wait;
+            let e = sums.entry(SlotId::of_index(slot)).or_default();
+            for (sum, v) in e
+                .iter_mut()
+                .zip([h.seen_count, h.seen_wait, h.lost_count, h.lost_wait])
+            {
+                *sum = sum.saturating_add(v);
+            }
         }
         if h.pend_count == 0 && h.pend_wait == 0 {
             continue;
@@ -918,6 +924,10 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectErro
             statement: None,
         });
     }
+    let seen = sums
+        .into_iter()
+        .map(|(slot, [c, w, lc, lw])| (slot, (c.saturating_sub(lc), w.saturating_sub(lw))))
+        .collect();
     Ok(StackRead {
         samples: stacks,
         seen,
@@ -1010,7 +1020,12 @@ mod tests {
         assert_eq!(apportion(&[3, 1], 8), vec![6, 2]);
         assert_eq!(apportion(&[0, 0], 5), vec![5, 0]);
         assert_eq!(apportion(&[2, 0, 2], 3), vec![2, 0, 1]);
-        assert_eq!(apportion(&[u64::MAX, u64::MAX], u64::MAX).iter().sum::<u64>(), u64::MAX);
+        assert_eq!(
+            apportion(&[u64::MAX, u64::MAX], u64::MAX)
+                .iter()
+                .sum::<u64>(),
+            u64::MAX
+        );
         assert!(apportion(&[], 5).is_empty());
     }
 

@@ -171,8 +171,11 @@ pub fn estimate(
     period_s: f64,
     mean_latency_ns: f64,
 ) -> CallEstimate {
-    let observed = crate::model::saturating_sum(windows.iter().map(|w| w.calls));
-    let observed_wait = crate::model::saturating_sum(windows.iter().map(|w| w.wait_ns));
+    let observed = windows.iter().map(|w| w.calls).fold(0, u64::saturating_add);
+    let observed_wait = windows
+        .iter()
+        .map(|w| w.wait_ns)
+        .fold(0, u64::saturating_add);
     let cells = cells(windows, end_s, period_s.max(1e-3));
     let (mut gap_calls, mut gap_wait, mut gap_s) = (0.0, 0.0, 0.0);
     // The windows that stand for time they did not watch, in order:
@@ -274,8 +277,11 @@ pub fn ratio_estimate(
     if aux.len() != windows.len() || windows.is_empty() {
         return None;
     }
-    let observed = crate::model::saturating_sum(windows.iter().map(|w| w.calls));
-    let observed_wait = crate::model::saturating_sum(windows.iter().map(|w| w.wait_ns));
+    let observed = windows.iter().map(|w| w.calls).fold(0, u64::saturating_add);
+    let observed_wait = windows
+        .iter()
+        .map(|w| w.wait_ns)
+        .fold(0, u64::saturating_add);
     let aux_seen: u64 = aux.iter().sum();
     if aux_seen == 0 || aux_total == 0 {
         return None;
@@ -384,7 +390,7 @@ pub fn too_wide(e: &CallEstimate) -> bool {
 pub fn watched_rate(windows: &[OnWindow]) -> (f64, f64) {
     let watched: f64 = windows.iter().map(OnWindow::len).sum();
     // A bundle's windows (report re-renders them): counts may be anything.
-    let seen = crate::model::saturating_sum(windows.iter().map(|w| w.calls));
+    let seen = windows.iter().map(|w| w.calls).fold(0, u64::saturating_add);
     if watched <= 1e-6 {
         return (0.0, 0.0);
     }

@@ -257,7 +257,12 @@ fn slow_redo_flushes_warn_only_where_commits_wait_for_them() {
         commit.calls = 10_000;
         commit.histogram = vec![bucket(1 << 14, 10_000)];
         commit.roles = vec![
-            role("connection", RoleKind::Connection, 9_990, 9_990 * commit_wait_ns),
+            role(
+                "connection",
+                RoleKind::Connection,
+                9_990,
+                9_990 * commit_wait_ns,
+            ),
             role("page cleaner", RoleKind::Background, 10, 50_000_000),
         ];
         commit.wait_ns_total = commit.roles.iter().map(|r| r.wait_ns_total).sum();
@@ -294,20 +299,28 @@ fn slow_redo_flushes_warn_only_where_commits_wait_for_them() {
     assert!(f.title.contains("commits do not wait"), "{}", f.title);
     let text: Vec<&str> = f.evidence.iter().map(|e| e.text.as_str()).collect();
     assert!(
-        text.iter().any(|t| t.contains("96 % of its wait paid by background threads")),
+        text.iter()
+            .any(|t| t.contains("96 % of its wait paid by background threads")),
         "{text:?}"
     );
     assert!(
-        text.iter()
-            .any(|t| t.starts_with("innodb_flush_log_at_trx_commit=2 sync_binlog=0: commits do not wait")),
+        text.iter().any(|t| t
+            .starts_with("innodb_flush_log_at_trx_commit=2 sync_binlog=0: commits do not wait")),
         "{text:?}"
     );
     // Even at a slow device (every commit would pay milliseconds), =2
     // keeps commits out of it.
-    assert_eq!(redo(&recording(&relaxed, 12_000_000)).severity, Severity::Info);
+    assert_eq!(
+        redo(&recording(&relaxed, 12_000_000)).severity,
+        Severity::Info
+    );
     // sync_binlog=1 with the binlog on: commits fsync the binlog; the
     // roles decide (short commit waits here: info).
-    let binlog = [("innodb_flush_log_at_trx_commit", "2"), ("sync_binlog", "1"), ("log_bin", "ON")];
+    let binlog = [
+        ("innodb_flush_log_at_trx_commit", "2"),
+        ("sync_binlog", "1"),
+        ("log_bin", "ON"),
+    ];
     assert_eq!(redo(&recording(&binlog, 16_800)).severity, Severity::Info);
     // No settings read: the roles alone (17 us per commit) say commits
     // did not feel it.
@@ -316,14 +329,24 @@ fn slow_redo_flushes_warn_only_where_commits_wait_for_them() {
     assert!(f.title.contains("well under a millisecond"), "{}", f.title);
     // Durable commits that wait 12 ms each: the warning, weighed by the
     // connections' waiting (9,990 x 12 ms in 10 s), not the page cleaner's.
-    let durable = [("innodb_flush_log_at_trx_commit", "1"), ("sync_binlog", "0")];
+    let durable = [
+        ("innodb_flush_log_at_trx_commit", "1"),
+        ("sync_binlog", "0"),
+    ];
     let f = redo(&recording(&durable, 12_000_000));
     assert_eq!(f.severity, Severity::Warning, "{f:?}");
-    assert!((f.weight - 9_990.0 * 0.012 / 10.0).abs() < 1e-6, "{}", f.weight);
-    assert!(f.evidence.iter().any(|e| e
-        .text
-        .contains("the workload's 9,990 calls waited 12.00 ms on average")),
-        "{:?}", f.evidence);
+    assert!(
+        (f.weight - 9_990.0 * 0.012 / 10.0).abs() < 1e-6,
+        "{}",
+        f.weight
+    );
+    assert!(
+        f.evidence.iter().any(|e| e
+            .text
+            .contains("the workload's 9,990 calls waited 12.00 ms on average")),
+        "{:?}",
+        f.evidence
+    );
     // Durable, but the commits' waits short: the slow flushes were not
     // theirs.
     assert_eq!(redo(&recording(&durable, 16_800)).severity, Severity::Info);

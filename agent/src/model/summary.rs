@@ -486,10 +486,18 @@ impl ProbeRate {
             // No window kept (an older bundle): the attached share of the
             // recording is the time watched.
             let watched = duration_s * smp.attached_fraction;
-            (per(calls as f64, watched), 0.0, per(wait_ns as f64, watched))
+            (
+                per(calls as f64, watched),
+                0.0,
+                per(wait_ns as f64, watched),
+            )
         } else {
             let (rate, half) = crate::cost::estimate::watched_rate(&smp.windows);
-            let watched: f64 = smp.windows.iter().map(|w| (w.end_s - w.start_s).max(0.0)).sum();
+            let watched: f64 = smp
+                .windows
+                .iter()
+                .map(|w| (w.end_s - w.start_s).max(0.0))
+                .sum();
             let waited: f64 = smp.windows.iter().map(|w| w.wait_ns as f64).sum();
             (rate, half, per(waited, watched))
         };

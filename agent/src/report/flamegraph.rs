@@ -52,29 +52,39 @@ pub fn render(
     title: &str,
     count_name: &str,
 ) -> Result<Option<Drawn>, FlameGraphError> {
-    draw(folded_read::parse::<u64>(folded), title, count_name)
+    draw(folded_read::parse::<u64>(folded), title, count_name, &[])
 }
 
 /// A differential flame graph of `folded` (`stack before after` lines,
 /// inferno's difffolded): widths of `after`, red grew, blue shrank.
+/// `cut_before`: what the caps cut of its sides as they were read (their
+/// stacks come here already cut, so only this says it on the graph).
 pub fn render_differential(
     folded: &str,
     title: &str,
     count_name: &str,
+    cut_before: &[String],
 ) -> Result<Option<Drawn>, FlameGraphError> {
-    draw(folded_read::parse::<Delta>(folded), title, count_name)
+    draw(
+        folded_read::parse::<Delta>(folded),
+        title,
+        count_name,
+        cut_before,
+    )
 }
 
 fn draw<C: Counts>(
     folded: Folded<C>,
     title: &str,
     count_name: &str,
+    cut_before: &[String],
 ) -> Result<Option<Drawn>, FlameGraphError> {
     if folded.total().width() == 0 {
         return Ok(None);
     }
     let pruned = prune(&folded);
-    let mut cuts: Vec<String> = folded.cut.describe();
+    let mut cuts: Vec<String> = cut_before.to_vec();
+    cuts.extend(folded.cut.describe());
     if pruned.merged > 0 {
         cuts.push(format!(
             "{} frame(s) past {MAX_RECTANGLES} rectangles or {} MiB merged into their callers",
@@ -325,7 +335,7 @@ mod tests {
 
     #[test]
     fn differential_input() {
-        let d = render_differential("main;a 1 5\nmain;b 4 0\n", "diff", "samples")
+        let d = render_differential("main;a 1 5\nmain;b 4 0\n", "diff", "samples", &[])
             .unwrap()
             .unwrap();
         let svg = String::from_utf8(d.svg).unwrap();
@@ -382,7 +392,10 @@ mod tests {
         let (svg, note) = svg(&folded);
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
         // The frames, inferno's `all` and its background.
-        assert_eq!(svg.matches("<rect").count(), folded_read::MAX_STACK_FRAMES + 2);
+        assert_eq!(
+            svg.matches("<rect").count(),
+            folded_read::MAX_STACK_FRAMES + 2
+        );
         assert!(svg.contains(">[truncated]<") || svg.contains("<title>[truncated] (9 samples"));
         assert!(note.unwrap().contains("deeper than 1024 frames"));
         assert!(svg.len() < 2 << 20, "{}", svg.len());

@@ -131,7 +131,13 @@ mod tests {
         let back = crate::report::folded_read::parse::<u64>(&text);
         let (stack, count) = back.stacks().next().unwrap();
         let read: Vec<&str> = back.frames(stack).collect();
-        let want: Vec<String> = names.iter().map(|n| crate::text::printable(n).into()).collect();
-        assert_eq!((read, count), (want.iter().map(String::as_str).collect(), 2));
+        let want: Vec<String> = names
+            .iter()
+            .map(|n| crate::text::printable(n).into())
+            .collect();
+        assert_eq!(
+            (read, count),
+            (want.iter().map(String::as_str).collect(), 2)
+        );
     }
 }

@@ -212,7 +212,10 @@ pub fn parse<C: Counts>(text: &str) -> Folded<C> {
     }
     if past_cap != C::default() {
         let id = f.intern(TRUNCATED);
-        f.stacks.entry(Box::from([id].as_slice())).or_default().add(past_cap);
+        f.stacks
+            .entry(Box::from([id].as_slice()))
+            .or_default()
+            .add(past_cap);
     }
     f
 }
@@ -302,9 +305,10 @@ impl<C: Counts> Folded<C> {
                 self.cut.unwritten_stacks += 1;
             }
             // One line per stack: a kept `[truncated]` takes the rest in.
-            match lines.iter_mut().find(|(_, l)| {
-                C::split(l.trim_end()).is_some_and(|(s, _)| s == TRUNCATED)
-            }) {
+            match lines
+                .iter_mut()
+                .find(|(_, l)| C::split(l.trim_end()).is_some_and(|(s, _)| s == TRUNCATED))
+            {
                 Some((_, line)) => {
                     let (_, mut c) = C::split(line.trim_end()).expect("just matched");
                     c.add(rest);
@@ -378,8 +382,10 @@ mod tests {
     use super::*;
 
     fn names(f: &Folded<u64>) -> Vec<(Vec<&str>, u64)> {
-        let mut v: Vec<(Vec<&str>, u64)> =
-            f.stacks().map(|(s, c)| (f.frames(s).collect(), c)).collect();
+        let mut v: Vec<(Vec<&str>, u64)> = f
+            .stacks()
+            .map(|(s, c)| (f.frames(s).collect(), c))
+            .collect();
         v.sort();
         v
     }
@@ -387,10 +393,7 @@ mod tests {
     #[test]
     fn merges_equal_stacks_and_skips_what_has_no_count() {
         let f = parse::<u64>("main;a 2\n\nmain;a 3\nmain;b x\nmain;b 0\n  main;c 1  \nnocount\n");
-        assert_eq!(
-            names(&f),
-            [(vec!["main", "a"], 5), (vec!["main", "c"], 1)]
-        );
+        assert_eq!(names(&f), [(vec!["main", "a"], 5), (vec!["main", "c"], 1)]);
         assert_eq!(f.cut.unreadable_lines, 2);
         assert_eq!(f.total(), 6);
     }
@@ -406,7 +409,10 @@ mod tests {
         assert_eq!((stack.len(), count), (MAX_STACK_FRAMES, 7));
         assert_eq!(f.frames(stack).last(), Some(TRUNCATED));
         assert_eq!(f.cut.deep_lines, 1);
-        assert!(f.note("x/oncpu.folded").unwrap().contains("deeper than 1024"));
+        assert!(f
+            .note("x/oncpu.folded")
+            .unwrap()
+            .contains("deeper than 1024"));
         // Exactly at the cap: nothing cut.
         let mut line = "g;".repeat(MAX_STACK_FRAMES);
         line.pop();
@@ -441,7 +447,13 @@ mod tests {
     fn differential_lines_read_both_counts() {
         let f = parse::<Delta>("main;a 1 5\nmain;b 4 0\nmain;c 3\n");
         assert_eq!(f.len(), 2);
-        assert_eq!(f.total(), Delta { before: 5, after: 5 });
+        assert_eq!(
+            f.total(),
+            Delta {
+                before: 5,
+                after: 5
+            }
+        );
         assert_eq!(f.cut.unreadable_lines, 1);
     }
 
@@ -459,7 +471,13 @@ mod tests {
         let back = parse::<u64>(&text);
         assert_eq!(
             names(&back)[0].0,
-            ["red\\x1b[31m", "nul\\x00", "bel\\x07", "nel\\u{85}", "nonchar\\u{fffe}"]
+            [
+                "red\\x1b[31m",
+                "nul\\x00",
+                "bel\\x07",
+                "nel\\u{85}",
+                "nonchar\\u{fffe}"
+            ]
         );
     }
 }
