@@ -1215,12 +1215,18 @@ pub fn plan(
     // budget take all of it, leaving the others 5 % of the time (19 s
     // off): the default set on MariaDB 10.2.11 at 650 tps was seen in
     // [0, 3] and [22, 26] s of 30, every estimate ±270 %.
+    // A probe within an equal share of the steady budget is never cut for
+    // what the others spent: a window a hot neighbour overspent (allowance
+    // 0) cut every probe, a 0.2 % one beside it included (its count then
+    // an estimate, e2e a_cheap_probe_beside_a_cut_hot_one_counts_exactly).
+    // Those shares add up to the budget at most.
+    let guaranteed = budget / demand.len().max(1) as f64;
     let mut left = allowance.max(0.0);
     let mut rest = Vec::new();
     for (k, &i) in order.iter().enumerate() {
         let share = left / (order.len() - k) as f64;
-        if rest.is_empty() && cost_at(i, 1) <= share {
-            left -= cost_at(i, 1);
+        if rest.is_empty() && (cost_at(i, 1) <= share || cost_at(i, 1) <= guaranteed) {
+            left = (left - cost_at(i, 1)).max(0.0);
         } else {
             rest.push(i);
         }
@@ -1464,6 +1470,22 @@ mod tests {
         // Hopeless: still at the minimum duty, never off for good.
         let p = plan(&[(1e7, cost(1_000.0, 0.0))], 0.01, 0.01, 0.05);
         assert_eq!(p[0].duty, 0.05);
+    }
+
+    /// A window its hot neighbour overspent (nothing allowed) cuts the hot
+    /// probe to its minimum duty; the cheap one, within its half of the
+    /// budget, stays fully on with every stack.
+    #[test]
+    fn a_cheap_probe_is_not_cut_for_what_its_neighbour_spent() {
+        let cheap = (400.0, cost(4_000.0, 1_000.0)); // 0.2 % of a core
+        let hot = (60_000.0, cost(4_000.0, 1_000.0)); // 30 %
+        let p = plan(&[cheap, hot], 0.0, 0.01, 0.05);
+        assert_eq!((p[0].stack_every, p[0].duty), (1, 1.0), "{p:?}");
+        assert_eq!(p[1].duty, 0.05, "{p:?}");
+        // Over its share (0.6 % of a 1 % budget for two), it is cut too.
+        let dearer = (1_200.0, cost(4_000.0, 1_000.0));
+        let p = plan(&[dearer, hot], 0.0, 0.01, 0.05);
+        assert!(p[0].duty < 1.0, "{p:?}");
     }
 
     #[test]
