@@ -293,3 +293,39 @@ fn mysql_5_6_24_kill9_of_innoprof_then_of_mysqld() {
     assert!(stdout.contains("calls/s"));
     assert_nothing_left_behind("kill -9 of mysqld");
 }
+
+/// mysqld stopped (SIGSTOP) a second into a 4 s recording: the recording
+/// still ends at 4 s (the probes detach before the end snapshot, which
+/// waits for the server at most 3 s), its end snapshot is one plain line
+/// on stderr, in summary.json and in summary.txt, the bundle is complete,
+/// and the server carries on once continued.
+#[test]
+fn mariadb_10_2_11_stopped_during_the_recording() {
+    let _k = kernel_lock();
+    let server = Server::start("mariadb-10.2.11", &[]);
+    let pid = server.pid.to_string();
+    let mut rec = Recording::start(&["--pid", &pid, "--duration", "4s"]);
+    rec.wait_attached();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // SAFETY: stopping the server this test started (continued below).
+    unsafe { libc::kill(server.pid as i32, libc::SIGSTOP) };
+    let (code, stdout, rec) = rec.finish();
+    // SAFETY: as above.
+    unsafe { libc::kill(server.pid as i32, libc::SIGCONT) };
+    let stderr = rec.stderr();
+    assert_eq!(code, Some(0), "{stderr}");
+    let line = "the server did not answer within 3 s: end snapshot skipped";
+    assert_eq!(stderr.matches(line).count(), 1, "{stderr}");
+    for debug_text in ["IoError", "Error {", "Some(", "kind:"] {
+        assert!(!stderr.contains(debug_text), "{stderr}");
+    }
+    let s = rec.summary();
+    assert!(s.complete, "{stderr}");
+    assert!(s.duration_s > 3.9 && s.duration_s < 4.6, "{}", s.duration_s);
+    let state = s.server_state.as_ref().expect("the start snapshot was read");
+    assert_eq!(state.error.as_deref(), Some(line));
+    assert!(state.start.is_some() && state.end.is_none());
+    assert!(rec.file("summary.txt").contains(line));
+    assert!(stdout.contains("calls/s"), "{stdout}");
+    assert_eq!(server.sql("select 1").trim(), "1");
+}
