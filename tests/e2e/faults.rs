@@ -322,7 +322,10 @@ fn mariadb_10_2_11_stopped_during_the_recording() {
     let s = rec.summary();
     assert!(s.complete, "{stderr}");
     assert!(s.duration_s > 3.9 && s.duration_s < 4.6, "{}", s.duration_s);
-    let state = s.server_state.as_ref().expect("the start snapshot was read");
+    let state = s
+        .server_state
+        .as_ref()
+        .expect("the start snapshot was read");
     assert_eq!(state.error.as_deref(), Some(line));
     assert!(state.start.is_some() && state.end.is_none());
     assert!(rec.file("summary.txt").contains(line));

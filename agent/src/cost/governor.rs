@@ -1215,11 +1215,12 @@ pub fn plan(
     // budget take all of it, leaving the others 5 % of the time (19 s
     // off): the default set on MariaDB 10.2.11 at 650 tps was seen in
     // [0, 3] and [22, 26] s of 30, every estimate ±270 %.
-    // A probe within an equal share of the steady budget is never cut for
-    // what the others spent: a window a hot neighbour overspent (allowance
-    // 0) cut every probe, a 0.2 % one beside it included (its count then
-    // an estimate, e2e a_cheap_probe_beside_a_cut_hot_one_counts_exactly).
-    // Those shares add up to the budget at most.
+    // A probe within an equal share of the steady budget, at every stack
+    // or at the sparsest, is never cut for what the others spent: a window
+    // a hot neighbour overspent (allowance 0) cut every probe, a 0.3 % one
+    // beside it included (its count then an estimate, e2e
+    // a_cheap_probe_beside_a_cut_hot_one_counts_exactly). Those shares add
+    // up to the budget at most.
     let guaranteed = budget / demand.len().max(1) as f64;
     let mut left = allowance.max(0.0);
     let mut rest = Vec::new();
@@ -1257,8 +1258,8 @@ pub fn plan(
         let share = left / remaining as f64;
         remaining -= 1;
         let cost = cost_at(i, every);
-        if cost <= share {
-            left -= cost;
+        if cost <= share || cost <= guaranteed {
+            left = (left - cost).max(0.0);
             continue;
         }
         plans[i].duty = (share / cost).max(min_duty);
@@ -1482,8 +1483,15 @@ mod tests {
         let p = plan(&[cheap, hot], 0.0, 0.01, 0.05);
         assert_eq!((p[0].stack_every, p[0].duty), (1, 1.0), "{p:?}");
         assert_eq!(p[1].duty, 0.05, "{p:?}");
-        // Over its share (0.6 % of a 1 % budget for two), it is cut too.
-        let dearer = (1_200.0, cost(4_000.0, 1_000.0));
+        // Over its share (0.5 % each of a 1 % budget for two) at every
+        // stack (0.6 %) but within it at the sparsest (0.4 %): on, its
+        // stacks thinned.
+        let stacked = (1_000.0, cost(4_000.0, 2_000.0));
+        let p = plan(&[stacked, hot], 0.0, 0.01, 0.05);
+        assert_eq!(p[0].duty, 1.0, "{p:?}");
+        assert!(p[0].stack_every > 1, "{p:?}");
+        // Over it even without stacks (0.6 %): cut too.
+        let dearer = (1_500.0, cost(4_000.0, 1_000.0));
         let p = plan(&[dearer, hot], 0.0, 0.01, 0.05);
         assert!(p[0].duty < 1.0, "{p:?}");
     }

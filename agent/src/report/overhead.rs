@@ -73,7 +73,7 @@ pub fn render(summary: &Summary) -> String {
         .collect();
     if !thinned.is_empty() {
         out.push_str(&format!(
-            "stacks sampled by the governor: {}; each stack taken carries the hits since the one before (folded totals exact, the split between stacks a sample)\n",
+            "stacks sampled by the governor: {}; each stack taken stands for N times the hits it would (folded totals exact, the split between stacks a sample)\n",
             thinned.join(", "),
         ));
     }

@@ -81,20 +81,35 @@ impl SqlError {
     /// No answer in time, or the connection broke: every later query on
     /// the connection would fail (or wait) the same way.
     pub fn is_unanswered(&self) -> bool {
-        matches!(self.0, mysql::Error::IoError(_))
+        self.io_kind().is_some()
+    }
+
+    /// The kind of the I/O error under it, if any: a read timeout inside
+    /// a packet's framing comes wrapped by the codec (a stopped server's
+    /// end snapshot failed as `CodecError`, so it read as answered).
+    fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match &self.0 {
+            mysql::Error::IoError(e) => Some(e.kind()),
+            mysql::Error::CodecError(e) => std::error::Error::source(e)?
+                .downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind),
+            _ => None,
+        }
     }
 }
 
 impl std::fmt::Display for SqlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use std::io::ErrorKind::{TimedOut, WouldBlock};
-        match &self.0 {
-            // The read timeout (SO_RCVTIMEO) reads as EAGAIN.
-            mysql::Error::IoError(e) if matches!(e.kind(), WouldBlock | TimedOut) => write!(
+        // The read timeout (SO_RCVTIMEO) reads as EAGAIN.
+        if matches!(self.io_kind(), Some(WouldBlock | TimedOut)) {
+            return write!(
                 f,
                 "the server did not answer within {} s",
                 QUERY_TIMEOUT.as_secs()
-            ),
+            );
+        }
+        match &self.0 {
             mysql::Error::IoError(e) => write!(f, "{e}"),
             mysql::Error::CodecError(e) => write!(f, "{e}"),
             mysql::Error::MySqlError(e) => write!(f, "{e}"),
@@ -493,6 +508,12 @@ mod tests {
             "the server did not answer within 3 s"
         );
         assert!(timeout.is_unanswered());
+        // The same timeout met inside a packet, wrapped by the codec.
+        let framed = SqlError(mysql::Error::CodecError(
+            std::io::Error::from(std::io::ErrorKind::WouldBlock).into(),
+        ));
+        assert!(framed.is_unanswered());
+        assert_eq!(framed.to_string(), "the server did not answer within 3 s");
         let broken = SqlError(mysql::Error::IoError(std::io::Error::from_raw_os_error(
             libc::EPIPE,
         )));

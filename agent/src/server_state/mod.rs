@@ -244,12 +244,13 @@ impl StateCapture {
             ..Default::default()
         };
         let conn = &mut self.session.conn;
+        let mut silent = false;
         let names = quoted(SAMPLED_STATUS);
         if let Some(rows) = query_noting(
             conn,
             "status",
             &format!("SHOW GLOBAL STATUS WHERE Variable_name IN ({names})"),
-            &mut point.errors,
+            (&mut point.errors, &mut silent),
         ) {
             for r in rows {
                 if let (Some(k), Some(v)) = (cell(&r, 0), num(&r, 1)) {
@@ -264,7 +265,7 @@ impl StateCapture {
             "SELECT COUNT FROM information_schema.INNODB_METRICS \
              WHERE NAME = 'trx_rseg_history_len' \
              AND TIME_ENABLED IS NOT NULL AND TIME_DISABLED IS NULL",
-            &mut point.errors,
+            (&mut point.errors, &mut silent),
         ) {
             point.history_list_length = rows.first().and_then(|r| num(r, 0));
         }
@@ -279,7 +280,7 @@ impl StateCapture {
                 "SELECT trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx_started, NOW()) \
                  FROM information_schema.INNODB_TRX {own} ORDER BY trx_started LIMIT 1"
             ),
-            &mut point.errors,
+            (&mut point.errors, &mut silent),
         ) {
             if let Some(r) = rows.first() {
                 point.oldest_trx_connection = num(r, 0);
@@ -596,18 +597,26 @@ impl Budgeted<'_> {
 }
 
 /// Runs `q`; a failure is noted in `errors` as `what`, not returned.
+/// One query of a sample; after a query the server did not answer
+/// (`*silent`), none: each would wait its own timeout on a stopped server
+/// (3 of them outlasted the capture's deadline).
 fn query_noting(
     conn: &mut mysql::Conn,
     what: &str,
     q: &str,
-    errors: &mut Vec<QueryError>,
+    (errors, silent): (&mut Vec<QueryError>, &mut bool),
 ) -> Option<Vec<mysql::Row>> {
+    if *silent {
+        return None;
+    }
     match conn.query::<mysql::Row, _>(q) {
         Ok(rows) => Some(rows),
         Err(e) => {
+            let e = SqlError(e);
+            *silent = e.is_unanswered();
             errors.push(QueryError {
                 what: what.into(),
-                error: crate::error_chain(&SqlError(e)),
+                error: crate::error_chain(&e),
             });
             None
         }
