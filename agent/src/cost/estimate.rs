@@ -171,11 +171,8 @@ pub fn estimate(
     period_s: f64,
     mean_latency_ns: f64,
 ) -> CallEstimate {
-    let observed = windows.iter().map(|w| w.calls).fold(0, u64::saturating_add);
-    let observed_wait = windows
-        .iter()
-        .map(|w| w.wait_ns)
-        .fold(0, u64::saturating_add);
+    let observed = saturating_sum(windows.iter().map(|w| w.calls));
+    let observed_wait = saturating_sum(windows.iter().map(|w| w.wait_ns));
     let cells = cells(windows, end_s, period_s.max(1e-3));
     let (mut gap_calls, mut gap_wait, mut gap_s) = (0.0, 0.0, 0.0);
     // The windows that stand for time they did not watch, in order:
@@ -277,11 +274,8 @@ pub fn ratio_estimate(
     if aux.len() != windows.len() || windows.is_empty() {
         return None;
     }
-    let observed = windows.iter().map(|w| w.calls).fold(0, u64::saturating_add);
-    let observed_wait = windows
-        .iter()
-        .map(|w| w.wait_ns)
-        .fold(0, u64::saturating_add);
+    let observed = saturating_sum(windows.iter().map(|w| w.calls));
+    let observed_wait = saturating_sum(windows.iter().map(|w| w.wait_ns));
     let aux_seen: u64 = aux.iter().sum();
     if aux_seen == 0 || aux_total == 0 {
         return None;
@@ -384,13 +378,19 @@ pub fn too_wide(e: &CallEstimate) -> bool {
     e.gap_s > 0.0 && e.calls_bound > 0.5 * e.calls
 }
 
+/// The sum of counts read from a bundle (any of them may be `u64::MAX`),
+/// stopping at `u64::MAX` rather than overflowing.
+pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
+    counts.into_iter().fold(0, u64::saturating_add)
+}
+
 /// Calls per second watched over `windows`, with a 95 % half-width: the
 /// windows' rates weighted by their length, their spread (Student's t for
 /// the windows), floored at the Poisson noise of all the calls seen.
 pub fn watched_rate(windows: &[OnWindow]) -> (f64, f64) {
     let watched: f64 = windows.iter().map(OnWindow::len).sum();
     // A bundle's windows (report re-renders them): counts may be anything.
-    let seen = windows.iter().map(|w| w.calls).fold(0, u64::saturating_add);
+    let seen = saturating_sum(windows.iter().map(|w| w.calls));
     if watched <= 1e-6 {
         return (0.0, 0.0);
     }

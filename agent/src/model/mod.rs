@@ -11,8 +11,5 @@ pub mod timeseries;
 pub mod top_symbols;
 pub mod who;
 
-/// The sum of counts read from a bundle (any of them may be `u64::MAX`),
-/// stopping at `u64::MAX` rather than overflowing.
-pub fn saturating_sum(counts: impl IntoIterator<Item = u64>) -> u64 {
-    counts.into_iter().fold(0, u64::saturating_add)
-}
+/// Defined with the estimates, the lowest stage that sums a bundle's counts.
+pub use crate::cost::estimate::saturating_sum;

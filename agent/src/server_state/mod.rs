@@ -597,9 +597,9 @@ impl Budgeted<'_> {
 }
 
 /// Runs `q`; a failure is noted in `errors` as `what`, not returned.
-/// One query of a sample; after a query the server did not answer
-/// (`*silent`), none: each would wait its own timeout on a stopped server
-/// (3 of them outlasted the capture's deadline).
+/// After a query the server did not answer (`*silent`), runs none: each
+/// would wait its own timeout on a stopped server (3 of them outlasted
+/// the capture's deadline).
 fn query_noting(
     conn: &mut mysql::Conn,
     what: &str,
