@@ -29,6 +29,9 @@ trap 'rm -f "$log"' EXIT
 status=0
 # --no-fail-fast: one failing test binary must not hide the others.
 cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log" || status=$?
+# Attach and detach timed against their promise (a benchmark, not a timed
+# test: medians of interleaved reps; issue 65, they grew 40-400x unseen).
+scripts/bench_attach.py 2>&1 | tee -a "$log" || status=$?
 # One closing line over all test binaries.
 awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
