@@ -66,7 +66,7 @@ def record(innoprof, pid, workdir, n):
     shutil.rmtree(out)
     os.unlink(out + ".tar.gz")
     return {"attach": links["attach_ms"], "detach": links["detach_ms"],
-            "links": links["attach_ms"] + links["detach_ms"], "wall": wall}
+            "sum": links["attach_ms"] + links["detach_ms"], "wall": wall}
 
 
 def main():
@@ -121,11 +121,11 @@ def main():
               f" {'sum/300ms':>10} {'wall/3s':>8}")
         for state, rs in results.items():
             cols = []
-            for key in ("attach", "detach", "links", "wall"):
+            for key in ("attach", "detach", "sum", "wall"):
                 xs = [r[key] for r in rs]
                 spec = ".2f" if key == "wall" else ".0f"
                 cols.append(f"{statistics.median(xs):{spec}} [{min(xs):{spec}}-{max(xs):{spec}}]")
-            link_ratio = statistics.median(r["links"] for r in rs) / PROMISE_LINK_MS
+            link_ratio = statistics.median(r["sum"] for r in rs) / PROMISE_LINK_MS
             wall_ratio = statistics.median(r["wall"] for r in rs) / PROMISE_WALL_S
             print(f"{state:<8} " + " ".join(f"{c:>16}" for c in cols)
                   + f" {link_ratio:>10.2f} {wall_ratio:>8.2f}")

@@ -276,10 +276,6 @@ struct ProbeState {
     /// windows but takes a whole burst in every ~0.1 s detach: planned at
     /// the windows' rate, the lag cost 2-3 % of a core on a 1 % budget.
     lag_hits: f64,
-    /// Whether `lag_hits` is a measurement: a switch-off's hits were all
-    /// counted (at the next switch-off; a probe is not re-attached while
-    /// its detach is pending).
-    lag_measured: bool,
 }
 
 impl ProbeState {
@@ -352,7 +348,10 @@ impl ProbeState {
     /// (a bound of 46 %). A bursty probe's bursts in its detaches are in
     /// the count (S1's undo walk), and the count rises at once.
     fn lag_hits(&self, rate: f64, lag: f64) -> f64 {
-        let expected = if self.lag_measured {
+        // A switch-off's hits are all counted at the next switch-off (a
+        // probe is not re-attached while its detach is pending), which
+        // closes the second window.
+        let expected = if self.windows.len() >= 2 {
             self.lag_hits
         } else {
             rate * lag
@@ -507,7 +506,6 @@ impl Governor {
                     ever_cut: false,
                     lag_hits_now: 0,
                     lag_hits: 0.0,
-                    lag_measured: false,
                 };
                 s.last = s.sum(counts);
                 s.slot_last = s
@@ -1057,13 +1055,14 @@ impl ProbeState {
     /// A cut probe's window and stride for its `share` of each period, no
     /// more than its part of the window's room beyond what is held pays for.
     fn size_windows(&mut self, share: Allotment, w: &Windows, cfg: &GovernorConfig) {
-        let full = self.steady_rate(w.lag) * self.per_call_ns(self.stack_every) / 1e9;
+        let rate = self.steady_rate(w.lag);
+        let full = rate * self.per_call_ns(self.stack_every) / 1e9;
         let affordable = if full > 0.0 {
             (w.free_each / full + cfg.min_window.as_secs_f64()) / cfg.period.as_secs_f64()
         } else {
             1.0
         };
-        let lag_on = self.lag_on_s(self.steady_rate(w.lag), w.lag);
+        let lag_on = self.lag_on_s(rate, w.lag);
         self.window = window_len(share.duty.min(affordable).max(cfg.min_duty()), lag_on, cfg);
         self.stride = stride(self, share, w.lag, cfg);
         self.stride_max = self.stride_max.max(self.stride);
@@ -1191,12 +1190,7 @@ fn switch_off(p: &mut ProbeState, now: Instant, started: Instant, actions: &mut 
         // while its detach is pending.
         if !p.windows.is_empty() {
             let seen = p.lag_hits_now as f64;
-            p.lag_hits = if p.lag_measured {
-                seen.max((p.lag_hits + seen) / 2.0)
-            } else {
-                seen
-            };
-            p.lag_measured = true;
+            p.lag_hits = seen.max((p.lag_hits + seen) / 2.0);
         }
         p.lag_hits_now = 0;
         let secs = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
@@ -1838,9 +1832,15 @@ mod tests {
         let allowed = 0.01 * GovernorConfig::default().window.as_secs_f64();
         let (worst, total, windows) = detach_sim(60_000, cost(1_100.0, 0.0), MS(150), 0.02, true);
         assert!(windows >= 50, "{windows} windows in a minute");
-        assert!(worst <= allowed * 1.05, "{worst:.4} s of CPU in a window allowing {allowed} s");
+        assert!(
+            worst <= allowed * 1.05,
+            "{worst:.4} s of CPU in a window allowing {allowed} s"
+        );
         // The budget is spent watching: most of the minute's.
-        assert!(total >= 0.01 * 60.0 * 0.7, "{total:.4} s of CPU in a minute");
+        assert!(
+            total >= 0.01 * 60.0 * 0.7,
+            "{total:.4} s of CPU in a minute"
+        );
     }
 
     /// The most CPU `spent` (time, cumulative spend) grew by within any
