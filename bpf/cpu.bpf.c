@@ -28,6 +28,14 @@ const volatile __u32 unwind_rows_len = 0;
 /* Halvings that narrow unwind_rows_len rows to one (at most 24): a known
  * constant, so the verifier walks the search exactly that many times. */
 const volatile __u32 unwind_steps = 0;
+/* The index over the rows (cpu.h): its regions, their bucket size as a
+ * shift, and the halvings that narrow the regions to one and the fullest
+ * bucket's rows to one (each known at load, so each search is a loop of
+ * known length without branches). */
+const volatile __u32 unwind_regions_len = 0;
+const volatile __u32 unwind_region_steps = 0;
+const volatile __u32 unwind_shift = 0;
+const volatile __u32 unwind_bucket_steps = 0;
 /* 1: on-CPU stacks are keyed by statement too (see cpu_stack.query_id);
  * 0: statements are counted in stmt_cpu only. */
 const volatile __u8 stmt_in_key = 0;
@@ -68,6 +76,22 @@ struct {
 	__type(value, struct unwind_row);
 } unwind_rows SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, UNWIND_MAX_REGIONS);
+	__type(key, __u32);
+	__type(value, struct unwind_region);
+} unwind_regions SEC(".maps");
+
+/* Written as unwind_rows is, sized at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_bucket);
+} unwind_buckets SEC(".maps");
+
 /* Scratch space (a stack key does not fit the 512-byte BPF stack), one
  * per program so neither can clobber the other's. */
 struct {
@@ -99,30 +123,81 @@ static __always_inline void count(__u32 idx, __u64 n)
 		*v += n; /* per-CPU: no atomics needed */
 }
 
-/* The row covering `addr`: the last one starting at or below it. */
-static __always_inline struct unwind_row *find_row(__u64 addr)
+/* Narrows [*lo, *hi) of unwind_rows to the last row starting at or below
+ * `addr`, in `steps` halvings without a branch the verifier must follow
+ * both ways (a search with branches was 34 ms of the sampler's 38 ms of
+ * verification at every start). Once [lo, hi) holds one row, further
+ * steps leave lo where it is. */
+static __always_inline int narrow_rows(__u64 addr, __u32 *lo, __u32 *hi, __u32 steps)
 {
-	__u32 lo = 0, hi = unwind_rows_len, mid, above;
+	__u32 l = *lo, h = *hi, mid, above;
 	struct unwind_row *row;
 	int i;
 
-	if (!hi)
-		return NULL;
-	/* A fixed number of steps, each without a branch the verifier must
-	 * follow both ways: this search was 34 ms of the sampler's 38 ms of
-	 * verification at every start. Once [lo, hi) holds one row, further
-	 * steps leave lo where it is. */
-	for (i = 0; i < unwind_steps && i < 24; i++) {
-		mid = lo + (hi - lo) / 2;
+	for (i = 0; i < steps && i < 24; i++) {
+		mid = l + (h - l) / 2;
 		row = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!row)
-			return NULL;
+			return -1;
 		/* All ones when the row starts above addr (user addresses are
 		 * below 2^63). */
 		above = (__u32)((__s64)(addr - row->addr) >> 63);
-		lo = (lo & above) | (mid & ~above);
-		hi = (mid & above) | (hi & ~above);
+		l = (l & above) | (mid & ~above);
+		h = (mid & above) | (h & ~above);
 	}
+	*lo = l;
+	*hi = h;
+	return 0;
+}
+
+/* The rows an address's bucket holds, as [*lo, *hi); 0 where no region
+ * holds the address. */
+static __always_inline int bucket_rows(__u64 addr, __u32 *lo, __u32 *hi)
+{
+	__u32 l = 0, h = unwind_regions_len, mid, above, k;
+	struct unwind_region *r;
+	struct unwind_bucket *b;
+	int i;
+
+	if (!h)
+		return 0;
+	/* The last region starting at or below addr, as narrow_rows does. */
+	for (i = 0; i < unwind_region_steps && i < 8; i++) {
+		mid = l + (h - l) / 2;
+		r = bpf_map_lookup_elem(&unwind_regions, &mid);
+		if (!r)
+			return 0;
+		above = (__u32)((__s64)(addr - r->start) >> 63);
+		l = (l & above) | (mid & ~above);
+		h = (mid & above) | (h & ~above);
+	}
+	r = bpf_map_lookup_elem(&unwind_regions, &l);
+	if (!r || addr < r->start || addr >= r->end)
+		return 0;
+	k = r->first + (__u32)((addr - r->start) >> unwind_shift);
+	b = bpf_map_lookup_elem(&unwind_buckets, &k);
+	if (!b || b->hi <= b->lo)
+		return 0;
+	*lo = b->lo;
+	*hi = b->hi;
+	return 1;
+}
+
+/* The row covering `addr`: the last one starting at or below it. */
+static __always_inline struct unwind_row *find_row(__u64 addr)
+{
+	__u32 lo = 0, hi = unwind_rows_len;
+	struct unwind_row *row;
+	int err;
+
+	if (!hi)
+		return NULL;
+	if (bucket_rows(addr, &lo, &hi))
+		err = narrow_rows(addr, &lo, &hi, unwind_bucket_steps);
+	else
+		err = narrow_rows(addr, &lo, &hi, unwind_steps);
+	if (err)
+		return NULL;
 	row = bpf_map_lookup_elem(&unwind_rows, &lo);
 	if (!row || row->addr > addr)
 		return NULL;

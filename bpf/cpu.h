@@ -81,6 +81,29 @@ struct unwind_row {
 	__u8 kind;
 };
 
+/*
+ * An index over the rows, so that a frame's search reads a few cache lines
+ * instead of one per halving of all the rows (~175,000 for mysqld: 18
+ * halvings, each a likely cache miss at a 100 Hz sampler's pace, were most
+ * of a sample's cost). Rows close in address form a region; a region is
+ * cut into buckets of 2^unwind_shift bytes, and a bucket holds the rows
+ * that may cover an address in it: [lo, hi). Addresses outside every
+ * region are searched over all the rows, as before.
+ */
+#define UNWIND_MAX_REGIONS 64
+
+struct unwind_region {
+	__u64 start; /* its first bucket's address */
+	__u64 end;   /* one past its last bucket's */
+	__u32 first; /* its first bucket's index in unwind_buckets */
+	__u32 pad;
+};
+
+struct unwind_bucket {
+	__u32 lo; /* the row covering the bucket's first byte (or 0) */
+	__u32 hi; /* one past the last row starting in the bucket */
+};
+
 /* Indexes of the per-CPU `cpu_counters` array. */
 enum cpu_counter {
 	CNT_TICKS = 0,            /* cpu-clock ticks seen, any process */

@@ -113,6 +113,28 @@ pub struct UnwindRow {
 }
 mirrors_unwind_row!(UnwindRow);
 
+pub const UNWIND_MAX_REGIONS: usize = defines::UNWIND_MAX_REGIONS as usize;
+
+/// A run of rows close in address, cut into buckets (bpf/cpu.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Zeroable, bytemuck::Pod)]
+pub struct UnwindRegion {
+    pub start: u64,
+    pub end: u64,
+    pub first: u32,
+    pub pad: u32,
+}
+mirrors_unwind_region!(UnwindRegion);
+
+/// The rows that may cover an address in one bucket: [lo, hi).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Zeroable, bytemuck::Pod)]
+pub struct UnwindBucket {
+    pub lo: u32,
+    pub hi: u32,
+}
+mirrors_unwind_bucket!(UnwindBucket);
+
 /// Indexes of the per-CPU `cpu_counters` array (`enum cpu_counter`).
 #[derive(Debug, Clone, Copy)]
 pub enum Counter {

@@ -13,6 +13,7 @@ mod offcpu;
 mod sampler;
 pub mod unwind;
 pub mod unwind_cache;
+pub mod unwind_index;
 
 use crate::bpf::layout::cpu as bpf;
 pub use error::CpuError;
@@ -28,6 +29,7 @@ use crate::collect::{map, read_hash, CollectError};
 use crate::symbolize::ProcessMaps;
 use abi::{Counter, CpuStack, OffCpuVal, UnwindRow, COUNTERS, CPU_OBJ, PROG_SAMPLE, PROG_SWITCH};
 use unwind::UnwindTable;
+use unwind_index::{search_steps, UnwindIndex};
 
 pub use unwind::UnwindInfo;
 
@@ -141,11 +143,12 @@ impl CpuProfiler {
             return Err(CpuError::Frequency(opts.frequency_hz));
         }
         let statements = share.as_ref().is_some_and(|s| s.thd.how != 0);
-        let mut obj = load_object(pid, opts, unwind.rows.len(), share)?;
+        let index = UnwindIndex::build(&unwind.rows);
+        let mut obj = load_object(pid, opts, unwind.rows.len(), &index, share)?;
         // Before any program is attached: every run is then measured, so
         // the sampler's runs equal the ticks it counted.
         let run_stats = crate::bpf::run_stats::enable();
-        load_rows(&obj, &unwind.rows)?;
+        load_rows(&obj, &unwind.rows, &index)?;
         // Off-CPU first: if the tracepoint is refused, no perf event was
         // opened for nothing.
         let switches = if opts.offcpu {
@@ -339,20 +342,42 @@ fn exe_module(pid: u32) -> Option<String> {
     Some(name.trim_end_matches(" (deleted)").to_string())
 }
 
-/// Copies the rows into the `unwind_rows` array, sized at load: through
-/// an mmap of the array (one memcpy), else in batches
-/// (`BPF_MAP_UPDATE_BATCH`, Linux >= 5.6: ~40 ms of kernel CPU for
-/// mysqld's ~175,000 rows), else one row per call (~0.1 s).
-fn load_rows(obj: &Object, rows: &[UnwindRow]) -> Result<(), CpuError> {
-    let map = map(obj, bpf::maps::UNWIND_ROWS)?;
+/// Copies the rows into the `unwind_rows` array and the index over them
+/// into `unwind_buckets` and `unwind_regions`, each sized at load.
+fn load_rows(obj: &Object, rows: &[UnwindRow], index: &UnwindIndex) -> Result<(), CpuError> {
+    load_array(obj, bpf::maps::UNWIND_ROWS, rows)?;
+    load_array(obj, bpf::maps::UNWIND_BUCKETS, &index.buckets)?;
+    let regions = map(obj, bpf::maps::UNWIND_REGIONS)?;
+    for (i, region) in index.regions.iter().enumerate() {
+        regions
+            .update(
+                &(i as u32).to_ne_bytes(),
+                bytemuck::bytes_of(region),
+                MapFlags::ANY,
+            )
+            .map_err(CpuError::Unwind)?;
+    }
+    Ok(())
+}
+
+/// Writes `values` at indexes 0.. of the array `name`: through an mmap of
+/// it (one memcpy), else in batches (`BPF_MAP_UPDATE_BATCH`, Linux >= 5.6:
+/// ~40 ms of kernel CPU for mysqld's ~175,000 rows), else one per call
+/// (~0.1 s).
+fn load_array<T: bytemuck::Pod>(
+    obj: &Object,
+    name: &'static str,
+    values: &[T],
+) -> Result<(), CpuError> {
+    let map = map(obj, name)?;
     let fd = map.as_fd().as_raw_fd();
-    if write_mapped(fd, rows).is_ok() || update_batch(fd, rows).is_ok() {
+    if write_mapped(fd, values).is_ok() || update_batch(fd, values).is_ok() {
         return Ok(());
     }
-    for (i, row) in rows.iter().enumerate() {
+    for (i, v) in values.iter().enumerate() {
         map.update(
             &(i as u32).to_ne_bytes(),
-            bytemuck::bytes_of(row),
+            bytemuck::bytes_of(v),
             MapFlags::ANY,
         )
         .map_err(CpuError::Unwind)?;
@@ -368,9 +393,11 @@ fn load_object(
     pid: u32,
     opts: &CpuOptions,
     rows: usize,
+    index: &UnwindIndex,
     share: Option<StatementShare<'_>>,
 ) -> Result<Object, CpuError> {
     let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+    let regions = index.regions.len() as u32;
     // Statements only with the wait probes' maps to share: `thd` stays
     // off otherwise, and the sampler's own statement maps stay unused.
     let share = share.filter(|s| s.thd.how != 0);
@@ -390,6 +417,16 @@ fn load_object(
                 (
                     bpf::globals::UNWIND_STEPS,
                     &search_steps(rows).to_ne_bytes()[..],
+                ),
+                (bpf::globals::UNWIND_REGIONS_LEN, &regions.to_ne_bytes()[..]),
+                (
+                    bpf::globals::UNWIND_REGION_STEPS,
+                    &index.region_steps.to_ne_bytes()[..],
+                ),
+                (bpf::globals::UNWIND_SHIFT, &index.shift.to_ne_bytes()[..]),
+                (
+                    bpf::globals::UNWIND_BUCKET_STEPS,
+                    &index.bucket_steps.to_ne_bytes()[..],
                 ),
             ] {
                 crate::bpf::abi::write_rodata(CPU_OBJ, data, global, value)
@@ -417,6 +454,9 @@ fn load_object(
             }
         } else if name == bpf::maps::UNWIND_ROWS {
             m.set_max_entries(rows.max(1)).map_err(CpuError::Open)?;
+        } else if name == bpf::maps::UNWIND_BUCKETS {
+            let buckets = u32::try_from(index.buckets.len()).unwrap_or(u32::MAX);
+            m.set_max_entries(buckets.max(1)).map_err(CpuError::Open)?;
         } else if !opts.offcpu
             && (name == bpf::maps::OFFCPU_COUNTS || name == bpf::maps::OFFCPU_START)
         {
@@ -433,23 +473,15 @@ fn load_object(
     open.load().map_err(CpuError::Load)
 }
 
-/// Halvings of the walker's binary search that narrow `rows` rows to one:
-/// ceil(log2(rows)).
-fn search_steps(rows: u32) -> u32 {
-    if rows <= 1 {
-        0
-    } else {
-        32 - (rows - 1).leading_zeros()
-    }
-}
-
-// An mmapable array lays its elements out every round_up(value_size, 8)
-// bytes from the mapping's start: exactly a `[UnwindRow]`.
-const _: () = assert!(std::mem::size_of::<UnwindRow>().is_multiple_of(8));
-
 /// Writes `rows` at indexes 0.. of a `BPF_F_MMAPABLE` array map of at
-/// least `rows.len()` entries, through a shared mapping of it.
-fn write_mapped(map_fd: i32, rows: &[UnwindRow]) -> std::io::Result<()> {
+/// least `rows.len()` entries, through a shared mapping of it. An
+/// mmapable array lays its elements out every round_up(value_size, 8)
+/// bytes: exactly a `[T]` where T's size is a multiple of 8 (else the
+/// batch update does it).
+fn write_mapped<T: bytemuck::Pod>(map_fd: i32, rows: &[T]) -> std::io::Result<()> {
+    if !std::mem::size_of::<T>().is_multiple_of(8) {
+        return Err(std::io::Error::other("element size not a multiple of 8"));
+    }
     if rows.is_empty() {
         return Ok(());
     }
@@ -483,7 +515,7 @@ fn write_mapped(map_fd: i32, rows: &[UnwindRow]) -> std::io::Result<()> {
 const BATCH_ROWS: usize = 16_384;
 
 /// Writes `rows` at indexes 0.. of an array map with BPF_MAP_UPDATE_BATCH.
-fn update_batch(map_fd: i32, rows: &[UnwindRow]) -> std::io::Result<()> {
+fn update_batch<T: bytemuck::Pod>(map_fd: i32, rows: &[T]) -> std::io::Result<()> {
     /// `union bpf_attr`'s `batch` member.
     #[repr(C)]
     #[derive(Default)]
@@ -550,26 +582,6 @@ mod tests {
     use super::*;
     use crate::symbolize::StackSymbolizer;
 
-    /// The walker's search narrows [0, rows) to one row in exactly this
-    /// many halvings (each keeps at most the larger half), and no fewer
-    /// would do.
-    #[test]
-    fn search_steps_narrow_to_one_row() {
-        for rows in [0u32, 1, 2, 3, 4, 5, 1000, 174_699, 1 << 24] {
-            let steps = search_steps(rows);
-            let mut left = rows.max(1);
-            for _ in 0..steps {
-                left = left.div_ceil(2);
-            }
-            assert_eq!(left, 1, "{rows} rows, {steps} steps");
-            assert!(
-                steps == 0 || 1u64 << (steps - 1) < u64::from(rows),
-                "{rows}"
-            );
-        }
-        assert_eq!(search_steps(1 << 24), 24);
-    }
-
     /// The sampler's cost is the kernel's measure of every run: statistics
     /// go on before it attaches, so its runs are exactly the ticks it
     /// counted, and a delta of two snapshots is the runs between them.
@@ -631,7 +643,8 @@ mod tests {
                 kind: (i % 5) as u8,
             })
             .collect();
-        let obj = load_object(std::process::id(), &CpuOptions::default(), n, None).unwrap();
+        let index = UnwindIndex::build(&rows);
+        let obj = load_object(std::process::id(), &CpuOptions::default(), n, &index, None).unwrap();
         let map = map(&obj, bpf::maps::UNWIND_ROWS).unwrap();
         update_batch(map.as_fd().as_raw_fd(), &rows).expect("batch update");
         for i in [0, 1, BATCH_ROWS - 1, BATCH_ROWS, BATCH_ROWS + 1, n - 1] {
