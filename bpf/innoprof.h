@@ -92,19 +92,11 @@ struct stack_ips {
 	__u64 ips[STACK_DEPTH];
 };
 
-/* Per probe slot and CPU: the stack sampler's state. Hits between two
- * stacks taken are pending; the next stack taken on this CPU carries
- * them (count and wait), and what is pending when the recording ends
- * belongs to `last` (userspace adds it), so the folded totals of a probe
- * stay exactly its calls and wait. */
+/* Per probe slot and CPU: the stack sampler's state (add_stack). */
 struct stack_hold {
-	__u64 last_ns;    /* when the last stack was taken; 0: never */
-	__u64 pend_count; /* hits since then not yet in stack_counts */
-	__u64 pend_wait;  /* their wait, ns */
-	struct stack_key last;
-	/* Every hit that reached the sampler (stacks on), exactly: a timed
-	 * slot's stacks carry weighted samples (threshold sampling on the
-	 * wait, see add_stack), which userspace scales to these totals. */
+	/* Every hit that reached the sampler (stacks on), exactly: a slot's
+	 * stacks carry weighted samples (see add_stack), which userspace
+	 * scales to these totals. */
 	__u64 seen_count;
 	__u64 seen_wait;
 	/* The weight of the stacks whose counter found stack_counts full
@@ -112,7 +104,28 @@ struct stack_hold {
 	 * that are. */
 	__u64 lost_count;
 	__u64 lost_wait;
+	/* The stack sampler's window on this CPU (STACK_FREE_WINDOW_NS):
+	 * when it began, the hits in it and in the window before, and how
+	 * many took their stacks unsampled. */
+	__u64 win_start;
+	__u64 win_hits;
+	__u64 win_prev;
+	__u64 win_free;
 };
+
+/* A slot's first STACK_FREE_PER_WINDOW hits of each STACK_FREE_WINDOW_NS on
+ * a CPU take their stacks unsampled (weight 1); each later one with
+ * probability at least 1/k, k = (the window's or the previous one's hits) /
+ * STACK_FREE_PER_WINDOW + 1, weighted 1/p (add_stack). So a slot takes
+ * ~2 x STACK_FREE_PER_WINDOW stacks a window on a CPU whatever its rate,
+ * and no stack stands for more than ~k hits. Sampling on the wait alone
+ * left a probe seen ~10 times a second (a contended rw-lock) 1-3 stacks in
+ * 10 s, and a hot short one (the undo walk, ~2 us) stacks weighted ~500
+ * calls each: the role and latch split of its stacks was a handful of
+ * hits', 10-90 points from the exact tables. Each hit's probability is set
+ * by the hits before it, so the weighted sums stay unbiased. */
+#define STACK_FREE_WINDOW_NS 100000000ull
+#define STACK_FREE_PER_WINDOW 5
 
 struct site_key {
 	__u64 slot;

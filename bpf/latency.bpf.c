@@ -805,34 +805,63 @@ static __always_inline __u64 below(__u64 n)
 }
 
 /*
- * Threshold sampling on the wait (a timed hit): a wait at least
- * `stack_interval_ns` (tau) long always takes its stack; a shorter one with
- * probability wait/tau, then weighted as tau of wait and tau/wait calls
- * (rounded at random, so unbiased as an integer). Each stack taken is one
- * hit's own, under its own labels (call site, latch, role, statement):
- * no thread's wait is carried by another thread's stack, and every sum
- * over the stacks (by latch, site, role, statement, frames) estimates the
- * exact one without bias. Returns false when this hit takes no stack;
- * else its weights in *count_w and *wait_w.
+ * Whether this hit takes its stack, and its weights (*count_w calls,
+ * *wait_w ns) if so. The first STACK_FREE_PER_WINDOW hits of the window
+ * on this CPU always, at weight 1 (innoprof.h). Past them, a hit is taken
+ * with probability p = max(wait/tau, 1/k) (tau = `stack_interval_ns`; a
+ * count-only hit has no wait: 1/k), weighted 1/p (a count rounded at
+ * random, so unbiased as an integer): a wait at least tau long always, a
+ * shorter one in proportion to it, and every hit with at least 1/k, so a
+ * hot short waiter's stacks stand for ~k hits each, not tau/wait. Each
+ * stack taken is one hit's own, under its own labels (call site, latch,
+ * role, statement): no thread's wait is carried by another thread's
+ * stack, and every sum over the stacks (by latch, site, role, statement,
+ * frames) estimates the exact one without bias.
  */
-static __always_inline bool wait_sampled(__u64 wait_ns, __u64 *count_w, __u64 *wait_w)
+static __always_inline bool stack_sampled(struct stack_hold *hold, __u64 now, __u64 wait_ns,
+					  bool timed, __u64 *count_w, __u64 *wait_w)
 {
 	/* below() draws from 32 bits: tau is at most ~4.3 s. */
 	__u64 tau = stack_interval_ns < 0xffffffffULL ? stack_interval_ns : 0xffffffffULL;
-	__u64 c, rem;
+	__u64 hits, k, c, rem;
 
+	if (now - hold->win_start >= STACK_FREE_WINDOW_NS) {
+		hold->win_start = now;
+		hold->win_prev = hold->win_hits;
+		hold->win_hits = 0;
+		hold->win_free = 0;
+	}
+	hits = hold->win_hits > hold->win_prev ? hold->win_hits : hold->win_prev;
+	hold->win_hits++;
 	*count_w = 1;
 	*wait_w = wait_ns;
-	if (wait_ns >= tau)
+	/* `--stack-interval 0`: every hit's stack. */
+	if (!tau || hold->win_free < STACK_FREE_PER_WINDOW) {
+		hold->win_free++;
 		return true;
-	if (!wait_ns || below(tau) >= wait_ns)
+	}
+	k = hits / STACK_FREE_PER_WINDOW + 1;
+	if (k > 0xffffffffULL)
+		k = 0xffffffffULL;
+	if (timed && wait_ns >= tau)
+		return true;
+	if (timed && wait_ns * k >= tau) {
+		/* p = wait/tau */
+		if (!wait_ns || below(tau) >= wait_ns)
+			return false;
+		c = tau / wait_ns;
+		rem = tau - c * wait_ns;
+		if (below(wait_ns) < rem)
+			c++;
+		*count_w = c;
+		*wait_w = tau;
+		return true;
+	}
+	/* p = 1/k */
+	if (k > 1 && below(k))
 		return false;
-	c = tau / wait_ns;
-	rem = tau - c * wait_ns;
-	if (below(wait_ns) < rem)
-		c++;
-	*count_w = c;
-	*wait_w = tau;
+	*count_w = k;
+	*wait_w = wait_ns * k;
 	return true;
 }
 
@@ -844,8 +873,8 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 	struct stack_hold *hold;
 	struct slot_stats *st;
 	__u32 skey = (__u32)slot, zero = 0, every;
+	__u64 now, count_w, wait_w;
 	__u32 *n;
-	__u64 now;
 
 	if (!capture_stacks)
 		return;
@@ -868,57 +897,19 @@ static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite sit
 		return;
 	}
 	now = bpf_ktime_get_ns();
-	if (timed) {
-		__u64 count_w, wait_w;
-
-		/* The first hit on a CPU always takes its stack (a slot with
-		 * hits has one); the rest by their wait, then one in `every`. */
-		if (hold->last_ns) {
-			if (!wait_sampled(wait_ns, &count_w, &wait_w) ||
-			    (every > 1 && bpf_get_prandom_u32() % every)) {
-				scratch->busy = 0;
-				return;
-			}
-			count_w *= every;
-			wait_w *= every;
-		} else {
-			count_w = 1;
-			wait_w = wait_ns;
-		}
-		key.stack_hash = take_stack(ctx, &scratch->stack);
-		st = bpf_map_lookup_elem(&stats, &skey);
-		if (st)
-			st->stacks++;
-		add_folded(hold, &key, count_w, wait_w);
-		add_stack_statement(&key, query_id, count_w, wait_w);
-		hold->last_ns = now;
-		hold->last = key;
+	if (!stack_sampled(hold, now, wait_ns, timed, &count_w, &wait_w) ||
+	    (every > 1 && bpf_get_prandom_u32() % every)) {
 		scratch->busy = 0;
 		return;
 	}
-	/* A count-only hit: the hits since the last stack on this CPU ride on
-	 * the next one taken (at most one per `stack_interval_ns`). Which hit
-	 * takes it is the first past a mark in time, so each stream's share of
-	 * the count is its share of the hits; there is no wait to misplace. */
-	hold->pend_count++;
-	hold->pend_wait += wait_ns;
-	/* The first hit on a CPU always takes its stack, so pending hits
-	 * always have a stack to go to. */
-	if (hold->last_ns && (now - hold->last_ns < stack_interval_ns ||
-			      (every > 1 && bpf_get_prandom_u32() % every))) {
-		scratch->busy = 0;
-		return;
-	}
+	count_w *= every;
+	wait_w *= every;
 	key.stack_hash = take_stack(ctx, &scratch->stack);
 	st = bpf_map_lookup_elem(&stats, &skey);
 	if (st)
 		st->stacks++;
-	add_folded(hold, &key, hold->pend_count, hold->pend_wait);
-	add_stack_statement(&key, query_id, hold->pend_count, hold->pend_wait);
-	hold->pend_count = 0;
-	hold->pend_wait = 0;
-	hold->last_ns = now;
-	hold->last = key;
+	add_folded(hold, &key, count_w, wait_w);
+	add_stack_statement(&key, query_id, count_w, wait_w);
 	scratch->busy = 0;
 }
 

@@ -159,7 +159,8 @@ struct RecordArgs {
     /// Do not capture stacks (cheaper; counts and latency only).
     #[arg(long, conflicts_with_all = ["max_stacks", "stack_interval"])]
     no_stacks: bool,
-    /// τ of the stack sampling: a wait of DURATION or more always takes its stack, a shorter
+    /// τ of the stack sampling: past a timed probe's first 10 hits of each 100 ms on each CPU
+    /// (always taken), a wait of DURATION or more always takes its stack, a shorter
     /// one with probability wait/DURATION (weighted for the hits it stands for); a count-only
     /// probe takes one at most once per DURATION on each CPU. Folded totals stay exact, the
     /// split between stacks is an unbiased sample. `0`: every hit's stack (dearer on hot probes).

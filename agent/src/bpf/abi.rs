@@ -172,10 +172,6 @@ pub const STACK_DEPTH: usize = defines::STACK_DEPTH as usize;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct StackHold {
-    pub last_ns: u64,
-    pub pend_count: u64,
-    pub pend_wait: u64,
-    pub last: StackKey,
     /// Every hit that reached the sampler, exactly (calls, wait ns): what
     /// a slot's weighted stacks are scaled to.
     pub seen_count: u64,
@@ -184,6 +180,12 @@ pub struct StackHold {
     /// ns): in no stack, so not scaled onto the stacks kept.
     pub lost_count: u64,
     pub lost_wait: u64,
+    /// The sampler's window on this CPU: its start, its hits, the previous
+    /// window's hits, and the stacks it took unsampled.
+    pub win_start: u64,
+    pub win_hits: u64,
+    pub win_prev: u64,
+    pub win_free: u64,
 }
 mirrors_stack_hold!(StackHold);
 

@@ -861,12 +861,11 @@ fn apportion(weights: &[u64], total: u64) -> Vec<u64> {
     out
 }
 
-/// The folded counters, plus what each CPU's sampler still holds for a
-/// slot (hits since its last stack), added to that last stack, and each
-/// slot's exact totals of the hits its sampler saw.
+/// The folded counters, and each slot's exact totals of the hits its
+/// sampler saw (what its weighted stacks are scaled to).
 fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectError> {
     let traces = map(obj, bpf::maps::STACKS)?;
-    let mut folded: HashMap<StackKey, StackVal> =
+    let folded: HashMap<StackKey, StackVal> =
         read_hash::<StackKey, StackVal>(obj, bpf::maps::STACK_COUNTS)?
             .into_iter()
             .collect();
@@ -889,12 +888,6 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectErro
                 *sum = sum.saturating_add(v);
             }
         }
-        if h.pend_count == 0 && h.pend_wait == 0 {
-            continue;
-        }
-        let e = folded.entry(h.last).or_default();
-        e.count += h.pend_count;
-        e.wait_ns += h.pend_wait;
     }
     let mut stacks = Vec::new();
     for (key, val) in folded {

@@ -167,7 +167,7 @@ pub fn stack_sampling_note(summary: &Summary) -> Option<String> {
         .max()
         .filter(|&ns| ns > 0)?;
     Some(format!(
-        "each stack is one hit's own, sampled by its wait (a wait of {} or more always, a shorter one in proportion to it; a count-only probe's at most once per that on each CPU) and weighted for the hits it stands for: a probe's stacks add up to its exact calls and wait, and their split by stack, latch, role and statement is an unbiased sample (`--stack-interval 0` takes every hit's)",
+        "each stack is one hit's own: a timed probe's first 10 hits of each 100 ms on each CPU always, the rest sampled by their wait (a wait of {} or more always, a shorter one in proportion to it); a count-only probe's at most once per that on each CPU; each weighted for the hits it stands for: a probe's stacks add up to its exact calls and wait, and their split by stack, latch, role and statement is an unbiased sample (`--stack-interval 0` takes every hit's)",
         units::ns(interval),
     ))
 }
