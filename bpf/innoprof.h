@@ -104,26 +104,45 @@ struct stack_hold {
 	 * that are. */
 	__u64 lost_count;
 	__u64 lost_wait;
-	/* The stack sampler's window on this CPU (STACK_FREE_WINDOW_NS):
-	 * when it began, the hits in it and in the window before, and how
-	 * many took their stacks unsampled. */
-	__u64 win_start;
-	__u64 win_hits;
-	__u64 win_prev;
-	__u64 win_free;
+	/* The sampler on this CPU (add_stack, stack_sampled): the window of
+	 * its unsampled stacks (STACK_FREE_WINDOW_NS) and how many it took;
+	 * the hits of the current and the previous tau of time; the stratum
+	 * of hits it draws one count stack from (its size, the hits left in
+	 * it, the one drawn). */
+	__u64 free_start;
+	__u64 free_taken;
+	__u64 rate_start;
+	__u64 rate_hits;
+	__u64 rate_prev;
+	__u64 stratum_k;
+	__u64 stratum_left;
+	__u64 stratum_pick;
 };
 
-/* A slot's first STACK_FREE_PER_WINDOW hits of each STACK_FREE_WINDOW_NS on
- * a CPU take their stacks unsampled (weight 1); each later one with
- * probability at least 1/k, k = (the window's or the previous one's hits) /
- * STACK_FREE_PER_WINDOW + 1, weighted 1/p (add_stack). So a slot takes
- * ~2 x STACK_FREE_PER_WINDOW stacks a window on a CPU whatever its rate,
- * and no stack stands for more than ~k hits. Sampling on the wait alone
- * left a probe seen ~10 times a second (a contended rw-lock) 1-3 stacks in
- * 10 s, and a hot short one (the undo walk, ~2 us) stacks weighted ~500
- * calls each: the role and latch split of its stacks was a handful of
- * hits', 10-90 points from the exact tables. Each hit's probability is set
- * by the hits before it, so the weighted sums stay unbiased. */
+/*
+ * Which hits take their stacks (stack_sampled), per slot and CPU:
+ * - the first STACK_FREE_PER_WINDOW of every STACK_FREE_WINDOW_NS, at
+ *   weight 1: a probe seen a few times a second (a contended rw-lock) is
+ *   in its stacks hit for hit, where sampling alone left it 1-3 stacks in
+ *   10 s and the role and latch split of one thread (91 points from the
+ *   exact table);
+ * - for the count, past those: one hit drawn at random from each stratum
+ *   of k consecutive hits, weighted k calls, k = the hits of the last tau
+ *   of time (so about one stack per tau while hot): each hit is drawn
+ *   with probability 1/k, and a caller's hits in a row are counted nearly
+ *   exactly. Before, the hits between two stacks rode on the next one
+ *   under its labels, so a frequent short waiter carried other threads'
+ *   hits;
+ * - for the wait, past those: a draw of its own with probability
+ *   max(wait/tau, 1/k), weighted wait/p: a wait of tau or more always, a
+ *   shorter one in proportion to it, and none standing for more than ~k
+ *   hits' wait (on the wait alone, the undo walk's ~2 us waits took
+ *   stacks weighted ~500 waits each, and their split was a handful's).
+ * A hit drawn by one and not the other adds 0 to the other's weight. Each
+ * hit's probability is set before it (by the hits before it and a random
+ * draw), so every sum over the stacks (by frames, latch, call site, role,
+ * statement) estimates the exact one without bias.
+ */
 #define STACK_FREE_WINDOW_NS 100000000ull
 #define STACK_FREE_PER_WINDOW 5
 

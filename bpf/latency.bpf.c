@@ -805,64 +805,63 @@ static __always_inline __u64 below(__u64 n)
 }
 
 /*
- * Whether this hit takes its stack, and its weights (*count_w calls,
- * *wait_w ns) if so. The first STACK_FREE_PER_WINDOW hits of the window
- * on this CPU always, at weight 1 (innoprof.h). Past them, a hit is taken
- * with probability p = max(wait/tau, 1/k) (tau = `stack_interval_ns`; a
- * count-only hit has no wait: 1/k), weighted 1/p (a count rounded at
- * random, so unbiased as an integer): a wait at least tau long always, a
- * shorter one in proportion to it, and every hit with at least 1/k, so a
- * hot short waiter's stacks stand for ~k hits each, not tau/wait. Each
- * stack taken is one hit's own, under its own labels (call site, latch,
- * role, statement): no thread's wait is carried by another thread's
- * stack, and every sum over the stacks (by latch, site, role, statement,
- * frames) estimates the exact one without bias.
+ * Whether this hit takes its stack, and its weights if so: *count_w calls
+ * (for the folded counts) and *wait_w ns (for the folded waits), either
+ * possibly 0; see innoprof.h for the scheme. tau = `stack_interval_ns`
+ * (0: every hit's stack, weight 1).
  */
 static __always_inline bool stack_sampled(struct stack_hold *hold, __u64 now, __u64 wait_ns,
 					  bool timed, __u64 *count_w, __u64 *wait_w)
 {
 	/* below() draws from 32 bits: tau is at most ~4.3 s. */
 	__u64 tau = stack_interval_ns < 0xffffffffULL ? stack_interval_ns : 0xffffffffULL;
-	__u64 hits, k, c, rem;
+	__u64 k;
 
-	if (now - hold->win_start >= STACK_FREE_WINDOW_NS) {
-		hold->win_start = now;
-		hold->win_prev = hold->win_hits;
-		hold->win_hits = 0;
-		hold->win_free = 0;
-	}
-	hits = hold->win_hits > hold->win_prev ? hold->win_hits : hold->win_prev;
-	hold->win_hits++;
 	*count_w = 1;
 	*wait_w = wait_ns;
-	/* `--stack-interval 0`: every hit's stack. */
-	if (!tau || hold->win_free < STACK_FREE_PER_WINDOW) {
-		hold->win_free++;
+	if (!tau)
+		return true;
+	if (now - hold->free_start >= STACK_FREE_WINDOW_NS) {
+		hold->free_start = now;
+		hold->free_taken = 0;
+	}
+	if (now - hold->rate_start >= tau) {
+		hold->rate_start = now;
+		hold->rate_prev = hold->rate_hits;
+		hold->rate_hits = 0;
+	}
+	hold->rate_hits++;
+	if (hold->free_taken < STACK_FREE_PER_WINDOW) {
+		hold->free_taken++;
 		return true;
 	}
-	k = hits / STACK_FREE_PER_WINDOW + 1;
-	if (k > 0xffffffffULL)
-		k = 0xffffffffULL;
-	if (timed && wait_ns >= tau)
-		return true;
-	if (timed && wait_ns * k >= tau) {
-		/* p = wait/tau */
-		if (!wait_ns || below(tau) >= wait_ns)
-			return false;
-		c = tau / wait_ns;
-		rem = tau - c * wait_ns;
-		if (below(wait_ns) < rem)
-			c++;
-		*count_w = c;
-		*wait_w = tau;
-		return true;
+	/* The count: one hit of each stratum. */
+	if (!hold->stratum_left) {
+		k = hold->rate_prev > hold->rate_hits ? hold->rate_prev : hold->rate_hits;
+		/* At most 2^31: wait * k stays below 2^63 (wait < tau < 2^32). */
+		if (k > 0x7fffffffULL)
+			k = 0x7fffffffULL;
+		if (!k)
+			k = 1;
+		hold->stratum_k = k;
+		hold->stratum_left = k;
+		hold->stratum_pick = below(k);
 	}
-	/* p = 1/k */
-	if (k > 1 && below(k))
-		return false;
-	*count_w = k;
-	*wait_w = wait_ns * k;
-	return true;
+	*count_w = hold->stratum_pick == hold->stratum_k - hold->stratum_left ? hold->stratum_k : 0;
+	hold->stratum_left--;
+	/* The wait, drawn apart with p = max(wait/tau, 1/k): a long wait
+	 * always, and no stack standing for more than ~k hits' wait. A
+	 * count-only hit has none to weigh. */
+	k = hold->stratum_k;
+	if (!timed)
+		*wait_w = wait_ns * *count_w;
+	else if (wait_ns >= tau)
+		*wait_w = wait_ns;
+	else if (wait_ns * k >= tau)
+		*wait_w = below(tau) < wait_ns ? tau : 0;
+	else
+		*wait_w = below(k) ? 0 : wait_ns * k;
+	return *count_w || *wait_w;
 }
 
 static __always_inline void add_stack(void *ctx, __u64 slot, struct callsite site, __u32 role,

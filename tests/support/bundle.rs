@@ -100,6 +100,19 @@ pub(crate) fn check_files(dir: &Path, innoprof_wrote: bool) {
             errors.join("\n")
         );
     }
+    // Its views against its exact tables (crate::consistency), for the
+    // bundles this build's innoprof wrote whole.
+    if innoprof_wrote {
+        if let Ok(summary) = read_summary(dir) {
+            let found = crate::consistency::disagreements(dir, &summary);
+            assert!(
+                found.is_empty(),
+                "{}: the bundle's views disagree with its tables:\n  {}",
+                dir.display(),
+                found.join("\n  ")
+            );
+        }
+    }
 }
 
 /// `go tool pprof` with `args`, run in `home` (HOME and PPROF_TMPDIR, so

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod bundle;
+mod consistency;
 mod container;
 mod fixture;
 mod kernel;
@@ -15,6 +16,7 @@ mod serve;
 mod server;
 
 pub use bundle::*;
+pub use consistency::disagreements;
 pub use container::*;
 pub use fixture::*;
 pub use kernel::*;

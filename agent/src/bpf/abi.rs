@@ -180,12 +180,15 @@ pub struct StackHold {
     /// ns): in no stack, so not scaled onto the stacks kept.
     pub lost_count: u64,
     pub lost_wait: u64,
-    /// The sampler's window on this CPU: its start, its hits, the previous
-    /// window's hits, and the stacks it took unsampled.
-    pub win_start: u64,
-    pub win_hits: u64,
-    pub win_prev: u64,
-    pub win_free: u64,
+    /// The sampler's state on this CPU (bpf/innoprof.h).
+    pub free_start: u64,
+    pub free_taken: u64,
+    pub rate_start: u64,
+    pub rate_hits: u64,
+    pub rate_prev: u64,
+    pub stratum_k: u64,
+    pub stratum_left: u64,
+    pub stratum_pick: u64,
 }
 mirrors_stack_hold!(StackHold);
 

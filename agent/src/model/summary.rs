@@ -573,11 +573,13 @@ pub struct StackStats {
     /// `interval_ns`; N > 1: at times one such hit in N.
     #[serde(default = "one")]
     pub sampled_every_max: u32,
-    /// τ of the stack sampling, ns (0: every hit's stack): a timed hit
+    /// τ of the stack sampling, ns (0: every hit's stack): past each
+    /// CPU's first 5 hits of every 100 ms (always taken), a timed hit
     /// waiting at least this long always took its stack, a shorter one
-    /// with probability wait/τ; a count-only probe took one at most once
-    /// per τ per CPU. The stacks are scaled to the probe's exact calls
-    /// and wait; their split is an unbiased sample.
+    /// with probability at least wait/τ, a count-only one with a
+    /// probability set by the hits before it. The stacks are scaled to
+    /// the probe's exact calls and wait; their split is an unbiased
+    /// sample.
     #[serde(default)]
     pub interval_ns: u64,
 }

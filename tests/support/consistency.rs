@@ -1,0 +1,249 @@
+//! One story on every surface: a bundle's views must tell what its exact
+//! tables tell. Run on every bundle a test has innoprof write
+//! ([`crate::check_files`]), so a new output cannot drift from the
+//! tables unseen. What is checked, per attached probe:
+//!
+//! - its folded files (stacks by count and by wait) add up to its exact
+//!   calls and wait, less the calls whose stack was lost;
+//! - their split by thread role is within [`ROLE_SPLIT_POINTS`] (total
+//!   variation) of the exact role table, where the probe has calls
+//!   enough for a sample to say something ([`ROLE_SPLIT_MIN_CALLS`]);
+//! - timeseries.csv's intervals add up to its calls and wait (but for the
+//!   calls seen while attaching, before the first interval);
+//! - summary.txt's probe table shows its calls (seen) and its one rate.
+
+use innoprof::model::summary::{ProbeResult, ProbeStatus, Summary};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The most a probe's stacks may split by role away from the exact table,
+/// in points of total variation. Issue 64 asks 5 on the demo and mixed
+/// loads; this is the check every bundle passes, with room for a sample
+/// of a few hundred stacks (a split that was one thread's was 91).
+pub const ROLE_SPLIT_POINTS: f64 = 15.0;
+/// Below this many calls a sampled split is not asserted.
+pub const ROLE_SPLIT_MIN_CALLS: u64 = 200;
+
+/// Every disagreement found in the bundle at `dir`, one line each.
+pub fn disagreements(dir: &Path, s: &Summary) -> Vec<String> {
+    let mut out = Vec::new();
+    let series = timeseries_totals(dir);
+    let text = std::fs::read_to_string(dir.join("summary.txt")).ok();
+    for p in s
+        .probes
+        .iter()
+        .filter(|p| p.status == ProbeStatus::Attached)
+    {
+        folded_checks(dir, p, &mut out);
+        if let Some(totals) = &series {
+            let (calls, wait) = totals.get(p.name.as_str()).copied().unwrap_or((0, 0));
+            let before = p.sampling.as_ref().map_or(0, |x| x.calls_before_start);
+            if calls > p.calls || p.calls - calls > before {
+                out.push(format!(
+                    "{}: timeseries.csv's intervals hold {calls} calls, summary.json {} ({before} before the first interval)",
+                    p.name, p.calls
+                ));
+            }
+            if before == 0 && calls == p.calls && wait != p.wait_ns_total {
+                out.push(format!(
+                    "{}: timeseries.csv's intervals hold {wait} ns of wait, summary.json {}",
+                    p.name, p.wait_ns_total
+                ));
+            }
+        }
+        if let Some(text) = &text {
+            table_checks(text, p, s.duration_s, &mut out);
+        }
+    }
+    out
+}
+
+fn folded_checks(dir: &Path, p: &ProbeResult, out: &mut Vec<String>) {
+    let want_calls = p.calls.saturating_sub(p.stacks.lost_calls);
+    for (file, by_wait) in [
+        (p.stacks.folded_by_count.as_deref(), false),
+        (p.stacks.folded_by_wait.as_deref(), true),
+    ] {
+        let Some(file) = file else { continue };
+        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
+            continue;
+        };
+        let stacks = folded_lines(&text);
+        let total: u64 = stacks.iter().map(|(_, w)| w).sum();
+        if total == 0 {
+            continue; // stacks off for this probe, or no hit reached the sampler
+        }
+        // A lost stack's wait is not known apart from its calls': only
+        // the count is exact when some were lost.
+        let (want, what) = if by_wait {
+            (p.wait_ns_total, "ns of wait")
+        } else {
+            (want_calls, "calls")
+        };
+        if (!by_wait || p.stacks.lost_calls == 0) && total != want {
+            out.push(format!(
+                "{}: {file} adds up to {total} {what}, summary.json {want}",
+                p.name
+            ));
+        }
+        if p.roles.is_empty() || p.calls < ROLE_SPLIT_MIN_CALLS {
+            continue;
+        }
+        let mut by_role: HashMap<&str, f64> = HashMap::new();
+        for (frames, w) in &stacks {
+            *by_role.entry(role_of(frames)).or_default() += *w as f64;
+        }
+        let exact: Vec<(&str, f64)> = p
+            .roles
+            .iter()
+            .map(|r| {
+                let v = if by_wait { r.wait_ns_total } else { r.calls };
+                (r.role.as_str(), v as f64)
+            })
+            .collect();
+        let tv = total_variation(&by_role.into_iter().collect::<Vec<_>>(), &exact);
+        if tv > ROLE_SPLIT_POINTS {
+            out.push(format!(
+                "{}: {file}'s split by role is {tv:.1} points from the role table (at most {ROLE_SPLIT_POINTS})",
+                p.name
+            ));
+        }
+    }
+}
+
+/// (frames, weight) of each line of a folded file.
+fn folded_lines(text: &str) -> Vec<(&str, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (frames, w) = l.rsplit_once(' ')?;
+            Some((frames, w.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A probe stack's role: its first frame, `[role]`; `unknown` without one.
+fn role_of(frames: &str) -> &str {
+    let first = frames.split(';').next().unwrap_or("");
+    first
+        .strip_prefix('[')
+        .and_then(|f| f.strip_suffix(']'))
+        .unwrap_or(innoprof::plan::thread_role::UNKNOWN)
+}
+
+/// Half the summed absolute difference of two splits' shares, in points.
+fn total_variation(a: &[(&str, f64)], b: &[(&str, f64)]) -> f64 {
+    let share = |xs: &[(&str, f64)]| {
+        let t: f64 = xs.iter().map(|x| x.1).sum();
+        let mut m: HashMap<String, f64> = HashMap::new();
+        for (k, v) in xs {
+            *m.entry(k.to_string()).or_default() += if t > 0.0 { v / t } else { 0.0 };
+        }
+        m
+    };
+    let (a, b) = (share(a), share(b));
+    let keys: std::collections::HashSet<&String> = a.keys().chain(b.keys()).collect();
+    50.0 * keys
+        .into_iter()
+        .map(|k| (a.get(k).unwrap_or(&0.0) - b.get(k).unwrap_or(&0.0)).abs())
+        .sum::<f64>()
+}
+
+/// Per probe: the calls and wait of timeseries.csv's per-probe rows (those
+/// without a call site). None without the file.
+fn timeseries_totals(dir: &Path) -> Option<HashMap<String, (u64, u64)>> {
+    let text = std::fs::read_to_string(dir.join("timeseries.csv")).ok()?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next()?.split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (probe, site, calls, wait) = (
+        col("probe")?,
+        col("callsite")?,
+        col("calls")?,
+        col("wait_ns")?,
+    );
+    let mut out: HashMap<String, (u64, u64)> = HashMap::new();
+    for line in lines {
+        // Probe names and call sites hold no commas (file:line).
+        let f: Vec<&str> = line.split(',').collect();
+        if f.get(site).is_some_and(|s| !s.is_empty()) {
+            continue;
+        }
+        let (Some(name), Some(c), Some(w)) = (f.get(probe), f.get(calls), f.get(wait)) else {
+            continue;
+        };
+        let e = out.entry(name.to_string()).or_default();
+        e.0 += c.parse::<u64>().unwrap_or(0);
+        e.1 += w.parse::<u64>().unwrap_or(0);
+    }
+    Some(out)
+}
+
+/// The probe's row of summary.txt's first table: its calls as seen, and
+/// its rate as [`ProbeResult::rate`] gives it (to the table's rounding).
+fn table_checks(text: &str, p: &ProbeResult, duration_s: f64, out: &mut Vec<String>) {
+    let prefix = format!("| {} ", p.name);
+    let Some(row) = text
+        .lines()
+        .find(|l| l.starts_with(&prefix) && l[prefix.len()..].trim_start().starts_with('|'))
+    else {
+        return;
+    };
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // | probe | symbol | calls | calls/s | ...
+    let (Some(calls), Some(rate)) = (cells.get(3), cells.get(4)) else {
+        return;
+    };
+    let seen = calls
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .replace(',', "");
+    if seen != p.calls.to_string() {
+        out.push(format!(
+            "{}: summary.txt shows {calls:?} calls, summary.json {}",
+            p.name, p.calls
+        ));
+    }
+    let Some(shown) = parse_rate(rate) else {
+        return;
+    };
+    let one = p.rate(duration_s).calls_per_s;
+    if (shown - one).abs() > 0.06 * one.abs() + 0.1 {
+        out.push(format!(
+            "{}: summary.txt's rate {rate:?} is not its one rate {one:.1}/s",
+            p.name
+        ));
+    }
+}
+
+/// `~616.2`, `3.7`, `193.4k ± 234.0k`, `1.2M`: the leading number.
+fn parse_rate(cell: &str) -> Option<f64> {
+    let t = cell.trim_start_matches('~');
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .unwrap_or(t.len());
+    let n: f64 = t[..end].replace(',', "").parse().ok()?;
+    Some(match t[end..].chars().next() {
+        Some('k') => n * 1e3,
+        Some('M') => n * 1e6,
+        Some('G') => n * 1e9,
+        _ => n,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_and_rates_read_as_written() {
+        assert_eq!(role_of("[purge worker];start_thread;f"), "purge worker");
+        assert_eq!(role_of("start_thread;f"), "unknown");
+        let tv = total_variation(&[("a", 3.0), ("b", 1.0)], &[("a", 1.0), ("b", 1.0)]);
+        assert!((tv - 25.0).abs() < 1e-9, "{tv}");
+        assert_eq!(parse_rate("~616.2"), Some(616.2));
+        assert_eq!(parse_rate("193.4k ± 234.0k"), Some(193_400.0));
+        assert_eq!(parse_rate("0"), Some(0.0));
+        assert_eq!(parse_rate("-"), None);
+    }
+}
