@@ -159,10 +159,10 @@ struct RecordArgs {
     /// Do not capture stacks (cheaper; counts and latency only).
     #[arg(long, conflicts_with_all = ["max_stacks", "stack_interval"])]
     no_stacks: bool,
-    /// τ of the stack sampling: past a timed probe's first 10 hits of each 100 ms on each CPU
-    /// (always taken), a wait of DURATION or more always takes its stack, a shorter
-    /// one with probability wait/DURATION (weighted for the hits it stands for); a count-only
-    /// probe takes one at most once per DURATION on each CPU. Folded totals stay exact, the
+    /// τ of the stack sampling: past a probe's first 5 hits of each 100 ms on each CPU (always
+    /// taken), about one hit per DURATION per CPU takes its stack for the count, and for the
+    /// wait a wait of DURATION or more always, a shorter one in proportion to it (each weighted
+    /// for the hits it stands for). Folded totals stay exact, the
     /// split between stacks is an unbiased sample. `0`: every hit's stack (dearer on hot probes).
     #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
     stack_interval: Duration,

@@ -179,7 +179,7 @@ pub fn stack_sampling_note(summary: &Summary) -> Option<String> {
         .max()
         .filter(|&ns| ns > 0)?;
     Some(format!(
-        "each stack is one hit's own: a timed probe's first 10 hits of each 100 ms on each CPU always, the rest sampled by their wait (a wait of {} or more always, a shorter one in proportion to it); a count-only probe's at most once per that on each CPU; each weighted for the hits it stands for: a probe's stacks add up to its exact calls and wait, and their split by stack, latch, role and statement is an unbiased sample (`--stack-interval 0` takes every hit's)",
+        "each stack is one hit's own: a probe's first 5 hits of each 100 ms on each CPU always, then about one per {} per CPU for the count and, for the wait, a wait of that or more always and a shorter one in proportion to it; each weighted for the hits it stands for: a probe's stacks add up to its exact calls and wait, and their split by stack, latch, role and statement is an unbiased sample (`--stack-interval 0` takes every hit's)",
         units::ns(interval),
     ))
 }
