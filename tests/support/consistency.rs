@@ -7,7 +7,8 @@
 //!   calls and wait, less the calls whose stack was lost;
 //! - their split by thread role is within [`ROLE_SPLIT_POINTS`] (total
 //!   variation) of the exact role table, where the probe has calls
-//!   enough for a sample to say something ([`ROLE_SPLIT_MIN_CALLS`]);
+//!   enough for a sample to say something ([`ROLE_SPLIT_MIN_CALLS`]) and
+//!   the governor did not thin its stacks;
 //! - timeseries.csv's intervals add up to its calls and wait (but for the
 //!   calls seen while attaching, before the first interval);
 //! - summary.txt's probe table shows its calls (seen) and its one rate.
@@ -86,7 +87,12 @@ fn folded_checks(dir: &Path, p: &ProbeResult, out: &mut Vec<String>) {
                 p.name
             ));
         }
-        if p.roles.is_empty() || p.calls < ROLE_SPLIT_MIN_CALLS {
+        // A split is asserted where the governor did not thin the stacks
+        // (1 in N, to keep its budget): thinned, the few stacks past each
+        // window's first hits carry weights of thousands, and the split is
+        // a sample of a handful (the demo baseline's cut sync wait: 5-7
+        // points at 1 in 1,024).
+        if p.roles.is_empty() || p.calls < ROLE_SPLIT_MIN_CALLS || p.stacks.sampled_every_max > 1 {
             continue;
         }
         let mut by_role: HashMap<&str, f64> = HashMap::new();
