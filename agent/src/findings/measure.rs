@@ -12,23 +12,24 @@ pub fn probe<'a>(summary: &'a Summary, name: &str) -> Option<&'a ProbeResult> {
         .find(|p| p.name == name && p.status == ProbeStatus::Attached)
 }
 
-/// Seconds the probe was watched (attached): the recording, times the
-/// fraction the governor kept it on.
+/// Seconds the probe was watched (attached): the recording's seconds
+/// watched (a `--follow` recording's gaps left out), times the fraction
+/// the governor kept it on.
 pub fn watched_s(summary: &Summary, p: &ProbeResult) -> f64 {
-    summary.duration_s * p.attached_fraction()
+    summary.watched_s() * p.attached_fraction()
 }
 
 /// The probe's calls per second, as every surface shows it
 /// ([`ProbeResult::rate`]: exact, its estimate's, or per second watched);
 /// None if it was never on.
 pub fn watched_rate(summary: &Summary, p: &ProbeResult) -> Option<f64> {
-    (watched_s(summary, p) > 0.0).then(|| p.rate(summary.duration_s).calls_per_s)
+    (watched_s(summary, p) > 0.0).then(|| p.rate(summary.watched_s()).calls_per_s)
 }
 
 /// Thread-seconds waited per second while watched (1.0: one thread
 /// waiting all the time), from the same rate.
 pub fn waiting_threads(summary: &Summary, p: &ProbeResult) -> Option<f64> {
-    (watched_s(summary, p) > 0.0).then(|| p.rate(summary.duration_s).wait_ns_per_s / 1e9)
+    (watched_s(summary, p) > 0.0).then(|| p.rate(summary.watched_s()).wait_ns_per_s / 1e9)
 }
 
 /// An exact in-memory counter's rate (`innodb.trx_sys.trx_ids`).
