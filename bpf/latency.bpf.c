@@ -111,11 +111,12 @@ struct {
 	__type(value, __u32);
 } enabled SEC(".maps");
 
-/* Per slot: of the hits past `stack_interval_ns`, take the stack of one
- * in N (the overhead governor's first lever: the stack walk is the dear
- * part of a hit). 0: no stacks, 1: every such hit. Counts, totals,
+/* Per slot: of the stacks the sampler would take past each window's
+ * first hits (stack_sampled), take one in N, weighted N (the overhead
+ * governor's first lever: the stack walk is the dear part of a hit).
+ * 0: no stacks, 1: every one the sampler draws. Counts, totals,
  * histograms and call sites stay exact on every hit, and so do the
- * folded totals: a stack taken carries every hit since the last one. */
+ * folded totals: userspace scales the weighted stacks to the hits seen. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_SLOTS);
