@@ -7,6 +7,11 @@ use std::collections::HashMap;
 use libbpf_rs::{Map, MapCore, MapFlags, Object};
 use serde::Serialize;
 
+mod sample;
+mod scale;
+pub use sample::StackSample;
+pub use scale::{cells_of, cells_since, scale_to_cells, scale_to_seen, Cells};
+
 use crate::attach::Session;
 use crate::bpf::abi::{
     from_bytes, Callsite, HolderKey, SiteKey, SiteVal, SlotId, SlotStats, StackHold, StackKey,
@@ -62,57 +67,6 @@ impl Drops {
         self.callsite_map_full += o.callsite_map_full;
         self.stack_busy += o.stack_busy;
         self.thread_map_full += o.thread_map_full;
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct StackSample {
-    pub slot: SlotId,
-    /// Instruction pointers, innermost first; empty when the stack was lost.
-    pub ips: Vec<u64>,
-    pub site: Callsite,
-    /// The role of the thread that took it (`thread_role` id; 0: unknown).
-    pub role: u32,
-    pub count: u64,
-    pub wait_ns: u64,
-    /// Its counter's key in `stack_counts`.
-    pub key: StackKey,
-    /// The fingerprint of the statement whose hits these are, when the
-    /// statement book split the counter ([`StackSample::split`]).
-    pub statement: Option<String>,
-}
-
-impl StackSample {
-    /// This counter split by statement: a sample per `(fingerprint, calls,
-    /// wait)` part, and one without a statement for the rest (hits of
-    /// threads with no statement, or not tied to one). The parts never
-    /// take more than the counter holds.
-    pub fn split(self, parts: &[(String, u64, u64)]) -> Vec<StackSample> {
-        let (mut count, mut wait_ns) = (self.count, self.wait_ns);
-        let mut out = Vec::with_capacity(parts.len() + 1);
-        for (fingerprint, c, w) in parts {
-            let c = (*c).min(count);
-            if c == 0 {
-                continue;
-            }
-            let w = (*w).min(wait_ns);
-            count -= c;
-            wait_ns -= w;
-            out.push(StackSample {
-                count: c,
-                wait_ns: w,
-                statement: Some(fingerprint.clone()),
-                ..self.clone()
-            });
-        }
-        if count > 0 {
-            out.push(StackSample {
-                count,
-                wait_ns,
-                ..self
-            });
-        }
-        out
     }
 }
 
@@ -780,87 +734,6 @@ impl StackRead {
     }
 }
 
-/// Scales each slot's stacks so that they add up to what the slot's
-/// sampler saw, exactly: the stacks of a timed slot are a threshold sample
-/// of its hits (BPF `wait_sampled`), whose weights estimate each stack's
-/// calls and wait without bias; scaled to the exact totals (a ratio
-/// estimate), the folded files still add up to the probe's calls and wait.
-/// Largest remainders keep the integers' sums exact. A slot that saw hits
-/// but kept no stack (a window opened after its CPUs' first stacks and too
-/// short to sample one) gets one stack without frames, carrying them all.
-pub fn scale_to_seen(samples: &mut Vec<StackSample>, seen: &HashMap<SlotId, (u64, u64)>) {
-    let mut by_slot: HashMap<SlotId, Vec<usize>> = HashMap::new();
-    for (i, s) in samples.iter().enumerate() {
-        by_slot.entry(s.slot).or_default().push(i);
-    }
-    for (&slot, &(calls, wait)) in seen {
-        let Some(idx) = by_slot.get(&slot) else {
-            if calls > 0 {
-                samples.push(StackSample {
-                    slot,
-                    ips: Vec::new(),
-                    site: Callsite::default(),
-                    role: 0,
-                    count: calls,
-                    wait_ns: wait,
-                    key: bytemuck::Zeroable::zeroed(),
-                    statement: None,
-                });
-            }
-            continue;
-        };
-        let counts: Vec<u64> = idx.iter().map(|&i| samples[i].count).collect();
-        let waits: Vec<u64> = idx.iter().map(|&i| samples[i].wait_ns).collect();
-        let new_counts = apportion(&counts, calls);
-        // Untimed weights (no wait anywhere) share the wait by calls.
-        let new_waits = if waits.iter().any(|&w| w > 0) {
-            apportion(&waits, wait)
-        } else {
-            apportion(&counts, wait)
-        };
-        for ((&i, c), w) in idx.iter().zip(new_counts).zip(new_waits) {
-            samples[i].count = c;
-            samples[i].wait_ns = w;
-        }
-    }
-    samples.retain(|s| s.count > 0 || s.wait_ns > 0);
-}
-
-/// `total` split in proportion to `weights`, in integers that add up to
-/// it exactly (largest remainders; ties to the earlier). All weights 0:
-/// all of it to the first.
-fn apportion(weights: &[u64], total: u64) -> Vec<u64> {
-    let sum: u128 = weights.iter().map(|&w| w as u128).sum();
-    if weights.is_empty() {
-        return Vec::new();
-    }
-    if sum == 0 {
-        let mut out = vec![0; weights.len()];
-        out[0] = total;
-        return out;
-    }
-    let mut out = Vec::with_capacity(weights.len());
-    let mut rest: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
-    let mut given: u128 = 0;
-    for (i, &w) in weights.iter().enumerate() {
-        let exact = w as u128 * total as u128;
-        let q = exact / sum;
-        given += q;
-        out.push(q as u64);
-        rest.push((exact % sum, i));
-    }
-    let mut left = total as u128 - given;
-    rest.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for (_, i) in rest {
-        if left == 0 {
-            break;
-        }
-        out[i] += 1;
-        left -= 1;
-    }
-    out
-}
-
 /// The folded counters, and each slot's exact totals of the hits its
 /// sampler saw (what its weighted stacks are scaled to).
 fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectError> {
@@ -915,6 +788,7 @@ fn read_stacks_in(obj: &Object, n_slots: usize) -> Result<StackRead, CollectErro
             wait_ns: val.wait_ns,
             key,
             statement: None,
+            unsampled: false,
         });
     }
     let seen = sums
@@ -991,68 +865,6 @@ impl Counts {
 mod tests {
     use super::*;
     use libbpf_rs::{MapHandle, MapType};
-
-    fn sample(slot: usize, ip: u64, count: u64, wait_ns: u64) -> StackSample {
-        StackSample {
-            slot: SlotId::of_index(slot),
-            ips: vec![ip],
-            site: Callsite::default(),
-            role: 0,
-            count,
-            wait_ns,
-            key: bytemuck::Zeroable::zeroed(),
-            statement: None,
-        }
-    }
-
-    /// Largest remainders: the parts add up to the total exactly and keep
-    /// the weights' proportions.
-    #[test]
-    fn apportion_keeps_the_total_and_the_proportions() {
-        assert_eq!(apportion(&[1, 1, 1], 10), vec![4, 3, 3]);
-        assert_eq!(apportion(&[3, 1], 8), vec![6, 2]);
-        assert_eq!(apportion(&[0, 0], 5), vec![5, 0]);
-        assert_eq!(apportion(&[2, 0, 2], 3), vec![2, 0, 1]);
-        assert_eq!(
-            apportion(&[u64::MAX, u64::MAX], u64::MAX)
-                .iter()
-                .sum::<u64>(),
-            u64::MAX
-        );
-        assert!(apportion(&[], 5).is_empty());
-    }
-
-    /// A slot's weighted stacks end at its exact totals, in the weights'
-    /// proportions; a slot whose stacks already add up is left as it is;
-    /// a slot that saw hits but kept no stack gets one without frames.
-    #[test]
-    fn stacks_are_scaled_to_what_their_slot_saw() {
-        let mut samples = vec![
-            sample(0, 1, 17, 1_000_000), // a short wait's sample: tau of wait
-            sample(0, 2, 1, 9_000_000),  // a long wait, taken whole
-            sample(1, 3, 5, 0),          // a count-only slot, exact already
-        ];
-        let seen: HashMap<SlotId, (u64, u64)> = [
-            (SlotId::of_index(0), (20, 10_500_000)),
-            (SlotId::of_index(1), (5, 0)),
-            (SlotId::of_index(2), (4, 40)),
-        ]
-        .into();
-        scale_to_seen(&mut samples, &seen);
-        let got: Vec<(usize, Vec<u64>, u64, u64)> = samples
-            .iter()
-            .map(|s| (s.slot.index(), s.ips.clone(), s.count, s.wait_ns))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                (0, vec![1], 19, 1_050_000),
-                (0, vec![2], 1, 9_450_000),
-                (1, vec![3], 5, 0),
-                (2, vec![], 4, 40),
-            ]
-        );
-    }
 
     /// A hash map read in batches gives every entry once, across batches
     /// and with keys as large as the CPU profiler's.

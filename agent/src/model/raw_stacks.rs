@@ -119,8 +119,14 @@ pub struct RawProbeSample {
     /// The thread's role, as innoprof numbers them (the `[role]` root
     /// frame of the folded stacks); 0: unknown.
     pub role: u32,
-    /// User addresses, innermost first; empty: the stack was lost.
+    /// User addresses, innermost first; empty: the stack was lost, or
+    /// (`unsampled`) none was taken.
     pub ips: Vec<u64>,
+    /// No stack was taken: the hits of a (call site, latch, role) cell
+    /// none of whose hits took one, so the stacks still split as the
+    /// exact tables do (folded as `[stack not sampled]`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsampled: bool,
     pub count: u64,
     pub wait_ns: u64,
     /// The latch's name, as the host named it.

@@ -567,6 +567,11 @@ pub struct StackStats {
     pub distinct: usize,
     /// Calls whose stack could not be captured (map full, error or busy).
     pub lost_calls: u64,
+    /// Calls of (call site, latch, role) cells none of whose hits took a
+    /// stack: in the folded files as `[stack not sampled]` under their
+    /// labels, so the stacks split as the exact tables do.
+    #[serde(default)]
+    pub unsampled_calls: u64,
     pub folded_by_wait: Option<String>,
     pub folded_by_count: Option<String>,
     /// The sparsest stack sampling the governor used: 1 is every hit past
@@ -578,8 +583,9 @@ pub struct StackStats {
     /// waiting at least this long always took its stack, a shorter one
     /// with probability at least wait/τ, a count-only one with a
     /// probability set by the hits before it. The stacks are scaled to
-    /// the probe's exact calls and wait; their split is an unbiased
-    /// sample.
+    /// the probe's exact calls and wait, each (call site, latch, role)
+    /// cell's to its exact share: their split by those is the exact
+    /// tables', within a cell an unbiased sample.
     #[serde(default)]
     pub interval_ns: u64,
 }
@@ -593,6 +599,7 @@ impl Default for StackStats {
         Self {
             distinct: 0,
             lost_calls: 0,
+            unsampled_calls: 0,
             folded_by_wait: None,
             folded_by_count: None,
             sampled_every_max: 1,

@@ -642,8 +642,10 @@ impl Recorder {
         };
         let mut snapshot = snapshot?;
         snapshot.stacks = self.split_stacks(std::mem::take(&mut snapshot.stacks));
-        // Weighted samples to the exact totals each slot's sampler saw.
-        crate::collect::scale_to_seen(&mut snapshot.stacks, &snapshot.stack_seen);
+        // Weighted samples to the exact totals each slot's sampler saw,
+        // split over call sites, latches and roles as the exact table is.
+        let cells = crate::collect::cells_of(&snapshot.site_roles);
+        crate::collect::scale_to_cells(&mut snapshot.stacks, &snapshot.stack_seen, &cells);
         let cpu_raw = cpu_raw?;
         if self.plan.target.is_alive() {
             // Libraries loaded during the run are in the fresher map.

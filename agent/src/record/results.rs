@@ -998,6 +998,7 @@ pub(crate) fn raw_probe_stacks(
                 function: names.get(&sample.slot)?.to_string(),
                 role: sample.role,
                 ips: sample.ips.clone(),
+                unsampled: sample.unsampled,
                 count: sample.count,
                 wait_ns: sample.wait_ns,
                 latch: latches.of(&sample.site, namer),
@@ -1048,7 +1049,12 @@ pub fn fold_raw(
             stack.push_marker(marker(format!("[{role}]")));
         }
         labels.push(("role".to_string(), role.to_string()));
-        if sample.ips.is_empty() {
+        if sample.unsampled {
+            // The exact tables' hits of a cell none of whose hits took a
+            // stack (`collect::scale_to_cells`): its labels, no frames.
+            stats.unsampled_calls += sample.count;
+            stack.push_marker(marker("[stack not sampled]".into()));
+        } else if sample.ips.is_empty() {
             stats.lost_calls += sample.count;
             stack.push_marker(marker("[lost stack]".into()));
         } else {

@@ -432,6 +432,7 @@ fn merge_probe(a: &ProbeResult, a_s: f64, b: &ProbeResult, b_s: f64, b_offset: f
         (a.overhead_pct_of_core * a_s + b.overhead_pct_of_core * b_s) / (a_s + b_s).max(1e-9);
     p.stacks.distinct = a.stacks.distinct + b.stacks.distinct;
     p.stacks.lost_calls = a.stacks.lost_calls + b.stacks.lost_calls;
+    p.stacks.unsampled_calls = a.stacks.unsampled_calls + b.stacks.unsampled_calls;
     p.stacks.folded_by_count = b
         .stacks
         .folded_by_count

@@ -25,6 +25,9 @@ pub struct StackWindow {
     start: HashMap<StackIdentity, (u64, u64)>,
     /// Per slot, what its sampler had seen when it opened.
     seen_at_start: HashMap<SlotId, (u64, u64)>,
+    /// The call-site table's cells when it opened: the window's stacks
+    /// are split as the table's growth over the window.
+    cells_at_start: crate::collect::Cells,
     started: Instant,
 }
 
@@ -73,6 +76,8 @@ impl Recorder {
             samples: start,
             seen: seen_at_start,
         } = crate::collect::read_stacks(session)?;
+        let cells_at_start =
+            crate::collect::cells_of(&crate::collect::read_counters(session)?.site_roles);
         self.drain_statements_now(true);
         let start = self
             .split_stacks(start)
@@ -98,6 +103,7 @@ impl Recorder {
             probes: probes.to_vec(),
             start,
             seen_at_start,
+            cells_at_start,
             started: Instant::now(),
         }))
     }
@@ -114,6 +120,10 @@ impl Recorder {
         };
         let end = crate::collect::read_stacks(session)?;
         let seen = end.seen_since(&window.seen_at_start);
+        let cells = crate::collect::cells_since(
+            &crate::collect::cells_of(&crate::collect::read_counters(session)?.site_roles),
+            &window.cells_at_start,
+        );
         self.drain_statements_now(true);
         let end = self.split_stacks(end.samples);
         if let Some((book, _)) = self.statements.as_mut() {
@@ -121,7 +131,7 @@ impl Recorder {
         }
         self.stacks_off();
         let mut moved = moved_since(&window.start, end);
-        crate::collect::scale_to_seen(&mut moved, &seen);
+        crate::collect::scale_to_cells(&mut moved, &seen, &cells);
         Ok((self.name_probe_stacks(&window.probes, &moved), elapsed))
     }
 
@@ -188,6 +198,7 @@ mod tests {
             wait_ns,
             key: bytemuck::Zeroable::zeroed(),
             statement: None,
+            unsampled: false,
         }
     }
 

@@ -745,6 +745,7 @@ pub(crate) mod tests {
             wait_ns,
             key: key(hash),
             statement: None,
+            unsampled: false,
         };
         let mut got: Vec<(u64, Option<String>, u64, u64)> = book
             .split_stacks(vec![sample(1, 10, 1000), sample(2, 4, 40), sample(3, 1, 1)])
