@@ -10,7 +10,7 @@ use serde::Serialize;
 mod sample;
 mod scale;
 pub use sample::StackSample;
-pub use scale::{cells_of, cells_since, scale_to_cells, scale_to_seen, Cells};
+pub use scale::{cells_of, cells_since, scale_to_cells, Cells};
 
 use crate::attach::Session;
 use crate::bpf::abi::{
@@ -75,7 +75,7 @@ pub struct MapsSnapshot {
     pub slots: HashMap<SlotId, SlotStats>,
     pub stacks: Vec<StackSample>,
     /// Per slot, every hit that reached the stack sampler (calls, wait
-    /// ns), exactly: what [`scale_to_seen`] scales `stacks` to.
+    /// ns), exactly: what [`scale_to_cells`] scales `stacks` to.
     pub stack_seen: HashMap<SlotId, (u64, u64)>,
     /// Per (slot, call site): calls, total and max wait.
     pub sites: Vec<(SlotId, Callsite, SiteVal)>,

@@ -94,12 +94,7 @@ pub fn scale_to_cells(
         });
         let cell_calls: Vec<u64> = slot_cells.iter().map(|(_, v)| v.0).collect();
         let cell_waits: Vec<u64> = slot_cells.iter().map(|(_, v)| v.1).collect();
-        let calls_to = apportion(&cell_calls, calls);
-        let waits_to = if cell_waits.iter().any(|&w| w > 0) {
-            apportion(&cell_waits, wait)
-        } else {
-            apportion(&cell_calls, wait)
-        };
+        let (calls_to, waits_to) = shares(&cell_calls, &cell_waits, calls, wait);
         for ((((site, role), _), c), w) in slot_cells.iter().zip(calls_to).zip(waits_to) {
             match groups.get(&(*site, *role)) {
                 Some(idx) => share_out(samples, idx, c, w),
@@ -129,27 +124,30 @@ pub fn scale_to_cells(
     samples.retain(|s| s.count > 0 || s.wait_ns > 0);
 }
 
-/// `calls` and `wait` over the samples at `idx`, in proportion to their
-/// weights: counts by counts (by waits where no sample carries a count),
-/// waits by waits (by counts where none carries a wait: untimed weights).
+/// `calls` and `wait` over the samples at `idx`, as [`shares`] splits them.
 fn share_out(samples: &mut [StackSample], idx: &[usize], calls: u64, wait: u64) {
     let counts: Vec<u64> = idx.iter().map(|&i| samples[i].count).collect();
     let waits: Vec<u64> = idx.iter().map(|&i| samples[i].wait_ns).collect();
-    let any_count = counts.iter().any(|&c| c > 0);
-    let any_wait = waits.iter().any(|&w| w > 0);
-    let new_counts = apportion(
-        if any_count || !any_wait {
-            &counts
-        } else {
-            &waits
-        },
-        calls,
-    );
-    let new_waits = apportion(if any_wait { &waits } else { &counts }, wait);
+    let (new_counts, new_waits) = shares(&counts, &waits, calls, wait);
     for ((&i, c), w) in idx.iter().zip(new_counts).zip(new_waits) {
         samples[i].count = c;
         samples[i].wait_ns = w;
     }
+}
+
+/// `calls` and `wait` split over parts weighing `counts` calls and
+/// `waits` ns: calls by counts (by waits where no part has a count), wait
+/// by waits (by counts where none has a wait: untimed weights).
+fn shares(counts: &[u64], waits: &[u64], calls: u64, wait: u64) -> (Vec<u64>, Vec<u64>) {
+    let any_count = counts.iter().any(|&c| c > 0);
+    let any_wait = waits.iter().any(|&w| w > 0);
+    let by_calls = if any_count || !any_wait {
+        counts
+    } else {
+        waits
+    };
+    let by_wait = if any_wait { waits } else { counts };
+    (apportion(by_calls, calls), apportion(by_wait, wait))
 }
 
 /// Scales each slot's stacks so that they add up to what the slot's
@@ -160,7 +158,7 @@ fn share_out(samples: &mut [StackSample], idx: &[usize], calls: u64, wait: u64) 
 /// Largest remainders keep the integers' sums exact. A slot that saw hits
 /// but kept no stack (a window opened after its CPUs' first stacks and too
 /// short to sample one) gets one stack without frames, carrying them all.
-pub fn scale_to_seen(samples: &mut Vec<StackSample>, seen: &HashMap<SlotId, (u64, u64)>) {
+fn scale_to_seen(samples: &mut Vec<StackSample>, seen: &HashMap<SlotId, (u64, u64)>) {
     let mut by_slot: HashMap<SlotId, Vec<usize>> = HashMap::new();
     for (i, s) in samples.iter().enumerate() {
         by_slot.entry(s.slot).or_default().push(i);
