@@ -100,7 +100,7 @@ fn statement_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Ve
         return Vec::new();
     }
     let rates = |s: &serde_json::Value| {
-        let secs = duration_s(s).max(1e-9);
+        let secs = watched_s(s).max(1e-9);
         let mut out: std::collections::BTreeMap<String, (String, f64, f64, f64, f64)> =
             std::collections::BTreeMap::new();
         for st in s["who"]["statements"].as_array().into_iter().flatten() {
@@ -696,7 +696,7 @@ fn wait_stacks(
     summary: &serde_json::Value,
     notes: &mut Vec<String>,
 ) -> Result<Option<String>, DiffError> {
-    let secs = duration_s(summary);
+    let secs = watched_s(summary);
     let mut out = String::new();
     let mut read = std::collections::HashSet::new();
     for p in summary["probes"].as_array().into_iter().flatten() {
@@ -843,7 +843,7 @@ impl From<&SymbolDelta> for CpuShift {
 
 fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<ProbeDelta> {
     let rates = |s: &serde_json::Value| -> Vec<(String, Rate)> {
-        let secs = duration_s(s);
+        let secs = watched_s(s);
         s["probes"]
             .as_array()
             .map(|ps| {
@@ -888,7 +888,7 @@ fn probe_deltas(before: &serde_json::Value, after: &serde_json::Value) -> Vec<Pr
     // Most grown first. A probe that never fired in the baseline counts as
     // having fired once in it: one call of a rare path (0 -> 1) must not
     // outrank a path that went from 2 calls to 1.5 million.
-    let floor = 1.0 / duration_s(before);
+    let floor = 1.0 / watched_s(before);
     out.sort_by(|x, y| {
         let key = |p: &ProbeDelta| p.incident_calls_per_sec / p.baseline_calls_per_sec.max(floor);
         key(y)
@@ -939,6 +939,23 @@ fn duration_s(summary: &serde_json::Value) -> f64 {
         .as_f64()
         .filter(|d| *d > 0.0)
         .unwrap_or(1.0)
+}
+
+/// Seconds watched ([`crate::model::summary::Summary::watched_s`]): a
+/// `--follow` recording's segments, its gaps (the server restarting) left
+/// out, as every other surface divides by; else the whole recording.
+fn watched_s(summary: &serde_json::Value) -> f64 {
+    let segments: f64 = summary["segments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["duration_s"].as_f64())
+        .sum();
+    if segments > 0.0 {
+        segments
+    } else {
+        duration_s(summary)
+    }
 }
 
 fn read_summary(dir: &Path) -> Result<serde_json::Value, DiffError> {
@@ -1139,6 +1156,21 @@ mod tests {
         let names: Vec<&str> = d.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["b.walk", "c.new", "a.rare"], "{d:?}");
         assert_eq!((d[1].calls_ratio, d[2].calls_ratio), (None, None));
+    }
+
+    /// A `--follow` recording's rates are over its segments' seconds: the
+    /// server's restart between them watched nothing (summary.txt, the
+    /// findings and `top DIR` divide by the same).
+    #[test]
+    fn a_followed_recording_compares_over_its_segments() {
+        let followed = serde_json::json!({"duration_s": 30.0,
+            "segments": [{"duration_s": 10.0}, {"duration_s": 5.0}],
+            "probes": [{"name": "a.walk", "status": "attached", "calls": 1500, "wait_ns_total": 0}]});
+        let plain = serde_json::json!({"duration_s": 15.0,
+            "probes": [{"name": "a.walk", "status": "attached", "calls": 1500, "wait_ns_total": 0}]});
+        let d = probe_deltas(&plain, &followed);
+        assert_eq!(d[0].baseline_calls_per_sec, 100.0, "{d:?}");
+        assert_eq!(d[0].incident_calls_per_sec, 100.0, "{d:?}");
     }
 
     /// A probe the governor cut is compared at its estimate per second it

@@ -313,7 +313,9 @@ impl Frame {
     /// its latches and call sites per second the probe was watched (a cut
     /// probe's rows divided by the whole recording would read as a drop).
     pub fn from_summary(summary: &Summary) -> Frame {
-        let d = summary.duration_s;
+        // Seconds watched: a `--follow` recording's gaps (the server
+        // restarting) are no seconds of its rates, as on every surface.
+        let d = summary.watched_s();
         let per_s = |v: u64, s: f64| if s > 0.0 { v as f64 / s } else { 0.0 };
         let mut probes = Vec::new();
         let mut latches = Vec::new();
