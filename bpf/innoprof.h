@@ -243,6 +243,13 @@ struct thread_key {
 struct thread_val {
 	__u64 calls;
 	__u64 wait_ns;
+	/* Of them, the hits made before the thread's role was known (role_of
+	 * gave 0: no marker found yet, or the walk's buffer busy): labelled
+	 * unknown in the call-site cells and stacks. Userspace gives them the
+	 * role the thread settled on, where that is one role for all of a
+	 * slot's (collect::settle_unlabelled). */
+	__u64 unlabelled_calls;
+	__u64 unlabelled_wait_ns;
 };
 
 /* Statements. A connection thread's THD (the server's per-connection

@@ -670,7 +670,7 @@ static __always_inline void add_statement_latch(__u64 slot, __u64 query_id, stru
 }
 
 /* Adds a hit to its (slot, thread) counter. */
-static __always_inline void add_thread(__u64 pid_tgid, __u64 slot, __u64 wait_ns)
+static __always_inline void add_thread(__u64 pid_tgid, __u64 slot, __u64 wait_ns, __u32 role)
 {
 	struct thread_key key = { .slot = (__u32)slot, .tid = (__u32)pid_tgid };
 	struct thread_val zero = {};
@@ -682,6 +682,10 @@ static __always_inline void add_thread(__u64 pid_tgid, __u64 slot, __u64 wait_ns
 	}
 	__sync_fetch_and_add(&val->calls, 1);
 	__sync_fetch_and_add(&val->wait_ns, wait_ns);
+	if (!role) {
+		__sync_fetch_and_add(&val->unlabelled_calls, 1);
+		__sync_fetch_and_add(&val->unlabelled_wait_ns, wait_ns);
+	}
 }
 
 /* Adds count and wait to the folded counter of `key`; a full map keeps
@@ -972,8 +976,8 @@ int lat_return(struct pt_regs *ctx)
 	bpf_map_delete_elem(&starts, &key);
 	woken_holder(&held, (__u32)pid_tgid);
 	add_stats(key.slot, delta, true);
-	add_thread(pid_tgid, key.slot, delta);
 	role = role_of(ctx, (__u32)pid_tgid);
+	add_thread(pid_tgid, key.slot, delta, role);
 	qid = statement_of((__u32)pid_tgid, role);
 	add_statement(key.slot, qid, delta);
 	add_statement_latch(key.slot, qid, &site, delta);
@@ -997,8 +1001,8 @@ int count_hit(struct pt_regs *ctx)
 		return 0;
 	site = read_site(ctx, cookie);
 	add_stats(COOKIE_SLOT(cookie), 0, false);
-	add_thread(pid_tgid, COOKIE_SLOT(cookie), 0);
 	role = role_of(ctx, (__u32)pid_tgid);
+	add_thread(pid_tgid, COOKIE_SLOT(cookie), 0, role);
 	qid = statement_of((__u32)pid_tgid, role);
 	add_statement(COOKIE_SLOT(cookie), qid, 0);
 	add_statement_latch(COOKIE_SLOT(cookie), qid, &site, 0);

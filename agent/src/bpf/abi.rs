@@ -245,6 +245,10 @@ mirrors_thread_key!(ThreadKey);
 pub struct ThreadVal {
     pub calls: u64,
     pub wait_ns: u64,
+    /// Of them, the hits made before the thread's role was known: labelled
+    /// unknown in the call-site cells and the stacks.
+    pub unlabelled_calls: u64,
+    pub unlabelled_wait_ns: u64,
 }
 mirrors_thread_val!(ThreadVal);
 
@@ -253,6 +257,8 @@ impl std::ops::AddAssign<&ThreadVal> for ThreadVal {
     fn add_assign(&mut self, other: &Self) {
         self.calls += other.calls;
         self.wait_ns += other.wait_ns;
+        self.unlabelled_calls += other.unlabelled_calls;
+        self.unlabelled_wait_ns += other.unlabelled_wait_ns;
     }
 }
 

@@ -9,8 +9,10 @@ use serde::Serialize;
 
 mod sample;
 mod scale;
+mod settle;
 pub use sample::StackSample;
 pub use scale::{cells_of, cells_since, scale_to_cells, Cells};
+pub use settle::{settle_unlabelled, Labelled};
 
 use crate::attach::Session;
 use crate::bpf::abi::{

@@ -240,6 +240,8 @@ fn slow_redo_flushes_warn_only_where_commits_wait_for_them() {
         threads: 1,
         calls,
         wait_ns_total,
+        unlabelled_calls: 0,
+        unlabelled_wait_ns: 0,
     };
     // MariaDB 10.2's shape: the redo fsync (30 % of it >= 8 ms, 96 % of
     // its wait the page cleaner's and the master thread's) and the

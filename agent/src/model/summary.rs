@@ -522,6 +522,15 @@ pub struct RoleResult {
     pub threads: u64,
     pub calls: u64,
     pub wait_ns_total: u64,
+    /// Of them, the hits its threads made before their role was known:
+    /// the call-site table's background column, the stacks and the pprof
+    /// `role` label have them under `unknown` (hits of threads that
+    /// settled on several roles cannot be told apart there). 0 where the
+    /// stacks agree with this row.
+    #[serde(default)]
+    pub unlabelled_calls: u64,
+    #[serde(default)]
+    pub unlabelled_wait_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]

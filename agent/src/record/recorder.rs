@@ -642,6 +642,14 @@ impl Recorder {
         };
         let mut snapshot = snapshot?;
         snapshot.stacks = self.split_stacks(std::mem::take(&mut snapshot.stacks));
+        // Hits made before their thread's role was known, under the role
+        // it settled on, in the cells and the stacks as in the role table.
+        crate::collect::settle_unlabelled(crate::collect::Labelled {
+            site_roles: &mut snapshot.site_roles,
+            stacks: &mut snapshot.stacks,
+            threads: &mut snapshot.threads,
+            thread_roles: &snapshot.thread_roles,
+        });
         // Weighted samples to the exact totals each slot's sampler saw,
         // split over call sites, latches and roles as the exact table is.
         let cells = crate::collect::cells_of(&snapshot.site_roles);

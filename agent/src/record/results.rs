@@ -905,7 +905,14 @@ fn role_results(
     calls: u64,
     wait: u64,
 ) -> Vec<RoleResult> {
-    let mut by_role: HashMap<u32, (std::collections::HashSet<u32>, u64, u64)> = HashMap::new();
+    #[derive(Default)]
+    struct Row {
+        threads: std::collections::HashSet<u32>,
+        calls: u64,
+        wait: u64,
+        unlabelled: (u64, u64),
+    }
+    let mut by_role: HashMap<u32, Row> = HashMap::new();
     for (_, tid, v) in snapshot
         .threads
         .iter()
@@ -913,29 +920,35 @@ fn role_results(
     {
         let role = snapshot.thread_roles.get(tid).copied().unwrap_or(0);
         let e = by_role.entry(role).or_default();
-        e.0.insert(*tid);
-        e.1 += v.calls;
-        e.2 += v.wait_ns;
+        e.threads.insert(*tid);
+        e.calls += v.calls;
+        e.wait += v.wait_ns;
+        if role != 0 {
+            e.unlabelled.0 += v.unlabelled_calls;
+            e.unlabelled.1 += v.unlabelled_wait_ns;
+        }
     }
     let (seen_calls, seen_wait) = by_role
         .values()
-        .fold((0, 0), |(c, w), e| (c + e.1, w + e.2));
+        .fold((0, 0), |(c, w), e| (c + e.calls, w + e.wait));
     if calls > seen_calls || wait > seen_wait {
         let e = by_role.entry(0).or_default();
-        e.1 += calls.saturating_sub(seen_calls);
-        e.2 += wait.saturating_sub(seen_wait);
+        e.calls += calls.saturating_sub(seen_calls);
+        e.wait += wait.saturating_sub(seen_wait);
     }
     let mut out: Vec<RoleResult> = by_role
         .into_iter()
-        .filter(|(_, e)| e.1 > 0)
-        .map(|(id, (threads, calls, wait))| {
+        .filter(|(_, e)| e.calls > 0)
+        .map(|(id, e)| {
             let (role, kind) = crate::plan::thread_role::role(id);
             RoleResult {
                 role: role.to_string(),
                 kind,
-                threads: threads.len() as u64,
-                calls,
-                wait_ns_total: wait,
+                threads: e.threads.len() as u64,
+                calls: e.calls,
+                wait_ns_total: e.wait,
+                unlabelled_calls: e.unlabelled.0,
+                unlabelled_wait_ns: e.unlabelled.1,
             }
         })
         .collect();

@@ -327,9 +327,32 @@ fn who_waits(summary: &Summary, top: usize) -> String {
             c.set_cell_alignment(CellAlignment::Right);
         }
     }
+    // Hits made before their thread's role was known: `unknown` in the
+    // flame graphs and pprof labels, said here so the two can be matched.
+    let early: Vec<String> = rows
+        .iter()
+        .take(top)
+        .filter(|(_, r, ..)| r.unlabelled_calls > 0)
+        .map(|(probe, r, timed, ..)| {
+            let wait = if *timed {
+                format!(" ({})", units::ns(r.unlabelled_wait_ns))
+            } else {
+                String::new()
+            };
+            format!("{probe} {}: {} calls{wait}", r.role, r.unlabelled_calls)
+        })
+        .collect();
+    let note = if early.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "made before the thread's role was known, so `unknown` in the stacks: {}\n",
+            early.join("; ")
+        )
+    };
     format!(
         "who waits (per thread role; share of the probe's wait, or calls where untimed; \
-         background threads are the server's own work, not the workload's contention):\n{table}\n"
+         background threads are the server's own work, not the workload's contention):\n{table}\n{note}"
     )
 }
 
