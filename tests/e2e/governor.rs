@@ -186,11 +186,15 @@ fn governor_samples_stacks_then_cuts_a_dear_probe_and_bounds_its_estimate() {
     // (issue 50; before, 1 s windows up to 19 s apart), never detached
     // for good: a window opens at most a period (and a look's lag) after
     // the last one did.
+    // (How many depends on when the savings run out: the lighter the hit,
+    // the later the first cut; 6.2 s of 14 here once.)
     let windows = &sampling.windows;
-    assert!(windows.len() >= 10, "{p:?}");
+    assert!(windows.len() >= 4, "{p:?}");
     for pair in windows[1..].windows(2) {
         assert!(pair[1].start_s - pair[0].start_s <= 1.3, "{p:?}");
     }
+    let last = windows.last().expect("windows");
+    assert!(s.duration_s - last.start_s <= 1.3, "{p:?}");
     assert!(sampling.estimate.covered_s >= s.duration_s - 0.01, "{p:?}");
     check_estimate(&s, p, &log, f64::from(RATE_DEAR));
 

@@ -116,7 +116,7 @@ fn ps_count(server: &Server, id: u64, event: &str) -> u64 {
 /// `cpu`: also profile CPU (the sampler then ties each sample of a
 /// connection to its statement, through the wait probes' maps), and check
 /// where the samples landed.
-fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
+fn who_waits_and_runs_what(server_name: &str, cpu: bool, every_stack: bool) {
     let _k = kernel_lock();
     // Redo flushed at each commit (the default): every UPDATE waits for it.
     // performance_schema on, in this test only: what it lists per thread
@@ -192,6 +192,11 @@ fn who_waits_and_runs_what(server_name: &str, cpu: bool) {
     let mut args = vec!["--pid", &pid, "--duration", "6s"];
     if !cpu {
         args.push("--no-cpu");
+    }
+    if every_stack {
+        // Every hit its own stack: the wait profile's statement labels
+        // are then the statements table's hits, checked one for one.
+        args.extend(["--stack-interval", "0"]);
     }
     let mut rec = Recording::start(&args);
     rec.wait_attached();
@@ -519,17 +524,19 @@ fn cpu_samples_land_on_the_load(s: &innoprof::model::summary::Summary, who: &Who
 /// [`cpu_samples_land_on_the_load`]).
 #[test]
 fn who_mariadb_10_2_11_pthread_key() {
-    who_waits_and_runs_what("mariadb-10.2.11", true);
+    who_waits_and_runs_what("mariadb-10.2.11", true, false);
 }
 
+/// Every hit takes its own stack: the statement labels are checked
+/// against the statements table hit for hit (tests/support/consistency.rs).
 #[test]
 fn who_mariadb_11_4_5_tls() {
-    who_waits_and_runs_what("mariadb-11.4.5", false);
+    who_waits_and_runs_what("mariadb-11.4.5", false, true);
 }
 
 #[test]
 fn who_mysql_5_6_24_pthread_key() {
-    who_waits_and_runs_what("mysql-5.6.24", false);
+    who_waits_and_runs_what("mysql-5.6.24", false, false);
 }
 
 /// MySQL 8.0.15 ships without DWARF: the THD's members come from the
@@ -539,5 +546,5 @@ fn who_mysql_5_6_24_pthread_key() {
 /// and executions are counted as on the servers with DWARF.
 #[test]
 fn who_mysql_8_0_15_without_dwarf() {
-    who_waits_and_runs_what("mysql-8.0.15", false);
+    who_waits_and_runs_what("mysql-8.0.15", false, false);
 }

@@ -12,7 +12,7 @@ mod scale;
 mod settle;
 pub use sample::StackSample;
 pub use scale::{cells_of, cells_since, scale_to_cells, Cells};
-pub use settle::{settle_unlabelled, Labelled};
+pub use settle::{role_cells, settle_unlabelled, Labelled};
 
 use crate::attach::Session;
 use crate::bpf::abi::{

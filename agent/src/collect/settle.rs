@@ -52,14 +52,17 @@ pub fn settle_unlabelled(snapshot: Labelled<'_>) -> HashMap<SlotId, u32> {
             e.1 += v.wait_ns_total;
         }
     }
+    let with_cells: std::collections::HashSet<SlotId> =
+        snapshot.site_roles.iter().map(|(slot, ..)| *slot).collect();
     let settled: HashMap<SlotId, u32> = by_slot
         .into_iter()
         .filter_map(|(slot, roles)| {
             let mut it = roles.into_iter();
             let (role, sums) = it.next()?;
-            // One role, known, and every unknown hit of the slot its own.
-            (it.next().is_none() && role != 0 && unknown_cells.get(&slot) == Some(&sums))
-                .then_some((slot, role))
+            // One role, known, and every unknown hit of the slot its own
+            // (a slot without call-site cells: its stacks' unknown ones).
+            let all = !with_cells.contains(&slot) || unknown_cells.get(&slot) == Some(&sums);
+            (it.next().is_none() && role != 0 && all).then_some((slot, role))
         })
         .collect();
     if settled.is_empty() {
@@ -104,6 +107,46 @@ pub fn settle_unlabelled(snapshot: Labelled<'_>) -> HashMap<SlotId, u32> {
         }
     }
     settled
+}
+
+/// Cells for the slots the call-site table has none of (probes that read
+/// no call site or latch: the BPF side keeps no cell for them), from the
+/// per-thread counts: each thread's hits under the role it settled on,
+/// but those made before it was known under `unknown`, as each hit's
+/// stack was labelled. With them [`super::scale::scale_to_cells`] splits those
+/// probes' stacks by role as the role table does (before, a cut probe's
+/// few stacks, one in 1,024 hits, split by role as they fell: 16 points
+/// from the table on `innodb.sync.wait_event`).
+pub fn role_cells(
+    threads: &[(SlotId, u32, ThreadVal)],
+    thread_roles: &HashMap<u32, u32>,
+    cells: &mut super::scale::Cells,
+) {
+    let with_cells: std::collections::HashSet<SlotId> = cells.keys().map(|k| k.0).collect();
+    for (slot, tid, v) in threads {
+        if with_cells.contains(slot) {
+            continue;
+        }
+        let role = thread_roles.get(tid).copied().unwrap_or(0);
+        let mut add = |role: u32, calls: u64, wait: u64| {
+            if calls > 0 || wait > 0 {
+                let e = cells.entry((*slot, Callsite::default(), role)).or_default();
+                e.0 += calls;
+                e.1 += wait;
+            }
+        };
+        let (early_calls, early_wait) = if role == 0 {
+            (v.calls, v.wait_ns)
+        } else {
+            (v.unlabelled_calls, v.unlabelled_wait_ns)
+        };
+        add(
+            role,
+            v.calls.saturating_sub(early_calls),
+            v.wait_ns.saturating_sub(early_wait),
+        );
+        add(0, early_calls, early_wait);
+    }
 }
 
 #[cfg(test)]
@@ -206,5 +249,26 @@ mod tests {
         snap.thread_roles.insert(7, 3);
         assert!(snap.settle().is_empty());
         assert_eq!(snap.site_roles.len(), 2);
+    }
+
+    /// A probe without call-site cells gets its cells from the threads:
+    /// hits before a thread's role was known under unknown; a slot with
+    /// cells is left alone.
+    #[test]
+    fn cells_from_threads_where_the_table_has_none() {
+        let (a, b) = (SlotId::of_index(0), SlotId::of_index(1));
+        let threads = vec![
+            thread(a, 7, 10, 1000, (2, 300)),
+            thread(a, 8, 5, 50, (5, 50)),
+            thread(b, 7, 4, 40, (0, 0)),
+        ];
+        let roles = HashMap::from([(7, 3)]);
+        let mut cells = crate::collect::scale::Cells::new();
+        cells.insert((b, Callsite::default(), 3), (4, 40));
+        role_cells(&threads, &roles, &mut cells);
+        assert_eq!(cells.get(&(a, Callsite::default(), 3)), Some(&(8, 700)));
+        assert_eq!(cells.get(&(a, Callsite::default(), 0)), Some(&(7, 350)));
+        assert_eq!(cells.get(&(b, Callsite::default(), 3)), Some(&(4, 40)));
+        assert_eq!(cells.len(), 3);
     }
 }

@@ -652,7 +652,8 @@ impl Recorder {
         });
         // Weighted samples to the exact totals each slot's sampler saw,
         // split over call sites, latches and roles as the exact table is.
-        let cells = crate::collect::cells_of(&snapshot.site_roles);
+        let mut cells = crate::collect::cells_of(&snapshot.site_roles);
+        crate::collect::role_cells(&snapshot.threads, &snapshot.thread_roles, &mut cells);
         crate::collect::scale_to_cells(&mut snapshot.stacks, &snapshot.stack_seen, &cells);
         let cpu_raw = cpu_raw?;
         if self.plan.target.is_alive() {
