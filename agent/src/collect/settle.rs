@@ -68,27 +68,22 @@ pub fn settle_unlabelled(snapshot: Labelled<'_>) -> HashMap<SlotId, u32> {
     if settled.is_empty() {
         return settled;
     }
-    let mut merged: Vec<(
-        SlotId,
-        crate::bpf::abi::Callsite,
-        u32,
-        crate::bpf::abi::SiteVal,
-    )> = Vec::with_capacity(snapshot.site_roles.len());
+    // Merged into the role's own cell where it has one; the map read can
+    // hold thousands of cells, so by index, not by search.
+    let mut merged: Vec<(SlotId, Callsite, u32, SiteVal)> =
+        Vec::with_capacity(snapshot.site_roles.len());
+    let mut at: HashMap<(SlotId, Callsite, u32), usize> = HashMap::new();
     for (slot, site, role, v) in std::mem::take(snapshot.site_roles) {
         let role = match settled.get(&slot) {
             Some(&to) if role == 0 => to,
             _ => role,
         };
-        match merged
-            .iter_mut()
-            .find(|(s, c, r, _)| *s == slot && *c == site && *r == role)
-        {
-            Some((.., sum)) => {
-                sum.calls += v.calls;
-                sum.wait_ns_total += v.wait_ns_total;
-                sum.wait_ns_max = sum.wait_ns_max.max(v.wait_ns_max);
+        match at.get(&(slot, site, role)) {
+            Some(&i) => merged[i].3 += &v,
+            None => {
+                at.insert((slot, site, role), merged.len());
+                merged.push((slot, site, role, v));
             }
-            None => merged.push((slot, site, role, v)),
         }
     }
     *snapshot.site_roles = merged;
