@@ -14,6 +14,10 @@
 #define CPU_USER_DEPTH 127
 #define CPU_KERN_DEPTH 64
 
+/* Slots of the unwinder's frame cache per CPU (cpu.bpf.c; a power of two,
+ * 2^(64 - FRAME_CACHE_SHIFT)). */
+#define FRAME_CACHE_SLOTS 256
+
 /* cpu_stack.flags */
 #define CPU_STACK_UNWIND_STOP 1u /* user walk ended early: root frames missing */
 #define CPU_STACK_KERN_LOST 2u   /* kernel stack could not be read */

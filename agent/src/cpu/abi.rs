@@ -5,6 +5,8 @@
 use crate::bpf::layout::defines;
 
 pub const USER_DEPTH: usize = defines::CPU_USER_DEPTH as usize;
+/// Slots of the unwinder's per-CPU frame cache (bpf/cpu.bpf.c).
+pub const FRAME_CACHE_SLOTS: u32 = defines::FRAME_CACHE_SLOTS as u32;
 pub const KERN_DEPTH: usize = defines::CPU_KERN_DEPTH as usize;
 
 pub const STACK_UNWIND_STOP: u32 = defines::CPU_STACK_UNWIND_STOP as u32;

@@ -398,6 +398,8 @@ fn load_object(
 ) -> Result<Object, CpuError> {
     let rows = u32::try_from(rows).unwrap_or(u32::MAX);
     let regions = index.regions.len() as u32;
+    // The frame cache's slots for every CPU a program may run on.
+    let cache_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1) as u32;
     // Statements only with the wait probes' maps to share: `thd` stays
     // off otherwise, and the sampler's own statement maps stay unused.
     let share = share.filter(|s| s.thd.how != 0);
@@ -424,6 +426,10 @@ fn load_object(
                     &index.region_steps.to_ne_bytes()[..],
                 ),
                 (bpf::globals::UNWIND_SHIFT, &index.shift.to_ne_bytes()[..]),
+                (
+                    bpf::globals::FRAME_CACHE_CPUS,
+                    &cache_cpus.to_ne_bytes()[..],
+                ),
                 (
                     bpf::globals::UNWIND_BUCKET_STEPS,
                     &index.bucket_steps.to_ne_bytes()[..],
@@ -452,6 +458,9 @@ fn load_object(
                 // has no size).
                 m.set_max_entries(1).map_err(CpuError::Open)?;
             }
+        } else if name == bpf::maps::FRAME_CACHE {
+            m.set_max_entries(cache_cpus * abi::FRAME_CACHE_SLOTS)
+                .map_err(CpuError::Open)?;
         } else if name == bpf::maps::UNWIND_ROWS {
             m.set_max_entries(rows.max(1)).map_err(CpuError::Open)?;
         } else if name == bpf::maps::UNWIND_BUCKETS {
