@@ -280,8 +280,8 @@ static long walk_step(__u64 i, void *data)
 	w->stack->user[n] = w->ip;
 	w->n = n + 1;
 	/* Above the first frame ip is a return address: look it up inside the
-	 * call instruction, which may be the last of its CFI row. */
-	/* The first frame is wherever the thread was: too many to cache. */
+	 * call instruction, which may be the last of its CFI row. The first
+	 * frame is wherever the thread was: too many addresses to cache. */
 	row = n ? cached_row(w->ip - 1) : find_row(w->ip);
 	if (!row || row->kind == UNWIND_FP) {
 		if (!w->bp)

@@ -398,8 +398,9 @@ fn load_object(
 ) -> Result<Object, CpuError> {
     let rows = u32::try_from(rows).unwrap_or(u32::MAX);
     let regions = index.regions.len() as u32;
-    // The frame cache's slots for every CPU a program may run on.
-    let cache_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1) as u32;
+    // The frame cache's slots for every CPU a program may run on: with
+    // fewer, two CPUs would write one slot at once.
+    let cache_cpus = crate::bpf::percpu::possible_cpus().map_err(CpuError::Open)? as u32;
     // Statements only with the wait probes' maps to share: `thd` stays
     // off otherwise, and the sampler's own statement maps stay unused.
     let share = share.filter(|s| s.thd.how != 0);
